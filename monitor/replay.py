@@ -91,6 +91,7 @@ def replay(
         engine.active_plugins,
         plugin_errors,
         wide,
+        engine.tasks.state(),
     )
     engine.plugin_errors.update(plugin_errors)
     # The final look adds the fixed-horizon window view; the sequential state has

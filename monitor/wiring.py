@@ -35,13 +35,17 @@ def model_spec(m: ModelSettings) -> ModelSpec:
     wants_features = m.drift is not None
     return ModelSpec(
         name=m.name,
+        task=m.task,
         classes=tuple(m.classes),
         positive_class=m.positive_class,
         threshold=m.threshold,
         windows=tuple(WindowSpec(w.label, _ms(w.size), _ms(w.delay)) for w in m.windows),
-        metrics=tuple(m.metrics),
+        metrics=tuple(m.metric_names),
         fbeta=tuple(m.fbeta),
         score_bins=m.score_bins,
+        calibration_bins=m.calibration_bins,
+        huber_delta=m.huber_delta,
+        quantiles=tuple(m.quantiles),
         costs=None if m.costs is None else (m.costs.tp, m.costs.fp, m.costs.fn, m.costs.tn),
         id_path=f.id,
         ts_path=f.ts,
@@ -49,6 +53,9 @@ def model_spec(m: ModelSettings) -> ModelSpec:
         version_path=f.version,
         score_path=f.score,
         prediction_path=f.prediction,
+        scores_path=f.scores,
+        lower_path=f.lower,
+        upper_path=f.upper,
         features_path=f.features,
         wants_features=wants_features,
         segments_path=f.segments,
@@ -176,8 +183,15 @@ def build_pipeline(
     specs = engine.models
     lf = settings.join.label_fields
 
-    def known_label(text: str) -> bool:
-        return any(spec.class_index(text) >= 0 for spec in specs)
+    classifiers = [spec for spec in specs if spec.is_classifier]
+    regression = any(not spec.is_classifier for spec in specs)
+
+    def known_label(text: str, value: float) -> str | None:
+        if any(spec.class_index(text) >= 0 for spec in classifiers):
+            return None
+        if regression and value == value:  # a finite number: some regression target
+            return None
+        return "unknown_class" if classifiers else "wrong_type"
 
     return IngestPipeline(
         engine,

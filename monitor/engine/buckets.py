@@ -115,6 +115,12 @@ class BucketStore:
         cells = 2 * np.asarray(y_true, np.int64) + np.asarray(y_pred, np.int64)
         np.add.at(self._cols["confusion"], (rows, cells), 1)
 
+    def add_labeled(self, group: np.ndarray, ts_ms: np.ndarray) -> None:
+        """Count joins of models whose statistics live elsewhere (multiclass, regression)."""
+        if len(group):
+            rows = self.rows_for(group, ts_ms)
+            np.add.at(self._cols["labeled"], rows, 1)
+
     def add_cells(self, name: str, rows: np.ndarray, cells: np.ndarray) -> None:
         """Count 1 at ``(rows[i], cells[i])`` of matrix ``name`` (vectorized)."""
         if rows.shape[0]:
@@ -150,7 +156,12 @@ class BucketStore:
                 continue
             if arr.shape != (n, *shape):
                 raise ValueError(f"bucket state {name!r} has shape {arr.shape}, not {(n, *shape)}")
-            if name not in ("group", "bucket") and (arr < 0).any():
+            if name in ("group", "bucket"):
+                pass
+            elif arr.dtype.kind == "f":  # sums (regression errors may be negative)
+                if not np.isfinite(arr).all():
+                    raise ValueError(f"bucket state {name!r} holds non-finite sums")
+            elif (arr < 0).any():
                 raise ValueError(f"bucket state {name!r} holds negative counts")
             cols[name] = arr
         self._cap = max(256, n)

@@ -31,6 +31,8 @@ import numpy as np
 import pandas as pd
 
 from ..plugins import JoinedRows
+from ..stats.multiclass import MulticlassLayout
+from ..stats.regression import RegressionLayout
 from ..stats.scores import ScoreLayout
 from .buckets import BucketStore
 from .comparisons import ComparisonResult, ComparisonTracker
@@ -82,6 +84,10 @@ _PRED_COLUMNS = {
 }
 _ORPHAN_COLUMNS = {"ts": np.int64, "code": np.int32}
 _NO_TS = np.iinfo(np.int64).min
+# label_code of a label that is a number and no class name (a regression target): its
+# value lives in the float column beside it, so targets never grow the label vocabulary
+NUMERIC = -2
+_TASKS = {"binary": 0, "multiclass": 1, "regression": 2}
 
 
 class StateMismatch(ValueError):
@@ -123,8 +129,32 @@ class Engine:
         self.orphan_label_ttl_ms = int(orphan_label_ttl_ms)
         self.max_pending = int(max_pending)
         self.max_orphan_labels = int(max_orphan_labels)
-        # fine score histograms + calibration sums per (group, bucket), per model layout
-        self.score_layouts = {i: ScoreLayout(bins=m.score_bins) for i, m in enumerate(self.models)}
+        # fine score histograms + calibration sums per (model, version, bucket), binary models
+        self.score_layouts = {
+            i: ScoreLayout(bins=m.score_bins)
+            for i, m in enumerate(self.models)
+            if m.task == "binary"
+        }
+        self._task = np.array([_TASKS[m.task] for m in self.models], np.int8)
+        self._all_binary = bool((self._task == 0).all())
+        # multiclass and regression statistics per (group, bucket): slices get every metric
+        self.mc_layouts = {
+            i: MulticlassLayout(len(m.classes), tuple(m.classes), m.calibration_bins)
+            for i, m in enumerate(self.models)
+            if m.task == "multiclass"
+        }
+        self.rg_layouts = {
+            i: RegressionLayout(m.huber_delta, tuple(m.quantiles))
+            for i, m in enumerate(self.models)
+            if m.task == "regression"
+        }
+        task_matrices: dict[str, int | tuple[int, type]] = {
+            f"mc{i}": (layout.width, np.float64) for i, layout in self.mc_layouts.items()
+        }
+        task_matrices.update(
+            {f"rg{i}": (layout.width, np.float64) for i, layout in self.rg_layouts.items()}
+        )
+        self.tasks = BucketStore(bucket_width_ms, task_matrices)
         matrices: dict[str, int | tuple[int, type]] = dict(self.drift.matrices())
         for i, layout in self.score_layouts.items():
             matrices[f"scores{i}"] = (layout.width, np.float64)
@@ -135,15 +165,25 @@ class Engine:
             self.plugin_errors[name] += 1
         self.failed_plugins: set[str] = set()
         for plugin in self.plugins:
-            for i in range(len(self.models)):
+            for i in self.score_layouts:  # plugins see binary outcomes
                 matrices[f"p_{plugin.name}_{i}"] = (plugin.width(), np.float64)
         # Light per-(group, bucket) counts (groups include slice segments) and, separately,
         # the wide per-(model, version, bucket) statistics — score histograms, drift cells,
         # plugins — which would multiply memory by the number of slices if kept per segment.
         self.buckets = BucketStore(bucket_width_ms)
         self.wide = BucketStore(bucket_width_ms, matrices)
-        self.preds = KeyedTable(_PRED_COLUMNS, unique=False)
-        self.orphans = KeyedTable(_ORPHAN_COLUMNS)
+        # multiclass probabilities (one column per class of the widest model) and regression
+        # interval bounds / numeric labels exist only when such models are configured
+        self._kmax = max([len(m.classes) for m in self.models if m.task == "multiclass"] + [0])
+        self._regression = bool(self.rg_layouts)
+        self._pred_columns: dict[str, type] = dict(_PRED_COLUMNS)
+        self._pred_columns.update({f"p{k}": np.float64 for k in range(self._kmax)})
+        self._orphan_columns: dict[str, type] = dict(_ORPHAN_COLUMNS)
+        if self._regression:
+            self._pred_columns.update(lower=np.float64, upper=np.float64, label_value=np.float64)
+            self._orphan_columns["value"] = np.float64
+        self.preds = KeyedTable(self._pred_columns, unique=False)
+        self.orphans = KeyedTable(self._orphan_columns)
         # group code -> (model index, version, segment); model -1 when no longer configured.
         # The segment is the model's slice-dimension values (top-K folded), () without slices.
         self.groups: list[tuple[int, str, tuple[str, ...]]] = []
@@ -152,10 +192,20 @@ class Engine:
         self._version_groups: dict[tuple[int, str], list[int]] = {}
         self._group_mv = np.empty(0, np.int32)  # group -> index of its (model, version)
         self._base_group = np.empty(0, np.int32)  # group -> group of (model, version, ())
+        # cumulative [labeled, errors] per (model, version) in _version_groups order: the
+        # counters error-budget burn-rate alerts take rates of (monitor rules)
+        self._mv_counts = np.zeros((0, 2), np.int64)
         self.folders = {i: SegmentFolder(m) for i, m in enumerate(self.models) if m.slices}
         # canonical label text -> code; per model: code -> 1 positive / 0 negative / -1
         self.label_codes: list[str] = []
         self._label_index: dict[str, int] = {}
+        # label texts that are a class of some classifier (the only ones interned)
+        self._vocabulary: set[str] = set()
+        for m in self.models:
+            if m.task == "binary":
+                self._vocabulary |= {*m.classes, "0", "1"}
+            elif m.task == "multiclass":
+                self._vocabulary |= set(m.classes)
         self._label_class = [np.empty(0, np.int8) for _ in self.models]
         self.records: Counter[tuple[str, str]] = Counter()
         self.invalid: Counter[tuple[str, str]] = Counter()
@@ -218,6 +268,9 @@ class Engine:
             self._group_mv = np.array([mv[(g[0], g[1])] for g in self.groups], np.int32)
             index = self._group_index
             self._base_group = np.array([index[(g[0], g[1], ())] for g in self.groups], np.int32)
+            grow = len(self._version_groups) - self._mv_counts.shape[0]
+            if grow > 0:
+                self._mv_counts = np.vstack([self._mv_counts, np.zeros((grow, 2), np.int64)])
 
     def _add_group(self, key: tuple[int, str, tuple[str, ...]]) -> int:
         if key[2] and (key[0], key[1], ()) not in self._group_index:
@@ -228,38 +281,62 @@ class Engine:
         self._version_groups.setdefault((key[0], key[1]), []).append(code)
         return code
 
+    def outcome_counts(self) -> list[tuple[int, str, int, int]]:
+        """(model index, version, labeled, errors) so far, cumulative since first start."""
+        return [
+            (m, v, int(c[0]), int(c[1]))
+            for (m, v), c in zip(self._version_groups, self._mv_counts, strict=True)
+            if m >= 0
+        ]
+
     def version_groups(self, model: int, version: str) -> np.ndarray:
         """Every group (segment) of one model version."""
         return np.asarray(self._version_groups.get((model, version), []), np.int32)
 
     def _label_code(self, labels: list[str]) -> np.ndarray:
+        """Code per label text; texts that are no classifier's class get ``NUMERIC``
+        (regression targets: their value travels in the float column)."""
+        if not self._vocabulary:
+            return np.full(len(labels), NUMERIC, np.int32)
         codes, uniq = pd.factorize(np.asarray(labels, dtype=object))
         index = self._label_index
+        vocabulary = self._vocabulary
         ucodes = np.empty(len(uniq), np.int32)
         for i, text in enumerate(uniq.tolist()):
             code = index.get(text)
             if code is None:
+                if text not in vocabulary:
+                    ucodes[i] = NUMERIC
+                    continue
                 code = len(self.label_codes)
                 self.label_codes.append(text)
                 index[text] = code
             ucodes[i] = code
         return ucodes[codes]
 
-    def _classes_of(self, codes: np.ndarray, model: np.ndarray) -> np.ndarray:
-        """1/0 (positive/negative) per label code for the model of each row, -1 unknown."""
+    def _classes_of(self, codes: np.ndarray, values: np.ndarray, model: np.ndarray) -> np.ndarray:
+        """The label each row stores for its model: 1/0 (binary), the class index
+        (multiclass), 0 for a numeric target (regression); -1 when it does not fit."""
         n_codes = len(self.label_codes)
         out = np.full(codes.shape[0], -1, np.int8)
         for m in np.unique(model).tolist():
             if m < 0:
                 continue
+            sel = model == m
+            spec = self.models[m]
+            if spec.task == "regression":
+                out[sel] = np.where(np.isnan(values[sel]), -1, 0)
+                continue
             table = self._label_class[m]
             if table.shape[0] < n_codes:
-                spec = self.models[m]
-                extra = [spec.is_positive(t) for t in self.label_codes[table.shape[0] :]]
+                extra = [spec.label_class(t) for t in self.label_codes[table.shape[0] :]]
                 table = np.concatenate([table, np.asarray(extra, np.int8)])
                 self._label_class[m] = table
-            sel = model == m
-            out[sel] = table[codes[sel]]
+            c = codes[sel]
+            known = c >= 0
+            res = np.full(c.shape[0], -1, np.int8)
+            res[known] = table[c[known]]
+            out[sel] = res
         return out
 
     # -- ingestion -------------------------------------------------------------------
@@ -304,6 +381,7 @@ class Engine:
                 "label": np.full(k, -1, np.int8),
                 "label_code": np.full(k, -1, np.int32),
                 "label_ts": np.zeros(k, np.int64),
+                **self._task_columns(batch, new),
             },
         )
         self.pending += k
@@ -318,19 +396,22 @@ class Engine:
         # Rows of the new predictions, and a labeled sibling (another version) if any.
         q, rows = self.preds.lookup_all(keys)
         row_group = self.preds.col("group")[rows]
-        code = self.preds.col("label_code")[rows]
+        lab = self.preds.col("label")[rows]
         own = np.full(k, -1, np.int64)
-        mine = (row_group == g[q]) & (code < 0)
+        mine = (row_group == g[q]) & (lab < 0)
         own[q[mine]] = rows[mine]
         sibling = np.full(k, -1, np.int64)
-        known = code >= 0
+        known = lab >= 0
         sibling[q[known]] = rows[known]
         joined: list[np.ndarray] = []
         has = sibling >= 0
         if has.any():
             srow = sibling[has]
             bad = self._join(
-                own[has], self.preds.col("label_code")[srow], self.preds.col("label_ts")[srow]
+                own[has],
+                self.preds.col("label_code")[srow],
+                self._values(self.preds, "label_value", srow),
+                self.preds.col("label_ts")[srow],
             )
             if bad.any():
                 self.join_events["unknown_class_label"] += int(np.count_nonzero(bad))
@@ -344,7 +425,10 @@ class Engine:
                 # went by long ago, so there is nothing to dead-letter.
                 orow = orow[hit]
                 bad = self._join(
-                    own[rest[hit]], self.orphans.col("code")[orow], self.orphans.col("ts")[orow]
+                    own[rest[hit]],
+                    self.orphans.col("code")[orow],
+                    self._values(self.orphans, "value", orow),
+                    self.orphans.col("ts")[orow],
                 )
                 if bad.any():
                     self.join_events["unknown_class_label"] += int(np.count_nonzero(bad))
@@ -354,6 +438,32 @@ class Engine:
             self._pair_shadow(np.concatenate(joined))
         self._expire_and_evict()
         return []
+
+    def _task_columns(self, batch: PredictionBatch, new: np.ndarray) -> dict[str, np.ndarray]:
+        """Multiclass probability and regression interval columns of new predictions."""
+        k = new.shape[0]
+        out: dict[str, np.ndarray] = {}
+        if self._kmax:
+            proba = batch.proba
+            for j in range(self._kmax):
+                out[f"p{j}"] = (
+                    proba[new, j]
+                    if proba is not None and proba.shape[1] > j
+                    else np.full(k, np.nan)
+                )
+        if self._regression:
+            for name in ("lower", "upper"):
+                col = getattr(batch, name)
+                out[name] = col[new] if col is not None else np.full(k, np.nan)
+            out["label_value"] = np.full(k, np.nan)
+        return out
+
+    @staticmethod
+    def _values(table: KeyedTable, column: str, rows: np.ndarray) -> np.ndarray:
+        """Numeric label values of some rows (NaN when no regression model keeps them)."""
+        if column in table.columns:
+            return table.col(column)[rows]
+        return np.full(rows.shape[0], np.nan)
 
     def _count_drift(
         self, batch: PredictionBatch, new: np.ndarray, g: np.ndarray, ts: np.ndarray
@@ -414,36 +524,110 @@ class Engine:
             if value not in examples and len(examples) < d.spec.unseen_examples:
                 examples.append(value)
 
-    def _join(self, prow: np.ndarray, codes: np.ndarray, label_ts: np.ndarray) -> np.ndarray:
-        """Join unlabeled prediction rows with label codes; returns the mask of rows whose
-        label is no class of their model (left unjoined, not counted here)."""
+    def _join(
+        self, prow: np.ndarray, codes: np.ndarray, values: np.ndarray, label_ts: np.ndarray
+    ) -> np.ndarray:
+        """Join unlabeled prediction rows with labels (codes, numeric values); returns the
+        mask of rows whose label does not fit their model (left unjoined, not counted)."""
         group = self.preds.col("group")[prow]
-        y_true = self._classes_of(codes, self._group_model[group])
+        y_true = self._classes_of(codes, values, self._group_model[group])
         bad = y_true < 0
         ok = ~bad
         prow, y_true, group = prow[ok], y_true[ok], group[ok]
-        codes, label_ts = codes[ok], label_ts[ok]
+        codes, values, label_ts = codes[ok], values[ok], label_ts[ok]
         if prow.shape[0]:
             pred_ts = self.preds.col("ts")[prow]
             decision = self.preds.col("decision")[prow]
-            self.buckets.add_joined(group, pred_ts, y_true, decision)
-            self._add_scores(group, pred_ts, y_true, self.preds.col("score")[prow])
-            if self.plugins:
-                self._update_plugins(
-                    group, pred_ts, y_true, decision, self.preds.col("score")[prow]
-                )
+            if self._all_binary:
+                self._add_binary(prow, group, pred_ts, y_true, decision)
+            else:
+                binary = self._task[self._group_model[group]] == 0
+                if binary.any():
+                    b = np.flatnonzero(binary)
+                    self._add_binary(prow[b], group[b], pred_ts[b], y_true[b], decision[b])
+                o = np.flatnonzero(~binary)
+                if o.shape[0]:
+                    self.buckets.add_labeled(group[o], pred_ts[o])
+                    self._add_task_stats(prow[o], group[o], pred_ts[o], y_true[o], values[o])
+            mv = self._group_mv[group]
+            n_mv = self._mv_counts.shape[0]
+            self._mv_counts[:, 0] += np.bincount(mv, minlength=n_mv)
+            wrong = y_true != decision
+            if not self._all_binary:
+                wrong &= self._task[self._group_model[group]] != 2  # regression: no errors
+            self._mv_counts[:, 1] += np.bincount(mv, weights=wrong, minlength=n_mv).astype(np.int64)
             if self.split:
-                losses = self._losses(y_true, decision, self.preds.col("score")[prow])
+                losses = self._losses_for(prow, y_true, values)
                 self._add_arm_losses(group, pred_ts, losses)
             self.preds.col("label")[prow] = y_true
             self.preds.col("label_code")[prow] = codes
             self.preds.col("label_ts")[prow] = label_ts
+            if self._regression:
+                self.preds.col("label_value")[prow] = values
             self.pending -= int(prow.shape[0])
             self.join_events["joined"] += int(prow.shape[0])
             delay_s = np.maximum(label_ts - pred_ts, 0) / 1000.0
             np.add.at(self.delay_counts, np.searchsorted(DELAY_BOUNDS_S, delay_s, "left"), 1)
             self.delay_sum_s += float(delay_s.sum())
         return bad
+
+    def _add_binary(
+        self,
+        prow: np.ndarray,
+        group: np.ndarray,
+        pred_ts: np.ndarray,
+        y_true: np.ndarray,
+        decision: np.ndarray,
+    ) -> None:
+        """Confusion counts, score histograms and plugin statistics of binary joins."""
+        score = self.preds.col("score")[prow]
+        self.buckets.add_joined(group, pred_ts, y_true, decision)
+        self._add_scores(group, pred_ts, y_true, score)
+        if self.plugins:
+            self._update_plugins(group, pred_ts, y_true, decision, score)
+
+    def _proba(self, prow: np.ndarray, k: int) -> np.ndarray:
+        """(rows, k) probabilities of multiclass predictions (NaN rows: decision only)."""
+        return np.column_stack([self.preds.col(f"p{j}")[prow] for j in range(k)])
+
+    def _add_task_stats(
+        self,
+        prow: np.ndarray,
+        group: np.ndarray,
+        pred_ts: np.ndarray,
+        y_true: np.ndarray,
+        values: np.ndarray,
+    ) -> None:
+        """Multiclass and regression statistics per (group, bucket) of joined rows."""
+        model = self._group_model[group]
+        for m, mc in self.mc_layouts.items():
+            sel = np.flatnonzero(model == m)
+            if sel.shape[0] == 0:
+                continue
+            rows = self.tasks.rows_for(group[sel], pred_ts[sel])
+            matrix = self.tasks.matrix(f"mc{m}")  # after rows_for, which may grow it
+            r = prow[sel]
+            proba = self._proba(r, mc.n_classes)
+            decision = self.preds.col("decision")[r]
+            has = ~np.isnan(proba[:, 0])
+            if has.any():
+                mc.add_rows(matrix, rows[has], y_true[sel][has], decision[has], proba[has])
+            if not has.all():
+                mc.add_rows(matrix, rows[~has], y_true[sel][~has], decision[~has])
+        for m, rg in self.rg_layouts.items():
+            sel = np.flatnonzero(model == m)
+            if sel.shape[0] == 0:
+                continue
+            rows = self.tasks.rows_for(group[sel], pred_ts[sel])
+            r = prow[sel]
+            rg.add_rows(
+                self.tasks.matrix(f"rg{m}"),
+                rows,
+                values[sel],
+                self.preds.col("score")[r],
+                self.preds.col("lower")[r],
+                self.preds.col("upper")[r],
+            )
 
     def _add_scores(
         self, group: np.ndarray, pred_ts: np.ndarray, y_true: np.ndarray, score: np.ndarray
@@ -530,23 +714,45 @@ class Engine:
 
     def _row_losses(self, rows: np.ndarray) -> np.ndarray:
         p = self.preds
-        return np.stack(
-            self._losses(p.col("label")[rows], p.col("decision")[rows], p.col("score")[rows]),
-            axis=1,
-        )
+        values = self._values(p, "label_value", rows)
+        return np.stack(self._losses_for(rows, p.col("label")[rows], values), axis=1)
 
-    @staticmethod
-    def _losses(y: np.ndarray, decision: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, ...]:
-        """Per-prediction losses in the order of LOSSES (NaN where there is no score)."""
-        yf = y.astype(np.float64)
-        p = np.clip(score, _LOG_EPS, 1 - _LOG_EPS)
-        with np.errstate(invalid="ignore"):
-            return (
-                (y != decision).astype(np.float64),
-                -(yf * np.log(p) + (1 - yf) * np.log1p(-p)),
-                (score - yf) ** 2,
-                np.abs(score - yf),
-            )
+    def _losses_for(
+        self, prow: np.ndarray, y: np.ndarray, values: np.ndarray
+    ) -> tuple[np.ndarray, ...]:
+        """Per-prediction losses in the order of LOSSES, NaN where one does not apply.
+
+        binary: 0/1 error, log loss, (p − y)², |p − y| of the positive-class score;
+        multiclass: 0/1 error, −log p_y, Σ_k (p_k − 1[y=k])² (multiclass Brier);
+        regression: (ŷ − y)² and |ŷ − y|."""
+        decision = self.preds.col("decision")[prow]
+        score = self.preds.col("score")[prow]
+        if self._all_binary:
+            return _binary_losses(y, decision, score)
+        out = np.full((len(LOSSES), prow.shape[0]), np.nan)
+        task = self._task[self._group_model[self.preds.col("group")[prow]]]
+        b = task == 0
+        if b.any():
+            out[:, b] = np.stack(_binary_losses(y[b], decision[b], score[b]))
+        model = self._group_model[self.preds.col("group")[prow]]
+        for m, mc in self.mc_layouts.items():
+            sel = np.flatnonzero(model == m)
+            if sel.shape[0] == 0:
+                continue
+            ys = y[sel].astype(np.intp)
+            proba = self._proba(prow[sel], mc.n_classes)
+            out[0, sel] = ys != decision[sel]
+            p_true = np.clip(proba[np.arange(sel.shape[0]), ys], _LOG_EPS, 1 - _LOG_EPS)
+            out[1, sel] = -np.log(p_true)
+            onehot = np.zeros_like(proba)
+            onehot[np.arange(sel.shape[0]), ys] = 1.0
+            out[2, sel] = np.sum((proba - onehot) ** 2, axis=1)
+        r = task == 2
+        if r.any():
+            err = score[r] - values[r]
+            out[2, r] = err * err
+            out[3, r] = np.abs(err)
+        return tuple(out)
 
     def _arm_groups(self, c: ComparisonSpec) -> tuple[np.ndarray, np.ndarray]:
         return (
@@ -599,6 +805,7 @@ class Engine:
         if n == 0:
             return []
         codes = self._label_code(batch.label)
+        values = batch.value if batch.value is not None else np.full(n, np.nan)
         self.label_watermark_ms = max(self.label_watermark_ms, int(batch.ts_ms.max()))
         order = np.argsort(batch.keys, kind="stable")
         sk = batch.keys[order]
@@ -611,7 +818,7 @@ class Engine:
         rejects: list[JoinReject] = []
         dups = 0
         for r in range(int(rank.max()) + 1):
-            dups += self._label_round(batch, codes, np.flatnonzero(rank == r), rejects)
+            dups += self._label_round(batch, codes, values, np.flatnonzero(rank == r), rejects)
         conflicts = sum(1 for _, reason, _ in rejects if reason == "conflicting_label")
         if conflicts:
             self.join_events["conflicting_label"] += conflicts
@@ -627,28 +834,37 @@ class Engine:
         return rejects
 
     def _label_round(
-        self, batch: LabelBatch, codes: np.ndarray, idx: np.ndarray, rejects: list[JoinReject]
+        self,
+        batch: LabelBatch,
+        codes: np.ndarray,
+        values: np.ndarray,
+        idx: np.ndarray,
+        rejects: list[JoinReject],
     ) -> int:
         """Apply labels ``idx`` (unique ids); returns how many were duplicates."""
         dups = 0
-        code = codes[idx]
+        code, value = codes[idx], values[idx]
         q, rows = self.preds.lookup_all(batch.keys[idx])
         has_rows = np.zeros(idx.shape[0], bool)
         has_rows[q] = True
-        existing = self.preds.col("label_code")[rows]
-        labeled = existing >= 0
+        labeled = self.preds.col("label")[rows] >= 0
         # a labeled id's rows all carry the same label (later versions copy it)
+        is_known = np.zeros(idx.shape[0], bool)
+        is_known[q[labeled]] = True
         known = np.full(idx.shape[0], -1, np.int64)
-        known[q[labeled]] = existing[labeled]
-        dup = (known >= 0) & (known == code)
-        conflict = (known >= 0) & (known != code)
+        known[q[labeled]] = self.preds.col("label_code")[rows[labeled]]
+        known_value = np.full(idx.shape[0], np.nan)
+        known_value[q[labeled]] = self._values(self.preds, "label_value", rows[labeled])
+        same = _same_label(known, known_value, code, value)
+        dup = is_known & same
+        conflict = is_known & ~same
         dups += int(np.count_nonzero(dup))
         for i in idx[conflict].tolist():
             rejects.append((i, "conflicting_label", "disagrees with the joined label"))
-        todo = known[q] < 0
+        todo = ~is_known[q]
         if todo.any():
             jq, jrows = q[todo], rows[todo]
-            bad = self._join(jrows, code[jq], batch.ts_ms[idx][jq])
+            bad = self._join(jrows, code[jq], value[jq], batch.ts_ms[idx][jq])
             bad_q = np.unique(jq[bad])
             if bad_q.shape[0]:
                 self.join_events["unknown_class_label"] += int(bad_q.shape[0])
@@ -663,15 +879,22 @@ class Engine:
             orow = self.orphans.lookup(batch.keys[rest])
             waiting = orow >= 0
             if waiting.any():
-                agree = self.orphans.col("code")[orow[waiting]] == codes[rest[waiting]]
+                ow, rw = orow[waiting], rest[waiting]
+                agree = _same_label(
+                    self.orphans.col("code")[ow],
+                    self._values(self.orphans, "value", ow),
+                    codes[rw],
+                    values[rw],
+                )
                 dups += int(np.count_nonzero(agree))
                 for i in rest[waiting][~agree].tolist():
                     rejects.append((i, "conflicting_label", "disagrees with a waiting label"))
             fresh = rest[~waiting]
             if fresh.shape[0]:
-                self.orphans.insert(
-                    batch.keys[fresh], {"ts": batch.ts_ms[fresh], "code": codes[fresh]}
-                )
+                cols = {"ts": batch.ts_ms[fresh], "code": codes[fresh]}
+                if self._regression:
+                    cols["value"] = values[fresh]
+                self.orphans.insert(batch.keys[fresh], cols)
                 tmin = int(batch.ts_ms[fresh].min())
                 if self._min_orphan_ts == _NO_TS or tmin < self._min_orphan_ts:
                     self._min_orphan_ts = tmin
@@ -749,7 +972,11 @@ class Engine:
         horizon = max(w.size_ms + w.delay_ms for m in self.models for w in m.windows)
         horizon += self.drift.horizon_ms()
         oldest = (now_ms - horizon) // self.buckets.width_ms - 1
-        return self.buckets.drop_before(oldest) + self.wide.drop_before(oldest)
+        return (
+            self.buckets.drop_before(oldest)
+            + self.wide.drop_before(oldest)
+            + self.tasks.drop_before(oldest)
+        )
 
     def freeze_live_references(self) -> None:
         """A "first:<span>" reference is the sum of the model's buckets over its first span,
@@ -798,6 +1025,9 @@ class Engine:
             "drift_fingerprints": self.drift.fingerprints(),
             "drift_live": self.drift.state(),
             "plugin_errors": dict(self.plugin_errors),
+            "outcomes": [
+                [self.models[m].name, v, lab, err] for m, v, lab, err in self.outcome_counts()
+            ],
             "failed_plugins": sorted(self.failed_plugins),
         }
         arrays: dict[str, np.ndarray] = {
@@ -807,6 +1037,7 @@ class Engine:
         arrays.update({f"orphans.{k}": v for k, v in self.orphans.state().items()})
         arrays.update({f"buckets.{k}": v for k, v in self.buckets.state().items()})
         arrays.update({f"wide.{k}": v for k, v in self.wide.state().items()})
+        arrays.update({f"tasks.{k}": v for k, v in self.tasks.state().items()})
         return meta, arrays
 
     def load(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
@@ -822,7 +1053,13 @@ class Engine:
         for name, v, *seg in meta["groups"]:
             self._add_group((self._model_index.get(name, -1), v, tuple(seg[0] if seg else ())))
         self._group_model = np.empty(0, np.int16)
+        self._mv_counts = np.zeros((0, 2), np.int64)
         self._sync_groups()
+        mv_index = {k: i for i, k in enumerate(self._version_groups)}
+        for name, v, lab, err in meta.get("outcomes", []):
+            i = mv_index.get((self._model_index.get(name, -1), v))
+            if i is not None:
+                self._mv_counts[i] = (int(lab), int(err))
         for key, st in meta.get("segment_counts", {}).items():
             if int(key) in self.folders:
                 self.folders[int(key)].load(st)
@@ -860,8 +1097,8 @@ class Engine:
                 3,
             ):
                 raise StateMismatch(f"comparison {name!r} statistics have the wrong shape")
-        self.preds.load({k[6:]: v for k, v in arrays.items() if k.startswith("preds.")})
-        self.orphans.load({k[8:]: v for k, v in arrays.items() if k.startswith("orphans.")})
+        self.preds.load(_with_columns(arrays, "preds.", self._pred_columns))
+        self.orphans.load(_with_columns(arrays, "orphans.", self._orphan_columns))
         for d in self.drift.load(meta.get("drift_live", {})):
             self.wide.add_matrix(d.matrix, d.width)
         saved = meta.get("drift_fingerprints", {})
@@ -874,8 +1111,11 @@ class Engine:
         self.wide.load(
             {k[5:]: v for k, v in arrays.items() if k.startswith("wide.") and k not in stale}
         )
+        tasks = {k[6:]: v for k, v in arrays.items() if k.startswith("tasks.")}
+        if tasks:  # absent in checkpoints written before multiclass/regression support
+            self.tasks.load(tasks)
         n_groups = len(self.groups)
-        for col in (self.preds.col("group"), self.buckets.group, self.wide.group):
+        for col in (self.preds.col("group"), self.buckets.group, self.wide.group, self.tasks.group):
             if col.shape[0] and (col.min() < 0 or col.max() >= n_groups):
                 raise StateMismatch("state refers to groups it does not define")
         if self.orphans.size and self.orphans.col("code").max() >= len(self.label_codes):
@@ -884,6 +1124,41 @@ class Engine:
             raise StateMismatch("pending count disagrees with the join buffer")
         self._min_pred_ts = _live_min(self.preds)
         self._min_orphan_ts = _live_min(self.orphans)
+
+
+def _same_label(
+    code_a: np.ndarray, value_a: np.ndarray, code_b: np.ndarray, value_b: np.ndarray
+) -> np.ndarray:
+    """Two labels agree: the same class code, or both numeric with the same value."""
+    return (code_a == code_b) & ((code_a != NUMERIC) | (value_a == value_b))
+
+
+def _binary_losses(
+    y: np.ndarray, decision: np.ndarray, score: np.ndarray
+) -> tuple[np.ndarray, ...]:
+    """Per-prediction binary losses in the order of LOSSES (NaN where there is no score)."""
+    yf = y.astype(np.float64)
+    p = np.clip(score, _LOG_EPS, 1 - _LOG_EPS)
+    with np.errstate(invalid="ignore"):
+        return (
+            (y != decision).astype(np.float64),
+            -(yf * np.log(p) + (1 - yf) * np.log1p(-p)),
+            (score - yf) ** 2,
+            np.abs(score - yf),
+        )
+
+
+def _with_columns(
+    arrays: dict[str, np.ndarray], prefix: str, columns: dict[str, type]
+) -> dict[str, np.ndarray]:
+    """A table's saved columns; task columns added to the config since are filled (NaN
+    probabilities, bounds and values), so adding a model does not discard the state."""
+    state = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
+    n = np.asarray(state["keys"]).shape[0]
+    for name, dtype in columns.items():
+        if name not in state and np.dtype(dtype).kind == "f":
+            state[name] = np.full(n, np.nan, dtype)
+    return state
 
 
 def _live_min(table: KeyedTable) -> int:

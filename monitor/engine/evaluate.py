@@ -14,6 +14,8 @@ import numpy as np
 
 from ..plugins import MetricPlugin
 from ..stats.binary import BinaryLayout, clt_mean, fbeta_name
+from ..stats.multiclass import MulticlassLayout
+from ..stats.regression import RegressionLayout, pinball_name
 from ..stats.results import MetricValue
 from ..stats.scores import ReliabilityBin, ScoreLayout, ValueMatrix
 from .core import DELAY_BOUNDS_S, Engine
@@ -46,12 +48,14 @@ def evaluate_all(
     plugins: Sequence[MetricPlugin] = (),
     plugin_errors: Counter[str] | None = None,
     wide: dict[str, np.ndarray] | None = None,
+    tasks: dict[str, np.ndarray] | None = None,
 ) -> tuple[tuple[WindowResult, ...], tuple[FairnessGap, ...]]:
     """Window results and the fairness gaps across each single-dimension slice.
 
     ``buckets`` holds the per-(group, bucket) counts (groups include slice segments);
     ``wide`` the per-(model, version, bucket) score histograms and plugin statistics,
-    which feed the score-based and plugin metrics of slice ``all``.
+    which feed the score-based and plugin metrics of slice ``all``; ``tasks`` the
+    per-(group, bucket) multiclass and regression statistics (every slice).
 
     Plugin metrics are computed per window too; a plugin that raises is counted in
     ``plugin_errors`` and its metrics are left out of that result."""
@@ -75,6 +79,8 @@ def evaluate_all(
             [(p, wide[f"m.p_{p.name}_{m}"]) for p in plugins if f"m.p_{p.name}_{m}" in wide],
             plugin_errors,
         )
+        task_key = {"multiclass": f"m.mc{m}", "regression": f"m.rg{m}"}.get(spec.task)
+        task_matrix = tasks.get(task_key) if tasks is not None and task_key else None
         dims = spec.slice_dimensions
         versions: dict[str, list[int]] = {}
         for gid in gids.tolist():
@@ -91,6 +97,14 @@ def evaluate_all(
             wide_sel = np.flatnonzero(
                 (group_model[w_group] == m) & (w_bucket >= lo) & (w_bucket <= hi)
             )
+            task_sums = None
+            if task_matrix is not None and tasks is not None:
+                t_group, t_bucket = tasks["group"], tasks["bucket"]
+                t_sel = np.flatnonzero(
+                    (group_model[t_group] == m) & (t_bucket >= lo) & (t_bucket <= hi)
+                )
+                task_sums = np.zeros((n_groups, task_matrix.shape[1]))
+                np.add.at(task_sums, t_group[t_sel], task_matrix[t_sel])
 
             win = _Window(
                 spec,
@@ -105,6 +119,7 @@ def evaluate_all(
                 conf,
                 confidence,
                 results,
+                task_sums,
             )
             emit = win.emit
             none = np.empty(0, np.int64)
@@ -129,7 +144,7 @@ def evaluate_all(
                         r = emit(version, label, part, none)
                         if r is not None:
                             shown.append((key[0], r))
-                    if len(sl.dimensions) == 1 and len(shown) >= 2:
+                    if spec.task == "binary" and len(sl.dimensions) == 1 and len(shown) >= 2:
                         gaps.extend(_fairness(spec.name, version, w.label, sl.dimensions[0], shown))
     return tuple(results), tuple(gaps)
 
@@ -151,8 +166,10 @@ class _Window:
         conf: np.ndarray,
         confidence: float,
         out: list[WindowResult],
+        task_sums: np.ndarray | None = None,
     ) -> None:
         self.spec, self.catalog, self.label = spec, catalog, label
+        self.task_sums = task_sums
         self.start_ms, self.end_ms = start_ms, end_ms
         self.sel, self.g = sel, g
         self.predicted, self.labeled, self.conf = predicted, labeled, conf
@@ -166,6 +183,8 @@ class _Window:
         if n_pred == 0 and n_lab == 0:
             return None
         c = self.conf[members].sum(axis=0)
+        if self.spec.task != "binary":
+            return self._emit_task(version, slice_label, members, n_pred, n_lab)
         metrics, reliability, economics = self.catalog.compute(c, wide_rows, self.confidence)
         result = WindowResult(
             model=self.spec.name,
@@ -180,6 +199,33 @@ class _Window:
             confusion=(int(c[0]), int(c[1]), int(c[2]), int(c[3])),
             reliability=reliability,
             economics=economics,
+        )
+        self.out.append(result)
+        return result
+
+    def _emit_task(
+        self, version: str, slice_label: str, members: list[int], n_pred: int, n_lab: int
+    ) -> WindowResult:
+        """A multiclass or regression result from the merged task statistics."""
+        vec = (
+            self.task_sums[members].sum(axis=0)
+            if self.task_sums is not None
+            else self.catalog.task_empty()
+        )
+        metrics, confusion, excluded = self.catalog.compute_task(vec, self.confidence)
+        result = WindowResult(
+            model=self.spec.name,
+            version=version,
+            window=self.label,
+            slice=slice_label,
+            start_ms=self.start_ms,
+            end_ms=self.end_ms,
+            predictions=n_pred,
+            labeled=n_lab,
+            metrics=metrics,
+            class_confusion=confusion,
+            classes=tuple(self.spec.classes) if confusion else (),
+            excluded=excluded,
         )
         self.out.append(result)
         return result
@@ -243,6 +289,43 @@ class _Catalog:
             wanted |= {fbeta_name(b) for b in spec.fbeta}
         self.wanted = wanted
         self.needs_scores = bool(wanted & _SCORE_METRICS) or spec.costs is not None
+        self.task_layout: MulticlassLayout | RegressionLayout | None = None
+        if spec.task == "multiclass":
+            self.task_layout = MulticlassLayout(
+                len(spec.classes), tuple(spec.classes), spec.calibration_bins
+            )
+        elif spec.task == "regression":
+            self.task_layout = RegressionLayout(spec.huber_delta, tuple(spec.quantiles))
+            if "pinball" in wanted:
+                wanted |= {pinball_name(q) for q in spec.quantiles}
+
+    def task_empty(self) -> np.ndarray:
+        assert self.task_layout is not None
+        return self.task_layout.empty()
+
+    def compute_task(
+        self, vec: np.ndarray, confidence: float
+    ) -> tuple[tuple[MetricValue, ...], tuple[int, ...], tuple[tuple[str, int], ...]]:
+        """Metrics of a multiclass or regression window, the flattened K×K confusion
+        matrix (multiclass) and rows excluded from a metric (regression)."""
+        layout = self.task_layout
+        if isinstance(layout, MulticlassLayout):
+            per_class = "per_class" in self.wanted
+            values = layout.metrics(vec, confidence, per_class=per_class)
+            acc = values[0]
+            values.append(
+                MetricValue("error_rate", 1 - acc.value, 1 - acc.upper, 1 - acc.lower, acc.n,
+                            acc.method)
+            )  # fmt: skip
+            metrics = tuple(
+                mv for mv in values if mv.name in self.wanted or (per_class and "[" in mv.name)
+            )
+            confusion = tuple(int(x) for x in layout.confusion(vec).ravel())
+            return metrics, confusion, ()
+        assert isinstance(layout, RegressionLayout)
+        metrics = tuple(mv for mv in layout.metrics(vec, confidence) if mv.name in self.wanted)
+        excluded = tuple(sorted(layout.excluded(vec).items()))
+        return metrics, (), excluded
 
     def compute(
         self, conf: np.ndarray, rows: np.ndarray, confidence: float
@@ -331,4 +414,13 @@ def ops_state(engine: Engine) -> OpsState:
         prediction_watermark_ms=engine.pred_watermark_ms,
         label_watermark_ms=engine.label_watermark_ms,
         plugin_errors=tuple(sorted(engine.plugin_errors.items())),
+        outcomes=tuple(
+            (
+                engine.models[m].name,
+                v,
+                lab,
+                err if engine.models[m].is_classifier else None,
+            )
+            for m, v, lab, err in engine.outcome_counts()
+        ),
     )

@@ -27,6 +27,7 @@ class SliceSpec:
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
     name: str
+    task: str = "binary"  # "binary" | "multiclass" | "regression"
     classes: tuple[str, ...] = ("0", "1")
     positive_class: str = "1"
     threshold: float = 0.5
@@ -34,6 +35,9 @@ class ModelSpec:
     metrics: tuple[str, ...] = ("accuracy", "precision", "recall", "f1")
     fbeta: tuple[float, ...] = (2.0, 0.5)
     score_bins: int = 2048
+    calibration_bins: int = 10  # multiclass top-label calibration
+    huber_delta: float = 1.0  # regression
+    quantiles: tuple[float, ...] = (0.1, 0.5, 0.9)  # regression pinball losses
     costs: tuple[float, float, float, float] | None = None  # value of (tp, fp, fn, tn)
     id_path: str = "id"
     ts_path: str = "ts"
@@ -41,6 +45,9 @@ class ModelSpec:
     version_path: str = "version"
     score_path: str = "score"
     prediction_path: str = "prediction"
+    scores_path: str = "scores"  # multiclass probabilities {class: p}
+    lower_path: str = "lower"  # regression interval
+    upper_path: str = "upper"
     features_path: str = "features"
     wants_features: bool = False  # decode the features object (drift is configured)
     segments_path: str = "segments"
@@ -51,6 +58,10 @@ class ModelSpec:
         """Every dimension any slice uses, in first-use order (the segment key's order)."""
         return tuple(dict.fromkeys(d for s in self.slices for d in s.dimensions))
 
+    @property
+    def is_classifier(self) -> bool:
+        return self.task != "regression"
+
     def class_index(self, canonical: str) -> int:
         """Class index of a canonical label value, or -1 when it is not a class.
 
@@ -59,7 +70,7 @@ class ModelSpec:
         """
         if canonical in self.classes:
             return self.classes.index(canonical)
-        if len(self.classes) == 2:
+        if self.task == "binary":
             pos = self.classes.index(self.positive_class)
             if canonical == "1":
                 return pos
@@ -71,6 +82,15 @@ class ModelSpec:
         """1 positive, 0 negative, -1 not a class of this binary model."""
         idx = self.class_index(canonical)
         return -1 if idx < 0 else int(self.classes[idx] == self.positive_class)
+
+    def label_class(self, canonical: str) -> int:
+        """What the engine stores as this model's label: 1/0 for binary, the class index
+        for multiclass, -1 when the label is no class (regression labels are numbers)."""
+        if self.task == "binary":
+            return self.is_positive(canonical)
+        if self.task == "multiclass":
+            return self.class_index(canonical)
+        return -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,6 +66,11 @@ class PredictionBatch:
     raw: list[bytes | None] = field(default_factory=list)  # for dead-lettering later rejects
     features: list[dict[str, Any] | None] = field(default_factory=list)  # when drift wants them
     segments: list[dict[str, Any] | None] = field(default_factory=list)  # when slices want them
+    # multiclass: (n, K) probabilities in class order, NaN rows when only a decision came;
+    # None without multiclass models. Regression: interval bounds, NaN when absent.
+    proba: np.ndarray | None = None
+    lower: np.ndarray | None = None
+    upper: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.keys.shape[0])
@@ -90,6 +95,7 @@ class LabelBatch:
     ts_ms: np.ndarray  # int64 label time, epoch milliseconds
     label: list[str]
     raw: list[bytes | None] = field(default_factory=list)
+    value: np.ndarray | None = None  # float64 numeric value of each label, NaN if none
 
     def __len__(self) -> int:
         return int(self.keys.shape[0])

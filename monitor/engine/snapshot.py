@@ -56,6 +56,11 @@ class WindowResult:
     confusion: tuple[int, int, int, int] = (0, 0, 0, 0)  # TN, FP, FN, TP
     reliability: tuple[ReliabilityBin, ...] = ()
     economics: Economics | None = None
+    # multiclass: the K×K confusion matrix, row-major (true class, predicted class)
+    class_confusion: tuple[int, ...] = ()
+    classes: tuple[str, ...] = ()
+    # regression: rows left out of a metric, e.g. ("mape", zero targets)
+    excluded: tuple[tuple[str, int], ...] = ()
 
     @property
     def coverage(self) -> float:
@@ -83,6 +88,8 @@ class OpsState:
     prediction_watermark_ms: int
     label_watermark_ms: int
     plugin_errors: tuple[tuple[str, int], ...] = ()
+    # (model, version, labeled, errors) cumulative; errors only for classifiers
+    outcomes: tuple[tuple[str, str, int, int | None], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,10 @@ class KeyedTable:
         """Rows in use, dead ones included (index bound for ``col``)."""
         return self._size
 
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return tuple(self._dtypes)
+
     def col(self, name: str) -> np.ndarray:
         """A writable view of a column over rows ``[0, size)``."""
         return self._cols[name][: self._size]

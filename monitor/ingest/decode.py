@@ -29,6 +29,7 @@ __all__ = [
     "ModelSpec",
     "PredictionDecoder",
     "canonical_label",
+    "label_number",
 ]
 
 REASONS = (
@@ -110,11 +111,17 @@ def _parse_json_slow(raw: bytes) -> Any:
     try:
         # stdlib json accepts NaN/Infinity literals and arbitrary-size integers; the field
         # checks below then reject them with the precise reason.
-        return json.loads(text)
+        obj = json.loads(text)
+        # ... and lone surrogate escapes ("\ud800"), which no UTF-8 text can hold: they
+        # would break id hashing, the dead-letter JSON and the exposition later on.
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
     except RecursionError:
         raise _Reject("not_json", "JSON nested too deeply") from None
+    except UnicodeEncodeError:
+        raise _Reject("not_utf8", "a string holds a lone UTF-16 surrogate escape") from None
     except ValueError as err:
         raise _Reject("not_json", f"not JSON: {str(err)[:120]}") from None
+    return obj
 
 
 def _parse_ts(value: Any, now_ms: int, limits: DecodeLimits, field: str) -> int:
@@ -186,6 +193,40 @@ def canonical_label(value: Any, field: str = "label") -> str:
 
 _BOOL_TEXT = {"true": "1", "false": "0"}
 
+# a version becomes a label value on every series of the model: keep it a name, not a blob
+MAX_VERSION_CHARS = 128
+
+# multiclass probabilities must sum to 1 within this (float32 softmax output rounds)
+PROBA_SUM_TOLERANCE = 1e-4
+
+
+def _number(value: Any, field: str, required: bool) -> float:
+    """A finite JSON number as float; NaN when absent and not required."""
+    if value is _MISSING or value is None:
+        if required:
+            raise _Reject("missing_field", f"{field} is missing")
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _Reject("wrong_type", f"{field} must be a number")
+    try:
+        out = float(value)
+    except OverflowError:
+        raise _Reject("not_finite", f"{field} is too large for a 64-bit float") from None
+    if not math.isfinite(out):
+        raise _Reject("not_finite", f"{field} is {value}")
+    return out
+
+
+def label_number(value: Any) -> float:
+    """The numeric value of a label (regression targets); NaN when it is no number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return math.nan
+    try:
+        out = float(value)
+    except OverflowError:
+        return math.nan
+    return out if math.isfinite(out) else math.nan
+
 
 class PredictionDecoder:
     """Decodes prediction records for the configured models."""
@@ -202,6 +243,14 @@ class PredictionDecoder:
             )
             for m in self.models
         ]
+        # multiclass probabilities / regression interval bounds
+        self._task_getters = [
+            (_getter(m.scores_path), _getter(m.lower_path), _getter(m.upper_path))
+            for m in self.models
+        ]
+        self._class_pos = [{c: k for k, c in enumerate(m.classes)} for m in self.models]
+        self.n_proba = max([len(m.classes) for m in models if m.task == "multiclass"] + [0])
+        self.has_regression = any(m.task == "regression" for m in models)
         self._features = [_getter(m.features_path) if m.wants_features else None for m in models]
         self._segments = [_getter(m.segments_path) if m.slices else None for m in models]
         self.wants_extras = any(m.wants_features or m.slices for m in models)
@@ -222,7 +271,9 @@ class PredictionDecoder:
             raise _Reject("wrong_type", "model must be a string")
         raise _Reject("unknown_model", f"model {seen[:64]!r} is not configured")
 
-    def _one(self, raw: bytes | None, now_ms: int) -> tuple[str, int, int, str, float, int, Any]:
+    def _one(
+        self, raw: bytes | None, now_ms: int
+    ) -> tuple[str, int, int, str, float, int, Any, Any]:
         obj = _parse_json(raw, self.limits)
         m = self._model_of(obj)
         spec = self.models[m]
@@ -236,12 +287,14 @@ class PredictionDecoder:
             and type(ts) is int
             and 0 <= ts <= now_ms + self.limits.max_future_skew_ms
             and type(version) is str
-            and version
+            and 0 < len(version) <= MAX_VERSION_CHARS
             and type(score) is float
             and 0.0 <= score <= 1.0
             and get_pred(obj) is _MISSING
+            and spec.task == "binary"
         ):
-            return pid, ts, m, version, score, int(score >= spec.threshold), self._feats(m, obj)
+            decision = int(score >= spec.threshold)
+            return pid, ts, m, version, score, decision, self._feats(m, obj), None
         pid = _parse_id(get_id(obj), spec.id_path)
         ts = _parse_ts(get_ts(obj), now_ms, self.limits, spec.ts_path)
         version = get_version(obj)
@@ -251,6 +304,17 @@ class PredictionDecoder:
             version = str(version)
         if not isinstance(version, str) or not version:
             raise _Reject("wrong_type", f"{spec.version_path} must be a non-empty string")
+        if len(version) > MAX_VERSION_CHARS:
+            raise _Reject(
+                "out_of_range",
+                f"{spec.version_path} has {len(version)} characters (at most {MAX_VERSION_CHARS})",
+            )
+        if spec.task == "multiclass":
+            proba, decision = self._multiclass(m, obj)
+            return pid, ts, m, version, math.nan, decision, self._feats(m, obj), proba
+        if spec.task == "regression":
+            value, bounds = self._regression(m, obj)
+            return pid, ts, m, version, value, 0, self._feats(m, obj), bounds
         score = get_score(obj)
         pred = get_pred(obj)
         if score is _MISSING or score is None:
@@ -260,11 +324,7 @@ class PredictionDecoder:
                 )
             score = math.nan
         else:
-            if isinstance(score, bool) or not isinstance(score, int | float):
-                raise _Reject("wrong_type", f"{spec.score_path} must be a number")
-            score = float(score)
-            if not math.isfinite(score):
-                raise _Reject("not_finite", f"{spec.score_path} is {score}")
+            score = _number(score, spec.score_path, required=True)  # 10**400: not_finite
             if not 0.0 <= score <= 1.0:
                 raise _Reject("out_of_range", f"{spec.score_path} {score} is outside [0, 1]")
         # Binary tasks: the engine works in positive (1) / negative (0) terms.
@@ -277,7 +337,69 @@ class PredictionDecoder:
                     "unknown_class", f"{spec.prediction_path} {pred!r} is not one of the classes"
                 )
             decision = int(spec.classes[idx] == spec.positive_class)
-        return pid, ts, m, version, score, decision, self._feats(m, obj)
+        return pid, ts, m, version, score, decision, self._feats(m, obj), None
+
+    def _multiclass(self, m: int, obj: dict[str, Any]) -> tuple[list[float] | None, int]:
+        """Probability vector (None when only a decision is given) and the decision:
+        ``prediction`` if present, else the argmax (ties: the first class, as numpy)."""
+        spec = self.models[m]
+        pos = self._class_pos[m]
+        scores = self._task_getters[m][0](obj)
+        pred = self._getters[m][4](obj)
+        proba: list[float] | None = None
+        if scores is not _MISSING and scores is not None:
+            if not isinstance(scores, dict):
+                raise _Reject("wrong_type", f"{spec.scores_path} must be an object {{class: p}}")
+            proba = [0.0] * len(spec.classes)
+            for key, p in scores.items():
+                k = pos.get(key)
+                if k is None:
+                    raise _Reject(
+                        "unknown_class", f"{spec.scores_path} names {key[:64]!r}, not a class"
+                    )
+                if isinstance(p, bool) or not isinstance(p, int | float):
+                    raise _Reject("wrong_type", f"{spec.scores_path}.{key[:64]} must be a number")
+                p = _number(p, f"{spec.scores_path}.{key[:64]}", required=True)
+                if not math.isfinite(p):
+                    raise _Reject("not_finite", f"{spec.scores_path}.{key[:64]} is {p}")
+                if not 0.0 <= p <= 1.0:
+                    raise _Reject(
+                        "out_of_range", f"{spec.scores_path}.{key[:64]} {p} is outside [0, 1]"
+                    )
+                proba[k] = p
+            total = math.fsum(proba)
+            if abs(total - 1.0) > PROBA_SUM_TOLERANCE:
+                raise _Reject(
+                    "out_of_range", f"{spec.scores_path} sum to {total:.6g}, not 1 (±1e-4)"
+                )
+        if pred is not _MISSING and pred is not None:
+            k = spec.class_index(canonical_label(pred, spec.prediction_path))
+            if k < 0:
+                raise _Reject(
+                    "unknown_class", f"{spec.prediction_path} {pred!r} is not one of the classes"
+                )
+            return proba, k
+        if proba is None:
+            raise _Reject(
+                "missing_field", f"{spec.scores_path} (or {spec.prediction_path}) is missing"
+            )
+        return proba, max(range(len(proba)), key=lambda i: (proba[i], -i))
+
+    def _regression(self, m: int, obj: dict[str, Any]) -> tuple[float, tuple[float, float] | None]:
+        """The predicted value and the optional (lower, upper) interval."""
+        spec = self.models[m]
+        value = _number(self._getters[m][4](obj), spec.prediction_path, required=True)
+        _, get_lo, get_hi = self._task_getters[m]
+        lo = _number(get_lo(obj), spec.lower_path, required=False)
+        hi = _number(get_hi(obj), spec.upper_path, required=False)
+        if math.isnan(lo) and math.isnan(hi):
+            return value, None
+        if math.isnan(lo) or math.isnan(hi):
+            missing = spec.lower_path if math.isnan(lo) else spec.upper_path
+            raise _Reject("missing_field", f"{missing} is missing (an interval needs both ends)")
+        if lo > hi:
+            raise _Reject("out_of_range", f"{spec.lower_path} {lo} is above {spec.upper_path} {hi}")
+        return value, (lo, hi)
 
     def _feats(self, m: int, obj: dict[str, Any]) -> tuple[Any, Any] | None:
         """(features, segments) objects the model's drift and slices need, or None."""
@@ -302,14 +424,17 @@ class PredictionDecoder:
         kept: list[bytes | None] = []
         feats: list[dict[str, Any] | None] = []
         segs: list[dict[str, Any] | None] = []
+        extras: list[tuple[int, Any]] = []  # (row, probabilities or interval)
         rejects: list[tuple[int, str, str]] = []
         one = self._one
         for i, raw in enumerate(raws):
             try:
-                pid, t, m, v, s, d, f = one(raw, now_ms)
+                pid, t, m, v, s, d, f, x = one(raw, now_ms)
             except _Reject as rej:
                 rejects.append((i, rej.reason, rej.detail))
                 continue
+            if x is not None:
+                extras.append((len(ids), x))
             if self.wants_extras:
                 feats.append(f[0] if f else None)
                 segs.append(f[1] if f else None)
@@ -321,6 +446,17 @@ class PredictionDecoder:
             decision.append(d)
             if keep_raw:
                 kept.append(raw)
+        n = len(ids)
+        proba = np.full((n, self.n_proba), np.nan) if self.n_proba else None
+        lower = np.full(n, np.nan) if self.has_regression else None
+        upper = np.full(n, np.nan) if self.has_regression else None
+        for row, x in extras:
+            if isinstance(x, list):
+                assert proba is not None
+                proba[row, : len(x)] = x
+            else:
+                assert lower is not None and upper is not None
+                lower[row], upper[row] = x
         batch = PredictionBatch(
             hash_ids(ids),
             np.asarray(ts, dtype=np.int64),
@@ -331,6 +467,9 @@ class PredictionDecoder:
             kept,
             feats,
             segs,
+            proba,
+            lower,
+            upper,
         )
         return batch, rejects
 
@@ -344,9 +483,10 @@ class LabelDecoder:
         id_path: str = "id",
         ts_path: str = "ts",
         label_path: str = "label",
-        known_label: Callable[[str], bool] | None = None,
+        known_label: Callable[[str, float], str | None] | None = None,
     ) -> None:
-        """``known_label`` rejects, with its bytes, a label no configured model accepts."""
+        """``known_label(text, value)`` returns why no configured model accepts a label
+        (it is then rejected with its bytes), or None."""
         self.limits = limits
         self.known_label = known_label
         self.paths = (id_path, ts_path, label_path)
@@ -358,6 +498,7 @@ class LabelDecoder:
         ids: list[str] = []
         ts: list[int] = []
         labels: list[str] = []
+        values: list[float] = []
         kept: list[bytes | None] = []
         rejects: list[tuple[int, str, str]] = []
         get_id, get_ts, get_label = self._get
@@ -368,17 +509,22 @@ class LabelDecoder:
                 obj = _parse_json(raw, limits)
                 pid = _parse_id(get_id(obj), id_path)
                 t = _parse_ts(get_ts(obj), now_ms, limits, ts_path)
-                label = canonical_label(get_label(obj), label_path)
-                if self.known_label is not None and not self.known_label(label):
-                    raise _Reject(
-                        "unknown_class", f"{label_path} {label[:64]!r} is no model's class"
-                    )
+                raw_label = get_label(obj)
+                label = canonical_label(raw_label, label_path)
+                value = label_number(raw_label)
+                why = self.known_label(label, value) if self.known_label is not None else None
+                if why is not None:
+                    raise _Reject(why, f"{label_path} {label[:64]!r} is no model's class or target")
             except _Reject as rej:
                 rejects.append((i, rej.reason, rej.detail))
                 continue
             ids.append(pid)
             ts.append(t)
             labels.append(label)
+            values.append(value)
             if keep_raw:
                 kept.append(raw)
-        return LabelBatch(hash_ids(ids), np.asarray(ts, dtype=np.int64), labels, kept), rejects
+        batch = LabelBatch(
+            hash_ids(ids), np.asarray(ts, dtype=np.int64), labels, kept, np.asarray(values, float)
+        )
+        return batch, rejects

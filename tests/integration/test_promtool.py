@@ -32,6 +32,23 @@ def test_metrics_pass_promtool(broker: LocalBroker, tmp_path: Path, promtool: st
     assert max(lab["ts"] for lab in labels) < now_ms
     messages = [("predictions", (str(p["id"]).encode(), encode(p))) for p in preds]
     messages += [("labels", (str(lab["id"]).encode(), encode(lab))) for lab in labels]
+    # A multiclass and a regression model (per-class families, confusion matrix, losses).
+    rng = np.random.default_rng(5)
+    for i in range(300):
+        ts = now_ms - 10 * 60_000 + i * 1000
+        p = rng.dirichlet(np.ones(3))
+        y = ["a", "b", "c"][int(rng.integers(3))]
+        target = 0.0 if i % 30 == 0 else float(rng.normal(10, 3))
+        for rec, lab in (
+            ({"id": f"t{i}", "ts": ts, "model": "topic", "version": "v1",
+              "scores": dict(zip("abc", p.tolist(), strict=True))}, y),
+            ({"id": f"d{i}", "ts": ts, "model": "demand", "version": "v1",
+              "prediction": target + float(rng.normal()), "lower": target - 2,
+              "upper": target + 2}, target),
+        ):  # fmt: skip
+            messages.append(("predictions", (rec["id"].encode(), encode(rec))))
+            label = {"id": rec["id"], "ts": ts + 500, "label": lab}
+            messages.append(("labels", (rec["id"].encode(), encode(label))))
     # Bad records, so the invalid-record counters have samples, and a duplicate.
     messages += [
         ("predictions", (b"k", b"not json")),
@@ -59,6 +76,11 @@ def test_metrics_pass_promtool(broker: LocalBroker, tmp_path: Path, promtool: st
         model={"drift": {"reference": str(reference), "min_samples": 100},
                "costs": {"tp": 10.0, "fp": -1.0, "fn": -20.0, "tn": 0.0}},
     )  # fmt: skip
+    config["models"] += [
+        {"name": "topic", "task": "multiclass", "classes": ["a", "b", "c"],
+         "windows": [{"size": "1h"}]},
+        {"name": "demand", "task": "regression", "windows": [{"size": "1h"}]},
+    ]  # fmt: skip
     config["comparisons"] = [
         {"name": "canary", "model": "fraud", "control": "v1", "treatment": "v2",
          "min_samples": 50, "traffic_split": [4, 1]}
@@ -70,7 +92,8 @@ def test_metrics_pass_promtool(broker: LocalBroker, tmp_path: Path, promtool: st
         daemon.wait_ready()
         produce(broker.bootstrap, messages)
         n_pred = sum(1 for t, _ in messages if t == "predictions")
-        m, _ = daemon.wait_consumed({"predictions": n_pred, "labels": len(labels) + 1})
+        n_lab = sum(1 for t, _ in messages if t == "labels")
+        m, _ = daemon.wait_consumed({"predictions": n_pred, "labels": n_lab})
         # Wait for a checkpoint so its age gauge is exported too.
         deadline = time.monotonic() + 10
         while m.get("mlmon_checkpoint_age_seconds") is None and time.monotonic() < deadline:
@@ -103,6 +126,18 @@ def test_metrics_pass_promtool(broker: LocalBroker, tmp_path: Path, promtool: st
         "mlmon_drift_detected",
         "mlmon_comparison_decision",
         "mlmon_comparison_p_value",
+        "mlmon_class_precision",
+        "mlmon_class_recall_ci_lower",
+        "mlmon_confusion_matrix",
+        "mlmon_cohen_kappa_quadratic",
+        "mlmon_f1_macro",
+        "mlmon_rmse",
+        "mlmon_r2_ci_upper",
+        "mlmon_pinball_q0_9",
+        "mlmon_interval_coverage",
+        "mlmon_excluded_rows",
+        "mlmon_labeled_predictions_total",
+        "mlmon_prediction_errors_total",
     ):
         assert f"\n{family}{{" in text or f"\n{family} " in text, f"{family} missing\n{ctx}"
     assert 'reason="not_json"' in text and 'reason="tombstone"' in text

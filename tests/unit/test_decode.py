@@ -17,7 +17,10 @@ from monitor.ingest.decode import DecodeLimits, LabelDecoder, PredictionDecoder,
 NOW = 1_800_000_000_000
 SPEC = ModelSpec("fraud", classes=("legit", "fraud"), positive_class="fraud", threshold=0.5)
 DEC = PredictionDecoder([SPEC], DecodeLimits(max_record_bytes=4096, max_future_skew_ms=300_000))
-LAB = LabelDecoder(DecodeLimits(4096, 300_000), known_label=lambda t: SPEC.class_index(t) >= 0)
+LAB = LabelDecoder(
+    DecodeLimits(4096, 300_000),
+    known_label=lambda t, v: None if SPEC.class_index(t) >= 0 else "unknown_class",
+)
 
 
 def good(**over: object) -> dict[str, object]:
@@ -159,3 +162,11 @@ def test_every_valid_prediction_is_accepted(rows: list[tuple[str, float, int]]) 
     assert rejects == []
     assert len(batch) == len(rows)
     assert batch.score.tolist() == [s for _, s, _ in rows]
+
+
+def test_version_longer_than_a_name_is_out_of_range() -> None:
+    ok = {"id": "a", "ts": 1_700_000_000_000, "model": "fraud", "version": "v" * 128, "score": 0.5}
+    batch, rejects = DEC.decode([orjson.dumps(ok), orjson.dumps({**ok, "version": "v" * 129})],
+                                NOW)  # fmt: skip
+    assert len(batch) == 1
+    assert [(i, r) for i, r, _ in rejects] == [(1, "out_of_range")]
