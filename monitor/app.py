@@ -24,6 +24,10 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
 
+from .alert_wiring import build_dispatcher, slo_specs
+from .alerting.alerts import checkpoint_alert, comparison_alerts, drift_alerts, slo_alert
+from .alerting.delivery import DeliveryStats
+from .alerting.slo import SloEvaluator, SloStatus
 from .config import Settings, redacted
 from .engine.core import StateMismatch
 from .engine.evaluate import evaluate_all, ops_state
@@ -31,7 +35,7 @@ from .engine.snapshot import Snapshot
 from .export.http import HttpServer
 from .export.prometheus import MonitorCollector
 from .export.published import Published, RuntimeStatus
-from .export.report import comparison_json, drift_json, iso, ops_json, snapshot_json
+from .export.report import comparison_json, drift_json, iso, ops_json, slo_json, snapshot_json
 from .ingest.deadletter import DeadLetterSink, FileDeadLetter, KafkaDeadLetter
 from .ingest.kafka import KafkaSource, make_producer
 from .state.checkpoint import CheckpointError, CheckpointStore
@@ -66,16 +70,25 @@ class Daemon:
             )
         )
         self._stop = threading.Event()
+        # three threads replace _published (consumer loop, scheduler, shutdown): each
+        # read-modify-write holds this lock, or one would undo another's status change
+        self._pub_lock = threading.Lock()
         self.http: HttpServer | None = None
         self.stopped = threading.Event()
+        # SLOs and alert delivery (docs/alerting.md); the dispatcher is None without receivers
+        self.slo_specs = slo_specs(settings)
+        self.slos = SloEvaluator(self.slo_specs)
+        self.dispatcher = build_dispatcher(settings)
+        self._checkpoint_failing_since: float | None = None
 
     # -- published state (readers) ---------------------------------------------------
     def published(self) -> Published:
         return self._published
 
     def _set_status(self, **changes: Any) -> None:
-        pub = self._published
-        self._published = replace(pub, status=replace(pub.status, **changes))
+        with self._pub_lock:
+            pub = self._published
+            self._published = replace(pub, status=replace(pub.status, **changes))
 
     def readiness(self) -> tuple[bool, list[str]]:
         pub = self._published
@@ -182,6 +195,7 @@ class Daemon:
                 self.engine.retain(now)
                 view = self.engine.buckets.state()
                 wide = self.engine.wide.state()
+                tasks = self.engine.tasks.state()
                 groups = list(self.engine.groups)
                 ops = ops_state(self.engine)
                 unseen = {k: list(v) for k, v in self.engine.unseen_examples.items()}
@@ -196,6 +210,7 @@ class Daemon:
                 self.engine.active_plugins,
                 plugin_errors,
                 wide,
+                tasks,
             )
             st = self._published.status
             not_ready = (
@@ -223,14 +238,105 @@ class Daemon:
             log.exception("evaluation failed")
             self._set_status(last_evaluation_ok=False, last_evaluation_error=repr(err))
             return None
-        self._published = replace(self._published, snapshot=snap, ops=ops)
+        slos = self._evaluate_slos(snap)
+        alerts = self._delivery_stats()
+        with self._pub_lock:
+            self._published = replace(
+                self._published, snapshot=snap, ops=ops, slos=slos, alerts=alerts
+            )
         self._set_status(last_evaluation_ok=True, last_evaluation_error=None)
         return snap
+
+    # -- SLOs and alerts -------------------------------------------------------------
+    def _delivery_stats(self) -> DeliveryStats | None:
+        return self.dispatcher.stats() if self.dispatcher is not None else None
+
+    def _generator_url(self) -> str:
+        base = self.settings.alerting.external_url or (self.http.url if self.http else "")
+        return f"{base.rstrip('/')}/api/v1/slos" if base else ""
+
+    def _evaluate_slos(self, snap: Snapshot) -> tuple[SloStatus, ...]:
+        """SLO states from the new snapshot, and the alerts that follow from it. Alerting
+        never breaks evaluation: a failure here is logged and the statuses kept."""
+        try:
+            now = snap.at_ms / 1000.0
+            statuses = self.slos.evaluate(snap, now)
+            d = self.dispatcher
+            if d is None:
+                return statuses
+            a = self.settings.alerting
+            url = self._generator_url()
+            specs = {s.name: s for s in self.slo_specs}
+            common = {"extra_labels": a.labels, "dashboard_url": a.dashboard_url}
+            alerts = [
+                slo_alert(st, specs[st.name], generator_url=url, **common)
+                for st in statuses
+                if st.state in ("firing", "resolved")
+            ]
+            d.sync("slo", [x for x in alerts if x.firing], [x for x in alerts if not x.firing])
+            if a.drift_alerts:
+                d.sync("drift", drift_alerts(snap.drift, now, generator_url=url, **common))
+            if a.comparison_alerts:
+                d.sync(
+                    "comparison",
+                    comparison_alerts(snap.comparisons, now, generator_url=url, **common),
+                )
+            return statuses
+        except Exception:
+            log.exception("SLO evaluation or alerting failed")
+            return self._published.slos
+
+    def _checkpoint_alert(self, error: str | None) -> None:
+        """The daemon's own alert: raised when a checkpoint fails, resolved by the next
+        good one (alerting.checkpoint_alerts)."""
+        d = self.dispatcher
+        if d is None or not self.settings.alerting.checkpoint_alerts:
+            return
+        if error is None:
+            if self._checkpoint_failing_since is not None:
+                self._checkpoint_failing_since = None
+                d.sync("checkpoint", [])
+            return
+        if self._checkpoint_failing_since is None:
+            self._checkpoint_failing_since = time.time()
+        alert = checkpoint_alert(
+            self._published.status.checkpoint_failures,
+            error,
+            self._checkpoint_failing_since,
+            state_dir=str(self.settings.state.dir),
+            extra_labels=self.settings.alerting.labels,
+            generator_url=self._generator_url(),
+        )
+        d.sync("checkpoint", [alert])
+
+    def slos_json(self) -> dict[str, Any]:
+        pub = self._published
+        stats = pub.alerts
+        return {
+            "evaluated_at": iso(pub.snapshot.at_ms) if pub.snapshot else None,
+            "slos": [slo_json(s) for s in pub.slos],
+            "delivery": None
+            if stats is None
+            else [
+                {
+                    "receiver": r.receiver,
+                    "sent": r.sent,
+                    "failed": r.failed,
+                    "dropped": r.dropped,
+                    "queued": r.queued,
+                    "last_error": r.last_error,
+                    "last_success_at": r.last_success_at,
+                }
+                for r in stats.receivers
+            ],
+        }
 
     def _publish_ops(self) -> None:
         with self.lock:
             ops = ops_state(self.engine)
-        self._published = replace(self._published, ops=ops)
+        alerts = self._delivery_stats()
+        with self._pub_lock:
+            self._published = replace(self._published, ops=ops, alerts=alerts)
 
     # -- state -----------------------------------------------------------------------
     def restore(self) -> None:
@@ -247,6 +353,9 @@ class Daemon:
         except (StateMismatch, KeyError, ValueError, TypeError) as err:
             raise StartupError(f"checkpoint {loaded.path} cannot be restored: {err}") from None
         self._set_status(last_checkpoint_at=loaded.written_at)
+        restored = self.slos.load(loaded.meta.get("slo"))
+        if restored:
+            log.info("restored %d active SLO instance(s)", restored)
         log.info(
             "restored %s: %d pending predictions, %d buckets, offsets %s",
             loaded.path,
@@ -261,6 +370,7 @@ class Daemon:
                 sink.flush()
             with self.lock:
                 meta, arrays = self.engine.state()
+            meta["slo"] = self.slos.state()  # firing alerts keep their start over restarts
             self.store.write(meta, arrays)
         except Exception as err:  # disk full, read-only, DLQ down: keep monitoring
             st = self._published.status
@@ -268,8 +378,10 @@ class Daemon:
             self._set_status(
                 checkpoint_failures=st.checkpoint_failures + 1, last_checkpoint_error=repr(err)
             )
+            self._checkpoint_alert(repr(err))
             return False
         self._set_status(last_checkpoint_at=time.time(), last_checkpoint_error=None)
+        self._checkpoint_alert(None)
         if source is not None:
             try:
                 source.commit(meta["offsets"])
@@ -301,6 +413,7 @@ class Daemon:
                 basic_auth=auth,
                 auth_probes=h.auth_probes,
                 tls=tls,
+                slos=self.slos_json,
             )
         except (OSError, ssl.SSLError) as err:
             raise StartupError(f"http: cannot listen on {h.host}:{h.port}: {err}") from None
@@ -313,6 +426,8 @@ class Daemon:
         s = self.settings
         log.info("configuration: %s", redacted(s))
         self.restore()
+        if self.dispatcher is not None:
+            self.dispatcher.start()
         sink = self._make_sink()
         pipeline = build_pipeline(s, self.engine, sink, lock=self.lock)
         if self.http is None:
@@ -328,10 +443,18 @@ class Daemon:
         scheduler.start()
         self.evaluate_now()
         source: KafkaSource | None = None
+        crashed = False
         try:
             source = self._consume(pipeline, sink)
+        except BaseException:
+            # A batch may be half applied: checkpointing it would count part of it twice
+            # after the restart re-reads it. The last good checkpoint stays the truth.
+            crashed = True
+            log.critical("consumer loop failed; keeping the last checkpoint", exc_info=True)
+            raise
         finally:
-            self.checkpoint(sink, source)
+            if not crashed:
+                self.checkpoint(sink, source)
             if source is not None:
                 try:
                     source.close()
@@ -339,6 +462,8 @@ class Daemon:
                     log.warning("closing the consumer: %s", err)
             scheduler.shutdown(wait=False)
             self.evaluate_now()
+            if self.dispatcher is not None:  # deliver what is queued, within a bounded wait
+                self.dispatcher.stop(timeout=min(5.0, s.state.shutdown_grace / 4))
             sink.close()
             if self.http is not None:
                 self.http.stop()

@@ -8,7 +8,9 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -84,6 +86,7 @@ def _check_config(path: Path) -> int:
         problems += err.problems
     loaded = load_configured_plugins(settings)
     problems += [(f"plugins ({name})", problem) for name, problem in loaded.errors]
+    problems += _slo_metric_problems(settings, loaded.plugins)
     if problems:
         return _report_problems(path, problems)
     windows = sum(len(m.windows) for m in settings.models)
@@ -93,6 +96,38 @@ def _check_config(path: Path) -> int:
         f"{len(loaded.plugins)} plugin(s))"
     )
     return EXIT_OK
+
+
+def _slo_metric_problems(settings: Settings, plugins: Sequence[Any]) -> list[tuple[str, str]]:
+    """SLO metrics that neither the model's configured metrics nor a loaded plugin export
+    (the config check alone cannot know plugin metric names)."""
+    import numpy as np
+
+    from .config import model_metric_names
+
+    offered: set[str] = set()
+    for plugin in plugins:
+        try:
+            names = {m.name for m in plugin.metrics(np.zeros(plugin.width()), 0.95)}
+        except Exception:
+            return []  # a plugin that cannot name its metrics up front: cannot tell
+        if not names:
+            return []
+        offered |= names
+    problems = []
+    for i, slo in enumerate(settings.slos):
+        model = settings.model(slo.model)
+        known = model_metric_names(model)
+        derived = "pinball" in known and slo.metric.startswith("pinball_q")  # per quantile
+        if slo.metric not in known | offered and not derived:
+            problems.append(
+                (
+                    f"slos[{i}].metric",
+                    f"{slo.metric!r} is neither a metric of model {slo.model!r} nor one a "
+                    f"loaded plugin reports ({sorted(offered) or 'no plugins'})",
+                )
+            )
+    return problems
 
 
 def _run(path: Path) -> int:
@@ -164,6 +199,16 @@ def _baseline(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _rules(path: Path) -> int:
+    """Print Prometheus recording and alerting rules for the configured SLOs."""
+    from .alert_wiring import rule_options, slo_specs
+    from .alerting.rules import render_rules
+
+    settings = _load(path)
+    sys.stdout.write(render_rules(slo_specs(settings), rule_options(settings), str(path)))
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(
@@ -189,11 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "baseline":
             return _baseline(args)
         if args.command == "rules":
-            print(
-                "monitor rules: not available in this version (SLO alerting is not built yet)",
-                file=sys.stderr,
-            )
-            return EXIT_USAGE
+            return _rules(args.config)
     except ConfigError as err:
         print(f"{err.source}: invalid configuration", file=sys.stderr)
         for key, msg in err.problems:

@@ -9,6 +9,7 @@ never printed. Components receive typed values from here, never the settings obj
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -24,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings.exceptions import SettingsError
 
 from .durations import format_duration, parse_duration
 
@@ -152,6 +154,9 @@ class FieldMapping(_Section):
     prediction: str = "prediction"
     segments: str = "segments"
     features: str = "features"
+    scores: str = "scores"  # multiclass: {class: probability}
+    lower: str = "lower"  # regression: optional prediction interval
+    upper: str = "upper"
 
 
 class WindowSettings(_Section):
@@ -192,6 +197,56 @@ BinaryMetric = Literal[
     "mce",
 ]
 BINARY_METRICS: tuple[str, ...] = get_args(BinaryMetric)
+
+MulticlassMetric = Literal[
+    "accuracy",
+    "error_rate",
+    "precision_macro",
+    "precision_micro",
+    "precision_weighted",
+    "recall_macro",
+    "recall_micro",
+    "recall_weighted",
+    "f1_macro",
+    "f1_micro",
+    "f1_weighted",
+    "per_class",  # precision, recall and F1 of every class (the `class` label)
+    "cohen_kappa",
+    "cohen_kappa_linear",
+    "cohen_kappa_quadratic",
+    "mcc",
+    "log_loss",
+    "brier",
+    "ece",
+]
+MULTICLASS_METRICS: tuple[str, ...] = get_args(MulticlassMetric)
+
+RegressionMetric = Literal[
+    "mae",
+    "mse",
+    "rmse",
+    "r2",
+    "mean_error",
+    "mape",
+    "smape",
+    "male",
+    "huber",
+    "pinball",  # one per `quantiles` entry: pinball_q0_9, ...
+    "interval_coverage",
+    "interval_width",
+]
+REGRESSION_METRICS: tuple[str, ...] = get_args(RegressionMetric)
+TASK_METRICS: dict[str, tuple[str, ...]] = {
+    "binary": BINARY_METRICS,
+    "multiclass": MULTICLASS_METRICS,
+    "regression": REGRESSION_METRICS,
+}
+# losses a version comparison can use, per task (docs/comparisons.md)
+TASK_LOSSES: dict[str, tuple[str, ...]] = {
+    "binary": ("error_rate", "log_loss", "squared_error", "absolute_error"),
+    "multiclass": ("error_rate", "log_loss", "squared_error"),
+    "regression": ("squared_error", "absolute_error"),
+}
 
 
 class CostSettings(_Section):
@@ -244,27 +299,54 @@ class SliceSettings(_Section):
 
 class ModelSettings(_Section):
     name: str = Field(min_length=1)
-    task: Literal["binary"] = "binary"
-    classes: tuple[str, str] = ("0", "1")
-    positive_class: str = "1"
-    threshold: float = Field(0.5, ge=0.0, le=1.0)
+    task: Literal["binary", "multiclass", "regression"] = "binary"
+    # binary: two classes; multiclass: every class, in order (ordinal kappas use the order)
+    classes: tuple[str, ...] = ("0", "1")
+    positive_class: str = "1"  # binary only
+    threshold: float = Field(0.5, ge=0.0, le=1.0)  # binary only
     fields: FieldMapping = FieldMapping()
-    metrics: tuple[BinaryMetric, ...] = BINARY_METRICS  # "fbeta" means one per `fbeta` beta
+    # default: the task's whole catalog; "fbeta" means one per `fbeta` beta
+    metrics: tuple[str, ...] | None = None
     fbeta: tuple[Annotated[float, Field(gt=0)], ...] = (2.0, 0.5)
     score_bins: int = Field(2048, ge=16, le=8192)  # fine score bins: AUC resolution vs memory
-    costs: CostSettings | None = None  # threshold economics
+    calibration_bins: int = Field(10, ge=2, le=100)  # multiclass top-label ECE bins
+    huber_delta: float = Field(1.0, gt=0)  # regression Huber loss
+    quantiles: tuple[Annotated[float, Field(gt=0, lt=1)], ...] = (0.1, 0.5, 0.9)  # pinball
+    costs: CostSettings | None = None  # threshold economics (binary)
     windows: tuple[WindowSettings, ...] = (WindowSettings(size=3600.0),)
     drift: DriftSettings | None = None
     slices: tuple[SliceSettings, ...] = ()
 
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        """The configured metrics, or the task's whole catalog."""
+        return self.metrics if self.metrics is not None else TASK_METRICS[self.task]
+
     @model_validator(mode="after")
     def _check(self) -> ModelSettings:
-        if self.positive_class not in self.classes:
+        catalog = TASK_METRICS[self.task]
+        unknown = [m for m in self.metric_names if m not in catalog]
+        if unknown:
             raise ValueError(
-                f"positive_class {self.positive_class!r} is not one of classes {list(self.classes)}"
+                f"metrics {unknown} are not {self.task} metrics; choose from {list(catalog)}"
             )
-        if self.classes[0] == self.classes[1]:
-            raise ValueError("classes must be two distinct names")
+        if len(set(self.classes)) != len(self.classes):
+            raise ValueError(f"classes must be distinct names, got {list(self.classes)}")
+        if self.task == "binary":
+            if len(self.classes) != 2:
+                raise ValueError("a binary model has exactly two classes")
+            if self.positive_class not in self.classes:
+                raise ValueError(
+                    f"positive_class {self.positive_class!r} is not one of classes "
+                    f"{list(self.classes)}"
+                )
+        elif self.task == "multiclass":
+            if not 2 <= len(self.classes) <= 100:
+                raise ValueError("a multiclass model needs between 2 and 100 classes")
+            if any(not c for c in self.classes):
+                raise ValueError("class names must be non-empty")
+        if self.task != "binary" and self.costs is not None:
+            raise ValueError("costs (threshold economics) apply to binary models only")
         labels = [w.label for w in self.windows]
         if len(set(labels)) != len(labels):
             raise ValueError(f"window names must be unique, got {labels}")
@@ -313,6 +395,131 @@ class PluginSettings(_Section):
     options: dict[str, dict[str, Any]] = Field(default_factory=dict)  # per plugin name
 
 
+class SloSettings(_Section):
+    """A service-level objective on one exported quality metric (docs/alerting.md).
+
+    ``direction = "above"``: the metric must stay at or above ``objective`` (recall,
+    accuracy); ``"below"``: at or below it (log_loss, ece, error_rate). With
+    ``confidence = "interval"`` (the default) a breach needs the whole confidence interval
+    past the objective, so sampling noise in a small window does not page anyone; with
+    ``"point"`` the point estimate alone decides (faster, noisier).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
+    model: str
+    version: str = Field("all", min_length=1)  # "all": one instance per version seen
+    metric: str = Field(pattern=r"^[a-z][a-z0-9_]*$")  # any exported quality metric name
+    window: str  # one of the model's window names
+    slice: str = Field("all", min_length=1)  # "all" or e.g. "country=US,device=ios"
+    objective: float
+    direction: Literal["above", "below"]
+    for_: Seconds = Field(0.0, alias="for")  # breach must last this long before firing
+    min_samples: int = Field(100, ge=1)  # fewer samples behind the metric: no breach
+    severity: str = Field("page", pattern=r"^[A-Za-z0-9_-]+$")
+    confidence: Literal["point", "interval"] = "interval"
+    runbook_url: str | None = None
+    dashboard_url: str | None = None  # default: alerting.dashboard_url
+
+    @field_validator("objective")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if v != v or v in (float("inf"), float("-inf")):
+            raise ValueError("objective must be a finite number")
+        return v
+
+
+class AlertingSettings(_Section):
+    """Where alerts go and how they are delivered (docs/alerting.md)."""
+
+    alertmanager_url: str | None = Field(None, pattern=r"^https?://\S+$")  # e.g. :9093
+    webhook_url: str | None = Field(None, pattern=r"^https?://\S+$")
+    # HMAC-SHA256 key: header X-Monitor-Signature: sha256=<hex of the raw body>; from
+    # MONITOR_ALERTING__WEBHOOK_SECRET or a file, never needed in the TOML
+    webhook_secret: SecretStr | None = None
+    webhook_secret_file: Path | None = None
+    resend_interval: PositiveSeconds = 60.0  # firing alerts are re-sent this often
+    timeout: PositiveSeconds = 5.0  # per HTTP request
+    max_queue: int = Field(1000, ge=1, le=1_000_000)  # per receiver; oldest dropped first
+    retry_initial: PositiveSeconds = 1.0  # first retry backoff (doubles, with jitter)
+    retry_max: PositiveSeconds = 60.0  # backoff cap
+    dashboard_url: str | None = None  # default dashboard link of every alert
+    external_url: str | None = Field(None, pattern=r"^https?://\S+$")  # generatorURL base
+    labels: dict[str, str] = Field(default_factory=dict)  # added to every alert (team, env)
+    checkpoint_alerts: bool = True  # MonitorCheckpointFailing from the daemon itself
+    drift_alerts: bool = False  # a drift detection raises ModelDriftDetected
+    comparison_alerts: bool = False  # a rollback / invalid comparison decision raises one
+
+    @model_validator(mode="after")
+    def _check(self) -> AlertingSettings:
+        has_secret = self.webhook_secret is not None or self.webhook_secret_file is not None
+        if has_secret and self.webhook_url is None:
+            raise ValueError("webhook_secret is set but webhook_url is not")
+        if self.webhook_secret is not None and self.webhook_secret_file is not None:
+            raise ValueError("set webhook_secret or webhook_secret_file, not both")
+        if self.retry_max < self.retry_initial:
+            raise ValueError("retry_max must be at least retry_initial")
+        bad = [k for k in self.labels if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k)]
+        if bad:
+            raise ValueError(f"labels: {bad} are not valid Prometheus label names")
+        return self
+
+    def resolved_webhook_secret(self) -> str | None:
+        if self.webhook_secret is not None:
+            return self.webhook_secret.get_secret_value()
+        if self.webhook_secret_file is not None:
+            return self.webhook_secret_file.read_text().strip()
+        return None
+
+
+def model_metric_names(model: ModelSettings) -> frozenset[str]:
+    """Names a model's configured metrics are exported under ("fbeta" -> f2, f0_5...)."""
+    names = set(model.metric_names)
+    if "fbeta" in names:
+        names |= {"f" + f"{b:g}".replace(".", "_") for b in model.fbeta}
+    return frozenset(names)
+
+
+def _slo_problems(settings: Settings) -> list[str]:
+    """Cross-checks of ``[[slos]]`` against the models (one "path: message" each)."""
+    problems: list[str] = []
+    names = [s.name for s in settings.slos]
+    for dupe in sorted({n for n in names if names.count(n) > 1}):
+        problems.append(f"slos: SLO name {dupe!r} is used more than once")
+    models = {m.name: (i, m) for i, m in enumerate(settings.models)}
+    builtin = {name for catalog in TASK_METRICS.values() for name in catalog}
+    for i, slo in enumerate(settings.slos):
+        where = f"slos[{i}]"
+        if slo.model not in models:
+            problems.append(f"{where}.model: unknown model {slo.model!r}")
+            continue
+        j, model = models[slo.model]
+        windows = [w.label for w in model.windows]
+        if slo.window not in windows:
+            problems.append(
+                f"{where}.window: {slo.window!r} is not a window of model {slo.model!r} "
+                f"(models[{j}].windows: {windows})"
+            )
+        known = model_metric_names(model)
+        if slo.metric not in known and slo.metric in builtin:
+            problems.append(
+                f"{where}.metric: {slo.metric!r} is not among the metrics of model "
+                f"{slo.model!r} (models[{j}].metrics)"
+            )
+        if slo.slice != "all":
+            dims = tuple(part.partition("=")[0] for part in slo.slice.split(","))
+            if not all("=" in part for part in slo.slice.split(",")) or dims not in {
+                s.dimensions for s in model.slices
+            }:
+                configured = [",".join(f"{d}=..." for d in s.dimensions) for s in model.slices]
+                problems.append(
+                    f"{where}.slice: {slo.slice!r} is not a slice of model {slo.model!r}; use "
+                    f'"all" or one of {configured or "(no [[models.slices]] configured)"}'
+                )
+    return problems
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="MONITOR_", env_nested_delimiter="__", extra="forbid", frozen=True
@@ -326,6 +533,8 @@ class Settings(BaseSettings):
     models: tuple[ModelSettings, ...] = ()
     comparisons: tuple[ComparisonSettings, ...] = ()
     plugins: PluginSettings = PluginSettings()
+    slos: tuple[SloSettings, ...] = ()
+    alerting: AlertingSettings = AlertingSettings()
 
     @classmethod
     def settings_customise_sources(
@@ -348,9 +557,16 @@ class Settings(BaseSettings):
         names = [m.name for m in self.models]
         for dupe in sorted({n for n in names if names.count(n) > 1}):
             problems.append(f"models: model name {dupe!r} is used more than once")
+        tasks = {m.name: m.task for m in self.models}
         for i, comp in enumerate(self.comparisons):
             if comp.model not in names:
                 problems.append(f"comparisons[{i}].model: {comp.model!r} is not a configured model")
+            elif comp.loss not in TASK_LOSSES[tasks[comp.model]]:
+                task = tasks[comp.model]
+                problems.append(
+                    f"comparisons[{i}].loss: {comp.loss!r} does not apply to {task} model "
+                    f"{comp.model!r}; choose from {list(TASK_LOSSES[task])}"
+                )
         comp_names = [c.name for c in self.comparisons]
         for dupe in sorted({n for n in comp_names if comp_names.count(n) > 1}):
             problems.append(f"comparisons: comparison name {dupe!r} is used more than once")
@@ -364,6 +580,7 @@ class Settings(BaseSettings):
                             f"models[{i}].windows[{j}].{key}: {format_duration(value)} is not a "
                             f"multiple of evaluation.bucket_width ({format_duration(width)})"
                         )
+        problems += _slo_problems(self)
         if problems:
             raise ValueError("\n".join(problems))
         return self
@@ -424,6 +641,14 @@ def settings_from_mapping(data: dict[str, Any], source: str = "<config>") -> Set
         return Settings(**data)
     except ValidationError as err:
         raise ConfigError(_problems(err), source) from None
+    except SettingsError as err:  # a MONITOR_* override that is not valid JSON
+        m = re.search(r'field "([^"]+)"', str(err))
+        field = m.group(1) if m else "(environment)"
+        cause = f": {err.__cause__}" if err.__cause__ else ""
+        raise ConfigError(
+            [(field, f"a MONITOR_{field.upper()}* environment override is not valid JSON{cause}")],
+            source,
+        ) from None
 
 
 def load_settings(path: Path | str | None) -> Settings:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import re
 
-__all__ = ["format_duration", "parse_duration"]
+__all__ = ["MAX_DURATION_S", "format_duration", "parse_duration"]
+
+# Longer is a typo, and beyond it millisecond arithmetic on int64 gets close to overflowing.
+MAX_DURATION_S = 100 * 365.25 * 86400
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
@@ -34,6 +38,8 @@ def parse_duration(value: object) -> float:
         raise ValueError("a duration must be a string like '5m' or a number of seconds")
     if seconds < 0:
         raise ValueError(f"duration {value!r} is negative")
+    if not math.isfinite(seconds) or seconds > MAX_DURATION_S:
+        raise ValueError(f"duration {value!r} is not finite or longer than 100 years")
     return seconds
 
 

@@ -1,4 +1,5 @@
-"""HTTP endpoints: /metrics, /healthz, /readyz, /api/v1/status, /api/v1/comparisons.
+"""HTTP endpoints: /metrics, /healthz, /readyz, /api/v1/status, /api/v1/comparisons,
+/api/v1/drift, /api/v1/slos.
 
 A stdlib ThreadingHTTPServer: every handler reads the latest ``Published`` and
 renders it; nothing here computes statistics or touches engine state.
@@ -34,6 +35,7 @@ class HttpServer:
         basic_auth: tuple[str, str] | None = None,
         auth_probes: bool = False,
         tls: tuple[str, str] | None = None,
+        slos: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         """``basic_auth`` = (user, password) protects every endpoint (the probes only with
         ``auth_probes``); ``tls`` = (certfile, keyfile) serves HTTPS."""
@@ -73,6 +75,8 @@ class HttpServer:
                         self._json(status())
                     elif path == "/api/v1/drift" and drift is not None:
                         self._json(drift())
+                    elif path == "/api/v1/slos" and slos is not None:
+                        self._json(slos())
                     elif path == "/api/v1/comparisons":
                         self._json(comparisons())
                     elif path.startswith("/api/v1/comparisons/") and comparison is not None:

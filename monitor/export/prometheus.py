@@ -48,7 +48,39 @@ _HELP = {
     "ece": "Expected calibration error, 10 equal-width bins",
     "ece_equal_mass": "Expected calibration error, 10 equal-mass bins",
     "mce": "Maximum calibration error over the equal-width bins",
+    # multiclass
+    "precision_macro": "Unweighted mean of per-class precision (classes present)",
+    "precision_micro": "Micro-averaged precision (equals accuracy for single-label)",
+    "precision_weighted": "Per-class precision weighted by true support",
+    "recall_macro": "Unweighted mean of per-class recall (classes present)",
+    "recall_micro": "Micro-averaged recall (equals accuracy for single-label)",
+    "recall_weighted": "Per-class recall weighted by true support",
+    "f1_macro": "Unweighted mean of per-class F1 (classes present)",
+    "f1_micro": "Micro-averaged F1 (equals accuracy for single-label)",
+    "f1_weighted": "Per-class F1 weighted by true support",
+    "cohen_kappa_linear": "Cohen's kappa with linear disagreement weights (ordinal classes)",
+    "cohen_kappa_quadratic": "Cohen's kappa with quadratic disagreement weights",
+    # regression
+    "mae": "Mean absolute error",
+    "mse": "Mean squared error",
+    "rmse": "Root mean squared error",
+    "r2": "Coefficient of determination R^2",
+    "mean_error": "Mean of prediction minus target (bias; > 0 over-predicts)",
+    "mape": "Mean absolute percentage error (zero targets excluded, see mlmon_excluded_rows)",
+    "smape": "Symmetric mean absolute percentage error, 2|e|/(|y|+|yhat|)",
+    "male": "Mean absolute log error |log1p(yhat) - log1p(y)|",
+    "huber": "Mean Huber loss (configured delta)",
+    "interval_coverage": "Share of targets inside the predicted [lower, upper] interval",
+    "interval_width": "Mean width of the predicted interval",
 }
+
+
+def _split_class(name: str) -> tuple[str, str | None]:
+    """``precision[cat]`` -> ("precision", "cat"); other names -> (name, None)."""
+    if name.endswith("]") and "[" in name:
+        base, _, cls = name[:-1].partition("[")
+        return base, cls
+    return name, None
 
 
 class MonitorCollector(Collector):
@@ -65,6 +97,7 @@ class MonitorCollector(Collector):
         yield from self._comparisons(pub)
         yield from self._drift(pub)
         yield from self._operations(pub)
+        yield from self._slos(pub)
 
     def _quality(self, pub: Published) -> Iterator[Metric]:
         snap = pub.snapshot
@@ -129,13 +162,41 @@ class MonitorCollector(Collector):
             for m in r.metrics:
                 if math.isnan(m.value):
                     continue  # undefined (e.g. precision with no predicted positives)
-                doc = _HELP.get(m.name, m.name)
-                fam(f"mlmon_{m.name}", doc).add_metric(labels, m.value)
-                lower = fam(f"mlmon_{m.name}_ci_lower", f"Lower confidence bound of {m.name}")
-                upper = fam(f"mlmon_{m.name}_ci_upper", f"Upper confidence bound of {m.name}")
-                lower.add_metric(labels, m.lower)
-                upper.add_metric(labels, m.upper)
+                name, cls = _split_class(m.name)
+                if cls is None:
+                    key, extra, family = labels, (), f"mlmon_{name}"
+                    doc = _HELP.get(name, name)
+                    if name.startswith("pinball_q"):
+                        doc = "Mean pinball (quantile) loss at quantile " + name[9:].replace(
+                            "_", "."
+                        )
+                else:  # per-class multiclass metric: precision[cat] -> {class="cat"}
+                    key, extra, family = [*labels, cls], ("class",), f"mlmon_class_{name}"
+                    doc = f"Per-class (one vs rest) {name} of a multiclass model"
+                fam(family, doc, extra).add_metric(key, m.value)
+                fam(f"{family}_ci_lower", f"Lower confidence bound of {family}", extra).add_metric(
+                    key, m.lower
+                )
+                fam(f"{family}_ci_upper", f"Upper confidence bound of {family}", extra).add_metric(
+                    key, m.upper
+                )
                 metric_n.add_metric([*labels, m.name], m.n)
+            if r.class_confusion and r.slice == "all":
+                cm = fam(
+                    "mlmon_confusion_matrix",
+                    "Multiclass confusion counts in the window (slice all only)",
+                    ("true_class", "predicted_class"),
+                )
+                k = len(r.classes)
+                for i, count in enumerate(r.class_confusion):
+                    cm.add_metric([*labels, r.classes[i // k], r.classes[i % k]], count)
+            for metric, rows in r.excluded:
+                fam(
+                    "mlmon_excluded_rows",
+                    "Labeled rows a regression metric leaves out (mape: zero targets; "
+                    "smape: both zero; male: values <= -1)",
+                    ("metric",),
+                ).add_metric([*labels, metric], rows)
         yield from fams.values()
         if snap.fairness:
             gap = GaugeMetricFamily(
@@ -294,6 +355,23 @@ class MonitorCollector(Collector):
             for kind, reason, count in ops.invalid:
                 invalid.add_metric([topics.get(kind, kind), reason], count)
             yield invalid
+            labeled = CounterMetricFamily(
+                "mlmon_labeled_predictions",
+                "Predictions joined with their label, per model version (cumulative)",
+                labels=("model", "version"),
+            )
+            errors = CounterMetricFamily(
+                "mlmon_prediction_errors",
+                "Labeled predictions whose decision was wrong, per model version (cumulative; "
+                "classifiers): the bad events of error-budget burn rates",
+                labels=("model", "version"),
+            )
+            for model, version, n_labeled, n_errors in ops.outcomes:
+                labeled.add_metric([model, version], n_labeled)
+                if n_errors is not None:
+                    errors.add_metric([model, version], n_errors)
+            yield labeled
+            yield errors
             join = CounterMetricFamily(
                 "mlmon_join_events",
                 "Join outcomes: joined, duplicates, conflicts, expiries, evictions",
@@ -363,3 +441,50 @@ class MonitorCollector(Collector):
             "1 while partitions are assigned and the source is healthy",
             value=1.0 if status.consuming else 0.0,
         )
+
+    def _slos(self, pub: Published) -> Iterator[Metric]:
+        """SLO states (docs/alerting.md) and alert delivery counters."""
+        if pub.slos:
+            breached = GaugeMetricFamily(
+                "mlmon_slo_breached",
+                "1 while the SLO instance is firing (breach held for its `for`), else 0",
+                labels=("slo", "version"),
+            )
+            state = GaugeMetricFamily(
+                "mlmon_slo_state",
+                "1 for the SLO instance's current state (inactive/pending/firing/resolved)",
+                labels=("slo", "version", "state"),
+            )
+            objective = GaugeMetricFamily(
+                "mlmon_slo_objective", "The SLO's objective", labels=("slo",)
+            )
+            seen: set[str] = set()
+            for st in pub.slos:
+                breached.add_metric([st.name, st.version], 1.0 if st.state == "firing" else 0.0)
+                for name in ("inactive", "pending", "firing", "resolved"):
+                    state.add_metric([st.name, st.version, name], float(st.state == name))
+                if st.name not in seen:
+                    seen.add(st.name)
+                    objective.add_metric([st.name], st.objective)
+            yield from (breached, state, objective)
+        stats = pub.alerts
+        if stats is None:
+            return
+        fams = {
+            key: CounterMetricFamily(f"mlmon_alerts_{key}", doc, labels=("receiver",))
+            for key, doc in (
+                ("sent", "Alerts delivered to the receiver (re-sends count again)"),
+                ("failed", "Alerts in delivery attempts that failed (each retry counts)"),
+                ("dropped", "Alerts dropped because the receiver's queue was full"),
+            )
+        }
+        queue = GaugeMetricFamily(
+            "mlmon_alert_queue_size", "Alerts waiting for delivery", labels=("receiver",)
+        )
+        for r in stats.receivers:
+            fams["sent"].add_metric([r.receiver], r.sent)
+            fams["failed"].add_metric([r.receiver], r.failed)
+            fams["dropped"].add_metric([r.receiver], r.dropped)
+            queue.add_metric([r.receiver], r.queued)
+        yield from fams.values()
+        yield queue

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..alerting.delivery import DeliveryStats
+from ..alerting.slo import SloStatus
 from ..engine.snapshot import OpsState, Snapshot
 
 __all__ = ["Published", "RuntimeStatus"]
@@ -34,3 +36,5 @@ class Published:
     snapshot: Snapshot | None = None
     ops: OpsState | None = None
     status: RuntimeStatus = field(default_factory=RuntimeStatus)
+    slos: tuple[SloStatus, ...] = ()  # after the latest evaluation (docs/alerting.md)
+    alerts: DeliveryStats | None = None  # alert delivery counters (None: no receiver)

@@ -6,12 +6,21 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
+from ..alerting.slo import SloStatus
 from ..engine.comparisons import ComparisonResult
 from ..engine.drift import DriftResult
 from ..engine.snapshot import OpsState, Snapshot, WindowResult
 from ..stats.results import MetricValue
 
-__all__ = ["comparison_json", "drift_json", "iso", "ops_json", "result_json", "snapshot_json"]
+__all__ = [
+    "comparison_json",
+    "drift_json",
+    "iso",
+    "ops_json",
+    "result_json",
+    "slo_json",
+    "snapshot_json",
+]
 
 
 def _num(x: float) -> float | None:
@@ -68,7 +77,22 @@ def result_json(r: WindowResult) -> dict[str, Any]:
             "best_threshold": _num(r.economics.best_threshold),
             "expected_value_best": _metric(r.economics.best),
         },
+        **_task_json(r),
     }
+
+
+def _task_json(r: WindowResult) -> dict[str, Any]:
+    """The multiclass confusion matrix and regression exclusions, when present."""
+    out: dict[str, Any] = {}
+    if r.class_confusion:
+        k = len(r.classes)
+        out["confusion_matrix"] = {
+            "classes": list(r.classes),  # rows: true class, columns: predicted class
+            "counts": [list(r.class_confusion[i * k : (i + 1) * k]) for i in range(k)],
+        }
+    if r.excluded:
+        out["excluded_rows"] = dict(r.excluded)
+    return out
 
 
 def _metric(m: MetricValue) -> dict[str, Any]:
@@ -239,3 +263,30 @@ def drift_json(d: DriftResult) -> dict[str, Any]:
             "observed_share": lp.observed_share,
         }
     return out
+
+
+def slo_json(st: SloStatus) -> dict[str, Any]:
+    """One SLO instance as ``/api/v1/slos`` reports it."""
+    return {
+        "name": st.name,
+        "model": st.model,
+        "version": st.version,
+        "window": st.window,
+        "slice": st.slice,
+        "metric": st.metric,
+        "objective": st.objective,
+        "direction": st.direction,
+        "confidence": st.confidence,
+        "severity": st.severity,
+        "state": st.state,
+        "breach": st.breach,
+        "value": _num(st.value),
+        "interval": {"lower": _num(st.lower), "upper": _num(st.upper)},
+        "n": st.n,
+        "min_samples": st.min_samples,
+        "for_seconds": st.for_s,
+        "since": iso(round(st.since * 1000)) if st.since is not None else None,
+        "breach_since": iso(round(st.breach_since * 1000)) if st.breach_since is not None else None,
+        "reason": st.reason,
+        "evaluated_at": iso(round(st.evaluated_at * 1000)),
+    }

@@ -1,0 +1,64 @@
+"""Alerting components from the settings: SLO specs, rule options, the dispatcher.
+
+Components receive typed values (STYLE rule 8); this is the one place that reads
+``[[slos]]`` and ``[alerting]`` and turns them into ``monitor.alerting`` objects.
+"""
+
+from __future__ import annotations
+
+from .alerting.delivery import AlertmanagerNotifier, Dispatcher, Notifier, WebhookNotifier
+from .alerting.rules import RuleOptions
+from .alerting.slo import SloSpec
+from .config import Settings
+
+__all__ = ["build_dispatcher", "rule_options", "slo_specs"]
+
+
+def slo_specs(settings: Settings) -> tuple[SloSpec, ...]:
+    return tuple(
+        SloSpec(
+            name=s.name,
+            model=s.model,
+            metric=s.metric,
+            window=s.window,
+            objective=s.objective,
+            direction=s.direction,
+            version=s.version,
+            slice=s.slice,
+            for_s=s.for_,
+            min_samples=s.min_samples,
+            severity=s.severity,
+            confidence=s.confidence,
+            runbook_url=s.runbook_url,
+            dashboard_url=s.dashboard_url or settings.alerting.dashboard_url,
+        )
+        for s in settings.slos
+    )
+
+
+def rule_options(settings: Settings) -> RuleOptions:
+    a = settings.alerting
+    return RuleOptions(
+        evaluation_interval_s=settings.evaluation.interval,
+        extra_labels=dict(a.labels),
+        dashboard_url=a.dashboard_url,
+    )
+
+
+def build_dispatcher(settings: Settings) -> Dispatcher | None:
+    """The dispatcher over the configured receivers, or None when none is configured."""
+    a = settings.alerting
+    notifiers: list[Notifier] = []
+    if a.alertmanager_url:
+        notifiers.append(AlertmanagerNotifier(a.alertmanager_url, a.timeout))
+    if a.webhook_url:
+        notifiers.append(WebhookNotifier(a.webhook_url, a.resolved_webhook_secret(), a.timeout))
+    if not notifiers:
+        return None
+    return Dispatcher(
+        notifiers,
+        resend_interval=a.resend_interval,
+        max_queue=a.max_queue,
+        retry_initial=a.retry_initial,
+        retry_max=a.retry_max,
+    )
