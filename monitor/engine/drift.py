@@ -119,7 +119,7 @@ class _ModelDrift:
                 )
                 c = numeric_cells(ref, values)
             else:
-                texts = [None if v is None else str(v) for v in raw]
+                texts = [_category(v) for v in raw]
                 c, new = categorical_cells(ref, texts)
                 unseen.extend((name, v) for v in new)
             ev.append(idx)
@@ -220,7 +220,7 @@ class _Bootstrap:
                     np.float64,
                 )
             else:
-                categorical[name] = [None if v is None else str(v) for v in raw]
+                categorical[name] = [_category(v) for v in raw]
         score = np.asarray(self.score, np.float64)
         return ReferenceProfile.from_columns(
             numeric=numeric or None,
@@ -410,3 +410,11 @@ def _label_prior(d: _ModelDrift, conf: np.ndarray) -> LabelPriorDrift | None:
         key = "positive" if cls else "negative"
         prior[key] = prior.get(key, 0.0) + share
     return label_prior_drift(prior, {"negative": negatives, "positive": positives})
+
+
+def _category(value: Any) -> str | None:
+    """A categorical feature value as text; objects and arrays count as missing (their
+    text is no category, and str() of a deeply nested one would recurse)."""
+    if value is None or isinstance(value, dict | list):
+        return None
+    return str(value)

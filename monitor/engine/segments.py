@@ -8,7 +8,10 @@ so a million distinct values in one field still make at most K+2 series per dime
 Top-K is by frequency so far, tracked with a bounded counter per dimension (capacity 10·K,
 halved by dropping the rarest when full — a lossy counter in the spirit of Manku &
 Motwani's lossy counting): a value that becomes frequent later gets its own slice from
-then on; its earlier predictions stay in ``__other__``.
+then on; its earlier predictions stay in ``__other__``. Ties go to the value seen first,
+so a flood of distinct values (a user id, each seen once) cannot rotate new values into
+the top K batch after batch — every such rotation would add a group and a series.
+Values that are not scalars (objects, arrays) are ``__other__``.
 """
 
 from __future__ import annotations
@@ -41,10 +44,11 @@ class SegmentFolder:
             for v in values:
                 counts[v] = counts.get(v, 0) + 1
             k = self.top_k[d]
+            # stable sorts by count only: among equal counts the first seen stays ahead
             if len(counts) > 10 * k:
-                keep = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: 5 * k]
+                keep = sorted(counts.items(), key=lambda kv: -kv[1])[: 5 * k]
                 self.counts[d] = counts = dict(keep)
-            top = {v for v, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:k]}
+            top = {v for v, _ in sorted(counts.items(), key=lambda kv: -kv[1])[:k]}
             top.add(MISSING)
             columns.append([v if v in top else OTHER for v in values])
         return list(zip(*columns, strict=True)) if columns else [()] * len(segments)
@@ -62,4 +66,6 @@ def _text(value: Any) -> str:
         return MISSING
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, dict | list):
+        return OTHER  # no slice of its own (and str() of deep nesting would recurse)
     return str(value)
