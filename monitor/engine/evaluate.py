@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -182,10 +183,27 @@ class _Window:
         n_lab = int(self.labeled[members].sum())
         if n_pred == 0 and n_lab == 0:
             return None
-        c = self.conf[members].sum(axis=0)
-        if self.spec.task != "binary":
-            return self._emit_task(version, slice_label, members, n_pred, n_lab)
-        metrics, reliability, economics = self.catalog.compute(c, wide_rows, self.confidence)
+        extra: dict[str, Any]
+        if self.spec.task == "binary":
+            c = self.conf[members].sum(axis=0)
+            metrics, reliability, economics = self.catalog.compute(c, wide_rows, self.confidence)
+            extra = {
+                "confusion": (int(c[0]), int(c[1]), int(c[2]), int(c[3])),
+                "reliability": reliability,
+                "economics": economics,
+            }
+        else:  # multiclass / regression: the merged task statistics of the members
+            vec = (
+                self.task_sums[members].sum(axis=0)
+                if self.task_sums is not None
+                else self.catalog.task_empty()
+            )
+            metrics, confusion, excluded = self.catalog.compute_task(vec, self.confidence)
+            extra = {
+                "class_confusion": confusion,
+                "classes": tuple(self.spec.classes) if confusion else (),
+                "excluded": excluded,
+            }
         result = WindowResult(
             model=self.spec.name,
             version=version,
@@ -196,36 +214,7 @@ class _Window:
             predictions=n_pred,
             labeled=n_lab,
             metrics=metrics,
-            confusion=(int(c[0]), int(c[1]), int(c[2]), int(c[3])),
-            reliability=reliability,
-            economics=economics,
-        )
-        self.out.append(result)
-        return result
-
-    def _emit_task(
-        self, version: str, slice_label: str, members: list[int], n_pred: int, n_lab: int
-    ) -> WindowResult:
-        """A multiclass or regression result from the merged task statistics."""
-        vec = (
-            self.task_sums[members].sum(axis=0)
-            if self.task_sums is not None
-            else self.catalog.task_empty()
-        )
-        metrics, confusion, excluded = self.catalog.compute_task(vec, self.confidence)
-        result = WindowResult(
-            model=self.spec.name,
-            version=version,
-            window=self.label,
-            slice=slice_label,
-            start_ms=self.start_ms,
-            end_ms=self.end_ms,
-            predictions=n_pred,
-            labeled=n_lab,
-            metrics=metrics,
-            class_confusion=confusion,
-            classes=tuple(self.spec.classes) if confusion else (),
-            excluded=excluded,
+            **extra,
         )
         self.out.append(result)
         return result

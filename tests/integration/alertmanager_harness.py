@@ -23,17 +23,15 @@ Usage::
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from monitor.localbroker import free_port
+
+from .server_harness import LoggedServer
 
 __all__ = ["AlertmanagerError", "AlertmanagerServer"]
 
@@ -42,7 +40,10 @@ class AlertmanagerError(AssertionError):
     """Alertmanager did something a test did not expect (carries the log tail)."""
 
 
-class AlertmanagerServer:
+class AlertmanagerServer(LoggedServer):
+    name = "alertmanager"
+    error = AlertmanagerError
+
     def __init__(
         self,
         workdir: Path,
@@ -51,15 +52,12 @@ class AlertmanagerServer:
         binary: str | None = None,
         group_by: tuple[str, ...] = ("alertname", "slo"),
     ) -> None:
-        self.workdir = workdir
+        super().__init__(workdir, "alertmanager.log")
         self.webhook_url = webhook_url
         self.binary = binary
         self.group_by = group_by
         self.config_path = workdir / "alertmanager.yml"
         self.storage_path = workdir / "data"
-        self.log_path = workdir / "alertmanager.log"
-        self.port: int | None = None
-        self.proc: subprocess.Popen[bytes] | None = None
 
     # -- configuration ------------------------------------------------------------------
     def config_text(self) -> str:
@@ -78,11 +76,6 @@ class AlertmanagerServer:
             "receivers": [receiver],
         }
         return json.dumps(cfg, indent=2) + "\n"
-
-    @property
-    def url(self) -> str:
-        assert self.port is not None, "alertmanager not started"
-        return f"http://127.0.0.1:{self.port}"
 
     @property
     def address(self) -> str:
@@ -113,73 +106,15 @@ class AlertmanagerServer:
             "--cluster.listen-address=",  # no gossip port: a single, isolated instance
             "--log.level=info",
         ]
-        with self.log_path.open("ab") as log:
-            log.write(f"\n===== {' '.join(args)} =====\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(
-                args,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.workdir,
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AlertmanagerError(
-                    f"alertmanager exited with {self.proc.returncode} during startup\n"
-                    f"{self.log_tail()}"
-                )
-            try:
-                code, _ = self._get("/-/ready", timeout=1.0)
-                if code == 200:
-                    return self
-            except OSError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise AlertmanagerError(f"alertmanager not ready within {timeout}s\n{self.log_tail()}")
-
-    def stop(self, timeout: float = 15.0) -> None:
-        """SIGTERM, then SIGKILL if it does not exit within ``timeout``."""
-        if not self.running():
-            return
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+        self._spawn(args, timeout)
+        return self
 
     def restart(self, timeout: float = 30.0) -> AlertmanagerServer:
         self.stop()
         return self.start(timeout)
 
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
     def __enter__(self) -> AlertmanagerServer:
         return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    # -- observation --------------------------------------------------------------------
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log_path.read_text("utf-8", "replace")
-        except FileNotFoundError:
-            return "(no alertmanager log)"
-        tail = "\n".join(text.splitlines()[-lines:])
-        return f"--- alertmanager log tail ({self.log_path}) ---\n{tail}"
-
-    def _get(self, path: str, timeout: float = 10.0) -> tuple[int, bytes]:
-        try:
-            with urllib.request.urlopen(self.url + path, timeout=timeout) as resp:
-                return resp.status, resp.read()
-        except urllib.error.HTTPError as err:
-            return err.code, err.read()
 
     def alerts(self, active: bool = True, **labels: str) -> list[dict[str, Any]]:
         """``GET /api/v2/alerts`` (alerts not yet ended), filtered by exact label values."""
@@ -189,24 +124,6 @@ class AlertmanagerServer:
         if code != 200:
             raise AlertmanagerError(f"GET /api/v2/alerts answered {code}: {body[:500]!r}")
         return list(json.loads(body))
-
-    def wait_until(
-        self,
-        predicate: Callable[[], bool],
-        timeout: float,
-        message: Callable[[], str] | str = "condition",
-        interval: float = 0.25,
-    ) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            if predicate():
-                return
-            if time.monotonic() >= deadline:
-                msg = message() if callable(message) else message
-                raise AlertmanagerError(
-                    f"timed out after {timeout}s waiting: {msg}\n{self.log_tail()}"
-                )
-            time.sleep(interval)
 
     def wait_for_alert(self, timeout: float = 30.0, **labels: str) -> dict[str, Any]:
         """Wait until exactly one alert with these labels is active; return it."""

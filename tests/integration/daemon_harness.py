@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -29,6 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 __all__ = [
     "DaemonProcess",
     "Metrics",
+    "StreamProducer",
     "base_config",
     "http_get",
     "produce",
@@ -535,3 +537,33 @@ def assert_quality(
                 f"mlmon_{name}{labels}: not lower {lo} <= value {value} <= upper {hi}\n{context}"
             )
             assert lo < hi, f"mlmon_{name}{labels}: degenerate interval [{lo}, {hi}]"
+
+
+class StreamProducer(threading.Thread):
+    """Sends the messages in order, paced to last about ``seconds``."""
+
+    def __init__(self, bootstrap: str, messages: list[tuple[str, bytes, bytes]], seconds: float):
+        super().__init__(name="stream-producer", daemon=True)
+        self.bootstrap = bootstrap
+        self.messages = messages
+        self.seconds = seconds
+        self.sent = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            producer = make_producer(self.bootstrap)
+            chunk = 500
+            per_chunk = self.seconds * chunk / len(self.messages)
+            started = time.monotonic()
+            for i in range(0, len(self.messages), chunk):
+                for topic, key, value in self.messages[i : i + chunk]:
+                    producer.send(topic, key=key, value=value)
+                producer.flush(timeout=60)
+                self.sent = min(i + chunk, len(self.messages))
+                ahead = started + (i // chunk + 1) * per_chunk - time.monotonic()
+                if ahead > 0:
+                    time.sleep(ahead)
+            producer.close(timeout=10)
+        except BaseException as err:  # reported by the test
+            self.error = err

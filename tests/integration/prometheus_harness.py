@@ -22,13 +22,10 @@ missing binary skips the test locally and fails it under ``CI=true``.
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +33,8 @@ from typing import Any
 import yaml
 
 from monitor.localbroker import free_port
+
+from .server_harness import LoggedServer
 
 __all__ = ["PrometheusError", "PrometheusServer", "ScrapeTarget"]
 
@@ -74,7 +73,7 @@ def _as_target(target: ScrapeTarget | str) -> ScrapeTarget:
     return ScrapeTarget(target)
 
 
-class PrometheusServer:
+class PrometheusServer(LoggedServer):
     """The real ``prometheus`` binary on ``127.0.0.1:<free port>``.
 
     ``targets``: ``ScrapeTarget`` objects, ``host:port`` strings or URLs (the daemon
@@ -83,6 +82,9 @@ class PrometheusServer:
     config (evaluated every ``evaluation_interval``); ``alertmanager`` is ``host:port``
     of an Alertmanager to send alerts to.
     """
+
+    name = "prometheus"
+    error = PrometheusError
 
     def __init__(
         self,
@@ -96,7 +98,7 @@ class PrometheusServer:
         binary: str | None = None,
         extra_args: Sequence[str] = (),
     ) -> None:
-        self.workdir = workdir
+        super().__init__(workdir, "prometheus.log")
         self.targets = [_as_target(t) for t in targets]
         self.rule_files = [Path(p).resolve() for p in rule_files]
         self.alertmanager = alertmanager
@@ -106,9 +108,6 @@ class PrometheusServer:
         self.extra_args = list(extra_args)
         self.config_path = workdir / "prometheus.yml"
         self.storage_path = workdir / "data"
-        self.log_path = workdir / "prometheus.log"
-        self.port: int | None = None
-        self.proc: subprocess.Popen[bytes] | None = None
 
     # -- configuration ------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
@@ -149,11 +148,6 @@ class PrometheusServer:
             }
         return cfg
 
-    @property
-    def url(self) -> str:
-        assert self.port is not None, "prometheus not started"
-        return f"http://127.0.0.1:{self.port}"
-
     # -- lifecycle ----------------------------------------------------------------------
     def start(self, timeout: float = 30.0) -> PrometheusServer:
         assert self.proc is None or self.proc.poll() is not None, "already running"
@@ -176,43 +170,8 @@ class PrometheusServer:
             "--log.level=info",
             *self.extra_args,
         ]
-        with self.log_path.open("ab") as log:
-            log.write(f"\n===== {' '.join(args)} =====\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(
-                args,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.workdir,
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise PrometheusError(
-                    f"prometheus exited with {self.proc.returncode} during startup\n"
-                    f"{self.log_tail()}"
-                )
-            try:
-                code, _ = self._get("/-/ready", timeout=1.0)
-                if code == 200:
-                    return self
-            except OSError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise PrometheusError(f"prometheus not ready within {timeout}s\n{self.log_tail()}")
-
-    def stop(self, timeout: float = 15.0) -> None:
-        """SIGTERM, then SIGKILL if it does not exit within ``timeout``."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+        self._spawn(args, timeout)
+        return self
 
     def reload(self) -> None:
         """Rewrite the config from the current attributes and ask Prometheus to reload."""
@@ -224,29 +183,7 @@ class PrometheusServer:
     def __enter__(self) -> PrometheusServer:
         return self.start()
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     # -- observation --------------------------------------------------------------------
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            text = self.log_path.read_text("utf-8", "replace")
-        except FileNotFoundError:
-            return "(no prometheus log)"
-        tail = "\n".join(text.splitlines()[-lines:])
-        return f"--- prometheus log tail ({self.log_path}) ---\n{tail}"
-
-    def _request(self, path: str, method: str = "GET", timeout: float = 10.0) -> tuple[int, bytes]:
-        req = urllib.request.Request(self.url + path, method=method)
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                return resp.status, resp.read()
-        except urllib.error.HTTPError as err:
-            return err.code, err.read()
-
-    def _get(self, path: str, timeout: float = 10.0) -> tuple[int, bytes]:
-        return self._request(path, timeout=timeout)
-
     def api(self, path: str, **params: str) -> Any:
         """GET ``/api/v1/<path>`` and return its ``data`` (PrometheusError otherwise)."""
         query = urllib.parse.urlencode(params)
@@ -345,22 +282,3 @@ class PrometheusServer:
             raise PrometheusError(
                 f"prometheus exited with {self.proc.returncode}\n{self.log_tail()}"
             )
-
-    def wait_until(
-        self,
-        predicate: Callable[[], bool],
-        timeout: float,
-        message: Callable[[], str] | str = "condition",
-        interval: float = 0.25,
-    ) -> None:
-        """Like ``daemon_harness.wait_until``, with Prometheus's log tail on timeout."""
-        deadline = time.monotonic() + timeout
-        while True:
-            if predicate():
-                return
-            if time.monotonic() >= deadline:
-                msg = message() if callable(message) else message
-                raise PrometheusError(
-                    f"timed out after {timeout}s waiting: {msg}\n{self.log_tail()}"
-                )
-            time.sleep(interval)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -29,10 +28,10 @@ from monitor.synthetic import binary_traffic
 
 from .daemon_harness import (
     DaemonProcess,
+    StreamProducer,
     assert_quality,
     base_config,
     encode,
-    make_producer,
     sklearn_oracle,
     wait_until,
     write_config,
@@ -43,29 +42,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 WINDOW = "30d"
 N_PREDICTIONS = 20_000
 PRODUCE_SECONDS = 25.0
-
-
-class PacedProducer(threading.Thread):
-    def __init__(self, bootstrap: str, messages: list[tuple[str, bytes, bytes]]) -> None:
-        super().__init__(name="paced-producer", daemon=True)
-        self.bootstrap, self.messages = bootstrap, messages
-        self.sent = 0
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            producer = make_producer(self.bootstrap)
-            chunk = 500
-            pause = PRODUCE_SECONDS * chunk / len(self.messages)
-            for i in range(0, len(self.messages), chunk):
-                for topic, key, value in self.messages[i : i + chunk]:
-                    producer.send(topic, key=key, value=value)
-                producer.flush(timeout=60)
-                self.sent = min(i + chunk, len(self.messages))
-                time.sleep(pause)
-            producer.close(timeout=10)
-        except BaseException as err:  # reported by the test
-            self.error = err
 
 
 _RESTORED = re.compile(r"restored (\S+): .*?offsets (\{.*\})")
@@ -129,7 +105,7 @@ def test_sigkill_during_checkpoint_write_restores_last_good_and_equals_oracle(
                       state={"checkpoint_interval": "1s"})  # fmt: skip
     daemon = DaemonProcess(write_config(tmp_path / "monitor.toml", cfg), tmp_path / "daemon.log")
     store = CheckpointStore(state)
-    producer = PacedProducer(broker.bootstrap, messages)  # type: ignore[arg-type]
+    producer = StreamProducer(broker.bootstrap, messages, PRODUCE_SECONDS)  # type: ignore[arg-type]
     try:
         daemon.start()
         daemon.wait_ready()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -20,10 +19,10 @@ from monitor.synthetic import binary_traffic
 
 from .daemon_harness import (
     DaemonProcess,
+    StreamProducer,
     assert_quality,
     base_config,
     encode,
-    make_producer,
     sklearn_oracle,
     write_config,
 )
@@ -33,36 +32,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 WINDOW = "30d"
 N_PREDICTIONS = 50_000
 PRODUCE_SECONDS = 60.0  # the stream is spread over this long, so kills land mid-stream
-
-
-class StreamProducer(threading.Thread):
-    """Sends the messages in order, paced to last about ``seconds``."""
-
-    def __init__(self, bootstrap: str, messages: list[tuple[str, bytes, bytes]], seconds: float):
-        super().__init__(name="stream-producer", daemon=True)
-        self.bootstrap = bootstrap
-        self.messages = messages
-        self.seconds = seconds
-        self.sent = 0
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            producer = make_producer(self.bootstrap)
-            chunk = 500
-            per_chunk = self.seconds * chunk / len(self.messages)
-            started = time.monotonic()
-            for i in range(0, len(self.messages), chunk):
-                for topic, key, value in self.messages[i : i + chunk]:
-                    producer.send(topic, key=key, value=value)
-                producer.flush(timeout=60)
-                self.sent = min(i + chunk, len(self.messages))
-                ahead = started + (i // chunk + 1) * per_chunk - time.monotonic()
-                if ahead > 0:
-                    time.sleep(ahead)
-            producer.close(timeout=10)
-        except BaseException as err:  # reported by the test
-            self.error = err
 
 
 def _kill_while_busy(
