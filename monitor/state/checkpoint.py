@@ -12,6 +12,7 @@ complete checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -80,7 +81,8 @@ class CheckpointStore:
             os.replace(self.tmp_path, self.path)
             _fsync_dir(self.directory)
         except BaseException:
-            self.tmp_path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # never mask the write's own error
+                self.tmp_path.unlink(missing_ok=True)
             raise
         return self.path
 

@@ -11,8 +11,9 @@ Two ways to make writes fail, both on the running daemon process:
 - ``file_size_limit`` — ``RLIMIT_FSIZE`` lowered with ``prlimit(2)`` below the size of a
   checkpoint: every write past the limit fails with ``EFBIG`` ("File too large"; Python
   ignores ``SIGXFSZ``), as on a full disk. Works as root, where permissions do not.
-- ``read_only_dir`` — the state directory ``chmod 0555`` ("Permission denied"); skipped
-  when the tests run as root, since root writes there anyway.
+- ``unwritable_dir`` — the state directory ``chmod 0555`` ("Permission denied"); as root,
+  which writes there anyway, a directory squatting the checkpoint's temp-file name
+  ("Is a directory") makes the same write fail.
 """
 
 from __future__ import annotations
@@ -75,12 +76,19 @@ def storage_fault(kind: str, daemon: DaemonProcess, state: Path) -> Iterator[Non
         finally:
             if daemon.running():
                 resource.prlimit(daemon.pid, resource.RLIMIT_FSIZE, (soft, hard))
-    else:
+    elif chmod_stops_writes(state.parent):
         state.chmod(0o555)
         try:
             yield
         finally:
             state.chmod(0o755)
+    else:  # root ignores modes: a directory squatting the temp file's name (EISDIR)
+        blocker = state / "checkpoint.npz.tmp"
+        blocker.mkdir()
+        try:
+            yield
+        finally:
+            blocker.rmdir()
 
 
 def digest(path: Path) -> str:
@@ -98,13 +106,10 @@ def messages(traffic: Any) -> list[tuple[str, tuple[bytes, bytes | None]]]:
     ]
 
 
-@pytest.mark.parametrize("fault", ["file_size_limit", "read_only_dir"])
+@pytest.mark.parametrize("fault", ["file_size_limit", "unwritable_dir"])
 def test_unwritable_state_keeps_monitoring_and_keeps_the_last_checkpoint(
     fault: str, broker: LocalBroker, tmp_path: Path
 ) -> None:
-    if fault == "read_only_dir" and not chmod_stops_writes(tmp_path):
-        pytest.skip("running as root: a read-only mode does not stop writes (file_size_limit "
-                    "covers the same path)")  # fmt: skip
     now = int(time.time() * 1000)
     a = binary_traffic(2000, seed=3, start_ms=now - 60 * 60_000, rate_per_s=0.8, id_prefix="a")
     b = binary_traffic(
@@ -161,8 +166,11 @@ def test_unwritable_state_keeps_monitoring_and_keeps_the_last_checkpoint(
             status = orjson.loads(body)
             assert status["checkpoint_failures"] >= first + 3, status
             error = status["last_checkpoint_error"] or ""
-            want = "File too large" if fault == "file_size_limit" else "Permission denied"
-            assert want in error, error
+            if fault == "file_size_limit":
+                wants = ("File too large",)
+            else:  # a read-only directory, or (as root) the temp file's name taken
+                wants = ("Permission denied", "Is a directory")
+            assert any(w in error for w in wants), error
             m = daemon.scrape()
             assert (m.get("mlmon_checkpoint_age_seconds") or 0) >= 3
             assert daemon.get("/readyz")[0] == 200, daemon.log_tail()
