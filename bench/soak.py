@@ -107,6 +107,8 @@ threshold = 0.5
 def start_daemon(config: Path, log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MONITOR_")}
     env["PYTHONUNBUFFERED"] = "1"
+    # as deployed (deploy/Dockerfile, the systemd unit); export MALLOC_ARENA_MAX to compare
+    env.setdefault("MALLOC_ARENA_MAX", "2")
     out = log_path.open("ab")
     proc = subprocess.Popen(
         [sys.executable, "-m", "monitor", "--log-level", "INFO", "run", "-c", str(config)],
