@@ -476,15 +476,7 @@ def make_workload(n: int, seed: int = 7, rate_per_s: float = 1000.0) -> Workload
     timed: list[tuple[int, int, str, PredictionBatch | LabelBatch]] = []
     for i in range(0, n, BATCH):
         rows = p_order[i : i + BATCH]
-        s = score[rows]
-        batch = PredictionBatch(
-            keys[rows],
-            ts[rows],
-            np.zeros(rows.shape[0], np.int16),
-            version[rows].tolist(),
-            s,
-            (s >= 0.5).astype(np.int8),
-        )
+        batch = scored_batch(keys, ts, score, rows, version[rows].tolist())
         timed.append((int(ts[rows].max()), 0, "p", batch))
     for i in range(0, l_order.shape[0], BATCH):
         rows = l_order[i : i + BATCH]
@@ -631,6 +623,28 @@ def profile_engine(work: Workload) -> list[str]:
     return [f"profile of one run ({total:.2f}s): {parts}"]
 
 
+def scored_batch(
+    keys: np.ndarray,
+    ts: np.ndarray,
+    score: np.ndarray,
+    rows: slice | np.ndarray,
+    versions: list[str] | None = None,
+    segments: list[dict[str, Any] | None] | None = None,
+) -> PredictionBatch:
+    """Binary predictions of the first model at ``rows`` (decision: score >= 0.5)."""
+    k = keys[rows].shape[0]
+    s = score[rows]
+    return PredictionBatch(
+        keys[rows],
+        ts[rows],
+        np.zeros(k, np.int16),
+        versions if versions is not None else ["v1"] * k,
+        s,
+        (s >= 0.5).astype(np.int8),
+        segments=segments or [],
+    )
+
+
 # -- (c) memory ----------------------------------------------------------------------------
 def pending_batches(n: int, seed: int = 11) -> list[PredictionBatch]:
     """``n`` distinct predictions and no labels, in batches of 5,000: all stay pending."""
@@ -638,21 +652,7 @@ def pending_batches(n: int, seed: int = 11) -> list[PredictionBatch]:
     ts = 1_780_000_000_000 + np.cumsum(rng.exponential(1.0, n)).astype(np.int64)
     keys = hash_ids([f"p{i:08d}" for i in range(n)])
     score = rng.random(n)
-    out = []
-    for i in range(0, n, BATCH):
-        sl = slice(i, i + BATCH)
-        m = keys[sl].shape[0]
-        out.append(
-            PredictionBatch(
-                keys[sl],
-                ts[sl],
-                np.zeros(m, np.int16),
-                ["v1"] * m,
-                score[sl],
-                (score[sl] >= 0.5).astype(np.int8),
-            )
-        )
-    return out
+    return [scored_batch(keys, ts, score, slice(i, i + BATCH)) for i in range(0, n, BATCH)]
 
 
 def rss_bytes() -> int:
@@ -959,7 +959,7 @@ def bench_slices(n_events: int, reps: int) -> Result:
 
     from monitor.config import settings_from_mapping
     from monitor.engine.evaluate import evaluate_all
-    from monitor.engine.records import LabelBatch, PredictionBatch, hash_ids
+    from monitor.engine.records import LabelBatch, hash_ids
     from monitor.wiring import build_engine
 
     rng = np.random.default_rng(13)
@@ -986,20 +986,8 @@ def bench_slices(n_events: int, reps: int) -> Result:
     keys = hash_ids(ids)
     for i in range(0, n_events, BATCH):
         sl = slice(i, i + BATCH)
-        k = keys[sl].shape[0]
-        engine.apply_predictions(
-            PredictionBatch(
-                keys[sl],
-                ts[sl],
-                np.zeros(k, np.int16),
-                ["v1"] * k,
-                score[sl],
-                (score[sl] >= 0.5).astype(np.int8),
-                [],
-                [],
-                [{"segment": f"s{v}"} for v in segment[sl].tolist()],
-            )
-        )
+        segments = [{"segment": f"s{v}"} for v in segment[sl].tolist()]
+        engine.apply_predictions(scored_batch(keys, ts, score, sl, segments=segments))
         engine.apply_labels(LabelBatch(keys[sl], ts[sl] + 1000, [str(v) for v in y[sl]]))
     view, wide = engine.buckets.state(), engine.wide.state()
     times, base_times = [], []

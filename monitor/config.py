@@ -28,6 +28,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from pydantic_settings.exceptions import SettingsError
 
 from .durations import format_duration, parse_duration
+from .engine.models import exported_metric_names
 
 __all__ = ["ConfigError", "Settings", "load_settings", "redacted", "settings_from_mapping"]
 
@@ -475,10 +476,7 @@ class AlertingSettings(_Section):
 
 def model_metric_names(model: ModelSettings) -> frozenset[str]:
     """Names a model's configured metrics are exported under ("fbeta" -> f2, f0_5...)."""
-    names = set(model.metric_names)
-    if "fbeta" in names:
-        names |= {"f" + f"{b:g}".replace(".", "_") for b in model.fbeta}
-    return frozenset(names)
+    return exported_metric_names(model.metric_names, model.fbeta, model.quantiles)
 
 
 def _slo_problems(settings: Settings) -> list[str]:

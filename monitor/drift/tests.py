@@ -200,6 +200,19 @@ def chi_square(
     return TestResult(float(res.statistic), float(res.pvalue))
 
 
+def _count_pair(
+    ref_counts: np.ndarray, live_counts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Two count vectors as floats; None when either is empty (a distance is undefined)."""
+    p = np.asarray(ref_counts, dtype=np.float64)
+    q = np.asarray(live_counts, dtype=np.float64)
+    if p.shape != q.shape:
+        raise ValueError(f"count vectors differ in shape: {p.shape} vs {q.shape}")
+    if p.sum() <= 0 or q.sum() <= 0:
+        return None
+    return p, q
+
+
 def psi(ref_counts: np.ndarray, live_counts: np.ndarray, eps: float = PSI_EPS) -> float:
     """Population stability index ``Σ (q - p) ln(q / p)`` over matching cells.
 
@@ -208,12 +221,10 @@ def psi(ref_counts: np.ndarray, live_counts: np.ndarray, eps: float = PSI_EPS) -
     distribution); the industry rule of thumb reads < 0.1 stable, 0.1-0.25 moderate,
     > 0.25 major shift. Reported, not used for the decision (it depends on the binning).
     """
-    p = np.asarray(ref_counts, dtype=np.float64)
-    q = np.asarray(live_counts, dtype=np.float64)
-    if p.shape != q.shape:
-        raise ValueError(f"count vectors differ in shape: {p.shape} vs {q.shape}")
-    if p.sum() <= 0 or q.sum() <= 0:
+    pair = _count_pair(ref_counts, live_counts)
+    if pair is None:
         return math.nan
+    p, q = pair
     p = np.maximum(p / p.sum(), eps)
     q = np.maximum(q / q.sum(), eps)
     return float(np.sum((q - p) * np.log(q / p)))
@@ -225,12 +236,10 @@ def js_distance(ref_counts: np.ndarray, live_counts: np.ndarray) -> float:
     The square root of the JS divergence (Lin 1991), a metric that stays finite when a cell
     is empty on one side — unlike KL or an unfloored PSI — which matters for new categories.
     """
-    p = np.asarray(ref_counts, dtype=np.float64)
-    q = np.asarray(live_counts, dtype=np.float64)
-    if p.shape != q.shape:
-        raise ValueError(f"count vectors differ in shape: {p.shape} vs {q.shape}")
-    if p.sum() <= 0 or q.sum() <= 0:
+    pair = _count_pair(ref_counts, live_counts)
+    if pair is None:
         return math.nan
+    p, q = pair
     return float(np.clip(distance.jensenshannon(p, q, base=2.0), 0.0, 1.0))
 
 

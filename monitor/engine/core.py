@@ -730,11 +730,11 @@ class Engine:
         if self._all_binary:
             return _binary_losses(y, decision, score)
         out = np.full((len(LOSSES), prow.shape[0]), np.nan)
-        task = self._task[self._group_model[self.preds.col("group")[prow]]]
+        model = self._group_model[self.preds.col("group")[prow]]
+        task = self._task[model]
         b = task == 0
         if b.any():
             out[:, b] = np.stack(_binary_losses(y[b], decision[b], score[b]))
-        model = self._group_model[self.preds.col("group")[prow]]
         for m, mc in self.mc_layouts.items():
             sel = np.flatnonzero(model == m)
             if sel.shape[0] == 0:

@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 
 from ..plugins import MetricPlugin
-from ..stats.binary import BinaryLayout, clt_mean, fbeta_name
+from ..stats.binary import BinaryLayout, clt_mean
 from ..stats.multiclass import MulticlassLayout
-from ..stats.regression import RegressionLayout, pinball_name
+from ..stats.regression import RegressionLayout
 from ..stats.results import MetricValue
 from ..stats.scores import ReliabilityBin, ScoreLayout, ValueMatrix
 from .core import DELAY_BOUNDS_S, Engine
-from .models import ModelSpec
+from .models import ModelSpec, exported_metric_names
 from .snapshot import DelayHistogram, Economics, FairnessGap, OpsState, WindowResult
 from .windows import window_bounds
 
@@ -273,9 +273,7 @@ class _Catalog:
         self.binary = BinaryLayout(betas=spec.fbeta)
         self.scores = scores
         self.score_layout = ScoreLayout(bins=spec.score_bins)
-        wanted = set(spec.metrics)
-        if "fbeta" in wanted:
-            wanted |= {fbeta_name(b) for b in spec.fbeta}
+        wanted = exported_metric_names(spec.metrics, spec.fbeta, spec.quantiles)
         self.wanted = wanted
         self.needs_scores = bool(wanted & _SCORE_METRICS) or spec.costs is not None
         self.task_layout: MulticlassLayout | RegressionLayout | None = None
@@ -285,8 +283,6 @@ class _Catalog:
             )
         elif spec.task == "regression":
             self.task_layout = RegressionLayout(spec.huber_delta, tuple(spec.quantiles))
-            if "pinball" in wanted:
-                wanted |= {pinball_name(q) for q in spec.quantiles}
 
     def task_empty(self) -> np.ndarray:
         assert self.task_layout is not None

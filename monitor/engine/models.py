@@ -2,10 +2,34 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ComparisonSpec", "DriftSpec", "ModelSpec", "SliceSpec", "WindowSpec"]
+from ..stats.binary import fbeta_name
+from ..stats.regression import pinball_name
+
+__all__ = [
+    "ComparisonSpec",
+    "DriftSpec",
+    "ModelSpec",
+    "SliceSpec",
+    "WindowSpec",
+    "exported_metric_names",
+]
+
+
+def exported_metric_names(
+    metrics: Iterable[str], fbeta: Iterable[float], quantiles: Iterable[float]
+) -> frozenset[str]:
+    """The names configured metrics are exported under: "fbeta" stands for f2, f0_5, ...
+    (one per beta) and "pinball" for pinball_q0_1, ... (one per quantile)."""
+    names = set(metrics)
+    if "fbeta" in names:
+        names |= {fbeta_name(b) for b in fbeta}
+    if "pinball" in names:
+        names |= {pinball_name(q) for q in quantiles}
+    return frozenset(names)
 
 
 @dataclass(frozen=True, slots=True)

@@ -217,15 +217,28 @@ def _number(value: Any, field: str, required: bool) -> float:
     return out
 
 
+def _probability(value: Any, field: str) -> float:
+    """A required number in [0, 1] (a binary score, one multiclass probability)."""
+    p = _number(value, field, required=True)
+    if not 0.0 <= p <= 1.0:
+        raise _Reject("out_of_range", f"{field} {p} is outside [0, 1]")
+    return p
+
+
+def _predicted_class(spec: ModelSpec, pred: Any) -> int:
+    """Class index of an explicit ``prediction`` (unknown_class when it is none)."""
+    k = spec.class_index(canonical_label(pred, spec.prediction_path))
+    if k < 0:
+        raise _Reject("unknown_class", f"{spec.prediction_path} {pred!r} is not one of the classes")
+    return k
+
+
 def label_number(value: Any) -> float:
     """The numeric value of a label (regression targets); NaN when it is no number."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return math.nan
     try:
-        out = float(value)
-    except OverflowError:
+        return _number(value, "label", required=False)
+    except _Reject:
         return math.nan
-    return out if math.isfinite(out) else math.nan
 
 
 class PredictionDecoder:
@@ -324,19 +337,12 @@ class PredictionDecoder:
                 )
             score = math.nan
         else:
-            score = _number(score, spec.score_path, required=True)  # 10**400: not_finite
-            if not 0.0 <= score <= 1.0:
-                raise _Reject("out_of_range", f"{spec.score_path} {score} is outside [0, 1]")
+            score = _probability(score, spec.score_path)  # 10**400: not_finite
         # Binary tasks: the engine works in positive (1) / negative (0) terms.
         if pred is _MISSING or pred is None:
             decision = int(score >= spec.threshold)
         else:
-            idx = spec.class_index(canonical_label(pred, spec.prediction_path))
-            if idx < 0:
-                raise _Reject(
-                    "unknown_class", f"{spec.prediction_path} {pred!r} is not one of the classes"
-                )
-            decision = int(spec.classes[idx] == spec.positive_class)
+            decision = int(spec.classes[_predicted_class(spec, pred)] == spec.positive_class)
         return pid, ts, m, version, score, decision, self._feats(m, obj), None
 
     def _multiclass(self, m: int, obj: dict[str, Any]) -> tuple[list[float] | None, int]:
@@ -357,28 +363,14 @@ class PredictionDecoder:
                     raise _Reject(
                         "unknown_class", f"{spec.scores_path} names {key[:64]!r}, not a class"
                     )
-                if isinstance(p, bool) or not isinstance(p, int | float):
-                    raise _Reject("wrong_type", f"{spec.scores_path}.{key[:64]} must be a number")
-                p = _number(p, f"{spec.scores_path}.{key[:64]}", required=True)
-                if not math.isfinite(p):
-                    raise _Reject("not_finite", f"{spec.scores_path}.{key[:64]} is {p}")
-                if not 0.0 <= p <= 1.0:
-                    raise _Reject(
-                        "out_of_range", f"{spec.scores_path}.{key[:64]} {p} is outside [0, 1]"
-                    )
-                proba[k] = p
+                proba[k] = _probability(p, f"{spec.scores_path}.{key[:64]}")
             total = math.fsum(proba)
             if abs(total - 1.0) > PROBA_SUM_TOLERANCE:
                 raise _Reject(
                     "out_of_range", f"{spec.scores_path} sum to {total:.6g}, not 1 (±1e-4)"
                 )
         if pred is not _MISSING and pred is not None:
-            k = spec.class_index(canonical_label(pred, spec.prediction_path))
-            if k < 0:
-                raise _Reject(
-                    "unknown_class", f"{spec.prediction_path} {pred!r} is not one of the classes"
-                )
-            return proba, k
+            return proba, _predicted_class(spec, pred)
         if proba is None:
             raise _Reject(
                 "missing_field", f"{spec.scores_path} (or {spec.prediction_path}) is missing"
