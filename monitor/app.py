@@ -32,8 +32,8 @@ from .config import Settings, redacted
 from .engine.core import StateMismatch
 from .engine.evaluate import evaluate_all, ops_state
 from .engine.snapshot import Snapshot
-from .export.http import HttpServer
-from .export.prometheus import MonitorCollector
+from .export.exposition import Exposition
+from .export.http import HttpLimits, HttpServer
 from .export.published import Published, RuntimeStatus
 from .export.report import comparison_json, drift_json, iso, ops_json, slo_json, snapshot_json
 from .ingest.deadletter import DeadLetterSink, FileDeadLetter, KafkaDeadLetter
@@ -61,7 +61,7 @@ class Daemon:
         self.engine = build_engine(settings)
         self.store = CheckpointStore(settings.state.dir)
         self.registry = registry or CollectorRegistry(auto_describe=False)
-        self.registry.register(MonitorCollector(self.published))
+        self.exposition = Exposition(self.published, self.registry)
         k = settings.kafka
         self._published = Published(
             status=RuntimeStatus(
@@ -245,6 +245,10 @@ class Daemon:
                 self._published, snapshot=snap, ops=ops, slos=slos, alerts=alerts
             )
         self._set_status(last_evaluation_ok=True, last_evaluation_error=None)
+        try:  # render /metrics now, so no scrape pays for it
+            self.exposition.refresh()
+        except Exception:
+            log.exception("rendering /metrics failed")
         return snap
 
     # -- SLOs and alerts -------------------------------------------------------------
@@ -404,7 +408,7 @@ class Daemon:
             self.http = HttpServer(
                 h.host,
                 h.port,
-                self.registry,
+                self.exposition.route,
                 self.readiness,
                 self.status_json,
                 self.comparisons_json,
@@ -414,6 +418,14 @@ class Daemon:
                 auth_probes=h.auth_probes,
                 tls=tls,
                 slos=self.slos_json,
+                limits=HttpLimits(
+                    max_connections=h.max_connections,
+                    workers=h.workers,
+                    max_queue=h.max_queue,
+                    idle_timeout=h.idle_timeout,
+                    request_timeout=h.request_timeout,
+                    write_timeout=h.write_timeout,
+                ),
             )
         except (OSError, ssl.SSLError) as err:
             raise StartupError(f"http: cannot listen on {h.host}:{h.port}: {err}") from None

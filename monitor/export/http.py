@@ -1,24 +1,111 @@
 """HTTP endpoints: /metrics, /healthz, /readyz, /api/v1/status, /api/v1/comparisons,
 /api/v1/drift, /api/v1/slos.
 
-A stdlib ThreadingHTTPServer: every handler reads the latest ``Published`` and
-renders it; nothing here computes statistics or touches engine state.
+Every handler reads what the daemon published; nothing here computes statistics or
+touches engine state. Requests are routed by a dict of path -> handler, so a new endpoint
+is one entry (``routes=``).
+
+Why not ``ThreadingHTTPServer``: it performs the TLS handshake inside ``accept()`` on its
+only serving thread (one silent client froze every probe) and starts one thread per
+connection, forever (500 idle connections -> 500 threads). Here, in the spirit of
+event-driven servers (Kegel, "The C10K problem"):
+
+- one *loop* thread accepts, drives TLS handshakes and reads request heads without
+  blocking (a selector); an idle or slow connection costs a file descriptor, never a
+  thread: silent ones are closed after ``idle_timeout``, a handshake or request head that
+  has started must complete within ``request_timeout``;
+- probes (/healthz, /readyz) and small error answers are written by a *front* pool, so
+  they never queue behind scrapes;
+- every other endpoint runs on a bounded *worker* pool (``workers`` threads, a bounded
+  queue; beyond it 503 + Retry-After);
+- at most ``max_connections`` connections are kept; the oldest idle one is closed first.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hmac
+import logging
+import selectors
+import socket
 import ssl
 import threading
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 import orjson
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-__all__ = ["HttpServer"]
+__all__ = ["HttpLimits", "HttpServer", "Request", "Response", "Route", "json_response"]
+
+log = logging.getLogger("monitor.http")
+
+PROBES = frozenset({"/healthz", "/readyz"})
+_FRONT_THREADS = 4  # probes and error answers
+_MAX_HEAD = 64 * 1024
+_TEXT = "text/plain; charset=utf-8"
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    method: str
+    path: str
+    query: str
+    headers: Mapping[str, str]  # names lower-cased
+
+    def accepts_gzip(self) -> bool:
+        """Whether Accept-Encoding lists gzip with a non-zero quality (RFC 9110 §12.5.3)."""
+        for part in self.headers.get("accept-encoding", "").split(","):
+            coding, _, params = part.strip().partition(";")
+            if coding.strip().lower() in ("gzip", "*"):
+                q = params.strip().removeprefix("q=").strip()
+                try:
+                    return not q or float(q) > 0
+                except ValueError:
+                    return True
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    status: int
+    body: bytes
+    content_type: str = _TEXT
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+Route = Callable[[Request], Response]
+
+
+def json_response(obj: Any, status: int = 200) -> Response:
+    return Response(
+        status, orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY), "application/json"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class HttpLimits:
+    """Bounds of the server (config ``[http]``; docs/operations.md)."""
+
+    max_connections: int = 256
+    workers: int = 4
+    max_queue: int = 256
+    idle_timeout: float = 90.0
+    request_timeout: float = 10.0
+    write_timeout: float = 30.0
+
+
+@dataclass(eq=False, slots=True)
+class _Conn:
+    sock: socket.socket
+    handshaken: bool = True
+    buf: bytearray = field(default_factory=bytearray)
 
 
 class HttpServer:
@@ -26,7 +113,7 @@ class HttpServer:
         self,
         host: str,
         port: int,
-        registry: CollectorRegistry,
+        registry: CollectorRegistry | Callable[[Request], Response],
         readiness: Callable[[], tuple[bool, list[str]]],
         status: Callable[[], dict[str, Any]],
         comparisons: Callable[[], dict[str, Any]],
@@ -36,106 +123,382 @@ class HttpServer:
         auth_probes: bool = False,
         tls: tuple[str, str] | None = None,
         slos: Callable[[], dict[str, Any]] | None = None,
+        routes: Mapping[str, Route] | None = None,
+        limits: HttpLimits = HttpLimits(),
     ) -> None:
-        """``basic_auth`` = (user, password) protects every endpoint (the probes only with
-        ``auth_probes``); ``tls`` = (certfile, keyfile) serves HTTPS."""
-        server = self
-        expected = None
+        """``registry`` is either a registry rendered on every scrape or the /metrics
+        route itself (the daemon's cached page); ``basic_auth`` = (user, password) protects
+        every endpoint (the probes only with ``auth_probes``); ``tls`` = (certfile,
+        keyfile) serves HTTPS; ``routes`` adds or replaces endpoints by exact path."""
+        self.limits = limits
+        self._auth_probes = auth_probes
+        self._expected: bytes | None = None
         if basic_auth is not None:
-            token = base64.b64encode(f"{basic_auth[0]}:{basic_auth[1]}".encode()).decode()
-            expected = f"Basic {token}"
+            self._expected = base64.b64encode(f"{basic_auth[0]}:{basic_auth[1]}".encode())
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+        def ready(_: Request) -> Response:
+            ok, reasons = readiness()
+            return Response(200 if ok else 503, b"ready\n" if ok else "\n".join(reasons).encode())
 
-            def log_message(self, format: str, *args: Any) -> None:
-                return  # access logs are noise for a scrape target
+        if isinstance(registry, CollectorRegistry):
+            reg = registry
 
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                probe = path in ("/healthz", "/readyz")
-                if expected is not None and (auth_probes or not probe):
-                    given = self.headers.get("Authorization", "")
-                    if not hmac.compare_digest(given.encode(), expected.encode()):
-                        self.send_response(401)
-                        self.send_header("WWW-Authenticate", 'Basic realm="model-monitor"')
-                        self.send_header("Content-Length", "0")
-                        self.end_headers()
-                        return
-                try:
-                    if path == "/metrics":
-                        self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
-                    elif path == "/healthz":
-                        self._send(200, b"ok\n", "text/plain; charset=utf-8")
-                    elif path == "/readyz":
-                        ok, reasons = readiness()
-                        body = b"ready\n" if ok else ("\n".join(reasons) + "\n").encode()
-                        self._send(200 if ok else 503, body, "text/plain; charset=utf-8")
-                    elif path == "/api/v1/status":
-                        self._json(status())
-                    elif path == "/api/v1/drift" and drift is not None:
-                        self._json(drift())
-                    elif path == "/api/v1/slos" and slos is not None:
-                        self._json(slos())
-                    elif path == "/api/v1/comparisons":
-                        self._json(comparisons())
-                    elif path.startswith("/api/v1/comparisons/") and comparison is not None:
-                        name = path.removeprefix("/api/v1/comparisons/")
-                        item = comparison(name)
-                        if item is None:
-                            body = orjson.dumps({"error": f"no comparison named {name!r}"})
-                            self._send(404, body, "application/json")
-                        else:
-                            self._json(item)
-                    else:
-                        self._send(404, b"not found\n", "text/plain; charset=utf-8")
-                except Exception as err:  # a broken view must not kill the server
-                    self._send(500, f"internal error: {err}\n".encode(), "text/plain")
+            def metrics(_: Request) -> Response:
+                return Response(200, generate_latest(reg), CONTENT_TYPE_LATEST)
 
-            def _json(self, obj: dict[str, Any]) -> None:
-                self._send(
-                    200, orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY), "application/json"
-                )
+        else:
+            metrics = registry
+        self.routes: dict[str, Route] = {
+            "/metrics": metrics,
+            "/healthz": lambda _: Response(200, b"ok\n"),
+            "/readyz": ready,
+            "/api/v1/status": lambda _: json_response(status()),
+            "/api/v1/comparisons": lambda _: json_response(comparisons()),
+        }
+        if drift is not None:
+            self.routes["/api/v1/drift"] = lambda _: json_response(drift())
+        if slos is not None:
+            self.routes["/api/v1/slos"] = lambda _: json_response(slos())
+        self.prefix_routes: dict[str, Route] = {}
+        if comparison is not None:
 
-            def _send(self, code: int, body: bytes, ctype: str) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+            def one(req: Request) -> Response:
+                name = req.path.removeprefix("/api/v1/comparisons/")
+                item = comparison(name)
+                if item is None:
+                    return json_response({"error": f"no comparison named {name!r}"}, 404)
+                return json_response(item)
 
-        self._httpd = ThreadingHTTPServer((host, port), Handler)
-        self._httpd.daemon_threads = True
+            self.prefix_routes["/api/v1/comparisons/"] = one
+        self.routes.update(routes or {})
+
+        self._listen = socket.create_server((host, port), reuse_port=False)
+        self._listen.setblocking(False)
         self.scheme = "http"
+        self._tls: ssl.SSLContext | None = None
         if tls is not None:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.minimum_version = ssl.TLSVersion.TLSv1_2
             context.load_cert_chain(tls[0], tls[1])
-            self._httpd.socket = context.wrap_socket(self._httpd.socket, server_side=True)
+            self._tls = context
             self.scheme = "https"
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._returned: list[_Conn] = []
+        self._idle: dict[_Conn, float] = {}  # insertion order = deadline order
+        self._busy = 0  # connections held by a pool thread
+        self._queued = 0  # requests waiting for or running on a worker
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._front = ThreadPoolExecutor(_FRONT_THREADS, thread_name_prefix="http-front")
+        self._workers = ThreadPoolExecutor(limits.workers, thread_name_prefix="http-worker")
         self._thread: threading.Thread | None = None
-        del server
 
     @property
     def port(self) -> int:
-        return int(self._httpd.server_address[1])
+        return int(self._listen.getsockname()[1])
 
     @property
     def url(self) -> str:
-        host = self._httpd.server_address[0]
+        host = self._listen.getsockname()[0]
         return f"{self.scheme}://{host}:{self.port}"
 
     def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever,
-            name="http",
-            kwargs={"poll_interval": 0.2},
-            daemon=True,
-        )
+        self._selector.register(self._listen, selectors.EVENT_READ, "accept")
+        self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._thread = threading.Thread(target=self._loop, name="http", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        self._stopping.set()
+        self._wake()
         if self._thread:
             self._thread.join(timeout=5)
+        self._front.shutdown(wait=False, cancel_futures=True)
+        self._workers.shutdown(wait=False, cancel_futures=True)
+        for conn in list(self._idle):
+            _close(conn)
+        self._idle.clear()
+        self._listen.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    def connections(self) -> tuple[int, int]:
+        """(idle, busy) connections, for tests and diagnostics."""
+        with self._lock:
+            return len(self._idle), self._busy
+
+    # -- the loop thread: accept, handshakes, request heads, timeouts ---------------
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
+
+    def _loop(self) -> None:
+        last_sweep = 0.0
+        while not self._stopping.is_set():
+            for key, _ in self._selector.select(0.1):
+                if key.data == "accept":
+                    self._accept()
+                elif key.data == "wake":
+                    with contextlib.suppress(OSError):
+                        while self._wake_r.recv(4096):
+                            pass
+                else:
+                    self._readable(key.data)
+            with self._lock:
+                returned, self._returned = self._returned, []
+            for conn in returned:
+                conn.sock.setblocking(False)
+                self._park(conn)
+            now = time.monotonic()
+            if now - last_sweep >= 0.1:
+                last_sweep = now
+                for conn in [c for c, deadline in self._idle.items() if deadline <= now]:
+                    self._drop_idle(conn)
+        for conn in list(self._idle):
+            self._drop_idle(conn)
+        self._selector.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self._listen.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as err:  # EMFILE and friends: keep serving what we have
+                log.warning("http: accept failed: %s", err)
+                return
+            with self._lock:
+                full = len(self._idle) + self._busy >= self.limits.max_connections
+            if full:
+                if not self._idle:
+                    sock.close()  # every connection is busy: refuse this one
+                    continue
+                oldest = min(self._idle.items(), key=lambda item: item[1])[0]
+                self._drop_idle(oldest)
+            sock.setblocking(False)
+            conn = _Conn(sock)
+            if self._tls is not None:
+                # the handshake is driven by the selector below, never blocking a thread
+                conn.sock = self._tls.wrap_socket(
+                    sock, server_side=True, do_handshake_on_connect=False
+                )
+                conn.handshaken = False
+            self._park(conn)
+
+    def _park(self, conn: _Conn) -> None:
+        """Wait (on the selector, not a thread) for the connection's next request."""
+        if b"\r\n\r\n" in conn.buf:
+            self._dispatch(conn)
+            return
+        timeout = self.limits.request_timeout if conn.buf else self.limits.idle_timeout
+        with self._lock:
+            self._idle[conn] = time.monotonic() + timeout
+        try:
+            self._selector.register(conn.sock, selectors.EVENT_READ, conn)
+        except (ValueError, OSError):
+            with self._lock:
+                self._idle.pop(conn, None)
+            _close(conn)
+
+    def _drop_idle(self, conn: _Conn) -> None:
+        with self._lock:
+            self._idle.pop(conn, None)
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(conn.sock)
+        _close(conn)
+
+    def _readable(self, conn: _Conn) -> None:
+        """Advance the handshake and read what is there, without blocking; a complete
+        request head is dispatched. The first byte starts the ``request_timeout`` clock,
+        so a slow sender is bounded as tightly as a silent one."""
+        first = not conn.buf and conn.handshaken
+        try:
+            if not conn.handshaken:
+                assert isinstance(conn.sock, ssl.SSLSocket)
+                conn.sock.do_handshake()
+                conn.handshaken = True
+            while True:
+                chunk = conn.sock.recv(65536)
+                if not chunk:
+                    self._drop_idle(conn)
+                    return
+                conn.buf += chunk
+                if len(conn.buf) > _MAX_HEAD:
+                    break
+        except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            pass
+        except (OSError, ValueError):
+            self._drop_idle(conn)
+            return
+        if b"\r\n\r\n" in conn.buf or len(conn.buf) > _MAX_HEAD:
+            with self._lock:
+                self._idle.pop(conn, None)
+            self._selector.unregister(conn.sock)
+            self._dispatch(conn)
+        elif first or not conn.handshaken:
+            with self._lock:
+                deadline = time.monotonic() + self.limits.request_timeout
+                self._idle[conn] = min(self._idle.get(conn, deadline), deadline)
+
+    def _dispatch(self, conn: _Conn) -> None:
+        """A complete request head: probes and errors to the front pool, everything else
+        to the bounded worker pool."""
+        with self._lock:
+            self._busy += 1
+        req, keep, error = _parse_head(conn)
+        if req is None:
+            self._submit(self._front, conn, None, Response(error, b""), False)
+            return
+        probe = req.path in PROBES
+        if not self._authorized(req, probe):
+            unauthorized = Response(
+                401, b"", headers=(("WWW-Authenticate", 'Basic realm="model-monitor"'),)
+            )
+            self._submit(self._front, conn, req, unauthorized, keep)
+            return
+        route = self._route(req.path)
+        if route is None or probe:
+            resp = Response(404, b"not found\n") if route is None else route
+            self._submit(self._front, conn, req, resp, keep)
+            return
+        with self._lock:
+            full = self._queued >= self.limits.max_queue
+            if not full:
+                self._queued += 1
+        if full:
+            busy = Response(503, b"busy, retry\n", headers=(("Retry-After", "1"),))
+            self._submit(self._front, conn, req, busy, False)
+            return
+        self._submit(self._workers, conn, req, route, keep, queued=True)
+
+    def _submit(
+        self,
+        pool: ThreadPoolExecutor,
+        conn: _Conn,
+        req: Request | None,
+        resp: Response | Route,
+        keep: bool,
+        queued: bool = False,
+    ) -> None:
+        try:
+            pool.submit(self._work, conn, req, resp, keep, queued)
+        except RuntimeError:  # shutting down
+            if queued:
+                with self._lock:
+                    self._queued -= 1
+            self._finish(conn, keep=False)
+
+    # -- pool threads --------------------------------------------------------------
+    def _finish(self, conn: _Conn, keep: bool) -> None:
+        with self._lock:
+            self._busy -= 1
+            if keep and not self._stopping.is_set():
+                self._returned.append(conn)
+            else:
+                keep = False
+        if keep:
+            self._wake()
+        else:
+            _close(conn)
+
+    def _work(
+        self,
+        conn: _Conn,
+        req: Request | None,
+        resp: Response | Route,
+        keep: bool,
+        queued: bool,
+    ) -> None:
+        try:
+            if not isinstance(resp, Response):
+                assert req is not None
+                resp = _call(resp, req)
+        finally:
+            if queued:
+                with self._lock:
+                    self._queued -= 1
+        self._respond(conn, req, resp, keep)
+
+    def _route(self, path: str) -> Route | None:
+        route = self.routes.get(path)
+        if route is None:
+            for prefix, handler in self.prefix_routes.items():
+                if path.startswith(prefix):
+                    return handler
+        return route
+
+    def _authorized(self, req: Request, probe: bool) -> bool:
+        if self._expected is None or (probe and not self._auth_probes):
+            return True
+        scheme, _, token = req.headers.get("authorization", "").strip().partition(" ")
+        # the scheme word is case-insensitive (RFC 7235 §2.1)
+        return scheme.lower() == "basic" and hmac.compare_digest(
+            token.strip().encode(), self._expected
+        )
+
+    def _respond(self, conn: _Conn, req: Request | None, resp: Response, keep: bool) -> None:
+        try:
+            reason = HTTPStatus(resp.status).phrase
+            lines = [
+                f"HTTP/1.1 {resp.status} {reason}",
+                f"Content-Type: {resp.content_type}",
+                f"Content-Length: {len(resp.body)}",
+                *(f"{k}: {v}" for k, v in resp.headers),
+            ]
+            if not keep:
+                lines.append("Connection: close")
+            head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+            conn.sock.settimeout(self.limits.write_timeout)
+            if req is not None and req.method == "HEAD":
+                conn.sock.sendall(head)
+            elif len(resp.body) < 65536:
+                conn.sock.sendall(head + resp.body)
+            else:
+                conn.sock.sendall(head)
+                conn.sock.sendall(resp.body)
+        except OSError:
+            keep = False
+        self._finish(conn, keep)
+
+
+def _parse_head(conn: _Conn) -> tuple[Request | None, bool, int]:
+    """One request head (RFC 9112 §2-3) off the connection's buffer: (request,
+    keep-alive, error status). Bodies are not accepted (GET/HEAD only)."""
+    if b"\r\n\r\n" not in conn.buf:
+        return None, False, 431
+    head, _, rest = bytes(conn.buf).partition(b"\r\n\r\n")
+    conn.buf = bytearray(rest)
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        return None, False, 400
+    method, target, version = parts
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep:
+            return None, False, 400
+        headers[name.strip().lower()] = value.strip()
+    if method not in ("GET", "HEAD"):
+        return None, False, 405
+    if headers.get("content-length", "0") != "0" or "transfer-encoding" in headers:
+        return None, False, 400  # a GET with a body: not worth parsing
+    connection = headers.get("connection", "").lower()
+    keep = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
+    path, _, query = target.partition("?")
+    return Request(method, path, query, headers), keep, 0
+
+
+def _call(route: Route, req: Request) -> Response:
+    try:
+        return route(req)
+    except Exception as err:  # a broken view must not kill the server
+        log.exception("http: %s failed", req.path)
+        return Response(500, f"internal error: {err}\n".encode())
+
+
+def _close(conn: _Conn) -> None:
+    with contextlib.suppress(OSError):
+        conn.sock.close()

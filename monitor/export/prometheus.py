@@ -93,11 +93,21 @@ class MonitorCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         pub = self._published()
+        yield from self.snapshot_families(pub)
+        yield from self.operation_families(pub)
+
+    def snapshot_families(self, pub: Published) -> Iterator[Metric]:
+        """What changes once per evaluation (the big part of the page: it grows with
+        models, versions, windows, slices and features)."""
         yield from self._quality(pub)
         yield from self._comparisons(pub)
         yield from self._drift(pub)
+        yield from self._slo_states(pub)
+
+    def operation_families(self, pub: Published) -> Iterator[Metric]:
+        """What changes between evaluations (a few dozen series)."""
         yield from self._operations(pub)
-        yield from self._slos(pub)
+        yield from self._alert_delivery(pub)
 
     def _quality(self, pub: Published) -> Iterator[Metric]:
         snap = pub.snapshot
@@ -442,8 +452,8 @@ class MonitorCollector(Collector):
             value=1.0 if status.consuming else 0.0,
         )
 
-    def _slos(self, pub: Published) -> Iterator[Metric]:
-        """SLO states (docs/alerting.md) and alert delivery counters."""
+    def _slo_states(self, pub: Published) -> Iterator[Metric]:
+        """SLO states (docs/alerting.md)."""
         if pub.slos:
             breached = GaugeMetricFamily(
                 "mlmon_slo_breached",
@@ -467,6 +477,8 @@ class MonitorCollector(Collector):
                     seen.add(st.name)
                     objective.add_metric([st.name], st.objective)
             yield from (breached, state, objective)
+
+    def _alert_delivery(self, pub: Published) -> Iterator[Metric]:
         stats = pub.alerts
         if stats is None:
             return

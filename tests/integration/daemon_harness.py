@@ -211,7 +211,7 @@ class Metrics:
 
 
 # -- the daemon process -----------------------------------------------------------------
-_SERVING = re.compile(r"serving /metrics on (http://[0-9.]+:\d+)")
+_SERVING = re.compile(r"serving /metrics on (https?://[0-9.]+:\d+)")
 
 
 class DaemonProcess:

@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import pytest
 from integration.daemon_harness import Metrics
-from prometheus_client import generate_latest
 
 from monitor.app import Daemon
 from monitor.config import settings_from_mapping
@@ -70,7 +69,7 @@ def labels(start: int, n: int, ts_ms: int) -> LabelBatch:
 
 def scrape(daemon: Daemon) -> Metrics:
     assert daemon.evaluate_now() is not None, daemon.status_json()["not_ready_reasons"]
-    return Metrics(generate_latest(daemon.registry).decode("utf-8"))
+    return Metrics(daemon.exposition.page().decode("utf-8"))
 
 
 def engine_bytes(daemon: Daemon) -> int:

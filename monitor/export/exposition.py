@@ -1,0 +1,181 @@
+"""The /metrics page, rendered once per evaluation and served from bytes.
+
+A scrape used to rebuild every metric family from the snapshot: 50 parallel scrapers of a
+2 MB page took seconds each and starved the probes and ingestion. The page is now two
+parts:
+
+- the *snapshot part* (quality, comparisons, drift, SLO states) is rendered once per
+  published snapshot, kept as bytes, and its gzip stream is kept too, flushed at a block
+  boundary (``Z_SYNC_FLUSH``) with the compressor state saved, so a gzip scrape only
+  compresses what follows (RFC 1950/1952; zlib's ``compressobj.copy``);
+- the *live part* (operations counters, process and Python collectors, build info, the
+  page's own size) is a few dozen series rendered per scrape from the app's registry.
+
+Both parts form one valid text exposition (families never span the two).
+"""
+
+from __future__ import annotations
+
+import platform
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from importlib.metadata import PackageNotFoundError, version
+
+from prometheus_client import (
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from .http import Request, Response
+from .prometheus import MonitorCollector
+from .published import Published
+
+__all__ = ["Exposition", "app_version"]
+
+
+def app_version() -> str:
+    try:
+        return version("model-monitor")
+    except PackageNotFoundError:  # running from a source tree without metadata
+        return "0+unknown"
+
+
+class _Families(Collector):
+    def __init__(self, families: Iterator[Metric]) -> None:
+        self._families = list(families)
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
+
+
+class _Live(Collector):
+    """Operations, build info and the cached page's own size, per scrape."""
+
+    def __init__(self, exposition: Exposition) -> None:
+        self._exp = exposition
+
+    def collect(self) -> Iterator[Metric]:
+        exp = self._exp
+        yield from exp.collector.operation_families(exp.published())
+        yield build_info()
+        yield GaugeMetricFamily(
+            "mlmon_exposition_series",
+            "Series in the cached snapshot part of /metrics (quality, comparisons, drift, "
+            "SLO states), rendered once per evaluation",
+            value=exp.series,
+        )
+        yield GaugeMetricFamily(
+            "mlmon_exposition_bytes",
+            "Uncompressed size of the cached snapshot part of /metrics",
+            value=exp.size,
+        )
+        yield CounterMetricFamily(
+            "mlmon_exposition_renders",
+            "Times the snapshot part of /metrics was rendered (once per evaluation, never "
+            "per scrape)",
+            value=exp.renders,
+        )
+        yield GaugeMetricFamily(
+            "mlmon_exposition_render_seconds",
+            "Time the latest rendering of the snapshot part took",
+            value=exp.render_seconds,
+        )
+
+
+def build_info() -> GaugeMetricFamily:
+    fam = GaugeMetricFamily(
+        "mlmon_build_info",
+        "Always 1; the monitor's version and Python version as labels",
+        labels=("version", "python"),
+    )
+    fam.add_metric([app_version(), platform.python_version()], 1.0)
+    return fam
+
+
+class Exposition:
+    """/metrics as cached bytes (see the module docstring).
+
+    ``registry`` is the app's own registry (never the process-global one): the live
+    collectors are registered on it here, so tests and several daemons in one process
+    do not share series.
+    """
+
+    def __init__(
+        self,
+        published: Callable[[], Published],
+        registry: CollectorRegistry,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.published = published
+        self.registry = registry
+        self.collector = MonitorCollector(published, clock)
+        self._lock = threading.Lock()
+        self._key: tuple[object, object] | None = None
+        self._text = b""
+        self._gz_head = b""
+        self._gz: zlib._Compress | None = None
+        self.series = 0
+        self.size = 0
+        self.renders = 0
+        self.render_seconds = 0.0
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
+        GCCollector(registry=registry)
+        registry.register(_Live(self))
+
+    def refresh(self) -> None:
+        """Render the snapshot part if the published snapshot changed (the daemon calls
+        this right after each evaluation, so no scrape pays for it)."""
+        with self._lock:
+            self._refresh_locked()
+
+    def _refresh_locked(self) -> None:
+        pub = self.published()
+        key = (pub.snapshot, pub.slos)
+        if self._key is not None and self._key[0] is key[0] and self._key[1] is key[1]:
+            return
+        started = time.perf_counter()
+        reg = CollectorRegistry(auto_describe=False)
+        reg.register(_Families(self.collector.snapshot_families(pub)))
+        text = generate_latest(reg)
+        self._text = text
+        self._gz = None  # compressed on the first gzip scrape
+        self.series = text.count(b"\n") - text.count(b"\n#") - text.startswith(b"#")
+        self.size = len(text)
+        self.renders += 1
+        self.render_seconds = time.perf_counter() - started
+        self._key = key
+
+    def page(self, gzip: bool = False) -> bytes:
+        """The whole page; with ``gzip`` one gzip stream (RFC 1952)."""
+        with self._lock:
+            self._refresh_locked()
+            text = self._text
+            if gzip:
+                if self._gz is None:
+                    gz = zlib.compressobj(6, zlib.DEFLATED, 31)
+                    self._gz_head = gz.compress(text) + gz.flush(zlib.Z_SYNC_FLUSH)
+                    self._gz = gz
+                head, gz = self._gz_head, self._gz.copy()
+        live = generate_latest(self.registry)
+        if not gzip:
+            return text + live
+        return head + gz.compress(live) + gz.flush()
+
+    def route(self, req: Request) -> Response:
+        """The /metrics handler."""
+        if req.accepts_gzip():
+            return Response(
+                200,
+                self.page(gzip=True),
+                CONTENT_TYPE_LATEST,
+                (("Content-Encoding", "gzip"), ("Vary", "Accept-Encoding")),
+            )
+        return Response(200, self.page(), CONTENT_TYPE_LATEST, (("Vary", "Accept-Encoding"),))
