@@ -436,7 +436,7 @@ class Daemon:
     def run(self) -> int:
         """Run until ``request_stop``; returns the process exit code."""
         s = self.settings
-        log.info("configuration: %s", redacted(s))
+        log.debug("configuration: %s", redacted(s))
         self.restore()
         if self.dispatcher is not None:
             self.dispatcher.start()
@@ -515,7 +515,12 @@ class Daemon:
         consuming = connected and assigned > 0
         if (consuming, assigned, error) != (st.consuming, st.assigned_partitions, st.source_error):
             if consuming != st.consuming:
-                log.warning("consuming: %s%s", consuming, f" ({error})" if error else "")
+                log.log(
+                    logging.INFO if consuming else logging.WARNING,
+                    "consuming: %s%s",
+                    consuming,
+                    f" ({error})" if error else "",
+                )
             self._set_status(consuming=consuming, assigned_partitions=assigned, source_error=error)
 
     def _consume(self, pipeline: Any, sink: DeadLetterSink) -> KafkaSource | None:

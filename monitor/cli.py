@@ -14,11 +14,66 @@ from typing import Any
 
 import orjson
 
-from .config import ConfigError, Settings, load_settings
+from .config import ConfigError, Settings, load_settings, secret_values
+from .logsetup import LEVELS, configure_logging, register_secrets
 
 __all__ = ["main"]
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+
+_DESCRIPTIONS = {
+    "run": "Run the daemon: consume predictions and labels from Kafka, evaluate every "
+    "[evaluation] interval, serve /metrics, /healthz, /readyz and /api/v1/* on [http], "
+    "checkpoint to [state] dir. Stops cleanly on SIGTERM/SIGINT.",
+    "demo": "The whole system on embedded defaults: a local tansu broker, a synthetic "
+    "story (steady, input drift, a worse canary) and the daemon, with a live summary.",
+    "replay": "Run the same pipeline over JSONL files (predictions and labels) and print "
+    "or write the JSON report: a backfill or an offline check.",
+    "check-config": "Validate a configuration file (and the drift references and plugins "
+    "it names); problems go to stderr, one per key, exit 2.",
+    "baseline": "Build a drift reference profile (numeric and categorical features, score, "
+    "label prior) from training data (JSONL, CSV or Parquet).",
+    "rules": "Print Prometheus recording and alerting rules for the configured SLOs.",
+}
+
+
+def _global_options(p: argparse.ArgumentParser, top: bool) -> None:
+    """Options accepted before and after the subcommand. Defaults are SUPPRESS so a value
+    given before the subcommand is not reset by the subparser."""
+    g = p.add_argument_group("global options")
+    g.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LEVELS,
+        default=argparse.SUPPRESS,
+        help="default: $MONITOR_LOG_LEVEL or INFO",
+    )
+    g.add_argument(
+        "--log-format",
+        type=str.lower,
+        choices=("text", "json"),
+        default=argparse.SUPPRESS,
+        help="log lines as text or one JSON object each (default: $MONITOR_LOG_FORMAT or text)",
+    )
+    g.add_argument(
+        "--kafka-log-level",
+        type=str.upper,
+        choices=LEVELS,
+        default=argparse.SUPPRESS,
+        help="kafka-python's own level; its protocol loggers print SASL bytes at DEBUG, "
+        "so they stay at INFO unless set here",
+    )
+    if top:
+        g.add_argument("--version", action="version", version=_version_line())
+
+
+def _version_line() -> str:
+    import platform
+
+    from .export.exposition import app_version
+
+    return f"monitor {app_version()} (Python {platform.python_version()})"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,36 +82,55 @@ def _parser() -> argparse.ArgumentParser:
         description="Production model monitoring: quality with confidence intervals, "
         "per model, version and window, from Kafka predictions and labels.",
     )
-    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    _global_options(p, top=True)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run = sub.add_parser("run", help="run the daemon")
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        cmd = sub.add_parser(name, help=help, description=_DESCRIPTIONS[name])
+        _global_options(cmd, top=False)
+        return cmd
+
+    run = command("run", "run the daemon")
     run.add_argument("-c", "--config", required=True, type=Path)
 
-    demo = sub.add_parser("demo", help="the whole system on embedded defaults")
+    demo = command("demo", "the whole system on embedded defaults")
     demo.add_argument("--duration", type=float, default=None, help="seconds, then exit")
     demo.add_argument("--port", type=int, default=None, help="HTTP port (default: 9108 or free)")
     demo.add_argument("--rate", type=float, default=200.0, help="predictions per second")
 
-    rp = sub.add_parser("replay", help="the same pipeline over JSONL files")
+    rp = command("replay", "the same pipeline over JSONL files")
     rp.add_argument("-c", "--config", required=True, type=Path)
     rp.add_argument("--predictions", required=True, type=Path)
     rp.add_argument("--labels", required=True, type=Path)
     rp.add_argument("--report", type=Path, default=None, help="write the JSON report here")
     rp.add_argument("--dead-letter", type=Path, default=None)
 
-    cc = sub.add_parser("check-config", help="validate a configuration file")
+    cc = command("check-config", "validate a configuration file")
     cc.add_argument("-c", "--config", required=True, type=Path)
 
-    bl = sub.add_parser("baseline", help="build a reference profile for drift detection")
+    bl = command("baseline", "build a reference profile for drift detection")
     bl.add_argument("-c", "--config", required=True, type=Path)
     bl.add_argument("--input", required=True, type=Path)
     bl.add_argument("--output", required=True, type=Path)
     bl.add_argument("--model", default=None, help="which model (when the config has several)")
 
-    rules = sub.add_parser("rules", help="print Prometheus rules for the configured SLOs")
+    rules = command("rules", "print Prometheus rules for the configured SLOs")
     rules.add_argument("-c", "--config", required=True, type=Path)
     return p
+
+
+def _unwritable(path: Path | None) -> str | None:
+    """Why ``path`` cannot be written (checked before any work is done), or None."""
+    if path is None:
+        return None
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        return f"{path} is a directory"
+    if not parent.is_dir():
+        return f"directory {parent} does not exist"
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return f"{path} is not writable"
+    return None
 
 
 def _load(path: Path) -> Settings:
@@ -64,9 +138,9 @@ def _load(path: Path) -> Settings:
 
 
 def _report_problems(source: str | Path, problems: list[tuple[str, str]]) -> int:
-    print(f"{source}: invalid configuration ({len(problems)} problem(s))")
+    print(f"{source}: invalid configuration ({len(problems)} problem(s))", file=sys.stderr)
     for key, msg in problems:
-        print(f"  {key}: {msg}")
+        print(f"  {key}: {msg}", file=sys.stderr)
     return EXIT_USAGE
 
 
@@ -134,6 +208,7 @@ def _run(path: Path) -> int:
     from .app import Daemon, StartupError
 
     settings = _load(path)
+    register_secrets(secret_values(settings))
     daemon = Daemon(settings)
 
     def stop(signum: int, _frame: object) -> None:
@@ -167,6 +242,11 @@ def _replay(args: argparse.Namespace) -> int:
         if not p.is_file():
             print(f"monitor replay: {p} is not a file", file=sys.stderr)
             return EXIT_USAGE
+    for flag, out in (("--report", args.report), ("--dead-letter", args.dead_letter)):
+        problem = _unwritable(out)
+        if problem:
+            print(f"monitor replay: cannot write {flag} {out}: {problem}", file=sys.stderr)
+            return EXIT_USAGE
     report = replay(settings, args.predictions, args.labels, dead_letter=args.dead_letter)
     data = orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
     if args.report:
@@ -182,6 +262,10 @@ def _baseline(args: argparse.Namespace) -> int:
     from .baseline import BaselineError, build_baseline
 
     settings = _load(args.config)
+    problem = _unwritable(args.output)
+    if problem:
+        print(f"monitor baseline: cannot write --output {args.output}: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         summary = build_baseline(settings, args.input, args.model)
     except BaselineError as err:
@@ -211,37 +295,51 @@ def _rules(path: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+    level = getattr(args, "log_level", None) or os.environ.get("MONITOR_LOG_LEVEL", "INFO")
+    fmt = getattr(args, "log_format", None) or os.environ.get("MONITOR_LOG_FORMAT", "text")
+    level, fmt = level.strip().upper(), fmt.strip().lower()
+    if level not in LEVELS or fmt not in ("text", "json"):
+        print(
+            f"monitor: MONITOR_LOG_LEVEL must be one of {', '.join(LEVELS)} and "
+            f"MONITOR_LOG_FORMAT text or json (got {level!r}, {fmt!r})",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    configure_logging(
+        level, "json" if fmt == "json" else "text", getattr(args, "kafka_log_level", None)
     )
-    if args.log_level != "DEBUG":
-        # kafka-python logs every connection and rebalance at INFO
-        logging.getLogger("kafka").setLevel(logging.WARNING)
-        logging.getLogger("apscheduler").setLevel(logging.WARNING)
     try:
-        if args.command == "check-config":
-            return _check_config(args.config)
-        if args.command == "run":
-            return _run(args.config)
-        if args.command == "replay":
-            return _replay(args)
-        if args.command == "demo":
-            from .demo import run_demo
-
-            return run_demo(duration=args.duration, port=args.port, rate=args.rate)
-        if args.command == "baseline":
-            return _baseline(args)
-        if args.command == "rules":
-            return _rules(args.config)
+        code = _dispatch(args)
+        sys.stdout.flush()
+        return code
     except ConfigError as err:
-        print(f"{err.source}: invalid configuration", file=sys.stderr)
-        for key, msg in err.problems:
-            print(f"  {key}: {msg}", file=sys.stderr)
+        _report_problems(err.source, err.problems)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_OK
+    except BrokenPipeError:
+        # the reader went away (`monitor rules | head -1`): no traceback, and no second
+        # error when Python flushes stdout at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_FAILURE
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "check-config":
+        return _check_config(args.config)
+    if args.command == "run":
+        return _run(args.config)
+    if args.command == "replay":
+        return _replay(args)
+    if args.command == "demo":
+        from .demo import run_demo
+
+        return run_demo(duration=args.duration, port=args.port, rate=args.rate)
+    if args.command == "baseline":
+        return _baseline(args)
+    if args.command == "rules":
+        return _rules(args.config)
     return EXIT_USAGE
 
 

@@ -9,7 +9,10 @@ never printed. Components receive typed values from here, never the settings obj
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
+import stat
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -30,10 +33,38 @@ from pydantic_settings.exceptions import SettingsError
 from .durations import format_duration, parse_duration
 from .engine.models import exported_metric_names
 
-__all__ = ["ConfigError", "Settings", "load_settings", "redacted", "settings_from_mapping"]
+__all__ = [
+    "ConfigError",
+    "Settings",
+    "load_settings",
+    "redacted",
+    "secret_values",
+    "settings_from_mapping",
+]
 
 Seconds = Annotated[float, BeforeValidator(parse_duration)]
 PositiveSeconds = Annotated[Seconds, Field(gt=0)]
+
+
+def check_secret_file(path: Path | None) -> Path | None:
+    """A secret file must be readable and hold a non-blank secret (an empty one would
+    fail open); a file others can read is allowed but warned about."""
+    if path is None:
+        return None
+    try:
+        text = path.read_text(encoding="utf-8")
+        mode = path.stat().st_mode
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"cannot read {path}: {err}") from None
+    if not text.strip():
+        raise ValueError(f"{path} is empty (only whitespace): an empty secret is not allowed")
+    if mode & stat.S_IROTH:
+        logging.getLogger("monitor.config").warning(
+            "secret file %s is readable by every user (mode %o); chmod 600 it",
+            path,
+            stat.S_IMODE(mode),
+        )
+    return path
 
 
 class _Section(BaseModel):
@@ -71,6 +102,11 @@ class KafkaSettings(_Section):
     ssl_check_hostname: bool = True
     extra_consumer_config: dict[str, str | int | float | bool] = Field(default_factory=dict)
 
+    @field_validator("sasl_password_file")
+    @classmethod
+    def _sasl_password_file(cls, v: Path | None) -> Path | None:
+        return check_secret_file(v)
+
     def resolved_sasl_password(self) -> str | None:
         if self.sasl_password is not None:
             return self.sasl_password.get_secret_value()
@@ -100,6 +136,18 @@ class HttpSettings(_Section):
     idle_timeout: PositiveSeconds = 90.0
     request_timeout: PositiveSeconds = 10.0
     write_timeout: PositiveSeconds = 30.0
+
+    @field_validator("basic_auth_password")
+    @classmethod
+    def _password_not_empty(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None and not v.get_secret_value().strip():
+            raise ValueError("is empty: basic auth with an empty password would let anyone in")
+        return v
+
+    @field_validator("basic_auth_password_file")
+    @classmethod
+    def _password_file(cls, v: Path | None) -> Path | None:
+        return check_secret_file(v)
 
     @model_validator(mode="after")
     def _pairs(self) -> HttpSettings:
@@ -462,6 +510,11 @@ class AlertingSettings(_Section):
     drift_alerts: bool = False  # a drift detection raises ModelDriftDetected
     comparison_alerts: bool = False  # a rollback / invalid comparison decision raises one
 
+    @field_validator("webhook_secret_file")
+    @classmethod
+    def _webhook_secret_file(cls, v: Path | None) -> Path | None:
+        return check_secret_file(v)
+
     @model_validator(mode="after")
     def _check(self) -> AlertingSettings:
         has_secret = self.webhook_secret is not None or self.webhook_secret_file is not None
@@ -695,6 +748,52 @@ def _resolve_relative(data: dict[str, Any], base: Path) -> None:
             drift["reference"] = str(base / ref)
 
 
+# credentials inside a URL, and configuration keys that name a secret (also used by
+# monitor/logsetup.py to mask log lines)
+URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
+SECRET_KEY = re.compile(r"(?i)(pass|secret|token|credential|jaas|sasl|private|api.?key|key$)")
+
+
+def _masked(value: Any, key: str = "") -> Any:
+    if isinstance(value, dict):
+        return {k: _masked(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked(v, key) for v in value]
+    if isinstance(value, str):
+        if key and SECRET_KEY.search(key) and not key.endswith(("_file", "file")):
+            return "**********"
+        return URL_USERINFO.sub(r"\1***@", value)
+    return value
+
+
 def redacted(settings: Settings) -> dict[str, Any]:
-    """The configuration as plain data with every secret masked, safe to log."""
-    return settings.model_dump(mode="json")
+    """The configuration as plain data with every secret masked, safe to log: SecretStr
+    fields, credentials inside URLs (``user:pass@``) and secret-like
+    ``extra_consumer_config`` values."""
+    data = settings.model_dump(mode="json")
+    data["kafka"]["extra_consumer_config"] = {
+        k: "**********" if SECRET_KEY.search(k) else v
+        for k, v in data["kafka"]["extra_consumer_config"].items()
+    }
+    masked: dict[str, Any] = _masked(data)
+    return masked
+
+
+def secret_values(settings: Settings) -> list[str]:
+    """Every secret the configuration holds, for the log formatter to mask wherever it
+    appears (monitor/logsetup.py)."""
+    k, h, a = settings.kafka, settings.http, settings.alerting
+    values: list[str | None] = [
+        k.ssl_password.get_secret_value() if k.ssl_password else None,
+        h.basic_auth_password.get_secret_value() if h.basic_auth_password else None,
+        a.webhook_secret.get_secret_value() if a.webhook_secret else None,
+    ]
+    for resolve in (k.resolved_sasl_password, h.resolved_password, a.resolved_webhook_secret):
+        with contextlib.suppress(OSError):
+            values.append(resolve())
+    values += [str(v) for key, v in k.extra_consumer_config.items() if SECRET_KEY.search(key)]
+    for url in (a.alertmanager_url, a.webhook_url):
+        m = re.match(r"^[a-z][a-z0-9+.-]*://([^/\s@]+)@", url or "", re.I)
+        if m:
+            values += [m.group(1), *m.group(1).split(":", 1)[1:]]
+    return [v for v in values if v]

@@ -9,6 +9,7 @@ Everything started here is stopped on exit, Ctrl-C or SIGTERM.
 from __future__ import annotations
 
 import heapq
+import math
 import shutil
 import signal
 import sys
@@ -42,7 +43,11 @@ class StoryProducer:
     ) -> None:
         from kafka import KafkaProducer
 
-        self.producer = KafkaProducer(bootstrap_servers=[bootstrap], linger_ms=20, acks=1)
+        # acks=1 is enough for a demo; idempotence needs acks="all", so say it is off
+        # rather than let kafka-python warn that it turned it off
+        self.producer = KafkaProducer(
+            bootstrap_servers=[bootstrap], linger_ms=20, acks=1, enable_idempotence=False
+        )
         self.rate = rate
         self.phase_s = phase_s
         self.label_delay_s = label_delay_s
@@ -124,28 +129,26 @@ def _summary(daemon: Any, producer: StoryProducer, out: TextIO) -> None:
             f"{accepted.get('labels', 0)} labels; pending {ops.pending_predictions}"
         )
     if snap is not None:
-        for r in sorted(snap.results, key=lambda r: (r.window, r.version)):
-            if r.slice != "all":
-                continue  # per-device slices are on /metrics
+        shown = sorted(
+            (r for r in snap.results if r.slice == "all"),  # per-device slices: /metrics
+            key=lambda r: (r.window, r.version),
+        )
+        wide = max(len(w.label) for m in daemon.settings.models for w in m.windows)
+        for r in shown:
             ms = {m.name: m for m in r.metrics}
             acc, rec = ms.get("accuracy"), ms.get("recall")
-
-            def fmt(m: Any) -> str:
-                if m is None or m.value != m.value:
-                    return "   n/a             "
-                return f"{m.value:.3f} [{m.lower:.3f}, {m.upper:.3f}]"
-
             lines.append(
-                f"  {r.model}/{r.version:3s} window {r.window:4s} n={r.labeled:6d} "
-                f"coverage {r.coverage:5.1%}  accuracy {fmt(acc)}  recall {fmt(rec)}"
+                f"  {r.model}/{r.version:3s} window {r.window:{wide}s} n={r.labeled:6d} "
+                f"coverage {r.coverage:5.1%}  accuracy {_interval(acc)}  recall {_interval(rec)}"
             )
         for c in snap.comparisons:
-            lines.append(f"  comparison {c.name}: {c.decision.upper()} — {c.reason}")
+            lines.append(f"  comparison {c.name}: {_comparison_line(c)}")
         for d in snap.drift:
             if d.window != "1m":
                 continue
             flagged = [
-                f"{f.feature} (effect {f.effect:.2f}, p_adj {f.p_adjusted:.1e})"
+                f"{_feature_name(f.feature, d.version)} (effect {f.effect:.2f}, "
+                f"p_adj {f.p_adjusted:.1e})"
                 for f in d.report.features
                 if f.detected
             ]
@@ -153,6 +156,37 @@ def _summary(daemon: Any, producer: StoryProducer, out: TextIO) -> None:
             lines.append(f"  drift {d.model}/{d.version} window {d.window}: {verdict}")
     out.write("\n".join(lines) + "\n")
     out.flush()
+
+
+def _interval(m: Any) -> str:
+    if m is None or m.value != m.value:
+        return "   n/a             "
+    return f"{m.value:.3f} [{m.lower:.3f}, {m.upper:.3f}]"
+
+
+def _feature_name(feature: str, version: str) -> str:
+    """Drift of the score is this version's score distribution against the model's
+    baseline (the training profile), not a feature of the input."""
+    if feature == "__score__":
+        return f"score distribution of {version} vs the model's baseline"
+    return feature
+
+
+def _comparison_line(c: Any) -> str:
+    """The decision in plain words with the confidence sequence of the loss difference
+    (treatment minus control; docs/comparisons.md)."""
+    words = {
+        "rollback": f"{c.treatment} is worse than {c.control}",
+        "promote": f"{c.treatment} is not worse than {c.control}",
+        "invalid": "comparison invalid; do not act on it",
+    }
+    if c.decision == "continue" or not math.isfinite(c.cs_lower):
+        return f"{c.decision.upper()} — {c.reason}"
+    return (
+        f"{c.decision.upper()} — {words.get(c.decision, c.decision)}: loss difference "
+        f"{c.effect:+.3f}, confidence sequence [{c.cs_lower:+.3f}, {c.cs_upper:+.3f}] "
+        f"(n = {c.n_control} / {c.n_treatment})"
+    )
 
 
 def run_demo(

@@ -25,6 +25,7 @@ import signal
 import socket
 import stat
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from types import TracebackType
@@ -134,6 +135,28 @@ def _tail(path: pathlib.Path | None, max_bytes: int = 4000) -> str:
     return data[-max_bytes:].decode("utf-8", errors="replace")
 
 
+def _die_with_parent(parent: int) -> Any:
+    """A ``preexec_fn`` asking Linux to SIGKILL the broker when its parent dies
+    (``prctl(PR_SET_PDEATHSIG)``, prctl(2)), so a SIGKILLed demo or test run leaves no
+    broker behind; its own process group alone would not. Elsewhere: None (no-op).
+
+    The signal follows the *thread* that started the broker: start it from a thread that
+    lives as long as the broker should (the main thread, in the demo and the tests)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_pdeathsig = 1
+
+    def preexec() -> None:
+        libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return preexec
+
+
 class LocalBroker:
     """A single ``tansu`` broker process with in-memory storage on a loopback port.
 
@@ -209,6 +232,7 @@ class LocalBroker:
             stdout=out,
             stderr=subprocess.STDOUT if self.log_path is not None else subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=_die_with_parent(os.getpid()),
         )
         try:
             self._wait_ready(timeout)
@@ -251,6 +275,7 @@ class LocalBroker:
         limits: dict[str, int] = {key: int(timeout * 1000)}
         consumer = KafkaConsumer(
             bootstrap_servers=self.bootstrap,
+            enable_auto_commit=False,  # no group: say so, or kafka-python warns
             request_timeout_ms=int(timeout * 1000) + 1000,
             **limits,
         )

@@ -44,18 +44,20 @@ def replay(
     labs = JsonlReader(labels, settings.kafka.labels_topic)
     total = preds.size + labs.size
     started = last_report = time.monotonic()
+    tty = progress is not None and progress.isatty()  # "\r" redraws only on a terminal
+    cr, nl, every = ("\r", "", 1.0) if tty else ("", "\n", 10.0)
     try:
         for kind, batch in interleave(preds, labs):
             pipeline.process(kind, batch)
             if engine.comparisons and kind == "labels":
                 engine.look_comparisons((), max(engine.pred_watermark_ms, 0))
             now = time.monotonic()
-            if progress is not None and now - last_report >= 1.0:
+            if progress is not None and now - last_report >= every:
                 done = preds.bytes_read + labs.bytes_read
                 rate = done / max(now - started, 1e-9) / 1e6
                 progress.write(
-                    f"\rreplay: {100 * done / max(total, 1):5.1f}% of {total / 1e6:.1f} MB "
-                    f"({rate:.1f} MB/s)"
+                    f"{cr}replay: {100 * done / max(total, 1):5.1f}% of {total / 1e6:.1f} MB "
+                    f"({rate:.1f} MB/s){nl}"
                 )
                 progress.flush()
                 last_report = now
@@ -65,7 +67,7 @@ def replay(
         sink.close()
     if progress is not None and total > 0:
         progress.write(
-            f"\rreplay: 100.0% of {total / 1e6:.1f} MB in {time.monotonic() - started:.1f}s\n"
+            f"{cr}replay: 100.0% of {total / 1e6:.1f} MB in {time.monotonic() - started:.1f}s\n"
         )
     width = engine.buckets.width_ms
     now_ms = max(engine.pred_watermark_ms, 0)

