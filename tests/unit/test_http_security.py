@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import signal
 import socket
 import ssl
@@ -147,3 +148,74 @@ def test_secrets_never_logged(tmp_path: Path) -> None:
     assert b"configuration:" in text  # the config *was* logged, with secrets masked
     assert b"kafka-pw-0xDEADBEEF" not in text
     assert b"http-pw-0xFEEDFACE" not in text
+
+
+def test_url_credentials_and_consumer_secrets_are_masked_at_every_level(tmp_path: Path) -> None:
+    """The configuration dump (DEBUG) used to print user:pass@ in alerting URLs and
+    extra_consumer_config values in clear; kafka-python's protocol loggers print SASL
+    bytes at DEBUG and must stay at INFO unless asked."""
+    port = socket.socket()
+    port.bind(("127.0.0.1", 0))
+    free = port.getsockname()[1]
+    port.close()
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        '[kafka]\nbootstrap_servers = "127.0.0.1:1"\n'
+        'extra_consumer_config = { ssl_password = "xtra-pw-0xC0FFEE", check_crcs = true }\n'
+        f'[http]\nport = {free}\n[state]\ndir = "{tmp_path}/state"\n'
+        '[alerting]\nalertmanager_url = "http://am-user:am-pw-0xABCD@127.0.0.1:1/"\n'
+        'webhook_url = "https://hook-token-0x5EC@127.0.0.1:1/hook"\n'
+        '[[models]]\nname = "fraud"\n'
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MONITOR_")}
+    log = tmp_path / "daemon.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "monitor", "run", "-c", str(cfg), "--log-level", "debug"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and b"cannot reach Kafka" not in log.read_bytes():
+                time.sleep(0.2)
+            time.sleep(1)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+    text = log.read_text()
+    assert "configuration:" in text and "cannot reach Kafka" in text, text[-3000:]
+    for secret in ("am-pw-0xABCD", "am-user", "hook-token-0x5EC", "xtra-pw-0xC0FFEE"):
+        assert secret not in text, secret
+    assert "http://***@127.0.0.1:1/" in text  # masked, not dropped
+    assert "DEBUG monitor" in text  # DEBUG was on...
+    assert not re.search(r"DEBUG kafka\.(conn|protocol)", text)  # ...but not for these
+
+
+def test_log_formatter_masks_urls_and_registered_secrets_in_tracebacks() -> None:
+    import io
+    import logging
+
+    from monitor.logsetup import configure_logging, register_secrets
+
+    stream = io.StringIO()
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    try:
+        for fmt in ("text", "json"):
+            configure_logging("INFO", fmt)  # type: ignore[arg-type]
+            root.handlers[0].stream = stream  # type: ignore[attr-defined]
+            register_secrets(["tok-0xFACADE"])
+            log = logging.getLogger("monitor.test")
+            log.warning("posting to %s", "https://u:p4ss@example.com/x")
+            try:
+                raise RuntimeError("auth failed with tok-0xFACADE")
+            except RuntimeError:
+                log.exception("delivery failed")
+        out = stream.getvalue()
+        assert "p4ss" not in out and "tok-0xFACADE" not in out, out
+        assert out.count("https://***@example.com/x") == 2 and "RuntimeError" in out
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
