@@ -151,7 +151,7 @@ def test_check_config_checks_slo_metrics_against_loaded_plugins(tmp_path: Path) 
     proc = subprocess.run(run, capture_output=True, text=True, timeout=60, env=_env())
     assert proc.returncode == 2
     assert "slos[0].metric: 'precision_at_tpo' is neither a metric of model 'fraud'" in (
-        proc.stdout
+        proc.stderr
     )
 
 
