@@ -3,7 +3,7 @@
 Threads: the caller's thread runs the consumer loop (the only writer of engine state,
 and the only user of the non-thread-safe KafkaConsumer — so checkpoints and commits
 happen there too); an apscheduler BackgroundScheduler runs the evaluation pass; a
-ThreadingHTTPServer serves readers. One lock serializes engine access; evaluation
+bounded HTTP server serves readers. One lock serializes engine access; evaluation
 copies the bucket arrays under it (O(buckets)) and computes outside it.
 
 Lifecycle (STYLE rule 11): on stop (SIGTERM/SIGINT via ``request_stop``) the loop

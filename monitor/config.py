@@ -126,10 +126,10 @@ class HttpSettings(_Section):
     auth_probes: bool = False
     tls_certfile: Path | None = None  # serve HTTPS when both are set
     tls_keyfile: Path | None = None
-    # server bounds (docs/operations.md "HTTP"): connections kept open at most (the oldest
-    # idle one is closed first), threads rendering non-probe endpoints and their queue,
-    # how long a connection may sit idle, how long a TLS handshake + request head and a
-    # response write may take
+    # server bounds (docs/operations.md "Failure modes"): connections kept open at most
+    # (the oldest idle one is closed first), threads serving non-probe endpoints and their
+    # queue, how long a connection may sit idle, how long a TLS handshake + request head
+    # and a response write may take
     max_connections: int = Field(256, ge=1, le=100_000)
     workers: int = Field(4, ge=1, le=256)
     max_queue: int = Field(256, ge=1, le=100_000)
