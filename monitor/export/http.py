@@ -138,7 +138,8 @@ class HttpServer:
 
         def ready(_: Request) -> Response:
             ok, reasons = readiness()
-            return Response(200 if ok else 503, b"ready\n" if ok else "\n".join(reasons).encode())
+            body = b"ready\n" if ok else ("\n".join(reasons) + "\n").encode()
+            return Response(200 if ok else 503, body)
 
         if isinstance(registry, CollectorRegistry):
             reg = registry
@@ -223,11 +224,6 @@ class HttpServer:
         self._listen.close()
         self._wake_r.close()
         self._wake_w.close()
-
-    def connections(self) -> tuple[int, int]:
-        """(idle, busy) connections, for tests and diagnostics."""
-        with self._lock:
-            return len(self._idle), self._busy
 
     # -- the loop thread: accept, handshakes, request heads, timeouts ---------------
     def _wake(self) -> None:
@@ -459,6 +455,9 @@ class HttpServer:
                 conn.sock.sendall(head)
                 conn.sock.sendall(resp.body)
         except OSError:
+            keep = False
+        except Exception:  # a malformed response must still release the connection
+            log.exception("http: answering %s failed", req.path if req else "?")
             keep = False
         self._finish(conn, keep)
 

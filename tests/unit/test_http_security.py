@@ -219,3 +219,38 @@ def test_log_formatter_masks_urls_and_registered_secrets_in_tracebacks() -> None
     finally:
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
+
+
+def test_keep_alive_routes_and_malformed_requests() -> None:
+    """One connection serves several requests; a route is one dict entry; a request the
+    server does not take gets its status and the connection closes."""
+    import http.client
+
+    from monitor.export.http import Response
+
+    server = _server(routes={"/extra": lambda req: Response(200, f"q={req.query}".encode())})
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        for path, code, body in (
+            ("/healthz", 200, b"ok\n"),
+            ("/extra?x=1", 200, b"q=x=1"),
+            ("/nope", 404, b"not found\n"),
+            ("/readyz", 200, b"ready\n"),
+        ):
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            assert (resp.status, resp.read()) == (code, body), path
+        sock = conn.sock
+        conn.request("HEAD", "/api/v1/status")
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.read() == b""
+        assert conn.sock is sock  # the same connection all along
+        conn.close()
+        for raw, code in ((b"POST /metrics HTTP/1.1\r\n\r\n", 405), (b"garbage\r\n\r\n", 400)):
+            with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+                s.sendall(raw)
+                answer = s.recv(4096)
+                assert answer.startswith(f"HTTP/1.1 {code} ".encode()), answer
+                assert s.recv(4096) == b""  # closed
+    finally:
+        server.stop()
