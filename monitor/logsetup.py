@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
 from typing import Any, Literal
 
 import orjson
@@ -76,7 +77,7 @@ def configure_logging(
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         formatter: logging.Formatter = _JsonFormatter()
-        formatter.converter = _gmtime
+        formatter.converter = time.gmtime
     else:
         formatter = _TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     handler.setFormatter(formatter)
@@ -93,9 +94,3 @@ def configure_logging(
         logging.getLogger("kafka").setLevel(third_party)
         for name in ("kafka.conn", "kafka.protocol", "kafka.client_async"):
             logging.getLogger(name).setLevel(max(logging.INFO, logging.getLevelName(level)))
-
-
-def _gmtime(seconds: float | None = None) -> Any:
-    import time
-
-    return time.gmtime(seconds)
