@@ -123,7 +123,7 @@ def _unwritable(path: Path | None) -> str | None:
     """Why ``path`` cannot be written (checked before any work is done), or None."""
     if path is None:
         return None
-    parent = path.parent if str(path.parent) else Path(".")
+    parent = path.parent
     if path.is_dir():
         return f"{path} is a directory"
     if not parent.is_dir():
@@ -305,9 +305,11 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    configure_logging(
-        level, "json" if fmt == "json" else "text", getattr(args, "kafka_log_level", None)
-    )
+    # the demo's broker is local and throw-away: third-party warnings (kafka-python's slow
+    # poll, apscheduler's skipped run on a busy laptop) would only drown the story
+    quiet = args.command == "demo"
+    kafka_level = getattr(args, "kafka_log_level", None)
+    configure_logging(level, "json" if fmt == "json" else "text", kafka_level, quiet)
     try:
         code = _dispatch(args)
         sys.stdout.flush()

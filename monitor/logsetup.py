@@ -70,10 +70,11 @@ def configure_logging(
     level: str = "INFO",
     fmt: Literal["text", "json"] = "text",
     kafka_level: str | None = None,
+    quiet_third_party: bool = False,
 ) -> None:
     """Root handler on stderr. Third-party chatter stays at WARNING (kafka-python logs
-    every connection at INFO); the kafka protocol loggers never go below INFO unless
-    ``kafka_level`` says so explicitly."""
+    every connection at INFO), ERROR with ``quiet_third_party``; the kafka protocol
+    loggers never go below INFO unless ``kafka_level`` says so explicitly."""
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         formatter: logging.Formatter = _JsonFormatter()
@@ -86,7 +87,7 @@ def configure_logging(
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
-    third_party = level if level == "DEBUG" else "WARNING"
+    third_party = level if level == "DEBUG" else "ERROR" if quiet_third_party else "WARNING"
     logging.getLogger("apscheduler").setLevel(third_party)
     if kafka_level is not None:
         logging.getLogger("kafka").setLevel(kafka_level)

@@ -121,6 +121,7 @@ class Exposition:
         self._text = b""
         self._gz_head = b""
         self._gz: zlib._Compress | None = None
+        self._gzip_wanted = False  # set by the first gzip scrape; then refresh compresses
         self.series = 0
         self.size = 0
         self.renders = 0
@@ -146,12 +147,21 @@ class Exposition:
         reg.register(_Families(self.collector.snapshot_families(pub)))
         text = generate_latest(reg)
         self._text = text
-        self._gz = None  # compressed on the first gzip scrape
+        self._gz = None
+        if self._gzip_wanted:  # compress here, in the evaluation thread, not in a scrape
+            self._compress_locked()
         self.series = text.count(b"\n") - text.count(b"\n#") - text.startswith(b"#")
         self.size = len(text)
         self.renders += 1
         self.render_seconds = time.perf_counter() - started
         self._key = key
+
+    def _compress_locked(self) -> None:
+        """The snapshot part as the start of a gzip stream, flushed to a byte boundary
+        with the compressor kept, so each scrape appends the live part to a copy."""
+        gz = zlib.compressobj(6, zlib.DEFLATED, 31)
+        self._gz_head = gz.compress(self._text) + gz.flush(zlib.Z_SYNC_FLUSH)
+        self._gz = gz
 
     def page(self, gzip: bool = False) -> bytes:
         """The whole page; with ``gzip`` one gzip stream (RFC 1952)."""
@@ -159,10 +169,10 @@ class Exposition:
             self._refresh_locked()
             text = self._text
             if gzip:
+                self._gzip_wanted = True
                 if self._gz is None:
-                    gz = zlib.compressobj(6, zlib.DEFLATED, 31)
-                    self._gz_head = gz.compress(text) + gz.flush(zlib.Z_SYNC_FLUSH)
-                    self._gz = gz
+                    self._compress_locked()
+                assert self._gz is not None
                 head, gz = self._gz_head, self._gz.copy()
         live = generate_latest(self.registry)
         if not gzip:

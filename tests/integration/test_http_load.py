@@ -166,7 +166,8 @@ def test_probes_answer_under_scrape_load_and_the_page_is_rendered_once(
         series = metrics.get("mlmon_exposition_series")
         assert series is not None and series > 5_000
         assert url_ok(daemon.url)
-        renders_before = metrics.get("mlmon_exposition_renders") or 0
+        renders_before = metrics.get("mlmon_exposition_renders_total")
+        assert renders_before is not None and renders_before >= 1
         stop = threading.Event()
         scrapes = [0]
         errors: list[str] = []
@@ -195,7 +196,9 @@ def test_probes_answer_under_scrape_load_and_the_page_is_rendered_once(
         assert not errors, errors[:3]
         assert scrapes[0] >= 50, scrapes
         assert max(latencies) < 1.0
-        renders = (daemon.scrape().get("mlmon_exposition_renders") or 0) - renders_before
+        renders_after = daemon.scrape().get("mlmon_exposition_renders_total")
+        assert renders_after is not None
+        renders = renders_after - renders_before
         # rendered once per evaluation (interval 1 s), not once per scrape
         assert renders <= elapsed / 1.0 + 3 < scrapes[0], (renders, scrapes[0], elapsed)
         # the cached page is a valid exposition, plain and gzip
