@@ -36,6 +36,7 @@ class HttpServer:
         auth_probes: bool = False,
         tls: tuple[str, str] | None = None,
         slos: Callable[[], dict[str, Any]] | None = None,
+        page: Callable[[], bytes] | None = None,
     ) -> None:
         """``basic_auth`` = (user, password) protects every endpoint (the probes only with
         ``auth_probes``); ``tls`` = (certfile, keyfile) serves HTTPS."""
@@ -71,6 +72,8 @@ class HttpServer:
                         ok, reasons = readiness()
                         body = b"ready\n" if ok else ("\n".join(reasons) + "\n").encode()
                         self._send(200 if ok else 503, body, "text/plain; charset=utf-8")
+                    elif path == "/" and page is not None:
+                        self._send(200, page(), "text/html; charset=utf-8")
                     elif path == "/api/v1/status":
                         self._json(status())
                     elif path == "/api/v1/drift" and drift is not None:
