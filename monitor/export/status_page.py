@@ -18,6 +18,7 @@ sequences") as a band over time.
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -86,8 +87,8 @@ def _fmt(x: Any) -> str:
         return "—"
     if isinstance(x, bool):
         return "yes" if x else "no"
-    if isinstance(x, int):
-        return f"{x:,}"
+    if isinstance(x, numbers.Integral):
+        return f"{int(x):,}"
     x = float(x)
     if math.isnan(x):
         return "—"
@@ -112,7 +113,9 @@ def _key(*parts: Any) -> str:
 
 def _v(x: Any) -> str:
     """The exact value for ``data-v``: repr of a float round-trips, None is empty."""
-    return "" if x is None else repr(x) if isinstance(x, float) else str(x)
+    if x is None:
+        return ""
+    return repr(float(x)) if isinstance(x, float) else str(x)
 
 
 def _num(key: str, x: Any, text: str | None = None, cls: str = "n") -> str:

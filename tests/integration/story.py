@@ -18,12 +18,21 @@ def story_traffic(now_ms: int, scale: int = 1) -> tuple[list[dict[str, Any]], li
     start = now_ms - 3 * HOUR_MS
     steady = binary_traffic(3000 * scale, seed=1, start_ms=start, rate_per_s=0.42 * scale)
     drifted = binary_traffic(
-        1500 * scale, seed=2, start_ms=start + 2 * HOUR_MS, rate_per_s=0.42 * scale,
-        shift=0.7, id_prefix="d",
+        1500 * scale,
+        seed=2,
+        start_ms=start + 2 * HOUR_MS,
+        rate_per_s=0.42 * scale,
+        shift=0.7,
+        id_prefix="d",
     )
     canary = binary_traffic(
-        1500 * scale, seed=3, start_ms=start, rate_per_s=0.14 * scale, version="v2",
-        separation=1.0, id_prefix="c",
+        1500 * scale,
+        seed=3,
+        start_ms=start,
+        rate_per_s=0.14 * scale,
+        version="v2",
+        separation=1.0,
+        id_prefix="c",
     )
     preds = sorted(
         steady.predictions + drifted.predictions + canary.predictions, key=lambda p: p["ts"]
@@ -49,11 +58,25 @@ def story_config(state_dir: Path, **http: Any) -> dict[str, Any]:
             {"name": "eta", "task": "regression", "windows": [{"size": "1h"}]},
         ],
         "comparisons": [
-            {"name": "canary", "model": "fraud", "control": "v1", "treatment": "v2",
-             "min_samples": 300, "horizon": 5000, "traffic_split": [0.75, 0.25]},
+            {
+                "name": "canary",
+                "model": "fraud",
+                "control": "v1",
+                "treatment": "v2",
+                "min_samples": 300,
+                "horizon": 5000,
+                "traffic_split": [0.75, 0.25],
+            },
         ],
         "slos": [
-            {"name": "fraud-accuracy", "model": "fraud", "metric": "accuracy", "window": "1h",
-             "objective": 0.8, "direction": "above", "min_samples": 50},
+            {
+                "name": "fraud-accuracy",
+                "model": "fraud",
+                "metric": "accuracy",
+                "window": "1h",
+                "objective": 0.8,
+                "direction": "above",
+                "min_samples": 50,
+            },
         ],
     }
