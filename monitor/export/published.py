@@ -59,6 +59,6 @@ def extend_history(
         if old and old[-1][0] == c.at_ms:
             continue  # the same look published twice
         if len(old) >= limit:
-            old = (*old[-2::-2][::-1], old[-1])
+            old = (*old[:-1:2], old[-1])
         points[c.name] = (*old, (c.at_ms, float(c.effect), float(c.cs_lower), float(c.cs_upper)))
     return tuple(sorted(points.items()))

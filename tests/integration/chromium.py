@@ -149,10 +149,13 @@ class Chromium:
         metrics = {"width": width, "height": min(height, 12_000), "deviceScaleFactor": 1,
                    "mobile": False}  # fmt: skip
         self._call("Emulation.setDeviceMetricsOverride", metrics, page=True)
-        shot = self._call("Page.captureScreenshot", {"format": "png"}, page=True)
         path.parent.mkdir(parents=True, exist_ok=True)
+        shot = self._call("Page.captureScreenshot", {"format": "png"}, page=True)
         path.write_bytes(base64.b64decode(shot["data"]))
-        print(f"screenshot: {path}")
+        top = {"x": 0, "y": 0, "width": width, "height": min(height, 1100), "scale": 1}
+        shot = self._call("Page.captureScreenshot", {"format": "png", "clip": top}, page=True)
+        path.with_name(path.stem + "-top.png").write_bytes(base64.b64decode(shot["data"]))
+        print(f"screenshots: {path} and its first screen {path.stem}-top.png")
         return path
 
 
