@@ -598,7 +598,13 @@ def test_systemd_unit_matches_the_cli_and_state_dir() -> None:
 
 # -- the Grafana dashboard --------------------------------------------------------------
 GRAFANA_BUILTINS = {"__rate_interval", "__interval", "__range", "__all", "__auto"}
-DASHBOARD_VARIABLES = {"datasource", "model", "version", "window", "slice"}
+DASHBOARD_VARIABLES = {"datasource", "model", "version", "window", "slice", "mc_model", "reg_model",
+                       "job", "instance"}  # fmt: skip
+# operational series: every panel showing one filters it by the job/instance variables
+OPERATIONAL = ("mlmon_records_total", "mlmon_invalid_records_total", "mlmon_consumer_lag",
+               "mlmon_pending_predictions", "mlmon_orphan_labels", "mlmon_join_events_total",
+               "mlmon_checkpoint_age_seconds", "mlmon_last_evaluation_timestamp_seconds",
+               "mlmon_consuming", "mlmon_checkpoint_failures_total")  # fmt: skip
 
 
 def _dashboard() -> dict[str, Any]:
@@ -763,14 +769,25 @@ def test_grafana_dashboard_variables_and_metrics(tmp_path: Path) -> None:
                    "mlmon_label_coverage", "mlmon_label_delay_seconds_bucket",
                    "mlmon_records_total", "mlmon_consumer_lag", "mlmon_invalid_records_total",
                    "mlmon_checkpoint_age_seconds", "mlmon_pending_predictions",
-                   "mlmon_slo_breached"):  # fmt: skip
+                   "mlmon_slo_breached", "mlmon_f1_macro", "mlmon_f1_macro_ci_lower",
+                   "mlmon_confusion_matrix", "mlmon_mae", "mlmon_mae_ci_upper", "mlmon_rmse",
+                   "mlmon_r2", "mlmon_interval_coverage"):  # fmt: skip
         assert family in used_names, f"no panel shows {family}"
+    for title, expr in exprs:
+        for name in OPERATIONAL:
+            for m in re.finditer(rf"\b{name}\b(\{{[^}}]*\}})?", expr):
+                sel = m.group(1) or ""
+                assert 'job=~"$job"' in sel and 'instance=~"$instance"' in sel, (title, expr)
+    for name, metric in (("mc_model", "mlmon_f1_macro"), ("reg_model", "mlmon_mae")):
+        query = variables[name]["query"]["query"]
+        assert query == f'label_values({metric}{{slice="all"}}, model)', query
 
     # every expression is valid PromQL once the variables are substituted (promtool parses
     # each as a recording rule)
     promtool = require_binary("promtool", hint="apt-get install prometheus")
     values = {"datasource": "prometheus", "model": "fraud", "version": "v1|v2", "window": "1h",
               "slice": "all", "comparison": ".*", "__rate_interval": "1m", "__range": "1h",
+              "mc_model": "triage", "reg_model": "eta", "job": ".*", "instance": ".*",
               "__interval": "15s"}  # fmt: skip
     rules = {"groups": [{"name": "dashboard", "rules": [
         {"record": f"dashboard:expr_{i}", "expr": substitute(e, values)}
