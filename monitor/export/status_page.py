@@ -303,7 +303,8 @@ def _confusion(r: Json) -> str:
     head = "".join(f'<th class="n">{_e(c)}</th>' for c in classes)
     return (
         "<h4>Confusion matrix (rows: true class, columns: predicted)</h4>"
-        f"<table><thead><tr><th></th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        f'<table class="narrow"><thead><tr><th></th>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
     )
 
 
