@@ -116,3 +116,16 @@ def test_history_is_bounded_and_spans_the_run() -> None:
     assert points[0][0] == 1 and points[-1][0] == 1000  # first and newest kept
     early = history_json(extend_history((), [_look(1, 0.0)]))["canary"][0]
     assert early["lower"] is None and early["upper"] is None  # infinite: JSON null
+
+
+def test_multiclass_confusion_matrix_and_a_model_without_data() -> None:
+    r = _result("all", 0.25, model="triage")
+    r["confusion_matrix"] = {"classes": ["a", "b"], "counts": [[30, 10], [5, 55]]}
+    html = render_report(
+        {"results": [r], "models": [{"name": "triage", "task": "multiclass", "windows": ["1h"]},
+                                    {"name": "eta", "task": "regression", "windows": ["1h"]}]}
+    ).decode()  # fmt: skip
+    assert "Confusion matrix" in html
+    for count in ("30", "10", "5", "55"):
+        assert f'<td class="n">{count}</td>' in html
+    assert "No predictions seen yet. Windows: 1h." in html  # eta: configured, no traffic
