@@ -17,6 +17,7 @@ b  in-process engine join + accumulate on columnar batches (≥ 300,000 events/s
 c  join-buffer memory per pending prediction at 1,000,000 pending (≤ 200 bytes)
 d  checkpoint write and restore at 1,000,000 pending (≤ 5 s each)
 p  /healthz latency under 50 parallel scrapers of a multi-MB page vs idle (p50 ≤ 50 ms)
+s  status page (GET /) of a 3-window × 100-slice model, served over HTTP (≤ 1 s)
 """
 
 from __future__ import annotations
@@ -1170,16 +1171,86 @@ def bench_probes(n_events: int, scrapers: int = 50) -> Result:
     )
 
 
+def bench_status_page(n_events: int, reps: int, work: Path) -> Result:
+    """``GET /`` of a daemon whose model has 3 windows × 100 slices, timed end to end over
+    HTTP (render + transfer). Baseline: ``GET /api/v1/status`` of the same daemon, the
+    same data as JSON, so the ratio is the cost of the HTML over the API."""
+    import urllib.request
+
+    from monitor.app import Daemon
+    from monitor.engine.records import LabelBatch, hash_ids
+
+    rng = np.random.default_rng(17)
+    now = int(time.time() * 1000)
+    ts = np.sort(rng.integers(now - 86_400_000, now, n_events)).astype(np.int64)
+    segment = rng.integers(0, 100, n_events)
+    y = (rng.random(n_events) < 0.3).astype(np.int8)
+    score = 1 / (1 + np.exp(-(2.5 * (y - 0.5) + rng.normal(size=n_events) - 1.0)))
+    settings = settings_from_mapping(
+        {
+            "http": {"host": "127.0.0.1", "port": 0},
+            "state": {"dir": str(work / "page-state")},
+            "models": [
+                {
+                    "name": "fraud",
+                    "windows": [{"size": "5m"}, {"size": "1h"}, {"size": "1d"}],
+                    "slices": [{"dimensions": ["segment"], "top_k": 100, "min_samples": 1}],
+                }
+            ],
+        },
+        "<bench>",
+    )
+    daemon = Daemon(settings)
+    keys = hash_ids([f"e{i}" for i in range(n_events)])
+    for i in range(0, n_events, BATCH):
+        sl = slice(i, i + BATCH)
+        segments = [{"segment": f"s{v}"} for v in segment[sl].tolist()]
+        daemon.engine.apply_predictions(scored_batch(keys, ts, score, sl, segments=segments))
+        daemon.engine.apply_labels(LabelBatch(keys[sl], ts[sl] + 1000, [str(v) for v in y[sl]]))
+    assert daemon.evaluate_now() is not None
+    http = daemon.start_http()
+    times, base_times = [], []
+    size = 0
+    try:
+        for rep in range(reps):
+            for side in ("measured", "baseline") if rep % 2 == 0 else ("baseline", "measured"):
+                path = "/" if side == "measured" else "/api/v1/status"
+                t = time.perf_counter()
+                with urllib.request.urlopen(http.url + path, timeout=30) as resp:
+                    body = resp.read()
+                (times if side == "measured" else base_times).append(time.perf_counter() - t)
+                size = len(body) if side == "measured" else size
+    finally:
+        http.stop()
+    slices = {r.slice for r in daemon.published().snapshot.results}  # type: ignore[union-attr]
+    return Result(
+        "s",
+        "status page: 3 windows × 100 slices",
+        "s",
+        float(np.median(times)),
+        float(np.median(base_times)),
+        "GET /api/v1/status of the same daemon",
+        1.0,
+        "absolute",
+        False,
+        times,
+        base_times,
+        [f"{len(slices)} slices, page {size / 1e6:.2f} MB, median of {reps} reps"],
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller inputs, < 2 minutes")
-    parser.add_argument("--only", default="a,b,c,d,e,f,p", help="comma-separated subset of a..f, p")
+    parser.add_argument(
+        "--only", default="a,b,c,d,e,f,p,s", help="comma-separated subset of a..f, p, s"
+    )
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = parser.parse_args(argv)
     # the sklearn baselines warn on ill-defined slices (no positives); the values are unused
     warnings.filterwarnings("ignore", module="sklearn")
     only = {x.strip() for x in args.only.split(",") if x.strip()}
-    unknown = only - set("abcdefp")
+    unknown = only - set("abcdefps")
     if unknown:
         parser.error(f"unknown benchmark(s): {sorted(unknown)}")
     logging.basicConfig(level=logging.WARNING)
@@ -1213,6 +1284,8 @@ def main(argv: list[str] | None = None) -> int:
             results.append(bench_slices(100_000 if args.quick else 300_000, reps))
         if "p" in only:
             results.append(bench_probes(60_000 if args.quick else 200_000))
+        if "s" in only:
+            results.append(bench_status_page(100_000 if args.quick else 300_000, 5, work))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     elapsed = time.perf_counter() - started

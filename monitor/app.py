@@ -33,9 +33,19 @@ from .engine.core import StateMismatch
 from .engine.evaluate import evaluate_all, ops_state
 from .engine.snapshot import Snapshot
 from .export.exposition import Exposition
-from .export.http import HttpLimits, HttpServer
-from .export.published import Published, RuntimeStatus
-from .export.report import comparison_json, drift_json, iso, ops_json, slo_json, snapshot_json
+from .export.http import HttpLimits, HttpServer, Response
+from .export.published import Published, RuntimeStatus, extend_history
+from .export.report import (
+    comparison_json,
+    drift_json,
+    history_json,
+    iso,
+    layout_json,
+    ops_json,
+    slo_json,
+    snapshot_json,
+)
+from .export.status_page import render_status_page
 from .ingest.deadletter import DeadLetterSink, FileDeadLetter, KafkaDeadLetter
 from .ingest.kafka import KafkaSource, make_producer
 from .state.checkpoint import CheckpointError, CheckpointStore
@@ -44,6 +54,8 @@ from .wiring import build_engine, build_pipeline, wall_clock_ms
 __all__ = ["Daemon", "StartupError"]
 
 log = logging.getLogger("monitor")
+
+_HTML = "text/html; charset=utf-8"
 
 _LAG_EVERY_S = 5.0
 _OPS_EVERY_S = 0.25
@@ -241,8 +253,10 @@ class Daemon:
         slos = self._evaluate_slos(snap)
         alerts = self._delivery_stats()
         with self._pub_lock:
+            pub = self._published
+            history = extend_history(pub.comparison_history, comparisons)
             self._published = replace(
-                self._published, snapshot=snap, ops=ops, slos=slos, alerts=alerts
+                pub, snapshot=snap, ops=ops, slos=slos, alerts=alerts, comparison_history=history
             )
         self._set_status(last_evaluation_ok=True, last_evaluation_error=None)
         try:  # render /metrics now, so no scrape pays for it
@@ -335,6 +349,17 @@ class Daemon:
             ],
         }
 
+    def status_page(self) -> bytes:
+        """``GET /``: the published state as HTML (templating only, no statistics)."""
+        return render_status_page(
+            self.status_json(),
+            self.comparisons_json(),
+            self.slos_json(),
+            history_json(self._published.comparison_history),
+            layout_json(self.engine.models),
+            refresh_s=max(5, round(self.settings.evaluation.interval)),
+        )
+
     def _publish_ops(self) -> None:
         with self.lock:
             ops = ops_state(self.engine)
@@ -426,6 +451,7 @@ class Daemon:
                     request_timeout=h.request_timeout,
                     write_timeout=h.write_timeout,
                 ),
+                routes={"/": lambda _: Response(200, self.status_page(), _HTML)},
             )
         except (OSError, ssl.SSLError) as err:
             raise StartupError(f"http: cannot listen on {h.host}:{h.port}: {err}") from None

@@ -36,10 +36,25 @@ class BaselineSummary:
     categorical: tuple[str, ...]
 
 
+PARQUET_EXTRA = "pip install 'model-monitor[parquet]'"
+
+
+def _require_pyarrow(path: Path) -> None:
+    """Parquet support is an optional extra (only ``monitor baseline`` reads Parquet)."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise BaselineError(
+            f"{path}: reading Parquet needs pyarrow, which is not installed; "
+            f"install the parquet extra ({PARQUET_EXTRA}) or use .csv / .jsonl"
+        ) from None
+
+
 def read_table(path: Path) -> pd.DataFrame:
     suffix = "".join(path.suffixes[-2:]).lower() if path.suffix == ".gz" else path.suffix.lower()
     try:
         if suffix in (".parquet", ".pq"):
+            _require_pyarrow(path)
             return pd.read_parquet(path)
         if suffix in (".csv", ".csv.gz"):
             return pd.read_csv(path)

@@ -103,6 +103,9 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--predictions", required=True, type=Path)
     rp.add_argument("--labels", required=True, type=Path)
     rp.add_argument("--report", type=Path, default=None, help="write the JSON report here")
+    rp.add_argument(
+        "--html", type=Path, default=None, help="also write a self-contained HTML report"
+    )
     rp.add_argument("--dead-letter", type=Path, default=None)
 
     cc = command("check-config", "validate a configuration file")
@@ -255,6 +258,11 @@ def _replay(args: argparse.Namespace) -> int:
         print(f"report with {n} result(s) written to {args.report}", file=sys.stderr)
     else:
         sys.stdout.buffer.write(data + b"\n")
+    if args.html:
+        from .export.status_page import render_report
+
+        args.html.write_bytes(render_report(orjson.loads(data)))  # the JSON's very numbers
+        print(f"HTML report written to {args.html}", file=sys.stderr)
     return EXIT_OK
 
 

@@ -19,7 +19,8 @@ from .config import Settings, redacted
 from .engine.evaluate import evaluate_all, ops_state
 from .engine.models import WindowSpec
 from .engine.snapshot import Snapshot
-from .export.report import iso, ops_json, snapshot_json
+from .export.published import History, extend_history
+from .export.report import history_json, iso, layout_json, ops_json, snapshot_json
 from .ingest.deadletter import FileDeadLetter
 from .ingest.files import JsonlReader, interleave
 from .wiring import build_engine, build_pipeline, wall_clock_ms
@@ -46,11 +47,13 @@ def replay(
     started = last_report = time.monotonic()
     tty = progress is not None and progress.isatty()  # "\r" redraws only on a terminal
     cr, nl, every = ("\r", "", 1.0) if tty else ("", "\n", 10.0)
+    history: History = ()  # the confidence sequences over the replay, for the HTML report
     try:
         for kind, batch in interleave(preds, labs):
             pipeline.process(kind, batch)
             if engine.comparisons and kind == "labels":
-                engine.look_comparisons((), max(engine.pred_watermark_ms, 0))
+                looks = engine.look_comparisons((), max(engine.pred_watermark_ms, 0))
+                history = extend_history(history, looks)
             now = time.monotonic()
             if progress is not None and now - last_report >= every:
                 done = preds.bytes_read + labs.bytes_read
@@ -99,6 +102,7 @@ def replay(
     # The final look adds the fixed-horizon window view; the sequential state has
     # already looked after every batch, as the daemon would have.
     comparisons = engine.look_comparisons(results, now_ms, (), confidence)
+    history = extend_history(history, comparisons)
     drift = engine.drift.evaluate(
         wide,
         engine.groups,
@@ -125,5 +129,7 @@ def replay(
         "config": redacted(settings),
         **snapshot_json(snap),
         "operations": ops_json(snap.ops, topics) if snap.ops else None,
+        "models": layout_json(models),
+        "comparison_history": history_json(history),
     }
     return report

@@ -6,13 +6,19 @@ atomically (a single reference assignment), so a reader never sees a half-built 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..alerting.delivery import DeliveryStats
 from ..alerting.slo import SloStatus
+from ..engine.comparisons import ComparisonResult
 from ..engine.snapshot import OpsState, Snapshot
 
-__all__ = ["Published", "RuntimeStatus"]
+__all__ = ["HISTORY_POINTS", "CsPoint", "History", "Published", "RuntimeStatus", "extend_history"]
+
+HISTORY_POINTS = 240  # looks kept per comparison for the status page's chart
+CsPoint = tuple[int, float, float, float]  # (evaluated at ms, effect, cs lower, cs upper)
+History = tuple[tuple[str, tuple[CsPoint, ...]], ...]  # (comparison name, points), by name
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,3 +44,21 @@ class Published:
     status: RuntimeStatus = field(default_factory=RuntimeStatus)
     slos: tuple[SloStatus, ...] = ()  # after the latest evaluation (docs/alerting.md)
     alerts: DeliveryStats | None = None  # alert delivery counters (None: no receiver)
+    comparison_history: History = ()  # each comparison's confidence sequence over time
+
+
+def extend_history(
+    history: History, looks: Iterable[ComparisonResult], limit: int = HISTORY_POINTS
+) -> History:
+    """The history with one more point per comparison in ``looks``. When a comparison
+    has ``limit`` points, every second one is dropped (the newest kept): memory stays
+    bounded however long the daemon runs, and the chart still spans the whole run."""
+    points = dict(history)
+    for c in looks:
+        old = points.get(c.name, ())
+        if old and old[-1][0] == c.at_ms:
+            continue  # the same look published twice
+        if len(old) >= limit:
+            old = (*old[:-1:2], old[-1])
+        points[c.name] = (*old, (c.at_ms, float(c.effect), float(c.cs_lower), float(c.cs_upper)))
+    return tuple(sorted(points.items()))

@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from ..alerting.slo import SloStatus
 from ..engine.comparisons import ComparisonResult
 from ..engine.drift import DriftResult
+from ..engine.models import ModelSpec
 from ..engine.snapshot import OpsState, Snapshot, WindowResult
 from ..stats.results import MetricValue
 
 __all__ = [
     "comparison_json",
     "drift_json",
+    "history_json",
     "iso",
+    "layout_json",
     "ops_json",
     "result_json",
     "slo_json",
@@ -290,3 +294,23 @@ def slo_json(st: SloStatus) -> dict[str, Any]:
         "reason": st.reason,
         "evaluated_at": iso(round(st.evaluated_at * 1000)),
     }
+
+
+def history_json(
+    history: Sequence[tuple[str, Sequence[tuple[int, float, float, float]]]],
+) -> dict[str, list[dict[str, Any]]]:
+    """Each comparison's confidence sequence over time (status page, HTML report)."""
+    return {
+        name: [
+            {"at_ms": t, "effect": _num(e), "lower": _num(lo), "upper": _num(hi)}
+            for t, e, lo, hi in points
+        ]
+        for name, points in history
+    }
+
+
+def layout_json(models: Sequence[ModelSpec]) -> list[dict[str, Any]]:
+    """The configured models and their window names, shown even before any data arrives."""
+    return [
+        {"name": m.name, "task": m.task, "windows": [w.label for w in m.windows]} for m in models
+    ]

@@ -1,7 +1,8 @@
 """The Grafana dashboard against the real thing: every panel query returns data.
 
-A tansu broker, the daemon as a subprocess (slices, drift against a reference, a canary
-comparison, an SLO that fires with a webhook receiver, 1 s evaluation) and a real
+A tansu broker, the daemon as a subprocess (a binary model with slices, drift against a
+reference and a canary comparison, a multiclass and a regression model, an SLO that fires
+with a webhook receiver, 1 s evaluation) and a real
 Prometheus scraping it every second. Traffic keeps flowing while the checks run, so rate()
 panels see increases. Then each PromQL target of deploy/grafana/model-monitor.json, with
 the dashboard variables substituted by values Prometheus really has (found the way
@@ -128,7 +129,31 @@ def _history(now_ms: int) -> list[tuple[str, tuple[bytes | None, bytes | None]]]
     msgs = [("predictions", (str(p["id"]).encode(), encode(p))) for p in preds]
     msgs += [("labels", (str(lab["id"]).encode(), encode(lab))) for lab in labels]
     msgs += [("predictions", (b"k", b"not json")), ("labels", (b"k", b'{"id": 1}'))]
+    rng = np.random.default_rng(5)
+    for i in range(400):  # the multiclass and regression models' rows
+        ts = start + i * 3000
+        msgs += [(topic, (rec["id"].encode(), encode(rec)))
+                 for topic, rec in _task_records(rng, f"h{i}", ts)]  # fmt: skip
     return msgs
+
+
+def _task_records(rng: np.random.Generator, pid: str, ts: int) -> list[tuple[str, dict[str, Any]]]:
+    """One multiclass (``triage``) and one regression (``eta``) prediction, each with its
+    label 2 s later in event time."""
+    truth = int(rng.integers(0, 3))
+    p = rng.dirichlet([1.0, 1.0, 1.0]) * 0.5
+    p[truth] += 0.5
+    target = float(rng.gamma(4.0, 5.0))
+    guess = target + float(rng.normal(0, 3.0))
+    return [
+        ("predictions", {"id": f"m{pid}", "ts": ts, "model": "triage", "version": "v1",
+                         "scores": {c: round(float(v), 4) for c, v in zip("abc", p, strict=True)}}),
+        ("labels", {"id": f"m{pid}", "ts": ts + 2000, "label": "abc"[truth]}),
+        ("predictions", {"id": f"r{pid}", "ts": ts, "model": "eta", "version": "v1",
+                         "prediction": round(guess, 3), "lower": round(guess - 5, 3),
+                         "upper": round(guess + 5, 3)}),
+        ("labels", {"id": f"r{pid}", "ts": ts + 2000, "label": round(target, 3)}),
+    ]  # fmt: skip
 
 
 class _LiveTraffic(threading.Thread):
@@ -165,9 +190,11 @@ class _LiveTraffic(threading.Thread):
                     producer.send("predictions", key=pid.encode(), value=encode(pred))
                     label = {"id": pid, "ts": now + 2000, "label": y}
                     producer.send("labels", key=pid.encode(), value=encode(label))
+                for topic, rec in _task_records(rng, f"live-{tick}", now):
+                    producer.send(topic, key=rec["id"].encode(), value=encode(rec))
                 producer.send("predictions", key=b"bad", value=b"{broken")
                 producer.flush(timeout=10)
-                self.sent += 21
+                self.sent += 25
                 self.stop_event.wait(0.5)
         except BaseException as err:  # reported by the test, not swallowed
             self.error = err
@@ -195,6 +222,11 @@ def test_every_dashboard_query_returns_data(
             "slices": [{"dimensions": ["country"], "top_k": 5, "min_samples": 20}],
         },
     )  # fmt: skip
+    config["models"] += [
+        {"name": "triage", "task": "multiclass", "classes": ["a", "b", "c"],
+         "windows": list(WINDOWS)},
+        {"name": "eta", "task": "regression", "windows": list(WINDOWS)},
+    ]  # fmt: skip
     config["comparisons"] = [
         {"name": "canary", "model": "fraud", "control": "v1", "treatment": "v2",
          "min_samples": 50, "traffic_split": [4, 1]}
@@ -221,7 +253,17 @@ def test_every_dashboard_query_returns_data(
 
         # The variables, as Grafana's label_values() would list them.
         queries = _variable_queries()
-        assert set(queries) >= {"model", "version", "window", "slice", "comparison"}
+        assert set(queries) >= {
+            "model",
+            "version",
+            "window",
+            "slice",
+            "comparison",
+            "mc_model",
+            "reg_model",
+            "job",
+            "instance",
+        }
         values: dict[str, str] = {"datasource": "prometheus", **DURATIONS}
         prom.wait_until(
             lambda: len(_label_values(prom, queries["version"], {"model": "fraud"})) == 2,
@@ -232,8 +274,15 @@ def test_every_dashboard_query_returns_data(
             ),
         )
         models = _label_values(prom, queries["model"], values)
-        assert models == ["fraud"], models
+        assert models == ["eta", "fraud", "triage"], models
         values["model"] = "fraud"
+        assert _label_values(prom, queries["mc_model"], values) == ["triage"]
+        assert _label_values(prom, queries["reg_model"], values) == ["eta"]
+        values.update(mc_model="triage", reg_model="eta")
+        (job,) = _label_values(prom, queries["job"], values)
+        values["job"] = job
+        (instance,) = _label_values(prom, queries["instance"], values)
+        values["instance"] = instance
         versions = _label_values(prom, queries["version"], values)
         assert versions == ["v1", "v2"], versions
         windows = _label_values(prom, queries["window"], values)

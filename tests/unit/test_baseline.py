@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -100,3 +101,22 @@ def test_malformed_input_exits_2_with_a_clear_error(tmp_path: Path, config: Path
     weird.write_text("x")
     proc = _run("-c", str(config), "--input", str(weird), "--output", "x.json")
     assert proc.returncode == 2 and "unknown format" in proc.stderr
+
+
+def test_parquet_without_pyarrow_names_the_extra(tmp_path: Path, config: Path) -> None:
+    """pyarrow is the optional ``parquet`` extra: without it, a clear error, exit 2."""
+    src = tmp_path / "t.parquet"
+    pd.DataFrame({"amount": [1.0, 2.0], "label": [0, 1]}).to_parquet(src, index=False)
+    blocked = tmp_path / "no-pyarrow" / "pyarrow"
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text("raise ImportError('pyarrow blocked by the test')\n")
+    env = {**os.environ, "PYTHONPATH": str(blocked.parent)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "monitor", "baseline", "-c", str(config), "--input", str(src),
+         "--output", str(tmp_path / "o.json")],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "model-monitor[parquet]" in proc.stderr and "pyarrow" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "o.json").exists()

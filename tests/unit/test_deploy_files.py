@@ -13,6 +13,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -495,12 +496,87 @@ def test_kubernetes_manifests(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
     assert svc["spec"]["selector"].items() <= labels.items()
     (sport,) = svc["spec"]["ports"]
     assert sport["name"] == "http" and sport["port"] == PORT and sport["targetPort"] == "http"
-    sm = _one("ServiceMonitor")
+    sm = _servicemonitor()
     assert sm["apiVersion"] == "monitoring.coreos.com/v1"
     assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
     assert sm["spec"]["namespaceSelector"]["matchNames"] == [namespace]
     (endpoint,) = sm["spec"]["endpoints"]
     assert endpoint["port"] == sport["name"] and endpoint["path"] == "/metrics"
+
+
+def _servicemonitor() -> dict[str, Any]:
+    path = DEPLOY / "kubernetes/components/servicemonitor/servicemonitor.yaml"
+    (doc,) = yaml.safe_load_all(path.read_text())
+    assert doc["kind"] == "ServiceMonitor"
+    return doc
+
+
+def _kustomize(path: Path) -> list[dict[str, Any]] | None:
+    """``kubectl kustomize`` output when kubectl is installed (an extra check: the YAML
+    assertions around it hold on their own)."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        return None
+    done = subprocess.run([kubectl, "kustomize", str(path)], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def test_base_kustomization_needs_no_crds_and_servicemonitor_is_a_component() -> None:
+    """``kubectl apply -k deploy/kubernetes`` must work on a cluster without the Prometheus
+    Operator: only core kinds in the base; the ServiceMonitor is an opt-in component."""
+    base = yaml.safe_load((DEPLOY / "kubernetes/kustomization.yaml").read_text())
+    assert "components" not in base
+    kinds = set()
+    for name in base["resources"]:
+        for doc in yaml.safe_load_all((DEPLOY / "kubernetes" / name).read_text()):
+            assert doc["apiVersion"].split("/")[0] in ("v1", "apps"), (name, doc["apiVersion"])
+            kinds.add(doc["kind"])
+    assert "ServiceMonitor" not in kinds
+    comp_dir = DEPLOY / "kubernetes/components/servicemonitor"
+    comp = yaml.safe_load((comp_dir / "kustomization.yaml").read_text())
+    assert comp["apiVersion"] == "kustomize.config.k8s.io/v1alpha1"
+    assert comp["kind"] == "Component" and comp["resources"] == ["servicemonitor.yaml"]
+    overlay_dir = DEPLOY / "kubernetes-prometheus-operator"
+    overlay = yaml.safe_load((overlay_dir / "kustomization.yaml").read_text())
+    assert (overlay_dir / overlay["resources"][0]).resolve() == (DEPLOY / "kubernetes").resolve()
+    assert [(overlay_dir / c).resolve() for c in overlay["components"]] == [comp_dir.resolve()]
+    assert _servicemonitor()["metadata"]["namespace"] == base["namespace"]
+
+    rendered = _kustomize(DEPLOY / "kubernetes")
+    if rendered is not None:
+        assert not [d for d in rendered if "monitoring.coreos.com" in d["apiVersion"]]
+        with_sm = _kustomize(overlay_dir)
+        assert with_sm is not None
+        sms = [d for d in with_sm if d["kind"] == "ServiceMonitor"]
+        assert len(sms) == 1 and sms[0]["metadata"]["namespace"] == base["namespace"]
+        assert len(with_sm) == len(rendered) + 1
+
+
+def test_argo_template_url_is_the_shipped_service() -> None:
+    """The AnalysisTemplate's default URL must reach the Service deploy/kubernetes creates,
+    in the namespace its kustomization deploys to (else every analysis errors)."""
+    docs = list(yaml.safe_load_all((DEPLOY / "argo-rollouts/analysis-template.yaml").read_text()))
+    (arg,) = [a for a in docs[0]["spec"]["args"] if a["name"] == "monitor-url"]
+    m = re.fullmatch(r"http://([a-z0-9-]+)\.([a-z0-9-]+)\.svc\.cluster\.local:(\d+)", arg["value"])
+    assert m, arg["value"]
+    namespace = yaml.safe_load((DEPLOY / "kubernetes/kustomization.yaml").read_text())["namespace"]
+    svc = _one("Service")
+    assert m.group(1) == svc["metadata"]["name"]
+    assert m.group(2) == namespace
+    assert int(m.group(3)) == svc["spec"]["ports"][0]["port"]
+
+
+def test_systemd_unit_exposure_is_at_most_3() -> None:
+    """``systemd-analyze security --offline=true``: the unit's exposure score ≤ 3.0."""
+    analyze = require_binary("systemd-analyze", hint="apt-get install systemd")
+    unit = DEPLOY / "systemd/model-monitor.service"
+    done = subprocess.run([analyze, "security", "--offline=true", "--no-pager", str(unit)],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    m = re.search(r"Overall exposure level for model-monitor\.service: ([0-9.]+)", done.stdout)
+    assert m, done.stdout + done.stderr
+    assert float(m.group(1)) <= 3.0, done.stdout
 
 
 def test_systemd_unit_matches_the_cli_and_state_dir() -> None:
@@ -522,7 +598,13 @@ def test_systemd_unit_matches_the_cli_and_state_dir() -> None:
 
 # -- the Grafana dashboard --------------------------------------------------------------
 GRAFANA_BUILTINS = {"__rate_interval", "__interval", "__range", "__all", "__auto"}
-DASHBOARD_VARIABLES = {"datasource", "model", "version", "window", "slice"}
+DASHBOARD_VARIABLES = {"datasource", "model", "version", "window", "slice", "mc_model", "reg_model",
+                       "job", "instance"}  # fmt: skip
+# operational series: every panel showing one filters it by the job/instance variables
+OPERATIONAL = ("mlmon_records_total", "mlmon_invalid_records_total", "mlmon_consumer_lag",
+               "mlmon_pending_predictions", "mlmon_orphan_labels", "mlmon_join_events_total",
+               "mlmon_checkpoint_age_seconds", "mlmon_last_evaluation_timestamp_seconds",
+               "mlmon_consuming", "mlmon_checkpoint_failures_total")  # fmt: skip
 
 
 def _dashboard() -> dict[str, Any]:
@@ -687,14 +769,25 @@ def test_grafana_dashboard_variables_and_metrics(tmp_path: Path) -> None:
                    "mlmon_label_coverage", "mlmon_label_delay_seconds_bucket",
                    "mlmon_records_total", "mlmon_consumer_lag", "mlmon_invalid_records_total",
                    "mlmon_checkpoint_age_seconds", "mlmon_pending_predictions",
-                   "mlmon_slo_breached"):  # fmt: skip
+                   "mlmon_slo_breached", "mlmon_f1_macro", "mlmon_f1_macro_ci_lower",
+                   "mlmon_confusion_matrix", "mlmon_mae", "mlmon_mae_ci_upper", "mlmon_rmse",
+                   "mlmon_r2", "mlmon_interval_coverage"):  # fmt: skip
         assert family in used_names, f"no panel shows {family}"
+    for title, expr in exprs:
+        for name in OPERATIONAL:
+            for m in re.finditer(rf"\b{name}\b(\{{[^}}]*\}})?", expr):
+                sel = m.group(1) or ""
+                assert 'job=~"$job"' in sel and 'instance=~"$instance"' in sel, (title, expr)
+    for name, metric in (("mc_model", "mlmon_f1_macro"), ("reg_model", "mlmon_mae")):
+        query = variables[name]["query"]["query"]
+        assert query == f'label_values({metric}{{slice="all"}}, model)', query
 
     # every expression is valid PromQL once the variables are substituted (promtool parses
     # each as a recording rule)
     promtool = require_binary("promtool", hint="apt-get install prometheus")
     values = {"datasource": "prometheus", "model": "fraud", "version": "v1|v2", "window": "1h",
               "slice": "all", "comparison": ".*", "__rate_interval": "1m", "__range": "1h",
+              "mc_model": "triage", "reg_model": "eta", "job": ".*", "instance": ".*",
               "__interval": "15s"}  # fmt: skip
     rules = {"groups": [{"name": "dashboard", "rules": [
         {"record": f"dashboard:expr_{i}", "expr": substitute(e, values)}
