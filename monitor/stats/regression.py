@@ -32,7 +32,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .binary import NAN, _as_index, _ratio, clt_mean, wald
+from .common import NAN, clt_mean, wald
+from .common import as_index as _as_index
+from .common import ratio as _ratio
 from .results import MetricValue
 
 __all__ = ["RegressionLayout", "pinball_name"]

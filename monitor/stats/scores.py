@@ -27,7 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import expit, logit
 
-from .binary import NAN, _as_index, _ratio, clt_mean, wald
+from .common import NAN, clt_mean, wald
+from .common import as_index as _as_index
+from .common import ratio as _ratio
 from .intervals import wilson_interval, z_value
 from .results import MetricValue
 
