@@ -191,9 +191,12 @@ BinaryMetric = Literal[
     "predicted_positive_rate",
     "roc_auc",
     "pr_auc",
+    "pr_auc_debiased",
     "log_loss",
     "brier",
     "ece",
+    "ece_debiased",
+    "calibration_p_value",
     "ece_equal_mass",
     "mce",
 ]

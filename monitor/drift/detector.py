@@ -67,10 +67,14 @@ from monitor.drift.reference import (
 from monitor.drift.summaries import MAX_UNSEEN_NAMES, n_cells
 from monitor.drift.tests import (
     binned_ks,
+    categorical_detectable,
     chi_square,
     js_distance,
+    js_distance_debiased,
     missing_rate_test,
+    numeric_detectable,
     psi,
+    quantile_effect,
     wasserstein_binned,
 )
 
@@ -101,7 +105,11 @@ class FeatureDrift:
     ``effect_threshold`` its gate. Untested features (``tested`` False: fewer than
     ``min_samples`` values) have NaN ``p_value``/``p_adjusted`` and are never detected.
     ``missing_rate_p_value`` (two-proportion z-test against the reference) is reported
-    but not part of ``detected``. ``wasserstein``/``wasserstein_sd`` are NaN for categorical
+    but not part of ``detected``. ``effect`` is already corrected for sampling noise
+    (``effect_null``, the distance pure noise would show at this window's and the
+    reference's sizes, is subtracted); ``detectable_effect`` is the smallest effect, in the
+    same unit, this window would flag with 80 % probability (the larger of the test's
+    power limit and the gate). ``wasserstein``/``wasserstein_sd`` are NaN for categorical
     features; ``out_of_range`` (under- plus overflow) is 0 for them and ``unseen`` 0 for
     numeric ones.
     """
@@ -130,6 +138,8 @@ class FeatureDrift:
     tested: bool
     detected: bool
     reason: str
+    effect_null: float = math.nan
+    detectable_effect: float = math.nan
 
     @property
     def effect_ratio(self) -> float:
@@ -248,6 +258,8 @@ class _Raw:
     out_of_range: int
     unseen: int
     unseen_values: tuple[str, ...]
+    null: float
+    detectable: float
 
 
 class DriftDetector:
@@ -311,27 +323,35 @@ class DriftDetector:
         total = int(counts.sum())
         z = missing_rate_test(missing_ref, ref.n, n_missing, total)
         change = n_missing / total - ref.missing_rate if total else math.nan
+        n_live, n_ref = total - n_missing, ref.n_present
         if isinstance(ref, NumericReference):
             statistic, p_value = binned_ks(ref, counts)
             w = wasserstein_binned(ref, counts)
+            effect, null = quantile_effect(ref, counts)
             ref_cells = np.concatenate([[0], ref.counts, [0]])
             live_cells = counts[1:]
+            detectable = max(numeric_detectable(n_live, n_ref, self.alpha), self.numeric_effect)
             return _Raw(
-                ref, statistic, p_value, w.distance_sd, self.numeric_effect,
+                ref, statistic, p_value, effect, self.numeric_effect,
                 psi(ref_cells, live_cells), w.distance, w.distance_sd,
-                js_distance(ref_cells, live_cells), total - n_missing, n_missing,
-                change, z.p_value, int(counts[1] + counts[-1]), 0, (),
+                js_distance(ref_cells, live_cells), n_live, n_missing,
+                change, z.p_value, int(counts[1] + counts[-1]), 0, (), null, detectable,
             )  # fmt: skip
         statistic, p_value = chi_square(ref, counts)
         ref_cells = np.append(ref.counts, 0)
         live_cells = counts[1:]
         js = js_distance(ref_cells, live_cells)
+        effect, null = js_distance_debiased(ref_cells, live_cells)
         unseen = int(counts[-1])
         names = tuple(unseen_values)[:MAX_UNSEEN_NAMES] if unseen else ()
+        k = int(np.count_nonzero(ref_cells + live_cells)) or len(ref.categories)
+        detectable = max(
+            categorical_detectable(k, n_live, n_ref, self.alpha), self.categorical_effect
+        )
         return _Raw(
-            ref, statistic, p_value, js, self.categorical_effect, psi(ref_cells, live_cells),
-            math.nan, math.nan, js, total - n_missing, n_missing, change, z.p_value, 0,
-            unseen, names,
+            ref, statistic, p_value, effect, self.categorical_effect, psi(ref_cells, live_cells),
+            math.nan, math.nan, js, n_live, n_missing, change, z.p_value, 0,
+            unseen, names, null, detectable,
         )  # fmt: skip
 
     def predict(
@@ -375,12 +395,15 @@ class DriftDetector:
     def _result(self, name: str, r: _Raw, tested: bool, p_adjusted: float) -> FeatureDrift:
         numeric = isinstance(r.ref, NumericReference)
         test_name: Literal["ks", "chi2"] = "ks" if numeric else "chi2"
-        effect_name = "Wasserstein" if numeric else "JS distance"
+        effect_name = "quantile-Wasserstein" if numeric else "JS distance"
         unit = " SD" if numeric else ""
         significant = tested and p_adjusted < self.alpha
         large = r.effect >= r.threshold
         detected = bool(significant and large)
-        effect_txt = f"{effect_name} {r.effect:.3g}{unit} (threshold {r.threshold:g}{unit})"
+        effect_txt = (
+            f"{effect_name} {r.effect:.3g}{unit} beyond noise {r.null:.3g} "
+            f"(threshold {r.threshold:g}{unit})"
+        )
         if not tested:
             reason = f"not tested: {r.n} live values < min_samples {self.min_samples}"
         elif detected:
@@ -417,4 +440,6 @@ class DriftDetector:
             tested=tested,
             detected=detected,
             reason=reason,
+            effect_null=r.null,
+            detectable_effect=r.detectable if r.n > 0 else math.nan,
         )

@@ -43,9 +43,12 @@ _HELP = {
     "predicted_positive_rate": "Share of labeled predictions predicted positive",
     "roc_auc": "Area under the ROC curve (score histograms; DeLong interval)",
     "pr_auc": "Average precision (area under the precision-recall curve)",
+    "pr_auc_debiased": "Average precision with mid-rank precisions (less small-sample bias)",
     "log_loss": "Mean log loss of the scores",
     "brier": "Mean squared error of the scores (Brier score)",
-    "ece": "Expected calibration error, 10 equal-width bins",
+    "ece": "Expected calibration error, 10 equal-width bins (plug-in, biased upward)",
+    "ece_debiased": "ECE minus the expected ECE of a calibrated model (about 0 if calibrated)",
+    "calibration_p_value": "Calibration test p-value (Hosmer-Lemeshow chi-square over bins)",
     "ece_equal_mass": "Expected calibration error, 10 equal-mass bins",
     "mce": "Maximum calibration error over the equal-width bins",
     # multiclass
@@ -225,7 +228,15 @@ class MonitorCollector(Collector):
                 ("p_value", "Drift test p-value (uncorrected)"),
                 ("p_value_adjusted", "Drift p-value after multiple-testing correction"),
                 ("detected", "1 when the corrected p-value is below alpha and the effect passes"),
-                ("effect", "Gated effect size (Wasserstein in reference SDs, or JS distance)"),
+                (
+                    "effect",
+                    "Gated effect size beyond sampling noise (quantile Wasserstein in "
+                    "normal-SD units, or JS distance)",
+                ),
+                (
+                    "detectable_effect",
+                    "Smallest effect this window detects with 80% probability (same unit)",
+                ),
                 ("psi", "Population stability index"),
                 ("wasserstein", "Wasserstein-1 distance (numeric, feature units)"),
                 ("js_distance", "Jensen-Shannon distance, base 2 (categorical)"),
@@ -249,6 +260,7 @@ class MonitorCollector(Collector):
                     "p_value_adjusted": f.p_adjusted,
                     "detected": float(f.detected),
                     "effect": f.effect,
+                    "detectable_effect": f.detectable_effect,
                     "psi": f.psi,
                     "wasserstein": f.wasserstein,
                     "js_distance": f.js_distance,
