@@ -59,7 +59,7 @@ class Coverage:
 def _summarize(values: dict[str, list[MetricValue]], truth: dict[str, float]) -> list[Coverage]:
     out = []
     for name, mvs in values.items():
-        if name not in truth or name in SKIP:
+        if name not in truth or name in SKIP or not any(m.defined for m in mvs):
             continue
         t = truth[name]
         exported = [m for m in mvs if math.isfinite(m.lower) and math.isfinite(m.upper)]
