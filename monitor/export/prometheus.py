@@ -177,12 +177,11 @@ class MonitorCollector(Collector):
                     key, extra, family = [*labels, cls], ("class",), f"mlmon_class_{name}"
                     doc = f"Per-class (one vs rest) {name} of a multiclass model"
                 fam(family, doc, extra).add_metric(key, m.value)
-                fam(f"{family}_ci_lower", f"Lower confidence bound of {family}", extra).add_metric(
-                    key, m.lower
-                )
-                fam(f"{family}_ci_upper", f"Upper confidence bound of {family}", extra).add_metric(
-                    key, m.upper
-                )
+                if not (math.isnan(m.lower) or math.isnan(m.upper)):  # withheld: m.note says why
+                    lower = f"Lower confidence bound of {family}"
+                    upper = f"Upper confidence bound of {family}"
+                    fam(f"{family}_ci_lower", lower, extra).add_metric(key, m.lower)
+                    fam(f"{family}_ci_upper", upper, extra).add_metric(key, m.upper)
                 metric_n.add_metric([*labels, m.name], m.n)
             if r.class_confusion and r.slice == "all":
                 cm = fam(

@@ -55,6 +55,7 @@ def result_json(r: WindowResult) -> dict[str, Any]:
                 "ci_upper": _num(m.upper),
                 "n": m.n,
                 "interval_method": m.method,
+                **({"interval_note": m.note} if m.note else {}),
             }
             for m in r.metrics
         },

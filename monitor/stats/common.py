@@ -28,14 +28,14 @@ __all__ = [
 NAN = float("nan")
 
 MIN_CLASS_COUNT = 10
-"""Positives AND negatives a window needs before the intervals of class-imbalance-sensitive
-metrics (ROC-AUC, PR-AUC, F-beta, MCC, kappa, log loss, Brier, ECE) are exported.
+"""Positives AND negatives a window needs before the intervals of the confusion-count
+metrics that mix both classes (F-beta, MCC, kappa, balanced and harmonic class accuracy)
+are exported; the score-based metrics need ``scores.MIN_SCORE_CLASS_COUNT``.
 
 Below it the point value is still reported but the interval is NaN with a reason in
-:attr:`MetricValue.note`: with a handful of events of one class every large-sample interval
-we know (DeLong, delta method, CLT) covers 50-85 % instead of 95 % (measured by
-``python bench/coverage.py``, docs/statistics.md), and the posterior-based ones depend on
-the prior more than on the data."""
+:attr:`MetricValue.note`: with a handful of events of one class the delta-method intervals
+covered 51-88 % (issue 13), and a posterior interval then reflects the prior more than the
+data (measured by ``python bench/coverage.py``, docs/statistics.md)."""
 
 
 def withheld(mv: MetricValue, reason: str) -> MetricValue:
