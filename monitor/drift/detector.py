@@ -71,7 +71,7 @@ from monitor.drift.reference import (
     NumericReference,
     ReferenceProfile,
 )
-from monitor.drift.summaries import MAX_UNSEEN_NAMES, n_cells
+from monitor.drift.summaries import MAX_UNSEEN_NAMES, n_cells, reference_cells
 from monitor.drift.tests import (
     binned_ks,
     categorical_detectable,
@@ -345,11 +345,11 @@ class DriftDetector:
                 change, z.p_value, int(counts[1] + counts[-1]), 0, (), null, detectable,
             )  # fmt: skip
         statistic, p_value = chi_square(ref, counts)
-        ref_cells = np.append(ref.counts, 0)
+        ref_cells = reference_cells(ref)
         live_cells = counts[1:]
         js = js_distance(ref_cells, live_cells)
         effect, null = js_distance_debiased(ref_cells, live_cells)
-        unseen = int(counts[-1])
+        unseen = int(counts[len(ref.categories) + 1])
         names = tuple(unseen_values)[:MAX_UNSEEN_NAMES] if unseen else ()
         k = int(np.count_nonzero(ref_cells + live_cells)) or len(ref.categories)
         detectable = max(

@@ -21,7 +21,7 @@ from scipy import optimize, stats
 from scipy.spatial import distance
 
 from monitor.drift.reference import CategoricalReference, NumericReference
-from monitor.drift.summaries import n_cells
+from monitor.drift.summaries import n_cells, reference_cells
 
 __all__ = [
     "QUANTILE_SCALE",
@@ -163,10 +163,9 @@ def wasserstein_binned(ref: NumericReference, live_counts: np.ndarray) -> Wasser
 
 
 def _categorical_table(ref: CategoricalReference, live_counts: np.ndarray) -> np.ndarray:
-    """2 x (K+1) table: reference and live counts over categories then unseen."""
+    """2 x (K+1+S) table: reference and live counts over categories, unseen, sketch."""
     live = _live(ref, live_counts)[1:]
-    r = np.append(ref.counts.astype(np.float64), 0.0)
-    return np.vstack([r, live])
+    return np.vstack([reference_cells(ref).astype(np.float64), live])
 
 
 def chi_square(

@@ -20,7 +20,14 @@ import pytest
 from scipy import stats
 
 from monitor.drift.detector import DriftDetector
-from monitor.drift.reference import CategoricalReference, NumericReference, ReferenceProfile
+from monitor.drift.reference import (
+    OTHER,
+    CategoricalReference,
+    NumericReference,
+    ReferenceProfile,
+    sketch_bucket,
+)
+from monitor.drift.summaries import categorical_cells, count_cells
 
 ALPHA = 0.05
 
@@ -106,3 +113,58 @@ def test_detectable_effect_predicts_detection() -> None:
     flagged_at, _, _ = _flag_rate(rng, ref, _numeric_probs(ref, stats.norm(at)), 1000, 200)
     print(f"0.1 SD: n=10k {flagged:.3f}, n=1k {flagged_1k:.3f}; at {at:.3f} SD: {flagged_at:.3f}")
     assert 0.65 <= flagged_at <= 0.95  # ≈ the promised 80 % (an approximation)
+
+
+def _other_case(rng: np.random.Generator, sketch: int) -> tuple:
+    """50 common values and 150 rare ones (23 % of traffic, folded into __other__)."""
+    common = np.full(50, 0.77 / 50)  # every common value above any rare one
+    rare = rng.dirichlet(np.full(150, 1.0)) * 0.23
+    names = [f"c{i}" for i in range(50)] + [f"r{i}" for i in range(150)]
+    shares = np.concatenate([common, rare])
+    sample = rng.choice(len(names), size=200_000, p=shares)
+    ref = CategoricalReference.from_values(
+        "merchant", [names[i] for i in sample], max_categories=50, sketch_cells=sketch
+    )
+    return ref, names, common, rare
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sketch", [0, 16])
+def test_reshuffle_inside_other_is_visible_with_a_sketch(sketch: int) -> None:
+    """The rare values trade places (same total): one __other__ cell cannot see it."""
+    rng = np.random.default_rng(31)
+    ref, names, common, rare = _other_case(rng, sketch)
+    live_shares = np.concatenate([common, rng.permutation(rare)])
+    index = {c: i + 1 for i, c in enumerate(ref.categories)}
+    k = len(ref.categories)
+    probs = np.zeros(k + 2 + ref.sketch_cells)
+    for name, share in zip(names, live_shares, strict=True):
+        if name in index:
+            probs[index[name]] += share
+        elif sketch:
+            probs[k + 2 + sketch_bucket(name, sketch)] += share
+        else:
+            probs[index[OTHER]] += share
+    flagged, _, _ = _flag_rate(rng, ref, probs, 10_000, 100)
+    print(f"reshuffle inside __other__, sketch {sketch}: flagged {flagged:.2f}")
+    if sketch:
+        assert flagged >= 0.9
+    else:
+        assert flagged <= 0.1  # the blind spot the sketch removes
+
+
+def test_sketch_round_trips_and_routes_folded_values() -> None:
+    values = ["a"] * 50 + ["b"] * 30 + [f"r{i}" for i in range(40)] + [None]
+    ref = CategoricalReference.from_values("f", values, max_categories=2, sketch_cells=8)
+    assert ref.sketch is not None and int(ref.sketch.sum()) == 40
+    assert CategoricalReference.from_json(ref.to_json()) == ref
+    cells, unseen = categorical_cells(ref, ["a", "r3", "r3", "new", None])
+    counts = count_cells(ref, cells)
+    assert counts.size == len(ref.categories) + 2 + 8
+    assert counts[len(ref.categories) + 2 + sketch_bucket("r3", 8)] == 2
+    assert counts[ref.categories.index(OTHER) + 1] == 0  # folded values go to the sketch
+    assert counts[len(ref.categories) + 1] == 1 and unseen == ["new"]
+    with pytest.raises(ValueError, match="sum to the"):
+        CategoricalReference(
+            "f", ref.categories, ref.counts, ref.n, ref.missing_rate, ref.folded, ref.sketch + 1
+        )
