@@ -25,8 +25,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
-from scipy.special import expit, logit
+from scipy.special import chdtrc, expit, gammaln, logit, stdtrit
 
 from .common import NAN, class_count_reason, clt_mean, wald, withheld
 from .common import as_index as _as_index
@@ -179,7 +178,14 @@ def _binomial_mad(n: np.ndarray, p: np.ndarray) -> np.ndarray:
     """E|X − np| for X ~ Binomial(n, p), de Moivre's closed form 2(m+1)(1−p)·P(X = m+1),
     m = ⌊np⌋ (Diaconis & Zabell 1991, "Closed form summation for classical distributions")."""
     m = np.floor(n * p)
-    return 2.0 * (m + 1.0) * (1.0 - p) * stats.binom.pmf(m + 1.0, n, p)
+    k = m + 1.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_pmf = (
+            gammaln(n + 1.0) - gammaln(k + 1.0) - gammaln(n - k + 1.0)
+            + k * np.log(p) + (n - k) * np.log1p(-p)
+        )  # fmt: skip
+        pmf = np.where((k <= n) & (p > 0.0) & (p < 1.0), np.exp(log_pmf), 0.0)
+    return 2.0 * k * (1.0 - p) * pmf
 
 
 def ece_debiased_from_bins(
@@ -275,7 +281,7 @@ def calibration_test(count: np.ndarray, sum_p: np.ndarray, sum_y: np.ndarray) ->
         reason = "too few expected events for a calibration test"
         return MetricValue("calibration_p_value", NAN, NAN, NAN, n, "hosmer-lemeshow", reason)
     chi2 = float(sum(g[0] ** 2 / g[1] for g in usable))
-    p_value = float(stats.chi2.sf(chi2, len(usable)))
+    p_value = float(chdtrc(len(usable), chi2))
     return MetricValue("calibration_p_value", p_value, NAN, NAN, n, "hosmer-lemeshow", note)
 
 
@@ -417,7 +423,7 @@ class ScoreLayout:
         n_pos, n_neg = float(pos.sum()), float(neg.sum())
         label = method.replace("_", "-") + "-logit"
         df = min(n_pos, n_neg) - 1.0
-        quantile = float(stats.t.ppf(0.5 + confidence / 2.0, df)) if df >= 1 else math.inf
+        quantile = float(stdtrit(df, 0.5 + confidence / 2.0)) if df >= 1 else math.inf
         mv = _logit_interval("roc_auc", auc, se * quantile, n, label)
         reason = class_count_reason(n_pos, n_neg, MIN_SCORE_CLASS_COUNT)
         return withheld(mv, reason) if reason and mv.defined else mv

@@ -100,3 +100,22 @@ def test_debiased_ece_and_calibration_test(scores: str) -> None:
     print(off)
     assert off.test_rejects >= 0.95
     assert off.point_rule_fires >= (0.95 if scores == "beta(1,4)" else 0.88)
+
+
+def test_binomial_mean_absolute_deviation_matches_the_sum() -> None:
+    """de Moivre's closed form E|X − np| against the direct sum over the binomial pmf."""
+    from scipy import stats
+
+    from monitor.stats.scores import _binomial_mad
+
+    n = np.array([1.0, 5, 100, 37, 1000, 3, 12])
+    p = np.array([0.3, 0.01, 0.5, 0.999, 0.07, 0.0, 1.0])
+    direct = [
+        float(
+            np.sum(
+                np.abs(np.arange(int(a) + 1) - a * b) * stats.binom.pmf(np.arange(int(a) + 1), a, b)
+            )
+        )
+        for a, b in zip(n, p, strict=True)
+    ]
+    np.testing.assert_allclose(_binomial_mad(n, p), direct, atol=1e-10)
