@@ -222,6 +222,8 @@ MulticlassMetric = Literal[
     "log_loss",
     "brier",
     "ece",
+    "ece_debiased",
+    "calibration_p_value",
 ]
 MULTICLASS_METRICS: tuple[str, ...] = get_args(MulticlassMetric)
 

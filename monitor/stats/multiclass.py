@@ -31,7 +31,7 @@ from .common import NAN, clt_mean, homogeneous_delta_se, wald
 from .common import as_index as _as_index
 from .common import ratio as _ratio
 from .results import MetricValue
-from .scores import ece_from_bins
+from .scores import calibration_test, ece_debiased_from_bins, ece_from_bins
 
 __all__ = ["MulticlassLayout"]
 
@@ -128,7 +128,9 @@ class MulticlassLayout:
         confidence: float = 0.95,
         per_class: bool = True,
     ) -> list[MetricValue]:
-        """Accuracy, averaged and per-class P/R/F1, kappas, MCC, log loss, Brier, ECE."""
+        """Accuracy, averaged and per-class P/R/F1, kappas, MCC, log loss, Brier, top-label
+        ECE (plug-in and debiased) and the calibration test of the top-label confidence
+        (correct = Bernoulli(confidence) when calibrated: the binary machinery applies)."""
         cm = self.confusion(vec)
         n = float(cm.sum())
         diag = np.diag(cm)
@@ -160,6 +162,8 @@ class MulticlassLayout:
         mb = self.calibration_bins
         cal = np.asarray(vec[b + 5 : b + 5 + 3 * mb], dtype=np.float64).reshape(3, mb)
         out.append(ece_from_bins("ece", cal[0], cal[1], cal[2], confidence))
+        out.append(ece_debiased_from_bins(cal[0], cal[1], cal[2]))
+        out.append(calibration_test(cal[0], cal[1], cal[2]))
         return out
 
 
