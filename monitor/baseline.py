@@ -18,7 +18,12 @@ import numpy as np
 import pandas as pd
 
 from .config import ModelSettings, Settings
-from .drift.reference import CategoricalReference, NumericReference, ReferenceProfile
+from .drift.reference import (
+    OTHER_SKETCH_CELLS,
+    CategoricalReference,
+    NumericReference,
+    ReferenceProfile,
+)
 from .ingest.decode import canonical_label
 
 __all__ = ["BaselineError", "build_baseline", "read_table"]
@@ -118,7 +123,9 @@ def build_baseline(settings: Settings, path: Path, model: str | None = None) -> 
         else:
             values = [None if _missing(v) else str(v) for v in series.tolist()]
             features.append(
-                CategoricalReference.from_values(col, values, max_categories=max_categories)
+                CategoricalReference.from_values(
+                    col, values, max_categories=max_categories, sketch_cells=OTHER_SKETCH_CELLS
+                )
             )
             categorical.append(col)
     score = None

@@ -249,9 +249,12 @@ BinaryMetric = Literal[
     "predicted_positive_rate",
     "roc_auc",
     "pr_auc",
+    "pr_auc_debiased",
     "log_loss",
     "brier",
     "ece",
+    "ece_debiased",
+    "calibration_p_value",
     "ece_equal_mass",
     "mce",
 ]
@@ -277,6 +280,8 @@ MulticlassMetric = Literal[
     "log_loss",
     "brier",
     "ece",
+    "ece_debiased",
+    "calibration_p_value",
 ]
 MULTICLASS_METRICS: tuple[str, ...] = get_args(MulticlassMetric)
 
@@ -341,8 +346,8 @@ class DriftSettings(_Section):
     windows: tuple[str, ...] = ()  # window names to test; default: all of the model's
     alpha: float = Field(0.05, gt=0.0, lt=0.5)
     correction: Literal["bh", "bonferroni"] = "bh"
-    numeric_effect: float | None = Field(None, gt=0.0)  # Wasserstein, reference SDs
-    categorical_effect: float | None = Field(None, gt=0.0)  # Jensen-Shannon distance
+    numeric_effect: float | None = Field(None, gt=0.0)  # quantile Wasserstein, normal SDs
+    categorical_effect: float | None = Field(None, gt=0.0)  # JS distance beyond noise
     min_samples: int | None = Field(None, ge=1)
     bins: int = Field(100, ge=10, le=1000)  # `monitor baseline`: equal-mass numeric bins
     max_categories: int = Field(50, ge=2, le=1000)  # `monitor baseline`: top categories kept

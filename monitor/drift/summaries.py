@@ -13,7 +13,8 @@ Cell layouts (index 0 is always *missing*):
   (above the reference max) — ``B + 3`` cells;
 - categorical, ``K`` categories: ``0`` missing (``None``), ``1 .. K`` reference categories
   (including ``"__other__"`` if the reference folded rare values), ``K+1`` unseen — ``K + 2``
-  cells.
+  cells; with a reference sketch of S buckets, S more cells ``K+2 .. K+S+1`` receive the
+  folded values by hash bucket (the ``__other__`` cell then stays empty).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from monitor.drift.reference import OTHER, CategoricalReference, NumericReference
+from monitor.drift.reference import OTHER, CategoricalReference, NumericReference, sketch_bucket
 
 __all__ = [
     "MAX_UNSEEN_NAMES",
@@ -31,6 +32,7 @@ __all__ = [
     "first_unseen",
     "n_cells",
     "numeric_cells",
+    "reference_cells",
 ]
 
 MAX_UNSEEN_NAMES = 10
@@ -41,10 +43,20 @@ UNDERFLOW_CELL = 1
 
 
 def n_cells(ref: NumericReference | CategoricalReference) -> int:
-    """Length of a live count vector for ``ref``: ``B + 3`` (numeric) or ``K + 2``."""
+    """Length of a live count vector for ``ref``: ``B + 3`` (numeric) or ``K + 2 + S``."""
     if isinstance(ref, NumericReference):
         return ref.bins + 3
-    return len(ref.categories) + 2
+    return len(ref.categories) + 2 + ref.sketch_cells
+
+
+def reference_cells(ref: CategoricalReference) -> np.ndarray:
+    """The reference's counts over the live cells after *missing*: categories, unseen (0),
+    then the sketch buckets (with the ``__other__`` count moved into them)."""
+    counts = np.asarray(ref.counts, dtype=np.int64).copy()
+    if ref.sketch is None:
+        return np.append(counts, 0)
+    counts[ref.categories.index(OTHER)] = 0
+    return np.concatenate([counts, [0], ref.sketch])
 
 
 def numeric_cells(ref: NumericReference, values: np.ndarray | Sequence[float]) -> np.ndarray:
@@ -74,7 +86,11 @@ def categorical_cells(
     index: dict[str, int] = {c: i + 1 for i, c in enumerate(ref.categories)}
     if OTHER in index:
         other = index[OTHER]
-        index.update(dict.fromkeys(ref.folded, other))
+        if ref.sketch is None:
+            index.update(dict.fromkeys(ref.folded, other))
+        else:
+            cells = ref.sketch_cells
+            index.update({v: k + 2 + sketch_bucket(v, cells) for v in ref.folded})
     # one dictionary lookup per *distinct* present value, then a vectorized gather
     is_missing = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
     cells = np.zeros(len(values), dtype=np.int64)

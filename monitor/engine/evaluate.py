@@ -381,7 +381,10 @@ def _sum_rows(matrix: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return weights @ matrix
 
 
-_SCORE_METRICS = {"roc_auc", "pr_auc", "log_loss", "brier", "ece", "ece_equal_mass", "mce"}
+_SCORE_METRICS = {
+    "roc_auc", "pr_auc", "pr_auc_debiased", "log_loss", "brier", "ece", "ece_debiased",
+    "calibration_p_value", "ece_equal_mass", "mce",
+}  # fmt: skip
 _NAN3 = (float("nan"),) * 3
 
 

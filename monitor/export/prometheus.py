@@ -43,9 +43,12 @@ _HELP = {
     "predicted_positive_rate": "Share of labeled predictions predicted positive",
     "roc_auc": "Area under the ROC curve (score histograms; DeLong interval)",
     "pr_auc": "Average precision (area under the precision-recall curve)",
+    "pr_auc_debiased": "Average precision with mid-rank precisions (less small-sample bias)",
     "log_loss": "Mean log loss of the scores",
     "brier": "Mean squared error of the scores (Brier score)",
-    "ece": "Expected calibration error, 10 equal-width bins",
+    "ece": "Expected calibration error, 10 equal-width bins (plug-in, biased upward)",
+    "ece_debiased": "ECE minus the expected ECE of a calibrated model (about 0 if calibrated)",
+    "calibration_p_value": "Calibration test p-value (Hosmer-Lemeshow chi-square over bins)",
     "ece_equal_mass": "Expected calibration error, 10 equal-mass bins",
     "mce": "Maximum calibration error over the equal-width bins",
     # multiclass
@@ -184,12 +187,11 @@ class MonitorCollector(Collector):
                     key, extra, family = [*labels, cls], ("class",), f"mlmon_class_{name}"
                     doc = f"Per-class (one vs rest) {name} of a multiclass model"
                 fam(family, doc, extra).add_metric(key, m.value)
-                fam(f"{family}_ci_lower", f"Lower confidence bound of {family}", extra).add_metric(
-                    key, m.lower
-                )
-                fam(f"{family}_ci_upper", f"Upper confidence bound of {family}", extra).add_metric(
-                    key, m.upper
-                )
+                if not (math.isnan(m.lower) or math.isnan(m.upper)):  # withheld: m.note says why
+                    lower = f"Lower confidence bound of {family}"
+                    upper = f"Upper confidence bound of {family}"
+                    fam(f"{family}_ci_lower", lower, extra).add_metric(key, m.lower)
+                    fam(f"{family}_ci_upper", upper, extra).add_metric(key, m.upper)
                 metric_n.add_metric([*labels, m.name], m.n)
             if r.class_confusion and r.slice == "all":
                 cm = fam(
@@ -235,7 +237,15 @@ class MonitorCollector(Collector):
                 ("p_value", "Drift test p-value (uncorrected)"),
                 ("p_value_adjusted", "Drift p-value after multiple-testing correction"),
                 ("detected", "1 when the corrected p-value is below alpha and the effect passes"),
-                ("effect", "Gated effect size (Wasserstein in reference SDs, or JS distance)"),
+                (
+                    "effect",
+                    "Gated effect size beyond sampling noise (quantile Wasserstein in "
+                    "normal-SD units, or JS distance)",
+                ),
+                (
+                    "detectable_effect",
+                    "Smallest effect this window detects with 80% probability (same unit)",
+                ),
                 ("psi", "Population stability index"),
                 ("wasserstein", "Wasserstein-1 distance (numeric, feature units)"),
                 ("js_distance", "Jensen-Shannon distance, base 2 (categorical)"),
@@ -259,6 +269,7 @@ class MonitorCollector(Collector):
                     "p_value_adjusted": f.p_adjusted,
                     "detected": float(f.detected),
                     "effect": f.effect,
+                    "detectable_effect": f.detectable_effect,
                     "psi": f.psi,
                     "wasserstein": f.wasserstein,
                     "js_distance": f.js_distance,

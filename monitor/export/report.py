@@ -59,6 +59,7 @@ def result_json(r: WindowResult) -> dict[str, Any]:
                 "ci_upper": _num(m.upper),
                 "n": m.n,
                 "interval_method": m.method,
+                **({"interval_note": m.note} if m.note else {}),
             }
             for m in r.metrics
         },
@@ -239,6 +240,8 @@ def drift_json(d: DriftResult) -> dict[str, Any]:
                 "p_adjusted": _num(f.p_adjusted),
                 "effect": _num(f.effect),
                 "effect_threshold": f.effect_threshold,
+                "effect_null": _num(f.effect_null),
+                "detectable_effect": _num(f.detectable_effect),
                 "psi": _num(f.psi),
                 "wasserstein": _num(f.wasserstein),
                 "wasserstein_sd": _num(f.wasserstein_sd),

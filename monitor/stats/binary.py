@@ -11,11 +11,11 @@ layout class is stateless apart from its parameters and offers
   (``np.add.at``, so repeated row indices accumulate), the engine's bulk path;
 * ``metrics(vec, confidence=0.95, **params) -> list[MetricValue]`` — a pure view.
 
-This module also holds the helpers the sibling layouts share (the ``Layout`` protocol,
-Wald/CLT intervals and the delta-method variance of a count-homogeneous statistic).
+The ``Layout`` protocol lives here; the helpers every layout shares are in
+:mod:`monitor.stats.common`. Intervals: Wilson for proportions, a Jeffreys-Dirichlet
+posterior (:func:`confusion_posterior`) for F-beta, MCC, kappa and the class-accuracy means.
 
-Cell order is that of :mod:`monitor.stats.confusion`: index ``2 * y_true + y_pred``, i.e.
-``[TN, FP, FN, TP]``.
+Cell order: index ``2 * y_true + y_pred``, i.e. ``[TN, FP, FN, TP]``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,16 @@ from typing import Protocol
 
 import numpy as np
 
-from .intervals import wilson_interval, z_value
+from .agreement import kappa_with_se, mcc_with_se
+from .common import (
+    NAN,
+    class_count_reason,
+    clt_mean,
+    homogeneous_delta_se,
+    wald,
+)
+from .common import as_index as _as_index
+from .common import ratio as _ratio
 from .results import MetricValue
 
 __all__ = [
@@ -40,7 +49,6 @@ __all__ = [
 ]
 
 _TN, _FP, _FN, _TP = 0, 1, 2, 3
-NAN = float("nan")
 
 
 class Layout(Protocol):
@@ -54,87 +62,9 @@ class Layout(Protocol):
     def metrics(self, vec: np.ndarray, confidence: float = 0.95) -> list[MetricValue]: ...
 
 
-# --------------------------------------------------------------------------- shared helpers
-
-
-def wald(
-    name: str,
-    value: float,
-    se: float,
-    n: int,
-    confidence: float,
-    method: str,
-    bounds: tuple[float, float] = (-math.inf, math.inf),
-) -> MetricValue:
-    """Symmetric normal-approximation interval ``value ± z·se``, clipped to ``bounds``.
-
-    Used for every metric whose standard error comes from the delta method or the CLT.
-    An undefined value or standard error gives a NaN interval rather than a fake one.
-    """
-    if not (math.isfinite(value) and math.isfinite(se)):
-        return MetricValue(name, value, NAN, NAN, n, method)
-    half = z_value(confidence) * se
-    lo = max(bounds[0], value - half)
-    hi = min(bounds[1], value + half)
-    return MetricValue(name, value, lo, hi, n, method)
-
-
-def clt_mean(
-    name: str,
-    total: float,
-    total_sq: float,
-    n: float,
-    confidence: float,
-    bounds: tuple[float, float] = (-math.inf, math.inf),
-) -> MetricValue:
-    """Mean of a per-row quantity from its Σx and Σx², with a CLT (t-free Wald) interval.
-
-    The sample variance is ``(Σx² − (Σx)²/n)/(n − 1)`` and the standard error
-    ``sqrt(var / n)``. The two sums are all a window needs, so the interval merges with
-    the mean. With heavy tails (infinite fourth moment) the interval is honest only in the
-    sense of the CLT; there is nothing better available from moments.
-    """
-    n_int = round(n)
-    if n_int <= 0:
-        return MetricValue(name, NAN, NAN, NAN, 0, "clt")
-    mean = total / n
-    if n_int < 2:
-        return MetricValue(name, mean, NAN, NAN, n_int, "clt")
-    centered = total_sq - total * total / n
-    # Σx² − (Σx)²/n cancels catastrophically when the values (nearly) agree: a residue
-    # below the rounding error of Σx² is zero variance, not noise to take a root of.
-    if centered <= 1e-12 * abs(total_sq):
-        centered = 0.0
-    var = centered / (n - 1.0)
-    return wald(name, mean, math.sqrt(var / n), n_int, confidence, "clt", bounds)
-
-
-def homogeneous_delta_se(grad: np.ndarray, counts: np.ndarray) -> float:
-    """Delta-method standard error of a statistic f(counts) that is homogeneous of degree 0.
-
-    Under the multinomial model with proportions p, Var f(p̂) ≈ (1/n)[Σ g_i² p_i − (Σ g_i p_i)²]
-    with g = ∇_p f. For a ratio of counts (scale-free: accuracy, F-beta, MCC, ...) Euler's
-    theorem gives Σ g_i p_i = 0, and rewriting the gradient in counts (∂f/∂N_i = g_i/n) leaves
-    Var ≈ Σ_i (∂f/∂N_i)² N_i — the formula used throughout (Takahashi et al. 2022 for F1).
-    """
-    g = np.asarray(grad, dtype=np.float64)
-    c = np.asarray(counts, dtype=np.float64)
-    return float(math.sqrt(max(0.0, float(np.sum(g * g * c)))))
-
-
 def fbeta_name(beta: float) -> str:
     """``f2`` for β = 2, ``f0_5`` for β = 0.5 (a dot is not welcome in metric names)."""
     return "f" + f"{beta:g}".replace(".", "_")
-
-
-def _ratio(name: str, k: float, n: float, confidence: float) -> MetricValue:
-    lo, hi = wilson_interval(k, n, confidence)
-    value = k / n if n > 0 else NAN
-    return MetricValue(name, value, float(lo), float(hi), round(n), "wilson")
-
-
-def _as_index(rows: np.ndarray | int, size: int) -> np.ndarray:
-    return np.broadcast_to(np.asarray(rows, dtype=np.intp), (size,))
 
 
 # --------------------------------------------------------------------------- binary layout
@@ -200,114 +130,225 @@ class BinaryLayout:
             _ratio("fnr", fn, pos, confidence),
             _ratio("prevalence", pos, n, confidence),
             _ratio("predicted_positive_rate", ppos, n, confidence),
-            fbeta(tp, fp, fn, 1.0, confidence),
         ]
+        reason = class_count_reason(pos, neg)
+        draws = confusion_posterior(np.array([tn, fp, fn, tp])) if n > 0 and not reason else None
+        out.append(fbeta(tp, fp, fn, 1.0, confidence, tn, draws))
         for beta in self.betas if betas is None else betas:
             if beta != 1.0:
-                out.append(fbeta(tp, fp, fn, beta, confidence))
-        out.append(balanced_accuracy(tp, fp, fn, tn, confidence))
-        out.append(hmean_class_accuracy(tp, fp, fn, tn, confidence))
-        out.append(mcc(tp, fp, fn, tn, confidence))
-        out.append(cohen_kappa(tp, fp, fn, tn, confidence))
+                out.append(fbeta(tp, fp, fn, beta, confidence, tn, draws))
+        out.append(balanced_accuracy(tp, fp, fn, tn, confidence, draws, reason))
+        out.append(hmean_class_accuracy(tp, fp, fn, tn, confidence, draws, reason))
+        out.append(mcc(tp, fp, fn, tn, confidence, draws, reason))
+        out.append(cohen_kappa(tp, fp, fn, tn, confidence, draws, reason))
         return out
 
 
-def fbeta(tp: float, fp: float, fn: float, beta: float, confidence: float = 0.95) -> MetricValue:
-    """F-beta with a delta-method interval generalizing Takahashi et al. (2022).
+# --------------------------------------------------------------------------- posterior
 
-    F = (1+β²)TP / ((1+β²)TP + β²FN + FP) is homogeneous of degree 0 in the counts, so
-    Var F ≈ Σ (∂F/∂N)² N (see :func:`homogeneous_delta_se`). With D the denominator:
-    ∂F/∂TP = (1+β²)(β²FN + FP)/D², ∂F/∂FP = −(1+β²)TP/D², ∂F/∂FN = −(1+β²)β²TP/D²;
-    TN does not enter. For β = 1 this is exactly ``confusion.f1_interval``. n = TP+FP+FN.
+POSTERIOR_DRAWS = 2000
+"""Monte-Carlo draws per window: the 2.5 % quantile's own error is then ≈ 0.35 percentage
+points of probability, far inside the coverage tolerance (≈ 1 ms per window)."""
+
+POSTERIOR_SEED = 20261123
+"""Fixed seed: the same counts always give the same interval (replay equals the daemon)."""
+
+
+def confusion_posterior(counts: np.ndarray, draws: int = POSTERIOR_DRAWS) -> np.ndarray:
+    """(draws, 4) cell proportions ``[TN, FP, FN, TP]`` from the Jeffreys posterior.
+
+    The counts are multinomial; with the Jeffreys prior Dirichlet(½, ½, ½, ½) the posterior
+    of the cell proportions is Dirichlet(N + ½), drawn as normalized Gamma variates. Any
+    metric of the proportions then has a posterior sample, and its equal-tailed quantiles
+    are the interval. Why not the delta method: F1 and MCC are ratios whose sampling
+    distribution is skewed and bounded when one class has few events — the delta interval
+    covered 51 % at 1 % prevalence and n = 300 (issue 13), and had zero width whenever
+    TP = 0. Jeffreys-prior intervals keep near-nominal frequentist coverage for binomial
+    and multinomial functionals (Brown, Cai & DasGupta 2001); measured coverage is in
+    docs/statistics.md (``python bench/coverage.py``).
+    """
+    rng = np.random.default_rng(POSTERIOR_SEED)
+    g = rng.standard_gamma(np.asarray(counts, dtype=np.float64) + 0.5, size=(draws, 4))
+    return g / g.sum(axis=1, keepdims=True)
+
+
+def _posterior_value(
+    name: str,
+    value: float,
+    samples: np.ndarray | None,
+    n: int,
+    confidence: float,
+    reason: str,
+) -> MetricValue:
+    """Point value (the plug-in, sklearn's) with the posterior's equal-tailed interval.
+
+    The interval is widened to contain the point value if needed (the plug-in of a ratio
+    can sit at a bound, e.g. F1 = 0 with TP = 0, where every posterior draw is > 0)."""
+    if not math.isfinite(value):
+        return MetricValue(name, value, NAN, NAN, n, "jeffreys")
+    if reason or samples is None:
+        return MetricValue(name, value, NAN, NAN, n, "jeffreys", reason or "no data")
+    lo, hi = _equal_tailed(samples, confidence)
+    return MetricValue(name, value, min(lo, value), max(hi, value), n, "jeffreys")
+
+
+def _equal_tailed(samples: np.ndarray, confidence: float) -> tuple[float, float]:
+    """The α/2 and 1 − α/2 order statistics (``np.partition``: O(draws), no full sort)."""
+    s = samples[np.isfinite(samples)]
+    if s.size == 0:
+        return NAN, NAN
+    alpha = 1.0 - confidence
+    k_lo = math.floor(alpha / 2.0 * (s.size - 1))
+    k_hi = math.ceil((1.0 - alpha / 2.0) * (s.size - 1))
+    part = np.partition(s, (k_lo, k_hi))
+    return float(part[k_lo]), float(part[k_hi])
+
+
+def _cells(draws: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    return draws[:, _TN], draws[:, _FP], draws[:, _FN], draws[:, _TP]
+
+
+def fbeta(
+    tp: float,
+    fp: float,
+    fn: float,
+    beta: float,
+    confidence: float = 0.95,
+    tn: float | None = None,
+    draws: np.ndarray | None = None,
+) -> MetricValue:
+    """F-beta = (1+β²)TP / ((1+β²)TP + β²FN + FP) with a Jeffreys-posterior interval.
+
+    TN does not enter F, so the posterior is over (TP, FP, FN) (a Dirichlet's aggregation
+    property makes this the marginal of the four-cell posterior). The interval is withheld
+    below :data:`~monitor.stats.common.MIN_CLASS_COUNT` positives (and negatives, when
+    ``tn`` is given). n = TP+FP+FN. ``draws``: a posterior sample already drawn for these
+    counts (:meth:`BinaryLayout.metrics` shares one across its metrics).
     """
     b2 = beta * beta
     d = (1 + b2) * tp + b2 * fn + fp
     n = round(tp + fp + fn)
     name = fbeta_name(beta)
-    if d <= 0:
-        return MetricValue(name, NAN, NAN, NAN, n, "delta")
-    value = (1 + b2) * tp / d
-    grad = np.array([(1 + b2) * (b2 * fn + fp), -(1 + b2) * tp, -(1 + b2) * b2 * tp]) / d**2
-    se = homogeneous_delta_se(grad, np.array([tp, fp, fn]))
-    return wald(name, value, se, n, confidence, "delta", (0.0, 1.0))
+    value = (1 + b2) * tp / d if d > 0 else NAN
+    negatives = math.inf if tn is None else tn + fp
+    reason = class_count_reason(tp + fn, negatives)
+    samples = None
+    if math.isfinite(value) and not reason:
+        if draws is None:
+            draws = confusion_posterior(np.array([0.0 if tn is None else tn, fp, fn, tp]))
+        samples = _fbeta_of(draws, beta)
+    return _posterior_value(name, value, samples, n, confidence, reason)
 
 
-def _class_rates(
-    tp: float, fp: float, fn: float, tn: float
-) -> tuple[float, float, float, float, float, float]:
-    pos, neg = tp + fn, tn + fp
-    tpr = tp / pos if pos > 0 else NAN
-    tnr = tn / neg if neg > 0 else NAN
-    var_tpr = tpr * (1 - tpr) / pos if pos > 0 else NAN
-    var_tnr = tnr * (1 - tnr) / neg if neg > 0 else NAN
-    return tpr, tnr, var_tpr, var_tnr, pos, neg
+def _fbeta_of(draws: np.ndarray, beta: float) -> np.ndarray:
+    _, fp, fn, tp = _cells(draws)
+    b2 = beta * beta
+    return (1 + b2) * tp / ((1 + b2) * tp + b2 * fn + fp)
 
 
 def balanced_accuracy(
-    tp: float, fp: float, fn: float, tn: float, confidence: float = 0.95
+    tp: float,
+    fp: float,
+    fn: float,
+    tn: float,
+    confidence: float = 0.95,
+    draws: np.ndarray | None = None,
+    reason: str = "",
 ) -> MetricValue:
-    """(TPR + TNR)/2 with a Wald interval from two independent binomials.
+    """(TPR + TNR)/2 (sklearn's ``balanced_accuracy_score``), Jeffreys-posterior interval.
 
-    Conditional on the class totals (which the monitor observes), TPR and TNR are
-    independent binomial proportions, so Var = (Var TPR + Var TNR)/4 (delta method, exact
-    for this linear function). Matches sklearn's ``balanced_accuracy_score`` (binary).
+    TPR and TNR are Beta(TP+½, FN+½) and Beta(TN+½, FP+½) under the posterior — the
+    Jeffreys binomial intervals, combined by sampling instead of a Wald sum.
     """
-    tpr, tnr, vp, vn, _, _ = _class_rates(tp, fp, fn, tn)
     n = round(tp + fp + fn + tn)
-    value = (tpr + tnr) / 2
-    return wald(
-        "balanced_accuracy", value, math.sqrt((vp + vn) / 4), n, confidence, "delta", (0.0, 1.0)
-    )
+    pos, neg = tp + fn, tn + fp
+    value = (tp / pos + tn / neg) / 2 if pos > 0 and neg > 0 else NAN
+    samples = None
+    if draws is not None:
+        tn_, fp_, fn_, tp_ = _cells(draws)
+        samples = (tp_ / (tp_ + fn_) + tn_ / (tn_ + fp_)) / 2
+    return _posterior_value("balanced_accuracy", value, samples, n, confidence, reason)
 
 
 def hmean_class_accuracy(
-    tp: float, fp: float, fn: float, tn: float, confidence: float = 0.95
+    tp: float,
+    fp: float,
+    fn: float,
+    tn: float,
+    confidence: float = 0.95,
+    draws: np.ndarray | None = None,
+    reason: str = "",
 ) -> MetricValue:
-    """Harmonic mean of TPR and TNR, 2·TPR·TNR/(TPR+TNR); delta method on two binomials.
+    """Harmonic mean of TPR and TNR, 2·TPR·TNR/(TPR+TNR); Jeffreys-posterior interval.
 
     The harmonic mean punishes a collapse of either class accuracy harder than balanced
-    accuracy does. ∂H/∂TPR = 2TNR²/(TPR+TNR)², ∂H/∂TNR = 2TPR²/(TPR+TNR)².
+    accuracy does.
     """
-    tpr, tnr, vp, vn, _, _ = _class_rates(tp, fp, fn, tn)
     n = round(tp + fp + fn + tn)
-    s = tpr + tnr
-    if not math.isfinite(s):
-        return MetricValue("hmean_class_accuracy", NAN, NAN, NAN, n, "delta")
-    if s == 0:
-        return MetricValue("hmean_class_accuracy", 0.0, 0.0, 0.0, n, "delta")
-    value = 2 * tpr * tnr / s
-    var = (2 * tnr**2 / s**2) ** 2 * vp + (2 * tpr**2 / s**2) ** 2 * vn
-    return wald("hmean_class_accuracy", value, math.sqrt(var), n, confidence, "delta", (0.0, 1.0))
+    pos, neg = tp + fn, tn + fp
+    value = NAN
+    if pos > 0 and neg > 0:
+        tpr, tnr = tp / pos, tn / neg
+        value = 2 * tpr * tnr / (tpr + tnr) if tpr + tnr > 0 else 0.0
+    samples = None
+    if draws is not None:
+        tn_, fp_, fn_, tp_ = _cells(draws)
+        tpr_s, tnr_s = tp_ / (tp_ + fn_), tn_ / (tn_ + fp_)
+        samples = 2 * tpr_s * tnr_s / (tpr_s + tnr_s)
+    return _posterior_value("hmean_class_accuracy", value, samples, n, confidence, reason)
 
 
 def _matrix(tp: float, fp: float, fn: float, tn: float) -> np.ndarray:
     return np.array([[tn, fp], [fn, tp]], dtype=np.float64)
 
 
-def mcc(tp: float, fp: float, fn: float, tn: float, confidence: float = 0.95) -> MetricValue:
-    """Matthews correlation coefficient; delta-method interval on the multinomial.
+def mcc(
+    tp: float,
+    fp: float,
+    fn: float,
+    tn: float,
+    confidence: float = 0.95,
+    draws: np.ndarray | None = None,
+    reason: str = "",
+) -> MetricValue:
+    """Matthews correlation coefficient; Jeffreys-posterior interval.
 
-    Same value as sklearn's ``matthews_corrcoef`` (0 when a margin is empty). The
-    gradient is in :func:`monitor.stats.multiclass.mcc_with_se` (the binary case of the
-    K-class formula); the interval is Wald, clipped to [−1, 1].
+    Same value as sklearn's ``matthews_corrcoef`` (0 when a margin is empty;
+    :func:`monitor.stats.agreement.mcc_with_se`); the posterior sample is
+    (TP·TN − FP·FN)/sqrt((TP+FP)(TP+FN)(TN+FP)(TN+FN)) of each Dirichlet draw.
     """
-    from .multiclass import mcc_with_se
-
-    value, se = mcc_with_se(_matrix(tp, fp, fn, tn))
+    value, _ = mcc_with_se(_matrix(tp, fp, fn, tn))
     n = round(tp + fp + fn + tn)
-    return wald("mcc", value, se, n, confidence, "delta", (-1.0, 1.0))
+    samples = None
+    if draws is not None:
+        tn_, fp_, fn_, tp_ = _cells(draws)
+        den = np.sqrt((tp_ + fp_) * (tp_ + fn_) * (tn_ + fp_) * (tn_ + fn_))
+        samples = (tp_ * tn_ - fp_ * fn_) / den
+    return _posterior_value("mcc", value, samples, n, confidence, reason)
 
 
 def cohen_kappa(
-    tp: float, fp: float, fn: float, tn: float, confidence: float = 0.95
+    tp: float,
+    fp: float,
+    fn: float,
+    tn: float,
+    confidence: float = 0.95,
+    draws: np.ndarray | None = None,
+    reason: str = "",
 ) -> MetricValue:
-    """Cohen's kappa (model vs truth) with the Fleiss, Cohen & Everitt (1969) large-sample SE.
+    """Cohen's kappa (model vs truth), sklearn's value; Jeffreys-posterior interval.
 
-    FCE's non-null variance is the delta method on the multinomial; see
-    :func:`monitor.stats.multiclass.kappa_with_se`.
+    κ = (p_o − p_e)/(1 − p_e) of each draw, p_o = TP + TN and
+    p_e = (TP+FP)(TP+FN) + (TN+FN)(TN+FP) in proportions (Cohen 1960).
+    :func:`monitor.stats.agreement.kappa_with_se` keeps the Fleiss–Cohen–Everitt SE for
+    the multiclass layout.
     """
-    from .multiclass import kappa_with_se
-
-    value, se = kappa_with_se(_matrix(tp, fp, fn, tn), "none")
+    value, _ = kappa_with_se(_matrix(tp, fp, fn, tn), "none")
     n = round(tp + fp + fn + tn)
-    return wald("cohen_kappa", value, se, n, confidence, "fleiss-cohen-everitt", (-1.0, 1.0))
+    samples = None
+    if draws is not None:
+        tn_, fp_, fn_, tp_ = _cells(draws)
+        po = tp_ + tn_
+        pe = (tp_ + fp_) * (tp_ + fn_) + (tn_ + fn_) * (tn_ + fp_)
+        samples = (po - pe) / (1 - pe)
+    return _posterior_value("cohen_kappa", value, samples, n, confidence, reason)

@@ -17,10 +17,23 @@ Errors are e = ŷ − y (so ``mean_error`` > 0 means over-prediction). Layout (f
 ====  ==========================================================================
 
 Intervals: every mean loss gets a CLT (Wald) interval from its Σx and Σx²
-(:func:`monitor.stats.binary.clt_mean`); RMSE takes the square root of the MSE interval's
+(:func:`monitor.stats.common.clt_mean`); RMSE takes the square root of the MSE interval's
 end points (the monotone transform of a valid interval, first-order equal to the delta
 method's se(MSE)/(2·RMSE) but never negative); R² uses the delta method on the means of
-(e², y, y²); coverage is Wilson. Moments are raw sums, so R² loses about
+(e², y, y²); coverage is Wilson.
+
+Heavy tails. The intervals of MSE, RMSE and R² need a finite fourth moment of the error,
+and MAPE's a finite variance of |e|/|y|. Production errors often have neither: with
+Student-t(3) errors the MSE's CLT interval covers 64-77 % (its variance estimate Σe⁴ is
+itself dominated by the largest error), and MAPE with Gamma(2) targets (1/y has infinite
+variance near y = 0) 78-89 %. No statistic of the stored moments can tell a light tail
+from a heavy one reliably: gating on the sample kurtosis exports precisely the windows
+that missed the extreme errors, and those cover *worse* (measured: 37 % at n = 100).
+So these four intervals are withheld (NaN, ``note`` says why) unless the layout is built
+with ``light_tails=True`` — an operator's statement that errors are light-tailed (e.g.
+bounded targets). SLOs with intervals should use ``mae`` (needs a finite variance only),
+``huber`` or a pinball loss, whose intervals stay valid under t(3) errors (coverage in
+docs/statistics.md). The point values are always reported. Moments are raw sums, so R² loses about
 log10(ȳ²/Var y) digits to cancellation when targets sit far from zero relative to their
 spread — acceptable for float64 at monitoring scales, documented rather than hidden.
 """
@@ -32,12 +45,30 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .binary import NAN, _as_index, _ratio, clt_mean, wald
+from .common import NAN, clt_mean, wald, withheld
+from .common import as_index as _as_index
+from .common import ratio as _ratio
 from .results import MetricValue
 
 __all__ = ["RegressionLayout", "pinball_name"]
 
 _BASE = 29
+
+MIN_LOSS_ROWS = 300
+"""Rows before the CLT interval of a mean loss is exported. A loss is non-negative and
+right-skewed, and at n = 100 its Wald interval covered 0.89-0.92 with Student-t(3) errors
+(MAE, Huber, pinball, MALE) and 0.91-0.92 for sMAPE/MALE with normal errors; from 300
+rows on 0.93-0.96 (docs/statistics.md). The mean error is symmetric and exempt."""
+
+SMALL_N_NOTE = f"interval withheld: a mean loss needs >= {MIN_LOSS_ROWS} rows for its CLT interval"
+
+HEAVY_TAIL = frozenset({"mse", "rmse", "r2", "mape"})
+"""Metrics whose interval needs more moments than production errors reliably have."""
+
+HEAVY_TAIL_NOTE = (
+    "interval withheld: needs light-tailed errors (finite 4th moment); "
+    "use mae, huber or pinball for interval SLOs"
+)
 
 
 def pinball_name(q: float) -> str:
@@ -47,10 +78,13 @@ def pinball_name(q: float) -> str:
 
 @dataclass(frozen=True, slots=True)
 class RegressionLayout:
-    """Moment layout; ``huber_delta`` and ``quantiles`` are fixed per layout."""
+    """Moment layout; ``huber_delta`` and ``quantiles`` are fixed per layout.
+
+    ``light_tails`` exports the MSE/RMSE/R²/MAPE intervals (see the module docstring)."""
 
     huber_delta: float = 1.0
     quantiles: tuple[float, ...] = (0.1, 0.5, 0.9)
+    light_tails: bool = False
 
     def __post_init__(self) -> None:
         if self.huber_delta <= 0 or any(not 0.0 < q < 1.0 for q in self.quantiles):
@@ -159,7 +193,17 @@ class RegressionLayout:
             out.append(clt_mean(pinball_name(q), v[k], v[k + 1], n, confidence, pos))
         out.append(_ratio("interval_coverage", v[26], v[25], confidence))
         out.append(clt_mean("interval_width", v[27], v[28], v[25], confidence))
-        return out
+        out = [
+            withheld(m, SMALL_N_NOTE)
+            if m.method == "clt" and m.name != "mean_error" and 0 < m.n < MIN_LOSS_ROWS
+            else m
+            for m in out
+        ]
+        if self.light_tails:
+            return out
+        return [
+            withheld(m, HEAVY_TAIL_NOTE) if m.name in HEAVY_TAIL and m.defined else m for m in out
+        ]
 
     def excluded(self, vec: np.ndarray) -> dict[str, int]:
         """Rows left out of mape (y = 0), smape (y = ŷ = 0) and male (y or ŷ <= −1)."""

@@ -14,7 +14,9 @@ class MetricValue:
 
     ``value`` is NaN when undefined (e.g. precision with no predicted positives);
     such a value is reported but never exported as a number pretending to be data.
-    ``method`` names the interval method so reports are self-describing.
+    ``method`` names the interval method so reports are self-describing. ``note`` says why
+    an interval is NaN while the value is defined (too few events of one class, heavy tails):
+    an interval is withheld rather than exported when its coverage is known to be poor.
     """
 
     name: str
@@ -23,6 +25,7 @@ class MetricValue:
     upper: float
     n: int
     method: str = "wilson"
+    note: str = ""
 
     @property
     def defined(self) -> bool:

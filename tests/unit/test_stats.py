@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from scipy.stats import binomtest
 from sklearn.metrics import accuracy_score, f1_score, precision_score, recall_score
 
-from monitor.stats.confusion import BinaryConfusion, binary_metrics, f1_interval
+from monitor.stats.binary import BinaryLayout
 from monitor.stats.intervals import wilson_interval, z_value
 
 
@@ -49,18 +49,22 @@ def test_wilson_coverage_is_near_nominal() -> None:
 binary = st.lists(st.tuples(st.integers(0, 1), st.integers(0, 1)), min_size=1, max_size=300)
 
 
-def _cm(pairs: list[tuple[int, int]]) -> BinaryConfusion:
-    cm = BinaryConfusion()
+LAYOUT = BinaryLayout(betas=())
+
+
+def _counts(pairs: list[tuple[int, int]]) -> np.ndarray:
+    v = LAYOUT.empty()
     if pairs:
         y, p = np.array(pairs).T
-        cm.update(y, p)
-    return cm
+        LAYOUT.add(v, y, p)
+    return v
 
 
+@settings(deadline=None)  # a posterior sample per example; timing is not what is tested
 @given(binary)
 def test_metrics_match_sklearn(pairs: list[tuple[int, int]]) -> None:
     y, p = (list(a) for a in zip(*pairs, strict=True))
-    got = {m.name: m for m in binary_metrics(_cm(pairs))}
+    got = {m.name: m for m in LAYOUT.metrics(_counts(pairs))}
     assert got["accuracy"].value == pytest.approx(accuracy_score(y, p), abs=1e-12)
     assert got["accuracy"].n == len(y)
     for name, fn in (("precision", precision_score), ("recall", recall_score), ("f1", f1_score)):
@@ -69,43 +73,33 @@ def test_metrics_match_sklearn(pairs: list[tuple[int, int]]) -> None:
             assert math.isnan(got[name].value)
         else:
             assert got[name].value == pytest.approx(expected, abs=1e-12)
-            assert got[name].lower <= got[name].value <= got[name].upper
+            if not got[name].note:  # withheld intervals are NaN with a reason
+                assert got[name].lower <= got[name].value <= got[name].upper
+            else:
+                assert math.isnan(got[name].lower) and "withheld" in got[name].note
 
 
+@settings(deadline=None)
 @given(binary, binary)
 def test_merge_equals_union(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> None:
-    merged = _cm(a).merge(_cm(b))
-    union = _cm(a + b)
-    assert merged.counts.tolist() == union.counts.tolist()
-    m1 = [(m.name, m.value, m.lower, m.upper, m.n) for m in binary_metrics(merged)]
-    m2 = [(m.name, m.value, m.lower, m.upper, m.n) for m in binary_metrics(union)]
+    merged = _counts(a) + _counts(b)
+    union = _counts(a + b)
+    assert merged.tolist() == union.tolist()
+    m1 = [(m.name, m.value, m.lower, m.upper, m.n) for m in LAYOUT.metrics(merged)]
+    m2 = [(m.name, m.value, m.lower, m.upper, m.n) for m in LAYOUT.metrics(union)]
     assert str(m1) == str(m2)
-
-
-@given(binary)
-def test_state_round_trips(pairs: list[tuple[int, int]]) -> None:
-    cm = _cm(pairs)
-    assert BinaryConfusion.from_state(cm.state()).counts.tolist() == cm.counts.tolist()
-
-
-def test_state_rejects_bad_counts() -> None:
-    with pytest.raises(ValueError):
-        BinaryConfusion.from_state({"counts": [1, 2, -1, 0]})
-    with pytest.raises(ValueError):
-        BinaryConfusion.from_state({"counts": [1, 2]})
 
 
 @settings(deadline=None, max_examples=1)
 @given(st.just(0))
 def test_f1_interval_coverage(_: int) -> None:
-    """Calibration of the delta-method F1 interval at moderate n (Takahashi et al. 2022)."""
+    """Calibration of the Jeffreys-posterior F1 interval at moderate n."""
     rng = np.random.default_rng(5)
     probs = np.array([0.6, 0.1, 0.1, 0.2])  # TN, FP, FN, TP
     true_f1 = 2 * probs[3] / (2 * probs[3] + probs[1] + probs[2])
     hits = 0
-    reps = 2000
+    reps = 1000
     for _ in range(reps):
-        _, fp, fn, tp = rng.multinomial(500, probs)
-        lo, hi = f1_interval(int(tp), int(fp), int(fn))
-        hits += lo <= true_f1 <= hi
-    assert 0.92 <= hits / reps <= 0.975
+        f1 = {m.name: m for m in LAYOUT.metrics(rng.multinomial(500, probs).astype(float))}["f1"]
+        hits += f1.lower <= true_f1 <= f1.upper
+    assert 0.93 <= hits / reps <= 0.97

@@ -22,7 +22,6 @@ from sklearn.metrics import (
 )
 
 from monitor.stats.binary import BinaryLayout, fbeta_name
-from monitor.stats.confusion import BinaryConfusion, binary_metrics
 from monitor.stats.results import MetricValue
 
 LAYOUT = BinaryLayout(betas=(2.0, 0.5, 3.0))
@@ -116,21 +115,6 @@ def test_values_match_sklearn(label: str, y: np.ndarray, p: np.ndarray) -> None:
         assert m[name].lower <= m[name].value <= m[name].upper, (label, name)
         assert m[name].upper - m[name].lower > 0, (label, name)
     assert m["precision"].n == tp + fp and m["recall"].n == tp + fn and m["accuracy"].n == len(y)
-
-
-def test_agrees_with_existing_confusion_module() -> None:
-    """The F1 delta interval generalizes confusion.f1_interval: β = 1 must coincide."""
-    rng = np.random.default_rng(3)
-    y, p = rng.integers(0, 2, 800), rng.integers(0, 2, 800)
-    cm = BinaryConfusion()
-    cm.update(y, p)
-    v = LAYOUT.empty()
-    LAYOUT.add(v, y, p)
-    ours = _by_name(LAYOUT.metrics(v))
-    for theirs in binary_metrics(cm):
-        assert ours[theirs.name].value == pytest.approx(theirs.value, abs=1e-12)
-        assert ours[theirs.name].lower == pytest.approx(theirs.lower, abs=1e-12)
-        assert ours[theirs.name].upper == pytest.approx(theirs.upper, abs=1e-12)
 
 
 def _delta_se_by_simulation(

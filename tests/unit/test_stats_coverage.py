@@ -68,7 +68,7 @@ def test_roc_auc_coverage(method: str) -> None:
 @pytest.mark.slow
 def test_rmse_coverage() -> None:
     rng = np.random.default_rng(99)
-    lay = RegressionLayout(quantiles=())
+    lay = RegressionLayout(quantiles=(), light_tails=True)
     bias, sigma = 0.3, 1.0
     truth = math.sqrt(bias**2 + sigma**2)
     mat = np.zeros((WINDOWS, lay.width))

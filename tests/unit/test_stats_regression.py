@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -19,7 +21,8 @@ from monitor.stats.regression import RegressionLayout
 
 from .test_stats_binary import assert_same_metrics
 
-LAYOUT = RegressionLayout(huber_delta=1.5, quantiles=(0.05, 0.5, 0.9))
+# light_tails: these tests check the CLT intervals themselves (withheld by default)
+LAYOUT = RegressionLayout(huber_delta=1.5, quantiles=(0.05, 0.5, 0.9), light_tails=True)
 
 
 def _by_name(vec: np.ndarray, layout: RegressionLayout = LAYOUT) -> dict:
@@ -146,3 +149,20 @@ def test_add_rows_routes_rows() -> None:
 
 def test_empty_layout_gives_nan() -> None:
     assert all(np.isnan(m.value) for m in LAYOUT.metrics(LAYOUT.empty()))
+
+
+def test_fourth_moment_intervals_are_withheld_by_default() -> None:
+    """MSE/RMSE/R²/MAPE intervals need light tails; by default they are NaN with a reason."""
+    rng = np.random.default_rng(4)
+    y = rng.gamma(2.0, 1.0, 500)
+    f = y + rng.standard_t(3, 500)
+    default = RegressionLayout()
+    v = default.empty()
+    default.add(v, y, f)
+    m = {x.name: x for x in default.metrics(v)}
+    for name in ("mse", "rmse", "r2", "mape"):
+        assert math.isfinite(m[name].value), name
+        assert math.isnan(m[name].lower) and math.isnan(m[name].upper), name
+        assert "withheld" in m[name].note, name
+    for name in ("mae", "huber", "mean_error", "smape"):
+        assert m[name].lower < m[name].value < m[name].upper and not m[name].note, name

@@ -1,0 +1,281 @@
+"""Coverage of every exported 95 % interval by simulation; prints the tables of docs/statistics.md.
+
+Run ``python bench/coverage.py [--windows 1000] [--seed 1]`` (about a minute per 1,000
+windows on one core). The CI tests (tests/unit/test_stats_interval_simulation.py) call the
+same functions with fewer windows.
+
+Binary scenario: y ~ Bernoulli(π); a latent x ~ N(d·y, 1) with d = 2 (ROC-AUC 0.921); the
+score is the *calibrated* probability s = P(y = 1 | x) = expit(logit π + d·x − d²/2); the
+decision flags s >= 2π ("risk doubled"). Truths are analytic (confusion proportions from
+the normal CDF, AUC = Φ(d/√2), ECE = 0) or from one seeded 4,000,000-row sample (average
+precision, log loss, Brier). Regression: targets y ~ Gamma(2, scale 3), predictions
+y + e with e ~ N(0, 1) or Student-t(3) (truths analytic where the moments are, else the
+large sample). Coverage is counted over the windows whose interval was exported; the
+"exported" column is the share of windows that had one (the rest were withheld with a
+reason, or the value was undefined).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import expit, logit
+from scipy.stats import norm
+from sklearn.metrics import average_precision_score
+
+from monitor.stats.binary import BinaryLayout
+from monitor.stats.regression import RegressionLayout
+from monitor.stats.results import MetricValue
+from monitor.stats.scores import ScoreLayout
+
+D_PRIME = 2.0
+PREVALENCES = (0.01, 0.05, 0.2)
+SIZES = (100, 300, 1000)
+BINARY = BinaryLayout(betas=(2.0, 0.5))
+SCORES = ScoreLayout()
+REGRESSION = RegressionLayout(huber_delta=1.0, quantiles=(0.5, 0.9))
+SKIP = {"expected_value", "calibration_p_value", "ece", "ece_equal_mass", "mce"}
+"""Not coverage-tested here: p-values have no interval; the plug-in ECE / equal-mass ECE /
+MCE intervals describe a biased statistic (the calibration section reports ece_debiased
+and the test instead)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    name: str
+    coverage: float  # among windows with an exported interval (NaN if none)
+    exported: float  # share of windows with an interval
+    windows: int
+
+    @property
+    def assessed(self) -> bool:
+        """Under 10 % exported: those windows are a selected few (e.g. the rare windows
+        with ten positives at n = 100), whose coverage says nothing about the method."""
+        return self.exported >= 0.1
+
+    @property
+    def ok(self) -> bool:
+        return not self.assessed or 0.93 <= self.coverage <= 0.97
+
+
+def _summarize(values: dict[str, list[MetricValue]], truth: dict[str, float]) -> list[Coverage]:
+    out = []
+    for name, mvs in values.items():
+        if name not in truth or name in SKIP or not any(m.defined for m in mvs):
+            continue
+        t = truth[name]
+        exported = [m for m in mvs if math.isfinite(m.lower) and math.isfinite(m.upper)]
+        cov = float(np.mean([m.lower <= t <= m.upper for m in exported])) if exported else math.nan
+        out.append(Coverage(name, cov, len(exported) / len(mvs), len(mvs)))
+    return out
+
+
+def _binary_truth(prevalence: float, big: int = 4_000_000, seed: int = 12345) -> dict[str, float]:
+    d = D_PRIME
+    c = (logit(2 * prevalence) - logit(prevalence) + d * d / 2) / d  # decision: x >= c
+    tpr, fpr = float(norm.sf(c - d)), float(norm.sf(c))
+    pi = prevalence
+    tp, fn, fp, tn = pi * tpr, pi * (1 - tpr), (1 - pi) * fpr, (1 - pi) * (1 - fpr)
+    prec = tp / (tp + fp)
+
+    def fb(b: float) -> float:
+        return (1 + b * b) * tp / ((1 + b * b) * tp + b * b * fn + fp)
+
+    pe = (tp + fp) * (tp + fn) + (tn + fn) * (tn + fp)
+    truth = {
+        "accuracy": tp + tn,
+        "error_rate": fp + fn,
+        "precision": prec,
+        "recall": tpr,
+        "specificity": 1 - fpr,
+        "fpr": fpr,
+        "fnr": 1 - tpr,
+        "prevalence": pi,
+        "base_rate": pi,
+        "predicted_positive_rate": tp + fp,
+        "f1": fb(1.0),
+        "f2": fb(2.0),
+        "f0_5": fb(0.5),
+        "balanced_accuracy": (tpr + 1 - fpr) / 2,
+        "hmean_class_accuracy": 2 * tpr * (1 - fpr) / (tpr + 1 - fpr),
+        "mcc": (tp * tn - fp * fn) / math.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)),
+        "cohen_kappa": (tp + tn - pe) / (1 - pe),
+        "roc_auc": float(norm.cdf(d / math.sqrt(2))),
+        "ece_debiased": 0.0,
+    }
+    y, s = _binary_sample(np.random.default_rng(seed), prevalence, big)
+    sc = np.clip(s, 1e-15, 1 - 1e-15)
+    truth["pr_auc"] = truth["pr_auc_debiased"] = float(average_precision_score(y, s))
+    truth["log_loss"] = float(-np.mean(y * np.log(sc) + (1 - y) * np.log1p(-sc)))
+    truth["brier"] = float(np.mean((s - y) ** 2))
+    return truth
+
+
+def _binary_sample(rng: np.random.Generator, prevalence: float, size: int) -> tuple:
+    y = (rng.random(size) < prevalence).astype(np.int64)
+    x = rng.normal(size=size) + D_PRIME * y
+    s = expit(logit(prevalence) + D_PRIME * x - D_PRIME**2 / 2)
+    return y, s
+
+
+def binary_coverage(prevalence: float, n: int, windows: int, seed: int) -> list[Coverage]:
+    """Coverage of every binary threshold and score metric at one prevalence and size."""
+    rng = np.random.default_rng(seed)
+    y, s = _binary_sample(rng, prevalence, windows * n)
+    rows = np.repeat(np.arange(windows), n)
+    cm = np.zeros((windows, BINARY.width))
+    BINARY.add_rows(cm, rows, y, (s >= 2 * prevalence).astype(np.int64))
+    hist = np.zeros((windows, SCORES.width))
+    SCORES.add_rows(hist, rows, y, s)
+    values: dict[str, list[MetricValue]] = {}
+    for w in range(windows):
+        for m in BINARY.metrics(cm[w]) + SCORES.metrics(hist[w]):
+            values.setdefault(m.name, []).append(m)
+    return _summarize(values, _binary_truth(prevalence))
+
+
+def _regression_truth(errors: str, big: int = 4_000_000, seed: int = 54321) -> dict[str, float]:
+    rng = np.random.default_rng(seed)
+    y, f = _regression_sample(rng, errors, big)
+    vec = REGRESSION.empty()
+    REGRESSION.add(vec, y, f)
+    truth = {m.name: m.value for m in REGRESSION.metrics(vec)}
+    # analytic where the large sample itself is unreliable (infinite higher moments)
+    var_e, mean_abs = (
+        (1.0, math.sqrt(2 / math.pi)) if errors == "normal" else (3.0, 2 * math.sqrt(3) / math.pi)
+    )
+    truth.update(
+        mse=var_e, rmse=math.sqrt(var_e), r2=1 - var_e / 18.0, mean_error=0.0, mae=mean_abs
+    )
+    truth["mape"] = mean_abs / 3.0  # E|e|·E(1/y), e independent of y ~ Gamma(2, 3)
+    return truth
+
+
+def _regression_sample(rng: np.random.Generator, errors: str, size: int) -> tuple:
+    y = rng.gamma(2.0, 3.0, size)
+    e = rng.normal(size=size) if errors == "normal" else rng.standard_t(3, size)
+    return y, y + e
+
+
+def regression_coverage(errors: str, n: int, windows: int, seed: int) -> list[Coverage]:
+    """Coverage of the regression catalog with normal or Student-t(3) errors."""
+    rng = np.random.default_rng(seed)
+    y, f = _regression_sample(rng, errors, windows * n)
+    mat = np.zeros((windows, REGRESSION.width))
+    REGRESSION.add_rows(mat, np.repeat(np.arange(windows), n), y, f)
+    values: dict[str, list[MetricValue]] = {}
+    for w in range(windows):
+        for m in REGRESSION.metrics(mat[w]):
+            values.setdefault(m.name, []).append(m)
+    truth = _regression_truth(errors)
+    return _summarize({k: v for k, v in values.items() if k in truth}, truth)
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationStudy:
+    scores: str
+    gap: float
+    n: int
+    ece_plugin_mean: float
+    ece_debiased_mean: float
+    ece_debiased_sd: float
+    point_rule_fires: float  # share of windows with ece_debiased > objective
+    test_rejects: float  # share with calibration_p_value < 0.05
+
+
+def _calibration_sample(rng: np.random.Generator, scores: str, gap: float, size: int) -> tuple:
+    p = rng.random(size) if scores == "uniform" else rng.beta(1.0, 4.0, size)
+    q = p + gap * np.where(p < 0.5, 1.0, -1.0)  # over-confident by exactly `gap` in each bin
+    return (rng.random(size) < q).astype(np.int64), p
+
+
+def calibration_study(
+    scores: str, gap: float, n: int, windows: int, seed: int, objective: float = 0.02
+) -> CalibrationStudy:
+    """ECE SLO behaviour: a calibrated model (gap 0) and one whose true ECE is ``gap``."""
+    rng = np.random.default_rng(seed)
+    y, p = _calibration_sample(rng, scores, gap, windows * n)
+    hist = np.zeros((windows, SCORES.width))
+    SCORES.add_rows(hist, np.repeat(np.arange(windows), n), y, p)
+    plug, deb, pv = [], [], []
+    for w in range(windows):
+        m = {x.name: x for x in SCORES.metrics(hist[w])}
+        plug.append(m["ece"].value)
+        deb.append(m["ece_debiased"].value)
+        pv.append(m["calibration_p_value"].value)
+    d = np.array(deb)
+    return CalibrationStudy(
+        scores, gap, n, float(np.mean(plug)), float(d.mean()), float(d.std()),
+        float(np.mean(d > objective)), float(np.mean(np.array(pv) < 0.05)),
+    )  # fmt: skip
+
+
+def _table(title: str, cells: dict[str, list[Coverage]]) -> str:
+    names: list[str] = []
+    for cov in cells.values():
+        names += [c.name for c in cov if c.name not in names]
+    head = "| metric | " + " | ".join(cells) + " |"
+    lines = [f"**{title}** — coverage (share of windows with an interval)", "", head]
+    lines.append("|---|" + "---|" * len(cells))
+    for name in names:
+        row = [name]
+        for cov in cells.values():
+            c = next((c for c in cov if c.name == name), None)
+            if c is None or c.exported == 0:
+                row.append("withheld")
+            elif not c.assessed:
+                row.append(f"withheld ({c.exported:.0%} exported)")
+            else:
+                flag = "" if c.ok else " ✗"
+                row.append(f"{c.coverage:.3f} ({c.exported:.0%}){flag}")
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--windows", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args(argv)
+    w, seed = args.windows, args.seed
+    bad = 0
+
+    def run(fn: Callable[..., list[Coverage]], *a: object) -> list[Coverage]:
+        nonlocal bad
+        out = fn(*a)
+        bad += sum(not c.ok for c in out)
+        return out
+
+    half = 1.96 * math.sqrt(0.0475 / w)
+    print(f"Coverage of nominal 95 % intervals, {w} windows per cell (±{half:.3f}).\n")
+    for pi in PREVALENCES:
+        cells = {f"n={n}": run(binary_coverage, pi, n, w, seed + n) for n in SIZES}
+        print(_table(f"Binary, prevalence {pi:.0%}", cells) + "\n")
+    for errors in ("normal", "t3"):
+        cells = {f"n={n}": run(regression_coverage, errors, n, w, seed + n) for n in SIZES}
+        print(_table(f"Regression, {errors} errors", cells) + "\n")
+    print("**Calibration** (objective 0.02)\n")
+    print(
+        "| scores | true ECE | n | plug-in ECE mean | ece_debiased mean (sd) | "
+        "ece_debiased > 0.02 | calibration test rejects (α 0.05) |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for scores in ("uniform", "beta(1,4)"):
+        for gap in (0.0, 0.06):
+            for n in (300, 1000, 10000):
+                s = calibration_study(scores, gap, n, w if n < 10000 else max(w // 5, 50), seed + n)
+                print(
+                    f"| {scores} | {gap:g} | {n} | {s.ece_plugin_mean:.4f} | "
+                    f"{s.ece_debiased_mean:+.4f} ({s.ece_debiased_sd:.4f}) | "
+                    f"{s.point_rule_fires:.3f} | {s.test_rejects:.3f} |"
+                )
+    print(f"\ncells outside [0.93, 0.97]: {bad}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

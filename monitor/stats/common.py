@@ -1,0 +1,130 @@
+"""Helpers every metric layout shares: NaN, Wald and CLT intervals, Wilson ratios, row indices.
+
+A leaf module (imports only numpy, :mod:`.intervals` and :mod:`.results`) so that the layouts
+(:mod:`.binary`, :mod:`.scores`, :mod:`.multiclass`, :mod:`.regression`) can all use it
+without importing each other in a cycle.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .intervals import wilson_interval, z_value
+from .results import MetricValue
+
+__all__ = [
+    "MIN_CLASS_COUNT",
+    "NAN",
+    "as_index",
+    "clt_mean",
+    "homogeneous_delta_se",
+    "ratio",
+    "wald",
+    "withheld",
+]
+
+NAN = float("nan")
+
+MIN_CLASS_COUNT = 10
+"""Positives AND negatives a window needs before the intervals of the confusion-count
+metrics that mix both classes (F-beta, MCC, kappa, balanced and harmonic class accuracy)
+are exported; the score-based metrics need ``scores.MIN_SCORE_CLASS_COUNT``.
+
+Below it the point value is still reported but the interval is NaN with a reason in
+:attr:`MetricValue.note`: with a handful of events of one class the delta-method intervals
+covered 51-88 % (issue 13), and a posterior interval then reflects the prior more than the
+data (measured by ``python bench/coverage.py``, docs/statistics.md)."""
+
+
+def withheld(mv: MetricValue, reason: str) -> MetricValue:
+    """The same point value with the interval withheld (NaN) and the reason recorded."""
+    return MetricValue(mv.name, mv.value, NAN, NAN, mv.n, mv.method, reason)
+
+
+def class_count_reason(positives: float, negatives: float, minimum: int = MIN_CLASS_COUNT) -> str:
+    """Empty when both classes reach ``minimum``; else why an interval is withheld."""
+    if positives >= minimum and negatives >= minimum:
+        return ""
+    return (
+        f"interval withheld: {round(positives)} positives and {round(negatives)} negatives "
+        f"(needs >= {minimum} of each)"
+    )
+
+
+def wald(
+    name: str,
+    value: float,
+    se: float,
+    n: int,
+    confidence: float,
+    method: str,
+    bounds: tuple[float, float] = (-math.inf, math.inf),
+) -> MetricValue:
+    """Symmetric normal-approximation interval ``value ± z·se``, clipped to ``bounds``.
+
+    Used for every metric whose standard error comes from the delta method or the CLT.
+    An undefined value or standard error gives a NaN interval rather than a fake one.
+    """
+    if not (math.isfinite(value) and math.isfinite(se)):
+        return MetricValue(name, value, NAN, NAN, n, method)
+    half = z_value(confidence) * se
+    lo = max(bounds[0], value - half)
+    hi = min(bounds[1], value + half)
+    return MetricValue(name, value, lo, hi, n, method)
+
+
+def clt_mean(
+    name: str,
+    total: float,
+    total_sq: float,
+    n: float,
+    confidence: float,
+    bounds: tuple[float, float] = (-math.inf, math.inf),
+) -> MetricValue:
+    """Mean of a per-row quantity from its Σx and Σx², with a CLT (t-free Wald) interval.
+
+    The sample variance is ``(Σx² − (Σx)²/n)/(n − 1)`` and the standard error
+    ``sqrt(var / n)``. The two sums are all a window needs, so the interval merges with
+    the mean. With heavy tails (infinite fourth moment) the interval is honest only in the
+    sense of the CLT; see :mod:`.regression` for where it is withheld.
+    """
+    n_int = round(n)
+    if n_int <= 0:
+        return MetricValue(name, NAN, NAN, NAN, 0, "clt")
+    mean = total / n
+    if n_int < 2:
+        return MetricValue(name, mean, NAN, NAN, n_int, "clt")
+    centered = total_sq - total * total / n
+    # Σx² − (Σx)²/n cancels catastrophically when the values (nearly) agree: a residue
+    # below the rounding error of Σx² is zero variance, not noise to take a root of.
+    if centered <= 1e-12 * abs(total_sq):
+        centered = 0.0
+    var = centered / (n - 1.0)
+    return wald(name, mean, math.sqrt(var / n), n_int, confidence, "clt", bounds)
+
+
+def homogeneous_delta_se(grad: np.ndarray, counts: np.ndarray) -> float:
+    """Delta-method standard error of a statistic f(counts) that is homogeneous of degree 0.
+
+    Under the multinomial model with proportions p, Var f(p̂) ≈ (1/n)[Σ g_i² p_i − (Σ g_i p_i)²]
+    with g = ∇_p f. For a ratio of counts (scale-free: accuracy, F-beta, MCC, ...) Euler's
+    theorem gives Σ g_i p_i = 0, and rewriting the gradient in counts (∂f/∂N_i = g_i/n) leaves
+    Var ≈ Σ_i (∂f/∂N_i)² N_i — the formula used throughout (Takahashi et al. 2022 for F1).
+    """
+    g = np.asarray(grad, dtype=np.float64)
+    c = np.asarray(counts, dtype=np.float64)
+    return float(math.sqrt(max(0.0, float(np.sum(g * g * c)))))
+
+
+def ratio(name: str, k: float, n: float, confidence: float) -> MetricValue:
+    """A proportion k/n with its Wilson interval (NaN when n = 0)."""
+    lo, hi = wilson_interval(k, n, confidence)
+    value = k / n if n > 0 else NAN
+    return MetricValue(name, value, float(lo), float(hi), round(n), "wilson")
+
+
+def as_index(rows: np.ndarray | int, size: int) -> np.ndarray:
+    """Row indices broadcast to one per added row (an int means "all into that row")."""
+    return np.broadcast_to(np.asarray(rows, dtype=np.intp), (size,))

@@ -1,0 +1,121 @@
+"""Interval coverage and ECE behaviour at rare events and small n (issue 13), bounded size.
+
+The simulations are those of ``bench/coverage.py`` (one definition), run here with fewer
+windows; the full table in docs/statistics.md comes from ``python bench/coverage.py``.
+Tolerances are ±3 binomial standard errors at the window counts used.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+from monitor.stats.binary import BinaryLayout
+from monitor.stats.scores import ScoreLayout
+
+
+def _bench() -> ModuleType:
+    path = Path(__file__).resolve().parents[2] / "bench" / "coverage.py"
+    spec = importlib.util.spec_from_file_location("bench_coverage", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _bench()
+
+
+def _tolerance(windows: int) -> float:
+    return 3 * math.sqrt(0.95 * 0.05 / windows)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("prevalence", "n"), [(0.01, 300), (0.05, 1000), (0.2, 300)])
+def test_binary_intervals_cover_or_are_withheld(prevalence: float, n: int) -> None:
+    windows = 400
+    tol = _tolerance(windows)
+    results = {c.name: c for c in bench.binary_coverage(prevalence, n, windows, seed=3)}
+    for name in ("f1", "mcc", "cohen_kappa", "recall", "precision", "roc_auc", "pr_auc"):
+        c = results[name]
+        print(f"{prevalence} {n} {name}: coverage {c.coverage:.3f} exported {c.exported:.2f}")
+        if c.exported > 0.2:  # a handful of exported windows says nothing about coverage
+            assert 0.95 - tol <= c.coverage <= 0.95 + tol, name
+
+
+def test_small_class_counts_withhold_intervals_with_a_reason() -> None:
+    """3 positives in 300 rows: F1/MCC/AUC/log loss keep their value but no interval."""
+    rng = np.random.default_rng(5)
+    y = np.zeros(300, dtype=np.int64)
+    y[:3] = 1
+    s = np.clip(0.02 + 0.5 * y + 0.05 * rng.random(300), 0, 1)
+    lay, scores = BinaryLayout(), ScoreLayout()
+    cm, hist = lay.empty(), scores.empty()
+    lay.add(cm, y, (s >= 0.5).astype(np.int64))
+    scores.add(hist, y, s)
+    m = {x.name: x for x in lay.metrics(cm) + scores.metrics(hist)}
+    for name in ("f1", "mcc", "cohen_kappa", "roc_auc", "pr_auc", "log_loss", "brier"):
+        assert math.isfinite(m[name].value), name
+        assert math.isnan(m[name].lower) and math.isnan(m[name].upper), name
+        assert "3 positives" in m[name].note, name
+    assert m["recall"].lower <= m["recall"].value <= m["recall"].upper  # Wilson stays
+    assert not m["recall"].note
+
+
+def test_f1_interval_has_width_when_tp_is_zero() -> None:
+    """The delta method collapsed to a point at TP = 0; the posterior interval does not."""
+    f1 = {x.name: x for x in BinaryLayout().metrics(np.array([900.0, 40.0, 30.0, 0.0]))}["f1"]
+    assert f1.value == 0.0 and f1.lower == 0.0 and f1.upper > 0.02
+
+
+@pytest.mark.slow
+def test_heavy_tail_regression_intervals() -> None:
+    windows = 400
+    tol = _tolerance(windows)
+    results = {c.name: c for c in bench.regression_coverage("t3", 1000, windows, seed=9)}
+    for name in ("mse", "rmse", "r2", "mape"):
+        assert results[name].exported == 0.0, name
+    for name in ("mae", "huber", "mean_error"):
+        assert 0.95 - tol <= results[name].coverage <= 0.95 + tol, name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scores", ["uniform", "beta(1,4)"])
+def test_debiased_ece_and_calibration_test(scores: str) -> None:
+    windows = 600
+    calibrated = bench.calibration_study(scores, 0.0, 1000, windows, seed=21)
+    print(calibrated)
+    assert abs(calibrated.ece_debiased_mean) <= 0.003
+    assert calibrated.ece_plugin_mean > 0.02  # the bias the debiasing removes
+    assert calibrated.point_rule_fires < 0.05
+    assert 0.05 - _tolerance(windows) <= calibrated.test_rejects <= 0.05 + _tolerance(windows)
+    off = bench.calibration_study(scores, 0.06, 1000, windows, seed=22)
+    print(off)
+    assert off.test_rejects >= 0.95
+    assert off.point_rule_fires >= (0.95 if scores == "beta(1,4)" else 0.88)
+
+
+def test_binomial_mean_absolute_deviation_matches_the_sum() -> None:
+    """de Moivre's closed form E|X − np| against the direct sum over the binomial pmf."""
+    from scipy import stats
+
+    from monitor.stats.scores import _binomial_mad
+
+    n = np.array([1.0, 5, 100, 37, 1000, 3, 12])
+    p = np.array([0.3, 0.01, 0.5, 0.999, 0.07, 0.0, 1.0])
+    direct = [
+        float(
+            np.sum(
+                np.abs(np.arange(int(a) + 1) - a * b) * stats.binom.pmf(np.arange(int(a) + 1), a, b)
+            )
+        )
+        for a, b in zip(n, p, strict=True)
+    ]
+    np.testing.assert_allclose(_binomial_mad(n, p), direct, atol=1e-10)
