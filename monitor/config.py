@@ -372,7 +372,8 @@ class ComparisonSettings(_Section):
     mode: Literal["split", "shadow"] = "split"
     alpha: float = Field(0.05, gt=0.0, lt=0.5)
     margin: float = Field(0.0, ge=0.0)
-    min_samples: int = Field(1000, ge=2)
+    min_samples: int = Field(1000, ge=2)  # burn-in per arm (losses other than error_rate)
+    min_events: float = Field(10.0, ge=0.0)  # error_rate burn-in: expected errors, small arm
     horizon: int = Field(10_000, ge=2)
     traffic_split: tuple[float, float] = (0.5, 0.5)
     srm_threshold: float = Field(0.001, gt=0.0, lt=0.5)
