@@ -417,7 +417,9 @@ class SloSettings(_Section):
     slice: str = Field("all", min_length=1)  # "all" or e.g. "country=US,device=ios"
     objective: float
     direction: Literal["above", "below"]
-    for_: Seconds = Field(0.0, alias="for")  # breach must last this long before firing
+    # breach must last this long before firing; default: window/10, at most 15m
+    for_: Seconds | None = Field(None, alias="for")
+    false_page_budget: float | None = Field(None, gt=0.0, lt=1.0)  # default: [alerting]
     min_samples: int = Field(100, ge=1)  # fewer samples behind the metric: no breach
     severity: str = Field("page", pattern=r"^[A-Za-z0-9_-]+$")
     confidence: Literal["point", "interval"] = "interval"
@@ -452,6 +454,8 @@ class AlertingSettings(_Section):
     checkpoint_alerts: bool = True  # MonitorCheckpointFailing from the daemon itself
     drift_alerts: bool = False  # a drift detection raises ModelDriftDetected
     comparison_alerts: bool = False  # a rollback / invalid comparison decision raises one
+    # P(>= 1 false page per day) of an interval SLO whose metric sits on its objective
+    false_page_budget: float = Field(0.05, gt=0.0, lt=1.0)
 
     @model_validator(mode="after")
     def _check(self) -> AlertingSettings:
