@@ -81,9 +81,11 @@ def critical_z(
     def excess(u: float) -> float:
         return false_page_probability(u, window_s, interval_s, horizon_s) - budget
 
-    if excess(0.5) <= 0:
-        return 0.5
-    return float(optimize.brentq(excess, 0.5, 40.0, xtol=1e-9))
+    # one evaluation alone must not exceed the budget: the critical value is at least that
+    floor = float(stats.norm.isf(budget))
+    if excess(floor) <= 0:
+        return floor
+    return float(optimize.brentq(excess, floor, 40.0, xtol=1e-9))
 
 
 def interval_scale(budget: float, window_s: float, interval_s: float, confidence: float) -> float:
