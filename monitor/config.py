@@ -378,6 +378,9 @@ class ComparisonSettings(_Section):
     traffic_split: tuple[float, float] = (0.5, 0.5)
     srm_threshold: float = Field(0.001, gt=0.0, lt=0.5)
     stale_after: PositiveSeconds = 900.0
+    # auto: exact conditional test for split error_rate, plug-in normal mixture otherwise;
+    # exact: also an exact bounded-loss sequence for the other losses and shadow mode
+    sequence: Literal["auto", "exact"] = "auto"
 
     @model_validator(mode="after")
     def _check(self) -> ComparisonSettings:
@@ -569,6 +572,11 @@ class Settings(BaseSettings):
                 problems.append(
                     f"comparisons[{i}].loss: {comp.loss!r} does not apply to {task} model "
                     f"{comp.model!r}; choose from {list(TASK_LOSSES[task])}"
+                )
+            elif comp.sequence == "exact" and tasks[comp.model] == "regression":
+                problems.append(
+                    f"comparisons[{i}].sequence: 'exact' needs a bounded loss; regression "
+                    f"losses of {comp.model!r} are unbounded (use 'auto')"
                 )
         comp_names = [c.name for c in self.comparisons]
         for dupe in sorted({n for n in comp_names if comp_names.count(n) > 1}):

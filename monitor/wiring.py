@@ -85,6 +85,7 @@ def comparison_specs(settings: Settings) -> tuple[ComparisonSpec, ...]:
             traffic_split=tuple(c.traffic_split),
             srm_threshold=c.srm_threshold,
             stale_after_ms=_ms(c.stale_after),
+            sequence=c.sequence,
         )
         for c in settings.comparisons
     )

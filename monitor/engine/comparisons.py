@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ..experiments.bounded import BoundedComparison, PairedBoundedComparison, loss_bound
 from ..experiments.conditional import (
     ErrorRateComparison,
     expected_events_small_arm,
@@ -41,7 +42,13 @@ from .snapshot import WindowResult
 
 __all__ = ["ComparisonResult", "ComparisonTracker", "WindowDifference"]
 
-Decider = SequentialComparison | PairedSequentialComparison | ErrorRateComparison
+Decider = (
+    SequentialComparison
+    | PairedSequentialComparison
+    | ErrorRateComparison
+    | BoundedComparison
+    | PairedBoundedComparison
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +263,23 @@ class ComparisonTracker:
         """Feed the decider; None while burn-in has not produced one yet."""
         decider = self.deciders.get(spec.name)
         mismatch = bool(srm is not None and srm.mismatch)
+        kind = _decider_class(spec)
+        if kind is BoundedComparison or kind is PairedBoundedComparison:
+            if decider is None:
+                n = diffs.n if diffs is not None else min(a.n, b.n)
+                if n < spec.min_samples and not mismatch:
+                    return None
+                bound = loss_bound(self.models[spec.model_index].task, spec.loss)
+                assert bound is not None  # config rejects exact sequences of unbounded losses
+                decider = kind(
+                    alpha=spec.alpha, bound=bound, margin=spec.margin, min_samples=spec.min_samples
+                )
+                self.deciders[spec.name] = decider
+            if isinstance(decider, PairedBoundedComparison):
+                assert diffs is not None
+                return decider.update(diffs, now_ms)
+            assert isinstance(decider, BoundedComparison)
+            return decider.update(a, b, now_ms, srm_mismatch=mismatch)
         if diffs is not None:
             if decider is None:
                 if diffs.n < spec.min_samples:
@@ -305,9 +329,12 @@ class ComparisonTracker:
 
 
 def _decider_class(spec: ComparisonSpec) -> type[Decider]:
+    exact = spec.sequence == "exact"
     if spec.mode == "shadow":
-        return PairedSequentialComparison
-    return ErrorRateComparison if spec.loss == "error_rate" else SequentialComparison
+        return PairedBoundedComparison if exact else PairedSequentialComparison
+    if spec.loss == "error_rate":
+        return ErrorRateComparison
+    return BoundedComparison if exact else SequentialComparison
 
 
 def _concentration(spec: ComparisonSpec, n_a: int, k_a: int, n_b: int, k_b: int) -> float:

@@ -135,6 +135,7 @@ class ComparisonSpec:
     traffic_split: tuple[float, float] = (0.5, 0.5)
     srm_threshold: float = 0.001
     stale_after_ms: int = 900_000
+    sequence: str = "auto"  # "auto" | "exact" (bounded-loss sequences, monitor.experiments)
 
 
 @dataclass(frozen=True, slots=True)

@@ -120,3 +120,16 @@ def test_shadow_mode_pairs_and_mcnemar(tmp_path: Path) -> None:
     assert abs(m["p_value"] - exact) < 1e-12
     assert c["decision"] == "rollback"  # truth: v2 is worse
     assert c["effect"] > 0
+
+
+def test_exact_bounded_sequence_through_the_engine(tmp_path: Path) -> None:
+    """sequence = "exact": Brier score of a clearly worse canary rolls back (exact
+    bounded-loss sequence), and shadow mode uses the exact paired sequence."""
+    preds, labels, _ = canary_stream(24_000, 6, 0.5, 3.0, 0.5)
+    c = run(tmp_path, preds, labels, loss="squared_error", sequence="exact")
+    assert c["decision"] == "rollback", c["reason"]
+    assert c["confidence_sequence"]["lower"] > 0
+    (tmp_path / "shadow").mkdir()
+    preds, labels, _ = canary_stream(6000, 7, 0.0, 3.0, 0.5, shadow=True)
+    c = run(tmp_path / "shadow", preds, labels, mode="shadow", sequence="exact")
+    assert c["decision"] == "rollback", c["reason"]
