@@ -23,13 +23,13 @@ def _slo_spec(settings: Settings, s: SloSettings) -> SloSpec:
     sizes = {w.label: w.size for m in settings.models if m.name == s.model for w in m.windows}
     window_s = sizes.get(s.window, 3600.0)  # unknown windows are a config error elsewhere
     budget = s.false_page_budget or settings.alerting.false_page_budget
-    scale = (
-        interval_scale(
-            budget, window_s, settings.evaluation.interval, settings.evaluation.confidence
-        )
-        if s.confidence == "interval"
-        else 1.0
-    )
+    ev = settings.evaluation
+    interval = s.confidence == "interval"
+    # rounded as `monitor rules` prints it, so the daemon and Prometheus agree exactly
+    scale = float(f"{interval_scale(budget, window_s, ev.interval, ev.confidence):.6g}")
+    if not interval:
+        scale = 1.0
+    for_s = s.for_ if s.for_ is not None else (default_for(window_s) if interval else 0.0)
     return SloSpec(
         name=s.name,
         model=s.model,
@@ -39,14 +39,14 @@ def _slo_spec(settings: Settings, s: SloSettings) -> SloSpec:
         direction=s.direction,
         version=s.version,
         slice=s.slice,
-        for_s=default_for(window_s) if s.for_ is None else s.for_,
+        for_s=for_s,
         min_samples=s.min_samples,
         severity=s.severity,
         confidence=s.confidence,
         runbook_url=s.runbook_url,
         dashboard_url=s.dashboard_url or settings.alerting.dashboard_url,
         interval_scale=scale,
-        false_page_budget=budget if s.confidence == "interval" else None,
+        false_page_budget=budget if interval else None,
     )
 
 

@@ -420,7 +420,8 @@ class SloSettings(_Section):
     slice: str = Field("all", min_length=1)  # "all" or e.g. "country=US,device=ios"
     objective: float
     direction: Literal["above", "below"]
-    # breach must last this long before firing; default: window/10, at most 15m
+    # breach must last this long before firing; default: interval SLOs window/10 (at
+    # most 15m), point SLOs 0
     for_: Seconds | None = Field(None, alias="for")
     false_page_budget: float | None = Field(None, gt=0.0, lt=1.0)  # default: [alerting]
     min_samples: int = Field(100, ge=1)  # fewer samples behind the metric: no breach

@@ -95,7 +95,7 @@ def interval_scale(budget: float, window_s: float, interval_s: float, confidence
 
 
 def default_for(window_s: float) -> float:
-    """``for`` when none is configured: a tenth of the window, at most 15 minutes.
+    """``for`` of an interval SLO when none is configured: a tenth of the window, ≤ 15 min.
 
     Long enough to drop a breach that a single late batch or a restart produces, short
     against the window's own fill time, which dominates the detection delay.

@@ -78,10 +78,11 @@ def test_wiring_derives_scale_and_for_from_window_and_budget() -> None:
     )  # fmt: skip
     a, b, c = slo_specs(settings)
     assert a.for_s == default_for(3600) == 360.0 and a.false_page_budget == 0.01
-    assert a.interval_scale == pytest.approx(interval_scale(0.01, 3600, 10, 0.95))
+    assert a.interval_scale == pytest.approx(interval_scale(0.01, 3600, 10, 0.95), rel=1e-5)
     assert b.for_s == 60.0 and b.false_page_budget == 0.1
-    assert b.interval_scale == pytest.approx(interval_scale(0.1, 300, 10, 0.95))
+    assert b.interval_scale == pytest.approx(interval_scale(0.1, 300, 10, 0.95), rel=1e-5)
     assert c.interval_scale == 1.0 and c.false_page_budget is None
+    assert c.for_s == 0.0  # point SLOs are chosen for speed: no default `for`
     assert default_for(86_400) == 900.0
 
 
