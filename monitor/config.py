@@ -435,11 +435,15 @@ class ComparisonSettings(_Section):
     mode: Literal["split", "shadow"] = "split"
     alpha: float = Field(0.05, gt=0.0, lt=0.5)
     margin: float = Field(0.0, ge=0.0)
-    min_samples: int = Field(1000, ge=2)
+    min_samples: int = Field(1000, ge=2)  # burn-in per arm (losses other than error_rate)
+    min_events: float = Field(10.0, ge=0.0)  # error_rate burn-in: expected errors, small arm
     horizon: int = Field(10_000, ge=2)
     traffic_split: tuple[float, float] = (0.5, 0.5)
     srm_threshold: float = Field(0.001, gt=0.0, lt=0.5)
     stale_after: PositiveSeconds = 900.0
+    # auto: exact conditional test for split error_rate, plug-in normal mixture otherwise;
+    # exact: also an exact bounded-loss sequence for the other losses and shadow mode
+    sequence: Literal["auto", "exact"] = "auto"
 
     @model_validator(mode="after")
     def _check(self) -> ComparisonSettings:
@@ -479,7 +483,10 @@ class SloSettings(_Section):
     slice: str = Field("all", min_length=1)  # "all" or e.g. "country=US,device=ios"
     objective: float
     direction: Literal["above", "below"]
-    for_: Seconds = Field(0.0, alias="for")  # breach must last this long before firing
+    # breach must last this long before firing; default: interval SLOs window/10 (at
+    # most 15m), point SLOs 0
+    for_: Seconds | None = Field(None, alias="for")
+    false_page_budget: float | None = Field(None, gt=0.0, lt=1.0)  # default: [alerting]
     min_samples: int = Field(100, ge=1)  # fewer samples behind the metric: no breach
     severity: str = Field("page", pattern=r"^[A-Za-z0-9_-]+$")
     confidence: Literal["point", "interval"] = "interval"
@@ -514,6 +521,8 @@ class AlertingSettings(_Section):
     checkpoint_alerts: bool = True  # MonitorCheckpointFailing from the daemon itself
     drift_alerts: bool = False  # a drift detection raises ModelDriftDetected
     comparison_alerts: bool = False  # a rollback / invalid comparison decision raises one
+    # P(>= 1 false page per day) of an interval SLO whose metric sits on its objective
+    false_page_budget: float = Field(0.05, gt=0.0, lt=1.0)
 
     @field_validator("webhook_secret_file")
     @classmethod
@@ -632,6 +641,11 @@ class Settings(BaseSettings):
                 problems.append(
                     f"comparisons[{i}].loss: {comp.loss!r} does not apply to {task} model "
                     f"{comp.model!r}; choose from {list(TASK_LOSSES[task])}"
+                )
+            elif comp.sequence == "exact" and tasks[comp.model] == "regression":
+                problems.append(
+                    f"comparisons[{i}].sequence: 'exact' needs a bounded loss; regression "
+                    f"losses of {comp.model!r} are unbounded (use 'auto')"
                 )
         comp_names = [c.name for c in self.comparisons]
         for dupe in sorted({n for n in comp_names if comp_names.count(n) > 1}):

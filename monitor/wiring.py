@@ -80,10 +80,12 @@ def comparison_specs(settings: Settings) -> tuple[ComparisonSpec, ...]:
             alpha=c.alpha,
             margin=c.margin,
             min_samples=c.min_samples,
+            min_events=c.min_events,
             horizon=c.horizon,
             traffic_split=tuple(c.traffic_split),
             srm_threshold=c.srm_threshold,
             stale_after_ms=_ms(c.stale_after),
+            sequence=c.sequence,
         )
         for c in settings.comparisons
     )
