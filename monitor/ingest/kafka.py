@@ -51,6 +51,8 @@ def make_producer(k: KafkaSettings) -> KafkaProducer:
         acks="all",
         linger_ms=50,
         max_block_ms=10_000,  # a send never blocks the consumer loop for long
+        reconnect_backoff_max_ms=k.reconnect_backoff_max_ms,
+        bootstrap_timeout_ms=k.bootstrap_timeout_ms,
         **client_security(k),
     )
 
@@ -87,6 +89,7 @@ class KafkaSource:
         self.settings = k
         # told when a checkpointed/current position is outside the log (state/positions.py)
         self.on_resume = on_resume
+        self.unchecked: dict[TopicPartition, int] = {}  # seeks not range-checked yet
         self.kinds = {k.predictions_topic: "predictions", k.labels_topic: "labels"}
         self._stored_offsets = stored_offsets
         self.consumer = KafkaConsumer(**consumer_config(k))
@@ -100,6 +103,8 @@ class KafkaSource:
         batches = self.consumer.poll(
             timeout_ms=timeout_ms, max_records=self.settings.max_poll_records
         )
+        if self.unchecked:
+            self._check_starts()
         out: dict[str, tuple[list[Any], dict[str, int]]] = {
             "predictions": ([], {}),
             "labels": ([], {}),
@@ -141,6 +146,18 @@ class KafkaSource:
             out.append((tp.topic, tp.partition, max(0, int(high) - int(pos))))
         return out
 
+    def _check_starts(self) -> None:
+        """Checkpointed offsets below the log start (records deleted before we read
+        them) are reported; the high end is checked once a fetch has told the high
+        watermark (_check_position): some brokers' end_offsets() is the start of the
+        last batch. Not in the rebalance listener: it must not block."""
+        pending, self.unchecked = self.unchecked, {}
+        lows = self.consumer.beginning_offsets(list(pending))
+        for tp, off in pending.items():
+            resume = resume_position(off, lows.get(tp), None, self.settings.auto_offset_reset)
+            if resume.reason is not None and self.on_resume is not None:
+                self.on_resume(tp.topic, tp.partition, off, resume)
+
     def _check_position(self, tp: TopicPartition, high: int) -> None:
         """A fetch position past the high watermark (topic recreated or truncated) is
         reset per auto_offset_reset, never left waiting with a lag of 0."""
@@ -178,16 +195,9 @@ class _SeekOnAssign(ConsumerRebalanceListener):
     def on_partitions_assigned(self, assigned: Any) -> None:
         log.info("assigned %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in assigned))
         offsets = self.source._stored_offsets()
-        known = [tp for tp in assigned if offset_key(tp.topic, tp.partition) in offsets]
-        # the high watermark is checked after the first fetch (_check_position): some
-        # brokers' end_offsets() is the start of the last batch, not the log's end
-        lows = self.source.consumer.beginning_offsets(known) if known else {}
-        for tp in known:
-            off = offsets[offset_key(tp.topic, tp.partition)]
-            resume = resume_position(
-                off, lows.get(tp), None, self.source.settings.auto_offset_reset
-            )
-            self.source.consumer.seek(tp, resume.offset)
-            if resume.reason is not None and self.source.on_resume is not None:
-                self.source.on_resume(tp.topic, tp.partition, off, resume)
-            log.info("seek %s[%d] to checkpointed offset %d", tp.topic, tp.partition, off)
+        for tp in assigned:
+            off = offsets.get(offset_key(tp.topic, tp.partition))
+            if off is not None:
+                self.source.consumer.seek(tp, off)
+                self.source.unchecked[tp] = off  # range-checked after the poll
+                log.info("seek %s[%d] to checkpointed offset %d", tp.topic, tp.partition, off)
