@@ -219,7 +219,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.log_level != "DEBUG":
         # kafka-python logs every connection and rebalance at INFO
         logging.getLogger("kafka").setLevel(logging.WARNING)
-        logging.getLogger("apscheduler").setLevel(logging.WARNING)
     try:
         if args.command == "check-config":
             return _check_config(args.config)
