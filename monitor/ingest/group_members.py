@@ -25,6 +25,11 @@ __all__ = ["GroupMembers"]
 
 log = logging.getLogger(__name__)
 
+# KafkaAdminClient logs its whole configuration, SASL password included, at DEBUG
+_admin_log = logging.getLogger("kafka.admin.client")
+if _admin_log.level == logging.NOTSET:
+    _admin_log.setLevel(logging.INFO)
+
 
 class GroupMembers:
     def __init__(self, k: KafkaSettings) -> None:
