@@ -64,6 +64,7 @@ class TopicDeadLetter:
         self._wake = threading.Event()
         self.error: str | None = "dead-letter topic not connected yet"
         self.spooled = self._count_lines(self.spool) + self._count_lines(self.draining)
+        self._bytes = sum(p.stat().st_size for p in (self.spool, self.draining) if p.exists())
         self.spooled_total = 0
         self._inflight: list[tuple[Any, Rejection]] = []  # sent since the last flush
         self._thread = threading.Thread(target=self._run, name="dead-letter", daemon=True)
@@ -109,7 +110,7 @@ class TopicDeadLetter:
     def close(self) -> None:
         self._stop.set()
         self._wake.set()
-        self._thread.join(timeout=_SEND_TIMEOUT_S + 5)
+        self._thread.join(timeout=5)  # within the shutdown grace; the spool stays on disk
         try:
             self.flush()
         finally:
@@ -125,7 +126,7 @@ class TopicDeadLetter:
 
     def backlogged(self) -> bool:
         """The spool is over its limit: the consumer must pause."""
-        return self._fh.tell() > self.max_spool_bytes
+        return self._bytes > self.max_spool_bytes
 
     # -- internals -----------------------------------------------------------------
     def _open_spool(self) -> Any:
@@ -148,6 +149,7 @@ class TopicDeadLetter:
         with self._lock:
             self._fh.write(data)
             self.spooled += len(rejections)
+            self._bytes += len(data)
         self.spooled_total += len(rejections)
 
     def _down(self, why: str) -> None:
@@ -208,7 +210,9 @@ class TopicDeadLetter:
         except Exception as err:
             self._down(f"draining the spool failed after {sent} record(s): {err!r}")
             return  # the .draining file stays; it is sent again (at-least-once)
+        size = self.draining.stat().st_size
         self.draining.unlink()
         with self._lock:
             self.spooled = max(0, self.spooled - sent)
+            self._bytes = max(0, self._bytes - size)
         log.info("sent %d spooled dead-letter record(s) to %s", sent, self.topic)

@@ -3,6 +3,7 @@ resume positions (issue 12 items 7-11): each test reproduces a reported failure.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -21,7 +22,9 @@ import pytest
 from monitor.app import Daemon, StartupError
 from monitor.config import settings_from_mapping
 from monitor.engine.clock import NO_TS, EventWatermark, SteadyClock, retention_now
+from monitor.engine.records import Rejection
 from monitor.engine.state_checks import StateInvalid
+from monitor.ingest.dead_letter_topic import TopicDeadLetter
 from monitor.ingest.deadletter import FileDeadLetter
 from monitor.ingest.pipeline import RawRecord
 from monitor.state.checkpoint import FORMAT, FORMAT_VERSION, CheckpointError, CheckpointStore
@@ -337,3 +340,31 @@ def test_resume_position(
 ) -> None:
     r = resume_position(ckpt, low, high, reset)
     assert (r.offset, r.reason, r.skipped) == want
+
+
+def test_a_snapshot_stamped_in_the_future_is_stale(tmp_path: Path) -> None:
+    """Reported: evaluation stamped 2 days ahead while /readyz said 200."""
+    daemon = Daemon(_settings(tmp_path / "state"))
+    snap = daemon.evaluate_now()
+    assert snap is not None
+    assert not any("stale" in r for r in daemon.readiness()[1])
+    ahead = dataclasses.replace(snap, at_ms=snap.at_ms + 2 * 86_400_000)
+    daemon._published = dataclasses.replace(daemon.published(), snapshot=ahead)
+    assert any("snapshot is stale (-172800s old" in r for r in daemon.readiness()[1])
+
+
+def test_a_full_dead_letter_spool_pauses_consumption(tmp_path: Path) -> None:
+    def unreachable() -> Any:
+        raise ConnectionError("no broker")
+
+    sink = TopicDeadLetter(unreachable, "dlq", tmp_path / "spool.jsonl", 20_000)
+    try:
+        big = [Rejection("oversize", "x", b"v" * 3000, "predictions", 0, i) for i in range(3)]
+        sink.write(big)
+        assert not sink.backlogged() and sink.spooled == 3
+        sink.write(big)
+        assert sink.backlogged()
+        assert "cannot reach the dead-letter topic dlq" in (sink.error or "")
+    finally:
+        sink.close()
+    assert len((tmp_path / "spool.jsonl").read_bytes().splitlines()) == 6
