@@ -249,10 +249,11 @@ def _read_array(zf: zipfile.ZipFile, name: str, info: zipfile.ZipInfo) -> np.nda
             raise CheckpointError(
                 f"array {name!r} declares {shape} {dtype} ({declared} bytes) but holds {held} bytes"
             )
-        data = fh.read(held)
-    if len(data) != held:
+        data = bytearray(held)  # writable, so the array needs no second copy
+        got = fh.readinto(data)
+    if got != held:
         raise CheckpointError(f"array {name!r} is truncated")
-    return np.frombuffer(data, dtype).reshape(shape).copy()
+    return np.frombuffer(data, dtype).reshape(shape)
 
 
 def _migrate(header: dict[str, Any], version: int) -> dict[str, Any]:
