@@ -155,7 +155,11 @@ class KafkaSource:
         lows = self.consumer.beginning_offsets(list(pending))
         for tp, off in pending.items():
             resume = resume_position(off, lows.get(tp), None, self.settings.auto_offset_reset)
-            if resume.reason is not None and self.on_resume is not None:
+            if resume.reason is None:
+                continue
+            if self.consumer.position(tp) < resume.offset:  # the client did not reset itself
+                self.consumer.seek(tp, resume.offset)
+            if self.on_resume is not None:
                 self.on_resume(tp.topic, tp.partition, off, resume)
 
     def _check_position(self, tp: TopicPartition, high: int) -> None:
