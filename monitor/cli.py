@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return EXIT_USAGE
     # the demo's broker is local and throw-away: third-party warnings (kafka-python's slow
-    # poll, apscheduler's skipped run on a busy laptop) would only drown the story
+    # poll on a busy laptop) would only drown the story
     quiet = args.command == "demo"
     kafka_level = getattr(args, "kafka_log_level", None)
     configure_logging(level, "json" if fmt == "json" else "text", kafka_level, quiet)

@@ -170,6 +170,15 @@ class StateSettings(_Section):
     dir: Path = Path("./state")
     checkpoint_interval: PositiveSeconds = 30.0
     shutdown_grace: PositiveSeconds = 20.0
+    # a checkpoint written for other topics or another group: refuse to start, or start
+    # fresh (the old files are moved aside) -- docs/operations.md "Failure modes"
+    on_identity_mismatch: Literal["refuse", "reset"] = "refuse"
+    # rejected records held on disk while the dead-letter topic is unreachable; above
+    # this the consumer pauses (offsets stay behind) until the topic is back
+    dead_letter_spill_max_bytes: int = Field(1 << 30, ge=1 << 20)
+    # this deployment is one instance: warn when the consumer group has other members
+    single_instance: bool = True
+    group_check_interval: PositiveSeconds = 60.0
 
 
 class LabelFields(_Section):
@@ -193,6 +202,14 @@ class EvaluationSettings(_Section):
     clock: Literal["wall", "event"] = "wall"
     max_future_skew: Seconds = 300.0
     max_record_bytes: int = Field(1_048_576, ge=256)
+    # wall-clock jumps beyond this (vs the monotonic clock) are ignored until they have
+    # held for clock_jump_accept_after (engine/clock.py SteadyClock)
+    max_clock_jump: PositiveSeconds = 30.0
+    clock_jump_accept_after: PositiveSeconds = 600.0
+    # the event-time watermark: this quantile of the last watermark_samples prediction
+    # times, never decreasing (engine/clock.py EventWatermark)
+    watermark_samples: int = Field(1000, ge=1, le=1_000_000)
+    watermark_quantile: float = Field(0.99, gt=0.0, le=1.0)
 
     @field_validator("bucket_width")
     @classmethod

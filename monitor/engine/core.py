@@ -35,12 +35,14 @@ from ..stats.multiclass import MulticlassLayout
 from ..stats.regression import RegressionLayout
 from ..stats.scores import ScoreLayout
 from .buckets import BucketStore
+from .clock import EventWatermark
 from .comparisons import ComparisonResult, ComparisonTracker
 from .drift import DriftTracker
 from .models import ComparisonSpec, DriftSpec, ModelSpec
 from .records import ID_HASH, LabelBatch, PredictionBatch
 from .segments import SegmentFolder
 from .snapshot import WindowResult
+from .state_checks import check_state
 from .table import KeyedTable
 
 _log = logging.getLogger(__name__)
@@ -216,6 +218,7 @@ class Engine:
         self.pred_watermark_ms = _NO_TS
         self.label_watermark_ms = _NO_TS
         self.offsets: dict[str, int] = {}
+        self.event_clock = EventWatermark()  # robust watermark, retention edge (clock.py)
         self._min_pred_ts = _NO_TS
         self._min_orphan_ts = _NO_TS
 
@@ -391,6 +394,9 @@ class Engine:
         self._count_arms(g, ts)
         tmin, tmax = int(ts.min()), int(ts.max())
         self.pred_watermark_ms = max(self.pred_watermark_ms, tmax)
+        late = self.event_clock.observe(ts)
+        if late:  # behind every retained bucket: in no window (docs/semantics.md)
+            self.join_events["too_late"] += late
         if self._min_pred_ts == _NO_TS or tmin < self._min_pred_ts:
             self._min_pred_ts = tmin
         # Rows of the new predictions, and a labeled sibling (another version) if any.
@@ -972,6 +978,7 @@ class Engine:
         horizon = max(w.size_ms + w.delay_ms for m in self.models for w in m.windows)
         horizon += self.drift.horizon_ms()
         oldest = (now_ms - horizon) // self.buckets.width_ms - 1
+        self.event_clock.retained_from_ms = oldest * self.buckets.width_ms
         return (
             self.buckets.drop_before(oldest)
             + self.wide.drop_before(oldest)
@@ -1012,6 +1019,7 @@ class Engine:
             "pred_watermark_ms": self.pred_watermark_ms,
             "label_watermark_ms": self.label_watermark_ms,
             "offsets": dict(self.offsets),
+            "event_clock": self.event_clock.state(),
             "paired": {name: v.tolist() for name, v in sorted(self.paired.items())},
             "arms": {
                 name: {
@@ -1042,6 +1050,7 @@ class Engine:
 
     def load(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
         """Restore a state from ``state()``; StateMismatch if it cannot apply here."""
+        check_state(meta, arrays, self.state()[1], self.buckets.width_ms)
         if meta.get("id_hash") != ID_HASH:
             raise StateMismatch(f"ids were hashed with {meta.get('id_hash')!r}, not {ID_HASH!r}")
         if meta["bucket_width_ms"] != self.buckets.width_ms:
@@ -1077,6 +1086,7 @@ class Engine:
         self.pred_watermark_ms = int(meta["pred_watermark_ms"])
         self.label_watermark_ms = int(meta["label_watermark_ms"])
         self.offsets = {str(k): int(v) for k, v in meta["offsets"].items()}
+        self.event_clock.load(meta.get("event_clock"))
         self.paired = {str(k): np.asarray(v, np.float64) for k, v in meta.get("paired", {}).items()}
         if any(v.shape != (5,) for v in self.paired.values()):
             raise StateMismatch("paired comparison statistics have the wrong shape")

@@ -457,6 +457,27 @@ class MonitorCollector(Collector):
             "Checkpoint writes that failed (the previous checkpoint is kept)",
             value=status.checkpoint_failures,
         )
+        faults = CounterMetricFamily(
+            "mlmon_fault_events",
+            "Handled faults: clock jumps, offset resets, checkpoint identity resets, "
+            "spooled dead letters (docs/operations.md)",
+            labels=("event",),
+        )
+        for event, count in status.fault_events:
+            faults.add_metric([event], count)
+        yield faults
+        yield GaugeMetricFamily(
+            "mlmon_dead_letter_spooled",
+            "Rejected records on disk waiting for the dead-letter topic",
+            value=status.dead_letter_spooled,
+        )
+        if status.group_members is not None:
+            yield GaugeMetricFamily(
+                "mlmon_group_members",
+                "Members of the consumer group (more than 1 in a single-instance deployment "
+                "means another consumer shares the group)",
+                value=status.group_members,
+            )
         yield GaugeMetricFamily(
             "mlmon_consuming",
             "1 while partitions are assigned and the source is healthy",

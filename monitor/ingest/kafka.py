@@ -16,6 +16,7 @@ from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, Topic
 from kafka.structs import OffsetAndMetadata
 
 from ..config import KafkaSettings
+from ..state.positions import Resume, resume_position
 from .pipeline import offset_key
 
 __all__ = ["KafkaSource", "client_security", "consumer_config", "make_producer"]
@@ -49,6 +50,9 @@ def make_producer(k: KafkaSettings) -> KafkaProducer:
         client_id=f"{k.client_id}-dead-letter",
         acks="all",
         linger_ms=50,
+        max_block_ms=10_000,  # a send never blocks the consumer loop for long
+        reconnect_backoff_max_ms=k.reconnect_backoff_max_ms,
+        bootstrap_timeout_ms=k.bootstrap_timeout_ms,
         **client_security(k),
     )
 
@@ -76,8 +80,16 @@ def consumer_config(k: KafkaSettings) -> dict[str, Any]:
 
 
 class KafkaSource:
-    def __init__(self, k: KafkaSettings, stored_offsets: Callable[[], dict[str, int]]) -> None:
+    def __init__(
+        self,
+        k: KafkaSettings,
+        stored_offsets: Callable[[], dict[str, int]],
+        on_resume: Callable[[str, int, int, Resume], None] | None = None,
+    ) -> None:
         self.settings = k
+        # told when a checkpointed/current position is outside the log (state/positions.py)
+        self.on_resume = on_resume
+        self.unchecked: dict[TopicPartition, int] = {}  # seeks not range-checked yet
         self.kinds = {k.predictions_topic: "predictions", k.labels_topic: "labels"}
         self._stored_offsets = stored_offsets
         self.consumer = KafkaConsumer(**consumer_config(k))
@@ -91,6 +103,8 @@ class KafkaSource:
         batches = self.consumer.poll(
             timeout_ms=timeout_ms, max_records=self.settings.max_poll_records
         )
+        if self.unchecked:
+            self._check_starts()
         out: dict[str, tuple[list[Any], dict[str, int]]] = {
             "predictions": ([], {}),
             "labels": ([], {}),
@@ -125,11 +139,40 @@ class KafkaSource:
             high = self.consumer.highwater(tp)
             if high is None:
                 continue  # no fetch response yet
+            self._check_position(tp, int(high))
             pos = offsets.get(offset_key(tp.topic, tp.partition))
             if pos is None:
                 pos = self.consumer.position(tp)
             out.append((tp.topic, tp.partition, max(0, int(high) - int(pos))))
         return out
+
+    def _check_starts(self) -> None:
+        """Checkpointed offsets below the log start (records deleted before we read
+        them) are reported; the high end is checked once a fetch has told the high
+        watermark (_check_position): some brokers' end_offsets() is the start of the
+        last batch. Not in the rebalance listener: it must not block."""
+        pending, self.unchecked = self.unchecked, {}
+        lows = self.consumer.beginning_offsets(list(pending))
+        for tp, off in pending.items():
+            resume = resume_position(off, lows.get(tp), None, self.settings.auto_offset_reset)
+            if resume.reason is None:
+                continue
+            if self.consumer.position(tp) < resume.offset:  # the client did not reset itself
+                self.consumer.seek(tp, resume.offset)
+            if self.on_resume is not None:
+                self.on_resume(tp.topic, tp.partition, off, resume)
+
+    def _check_position(self, tp: TopicPartition, high: int) -> None:
+        """A fetch position past the high watermark (topic recreated or truncated) is
+        reset per auto_offset_reset, never left waiting with a lag of 0."""
+        pos = int(self.consumer.position(tp))
+        if pos <= high:
+            return
+        low = int(self.consumer.beginning_offsets([tp]).get(tp, 0))
+        resume = resume_position(pos, low, high, self.settings.auto_offset_reset)
+        self.consumer.seek(tp, resume.offset)
+        if self.on_resume is not None:
+            self.on_resume(tp.topic, tp.partition, pos, resume)
 
     def commit(self, offsets: dict[str, int]) -> None:
         """Commit checkpointed offsets for the partitions we are assigned."""
@@ -160,4 +203,5 @@ class _SeekOnAssign(ConsumerRebalanceListener):
             off = offsets.get(offset_key(tp.topic, tp.partition))
             if off is not None:
                 self.source.consumer.seek(tp, off)
+                self.source.unchecked[tp] = off  # range-checked after the poll
                 log.info("seek %s[%d] to checkpointed offset %d", tp.topic, tp.partition, off)
