@@ -38,6 +38,7 @@ from .export.published import Published, RuntimeStatus
 from .export.report import comparison_json, drift_json, iso, ops_json, slo_json, snapshot_json
 from .ingest.deadletter import DeadLetterSink, FileDeadLetter, KafkaDeadLetter
 from .ingest.kafka import KafkaSource, make_producer
+from .ingest.pipeline import load_offsets
 from .state.checkpoint import CheckpointError, CheckpointStore
 from .wiring import build_engine, build_pipeline, wall_clock_ms
 
@@ -80,6 +81,9 @@ class Daemon:
         self.slos = SloEvaluator(self.slo_specs)
         self.dispatcher = build_dispatcher(settings)
         self._checkpoint_failing_since: float | None = None
+        # source offsets covered by the engine's state (the pipeline advances them under
+        # ``lock``; checkpointed with the state, sought to on assignment)
+        self.offsets: dict[str, int] = {}
 
     # -- published state (readers) ---------------------------------------------------
     def published(self) -> Published:
@@ -350,6 +354,8 @@ class Daemon:
         try:
             with self.lock:
                 self.engine.load(loaded.meta, loaded.arrays)
+                self.offsets.clear()
+                self.offsets.update(load_offsets(loaded.meta))
         except (StateMismatch, KeyError, ValueError, TypeError) as err:
             raise StartupError(f"checkpoint {loaded.path} cannot be restored: {err}") from None
         self._set_status(last_checkpoint_at=loaded.written_at)
@@ -361,7 +367,7 @@ class Daemon:
             loaded.path,
             self.engine.pending,
             len(self.engine.buckets),
-            self.engine.offsets,
+            self.offsets,
         )
 
     def checkpoint(self, sink: DeadLetterSink | None, source: KafkaSource | None) -> bool:
@@ -370,6 +376,7 @@ class Daemon:
                 sink.flush()
             with self.lock:
                 meta, arrays = self.engine.state()
+                meta["offsets"] = dict(self.offsets)
             meta["slo"] = self.slos.state()  # firing alerts keep their start over restarts
             self.store.write(meta, arrays)
         except Exception as err:  # disk full, read-only, DLQ down: keep monitoring
@@ -429,7 +436,7 @@ class Daemon:
         if self.dispatcher is not None:
             self.dispatcher.start()
         sink = self._make_sink()
-        pipeline = build_pipeline(s, self.engine, sink, lock=self.lock)
+        pipeline = build_pipeline(s, self.engine, sink, lock=self.lock, offsets=self.offsets)
         if self.http is None:
             self.start_http()
         scheduler = BackgroundScheduler(timezone="UTC")
@@ -480,7 +487,7 @@ class Daemon:
         backoff = 0.5
         while not self._stop.is_set():
             try:
-                return KafkaSource(self.settings.kafka, lambda: dict(self.engine.offsets))
+                return KafkaSource(self.settings.kafka, lambda: dict(self.offsets))
             except Exception as err:
                 msg = f"cannot reach Kafka at {self.settings.kafka.bootstrap_servers}: {err}"
                 log.warning("%s; retrying in %.1fs", msg, backoff)

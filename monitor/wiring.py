@@ -177,6 +177,7 @@ def build_pipeline(
     dead_letter: DeadLetterSink,
     clock_ms: Callable[[], int] = wall_clock_ms,
     lock: threading.RLock | None = None,
+    offsets: dict[str, int] | None = None,
 ) -> IngestPipeline:
     ev = settings.evaluation
     limits = DecodeLimits(ev.max_record_bytes, _ms(ev.max_future_skew))
@@ -200,4 +201,5 @@ def build_pipeline(
         dead_letter,
         clock_ms,
         lock,
+        offsets,
     )

@@ -1,7 +1,8 @@
 """The engine: joins predictions with labels and accumulates event-time statistics.
 
 One writer owns all mutable state (STYLE rule 2): the join buffer, the buckets, the
-counters, the watermarks and the source offsets that say how far the state reaches.
+counters and the watermarks. The source offsets the state covers belong to the source
+side (``monitor.ingest.pipeline``), which writes them into the same checkpoint.
 Callers serialize access (the app holds one lock); every method here is synchronous,
 vectorized over a batch, and free of I/O and clocks — time comes in as arguments.
 
@@ -215,7 +216,6 @@ class Engine:
         self.pending = 0
         self.pred_watermark_ms = _NO_TS
         self.label_watermark_ms = _NO_TS
-        self.offsets: dict[str, int] = {}
         self._min_pred_ts = _NO_TS
         self._min_orphan_ts = _NO_TS
 
@@ -1011,7 +1011,6 @@ class Engine:
             "pending": self.pending,
             "pred_watermark_ms": self.pred_watermark_ms,
             "label_watermark_ms": self.label_watermark_ms,
-            "offsets": dict(self.offsets),
             "paired": {name: v.tolist() for name, v in sorted(self.paired.items())},
             "arms": {
                 name: {
@@ -1076,7 +1075,6 @@ class Engine:
         self.pending = int(meta["pending"])
         self.pred_watermark_ms = int(meta["pred_watermark_ms"])
         self.label_watermark_ms = int(meta["label_watermark_ms"])
-        self.offsets = {str(k): int(v) for k, v in meta["offsets"].items()}
         self.paired = {str(k): np.asarray(v, np.float64) for k, v in meta.get("paired", {}).items()}
         if any(v.shape != (5,) for v in self.paired.values()):
             raise StateMismatch("paired comparison statistics have the wrong shape")
