@@ -37,7 +37,7 @@ from .export.prometheus import MonitorCollector
 from .export.published import Published, RuntimeStatus
 from .export.report import comparison_json, drift_json, iso, ops_json, slo_json, snapshot_json
 from .ingest.deadletter import DeadLetterSink, FileDeadLetter, KafkaDeadLetter
-from .ingest.kafka import KafkaSource, make_producer
+from .ingest.kafka import KafkaSource, make_producer, open_source
 from .ingest.pipeline import load_offsets
 from .state.checkpoint import CheckpointError, CheckpointStore
 from .wiring import build_engine, build_pipeline, wall_clock_ms
@@ -487,7 +487,7 @@ class Daemon:
         backoff = 0.5
         while not self._stop.is_set():
             try:
-                return KafkaSource(self.settings.kafka, lambda: dict(self.offsets))
+                return open_source(self.settings.kafka, lambda: dict(self.offsets))
             except Exception as err:
                 msg = f"cannot reach Kafka at {self.settings.kafka.bootstrap_servers}: {err}"
                 log.warning("%s; retrying in %.1fs", msg, backoff)
@@ -497,8 +497,8 @@ class Daemon:
         return None
 
     def _update_source_health(self, source: KafkaSource) -> None:
-        """Ready needs assigned partitions *and* a live broker connection: kafka-python
-        keeps its assignment through a broker outage, so the assignment alone would lie."""
+        """Ready needs assigned partitions *and* a live broker connection: both clients
+        keep their assignment through a broker outage, so the assignment alone would lie."""
         assigned = len(source.assignment())
         connected = source.connected()
         error = None
@@ -529,9 +529,9 @@ class Daemon:
                 self._stop.wait(1.0)
                 continue
             for kind in ("predictions", "labels"):
-                records, next_offsets = polled[kind]
-                if records:
-                    pipeline.process(kind, records, next_offsets)
+                batch = polled.get(kind)
+                if batch is not None:
+                    pipeline.process_batch(kind, batch)
             now = time.monotonic()
             if now - last_health >= _HEALTH_EVERY_S:
                 self._update_source_health(source)
