@@ -20,7 +20,9 @@ __all__ = ["JsonlReader", "interleave"]
 _CHUNK_BYTES = 4 * 1024 * 1024
 _GZIP_MAGIC = b"\x1f\x8b"
 # a line holding nothing but spaces, tabs or a CR: layout, not a record
-_BLANK_LINE = re.compile(rb"(?:^|\n)[ \t\r]*\n")
+# (two patterns: a leading literal newline lets the regex engine skip ahead in C)
+_BLANK_LINE = re.compile(rb"\n[ \t\r]*\n")
+_BLANK_FIRST = re.compile(rb"[ \t\r]*\n")
 
 
 class JsonlReader:
@@ -79,7 +81,8 @@ class JsonlReader:
         self._next_line += len(lines)
         if b"\r" in data:
             lines = [x[:-1] if x.endswith(b"\r") else x for x in lines]
-        if self._numbers is None and _BLANK_LINE.search(data) is None:
+        blank = _BLANK_FIRST.match(data) is not None or _BLANK_LINE.search(data) is not None
+        if self._numbers is None and not blank:
             if not self._lines:
                 self._first = start
             self._lines.extend(lines)
