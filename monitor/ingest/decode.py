@@ -4,6 +4,13 @@ The decoder never raises on input: every record becomes either a row of a batch 
 ``Rejection`` with one of ``REASONS``. orjson is the fast path; only when it refuses a
 record do we look closer (stdlib json to tell NaN/Infinity literals and huge numbers
 from plain garbage), so the common case pays nothing for the diagnostics.
+
+A batch is decoded in columns: every value parsed in one C-level ``map``, each field
+pulled out as a column, types checked per column (a set of types, not a branch per
+record) and ranges checked with numpy. Only rows a column check does not clear take the
+per-record path (``_one``), which gives every rejection its reason and detail; so the
+two paths accept exactly the same rows with the same values, and the result is in the
+input order either way (tests/unit/test_decode_columns.py checks this).
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from itertools import compress
 from typing import Any
 
 import numpy as np
@@ -122,6 +130,56 @@ def _parse_json_slow(raw: bytes) -> Any:
     except ValueError as err:
         raise _Reject("not_json", f"not JSON: {str(err)[:120]}") from None
     return obj
+
+
+_BAD = object()  # a value the per-record path must look at
+
+
+def _loads_all(raws: Sequence[bytes | None], limits: DecodeLimits) -> list[Any]:
+    """Every value parsed, ``_BAD`` where orjson refused it, it is absent or too big."""
+    loads = orjson.loads
+    try:
+        if max(map(len, raws), default=0) <= limits.max_record_bytes:  # type: ignore[arg-type]
+            return list(map(loads, raws))  # type: ignore[arg-type]
+    except (orjson.JSONDecodeError, TypeError):
+        pass
+    out: list[Any] = []
+    for raw in raws:
+        if raw is None or len(raw) > limits.max_record_bytes:
+            out.append(_BAD)
+            continue
+        try:
+            out.append(loads(raw))
+        except orjson.JSONDecodeError:
+            out.append(_BAD)
+    return out
+
+
+def _of_type(column: list[Any], kind: type) -> np.ndarray | None:
+    """None when every value has exactly type ``kind``, else the per-row mask."""
+    if set(map(type, column)) == {kind}:
+        return None
+    return np.fromiter((type(x) is kind for x in column), bool, len(column))
+
+
+def _and(mask: np.ndarray | None, other: np.ndarray | None) -> np.ndarray | None:
+    if other is None:
+        return mask
+    return other if mask is None else mask & other
+
+
+def _int_column(column: list[Any], ok: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """int64 array of a column of ints, and the mask of the rows that are 64-bit ints
+    (None: all); other rows hold 0. ``ok`` is the column's exact-int mask (None: all)."""
+    n = len(column)
+    if ok is None:
+        try:
+            return np.fromiter(column, np.int64, n), None
+        except OverflowError:
+            pass
+    fits = np.fromiter((type(x) is int and -(2**63) <= x < 2**63 for x in column), bool, n)
+    values = (x if f else 0 for x, f in zip(column, fits, strict=True))
+    return np.fromiter(values, np.int64, n), fits
 
 
 def _parse_ts(value: Any, now_ms: int, limits: DecodeLimits, field: str) -> int:
@@ -407,6 +465,147 @@ class PredictionDecoder:
         self, raws: Sequence[bytes | None], now_ms: int, keep_raw: bool = False
     ) -> tuple[PredictionBatch, list[tuple[int, str, str]]]:
         """Decode a batch; returns the valid rows and ``(index, reason, detail)`` rejects."""
+        n = len(raws)
+        objs = _loads_all(raws, self.limits)
+        fast = self._columns(objs, now_ms) if n else None
+        if fast is None:
+            return self._decode_rows(raws, range(n), now_ms, keep_raw)
+        rows, cols = fast
+        if rows.shape[0] == n:  # the common case: the whole batch in columns
+            return self._batch(cols, list(raws) if keep_raw else []), []
+        slow = np.ones(n, bool)
+        slow[rows] = False
+        batch, rejects = self._decode_rows(raws, np.flatnonzero(slow).tolist(), now_ms, keep_raw)
+        if len(batch) == 0:
+            kept = [raws[i] for i in rows.tolist()] if keep_raw else []
+            return self._batch(cols, kept), rejects
+        # both paths gave rows: back into input order (the engine's first-wins needs it)
+        valid = np.ones(n, bool)
+        valid[[i for i, _, _ in rejects]] = False
+        valid_rows = np.flatnonzero(valid)
+        order = np.argsort(np.concatenate([rows, np.flatnonzero(slow & valid)]), kind="stable")
+        return _merge(self._batch(cols, []), batch, order, raws, valid_rows, keep_raw), rejects
+
+    def _columns(self, objs: list[Any], now_ms: int) -> tuple[np.ndarray, dict[str, Any]] | None:
+        """The rows the column checks clear (binary models, flat well-typed fields, the
+        per-record fast path's conditions) and their columns; None when no row can be."""
+        if len(self._model_getters) != 1:
+            return None
+        n = len(objs)
+        mask = _of_type(objs, dict)
+        if mask is not None:
+            objs = [o if ok else _EMPTY for o, ok in zip(objs, mask.tolist(), strict=True)]
+        names = list(map(self._model_getters[0][1], objs))
+        known = self._by_name
+        index = {name: known.get(name, -1) for name in set(map(_hashable, names))}
+        binary = [
+            i >= 0 and self.models[i].task == "binary" and _flat(self.models[i])
+            for i in index.values()
+        ]
+        if not any(binary):
+            return None
+        model = np.fromiter(map(index.__getitem__, map(_hashable, names)), np.int16, n)
+        for i in index.values():
+            if i >= 0 and not (self.models[i].task == "binary" and _flat(self.models[i])):
+                model[model == i] = -1  # not a column model: the per-record path
+        ok = model >= 0
+        if mask is not None:
+            ok &= mask
+        ids: list[Any] = [None] * n
+        ts = np.zeros(n, np.int64)
+        score = np.zeros(n, np.float64)
+        decision = np.zeros(n, np.int8)
+        versions: list[Any] = [None] * n
+        feats: list[Any] = [None] * n if self.wants_extras else []
+        segs: list[Any] = [None] * n if self.wants_extras else []
+        limit = now_ms + self.limits.max_future_skew_ms
+        for m in np.unique(model[ok]).tolist():
+            spec = self.models[m]
+            sel = np.flatnonzero(ok & (model == m))
+            whole = sel.shape[0] == n
+            sub = objs if whole else [objs[i] for i in sel.tolist()]
+            get_id, get_ts, get_version, get_score, get_pred = self._getters[m]
+            c_id = list(map(get_id, sub))
+            c_ts = list(map(get_ts, sub))
+            c_ver = list(map(get_version, sub))
+            c_score = list(map(get_score, sub))
+            good = _and(_of_type(c_id, str), _of_type(c_ver, str))
+            good = _and(good, _of_type(c_score, float))
+            good = _and(good, _of_type(list(map(get_pred, sub)), object))  # absent
+            t, fits = _int_column(c_ts, _of_type(c_ts, int))
+            good = _and(good, fits)
+            k = len(sub)
+            id_len = np.fromiter(map(_len, c_id), np.int64, k)
+            v_len = np.fromiter(map(_len, c_ver), np.int64, k)
+            sc = np.fromiter((x if type(x) is float else -1.0 for x in c_score), np.float64, k)
+            checks = (t >= 0) & (t <= limit) & (sc >= 0.0) & (sc <= 1.0) & (id_len > 0)
+            checks &= (v_len > 0) & (v_len <= MAX_VERSION_CHARS)
+            if good is not None:
+                checks &= good
+            ok[sel[~checks]] = False
+            ts[sel] = t
+            score[sel] = sc
+            decision[sel] = sc >= spec.threshold
+            if whole:
+                ids, versions = c_id, c_ver
+            else:
+                for i, a, b in zip(sel.tolist(), c_id, c_ver, strict=True):
+                    ids[i], versions[i] = a, b
+            if self.wants_extras:
+                for out, get in ((feats, self._features[m]), (segs, self._segments[m])):
+                    if get is None:
+                        continue
+                    col = list(map(get, sub))
+                    if _of_type(col, dict) is not None:
+                        col = [x if type(x) is dict else None for x in col]
+                    if whole:
+                        out[:] = col
+                    else:
+                        for i, x in zip(sel.tolist(), col, strict=True):
+                            out[i] = x
+        rows = np.flatnonzero(ok)
+        if rows.shape[0] == 0:
+            return None
+        if rows.shape[0] < n:
+            take = rows.tolist()
+            ids = [ids[i] for i in take]
+            versions = [versions[i] for i in take]
+            if self.wants_extras:
+                feats = [feats[i] for i in take]
+                segs = [segs[i] for i in take]
+        cols = {
+            "ids": ids,
+            "ts": ts[rows],
+            "model": model[rows],
+            "version": versions,
+            "score": score[rows],
+            "decision": decision[rows],
+            "features": feats,
+            "segments": segs,
+        }
+        return rows, cols
+
+    def _batch(self, cols: dict[str, Any], kept: list[bytes | None]) -> PredictionBatch:
+        n = len(cols["ids"])
+        return PredictionBatch(
+            hash_ids(cols["ids"]),
+            cols["ts"],
+            cols["model"],
+            cols["version"],
+            cols["score"],
+            cols["decision"],
+            kept,
+            cols["features"],
+            cols["segments"],
+            np.full((n, self.n_proba), np.nan) if self.n_proba else None,
+            np.full(n, np.nan) if self.has_regression else None,
+            np.full(n, np.nan) if self.has_regression else None,
+        )
+
+    def _decode_rows(
+        self, raws: Sequence[bytes | None], indices: Sequence[int], now_ms: int, keep_raw: bool
+    ) -> tuple[PredictionBatch, list[tuple[int, str, str]]]:
+        """The per-record path over ``raws[i] for i in indices``; rejects keep the index."""
         ids: list[str] = []
         ts: list[int] = []
         model: list[int] = []
@@ -419,7 +618,8 @@ class PredictionDecoder:
         extras: list[tuple[int, Any]] = []  # (row, probabilities or interval)
         rejects: list[tuple[int, str, str]] = []
         one = self._one
-        for i, raw in enumerate(raws):
+        for i in indices:
+            raw = raws[i]
             try:
                 pid, t, m, v, s, d, f, x = one(raw, now_ms)
             except _Reject as rej:
@@ -466,6 +666,58 @@ class PredictionDecoder:
         return batch, rejects
 
 
+_EMPTY: dict[str, Any] = {}
+
+
+def _hashable(value: Any) -> Any:
+    """A model name as a dict key (unhashable JSON values stand for "not a name")."""
+    return value if type(value) is str else None
+
+
+def _len(value: Any) -> int:
+    return len(value) if type(value) is str else 0
+
+
+def _flat(spec: ModelSpec) -> bool:
+    """Whether every field of the column path is a top-level key."""
+    paths = (spec.id_path, spec.ts_path, spec.version_path, spec.score_path, spec.prediction_path)
+    return not any("." in p for p in paths)
+
+
+def _merge(
+    fast: PredictionBatch,
+    slow: PredictionBatch,
+    order: np.ndarray,
+    raws: Sequence[bytes | None],
+    valid_rows: np.ndarray,
+    keep_raw: bool,
+) -> PredictionBatch:
+    """The rows of two batches in input order (``order`` sorts fast-then-slow rows)."""
+    take = order.tolist()
+
+    def rows(a: list[Any], b: list[Any]) -> list[Any]:
+        both = a + b
+        return [both[i] for i in take] if both else []
+
+    def arrays(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None or b is None else np.concatenate([a, b])[order]
+
+    return PredictionBatch(
+        np.concatenate([fast.keys, slow.keys])[order],
+        np.concatenate([fast.ts_ms, slow.ts_ms])[order],
+        np.concatenate([fast.model, slow.model])[order],
+        rows(fast.version, slow.version),
+        np.concatenate([fast.score, slow.score])[order],
+        np.concatenate([fast.decision, slow.decision])[order],
+        [raws[i] for i in valid_rows.tolist()] if keep_raw else [],
+        rows(fast.features, slow.features),
+        rows(fast.segments, slow.segments),
+        arrays(fast.proba, slow.proba),
+        arrays(fast.lower, slow.lower),
+        arrays(fast.upper, slow.upper),
+    )
+
+
 class LabelDecoder:
     """Decodes label records: ``{"id": ..., "ts": ..., "label": ...}`` (paths configurable)."""
 
@@ -487,6 +739,87 @@ class LabelDecoder:
     def decode(
         self, raws: Sequence[bytes | None], now_ms: int, keep_raw: bool = True
     ) -> tuple[LabelBatch, list[tuple[int, str, str]]]:
+        """Decode a batch; returns the valid rows and ``(index, reason, detail)`` rejects."""
+        n = len(raws)
+        fast = self._columns(_loads_all(raws, self.limits), now_ms) if n else None
+        if fast is None:
+            return self._decode_rows(raws, range(n), now_ms, keep_raw)
+        ok, ids, ts, labels, values = fast
+        if ok is None:
+            return LabelBatch(hash_ids(ids), ts, labels, list(raws) if keep_raw else [], values), []
+        # some rows need the per-record path: decode those, then put all in input order
+        slow_idx = np.flatnonzero(~ok).tolist()
+        slow, rejects = self._decode_rows(raws, slow_idx, now_ms, keep_raw=False)
+        rejected = np.zeros(n, bool)
+        rejected[[i for i, _, _ in rejects]] = True
+        fast_rows = np.flatnonzero(ok)
+        slow_rows = np.flatnonzero(~ok & ~rejected)
+        order = np.argsort(np.concatenate([fast_rows, slow_rows]), kind="stable")
+        take = order.tolist()
+        sel = fast_rows.tolist()
+        all_labels = [labels[i] for i in sel] + slow.label
+        all_ids = [ids[i] for i in sel]
+        keys = np.concatenate([hash_ids(all_ids), slow.keys])[order]
+        assert slow.value is not None
+        batch = LabelBatch(
+            keys,
+            np.concatenate([ts[fast_rows], slow.ts_ms])[order],
+            [all_labels[i] for i in take],
+            [raws[i] for i in np.flatnonzero(~rejected).tolist()] if keep_raw else [],
+            np.concatenate([values[fast_rows], slow.value])[order],
+        )
+        return batch, rejects
+
+    def _columns(
+        self, objs: list[Any], now_ms: int
+    ) -> tuple[np.ndarray | None, list[Any], np.ndarray, list[str], np.ndarray] | None:
+        """(rows cleared by the column checks — None: all —, ids, times, canonical labels,
+        label values) for a batch of flat, well-typed labels; None when none can be."""
+        if any("." in p for p in self.paths):
+            return None
+        n = len(objs)
+        ok = _of_type(objs, dict)
+        if ok is not None:
+            objs = [o if good else _EMPTY for o, good in zip(objs, ok.tolist(), strict=True)]
+        get_id, get_ts, get_label = self._get
+        ids = list(map(get_id, objs))
+        c_ts = list(map(get_ts, objs))
+        raw_labels = list(map(get_label, objs))
+        ok = _and(ok, _of_type(ids, str))
+        ts, fits = _int_column(c_ts, _of_type(c_ts, int))
+        ok = _and(ok, fits)
+        limit = now_ms + self.limits.max_future_skew_ms
+        checks = (ts >= 0) & (ts <= limit) & (ts < _MAX_TS_MS)
+        checks &= np.fromiter(map(_len, ids), np.int64, n) > 0
+        # labels of one type (ints, or strings) are canonicalised per distinct value
+        kind = int if _of_type(raw_labels, int) is None else str
+        typed = _of_type(raw_labels, kind)
+        texts: dict[Any, tuple[str, float] | None] = {}
+        label_path = self.paths[2]
+        for value in set(raw_labels) if typed is None else set(compress(raw_labels, typed)):
+            try:
+                text = canonical_label(value, label_path)
+            except _Reject:
+                texts[value] = None
+                continue
+            number = label_number(value) if kind is int else math.nan
+            known = self.known_label(text, number) if self.known_label is not None else None
+            texts[value] = (text, number) if known is None else None
+        pairs = [texts.get(v) if type(v) is kind else None for v in raw_labels]
+        good_label = np.fromiter((p is not None for p in pairs), bool, n)
+        checks &= good_label
+        if ok is not None:
+            checks &= ok
+        if not checks.any():
+            return None
+        labels = [p[0] if p is not None else "" for p in pairs]
+        values = np.fromiter((p[1] if p is not None else math.nan for p in pairs), np.float64, n)
+        return (None if checks.all() else checks), ids, ts, labels, values
+
+    def _decode_rows(
+        self, raws: Sequence[bytes | None], indices: Sequence[int], now_ms: int, keep_raw: bool
+    ) -> tuple[LabelBatch, list[tuple[int, str, str]]]:
+        """The per-record path over ``raws[i] for i in indices``; rejects keep the index."""
         ids: list[str] = []
         ts: list[int] = []
         labels: list[str] = []
@@ -496,7 +829,8 @@ class LabelDecoder:
         get_id, get_ts, get_label = self._get
         id_path, ts_path, label_path = self.paths
         limits = self.limits
-        for i, raw in enumerate(raws):
+        for i in indices:
+            raw = raws[i]
             try:
                 obj = _parse_json(raw, limits)
                 pid = _parse_id(get_id(obj), id_path)
