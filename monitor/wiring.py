@@ -196,7 +196,7 @@ def build_pipeline(
 
     return IngestPipeline(
         engine,
-        PredictionDecoder(specs, limits),
+        PredictionDecoder(specs, limits, engine.drift.numeric_features()),
         LabelDecoder(limits, lf.id, lf.ts, lf.label, known_label=known_label),
         dead_letter,
         clock_ms,

@@ -505,7 +505,13 @@ class Engine:
             sel = np.flatnonzero(model == m)[counted.get(m, 0) :]
             if sel.shape[0] == 0:
                 continue
-            self._add_drift_cells(d, m, features(sel), batch.score[new[sel]], g[sel], ts[sel])
+            numeric = None
+            if batch.numeric is not None:  # decoded in columns (monitor.ingest.decode)
+                block = batch.numeric[new[sel]]
+                numeric = {name: block[:, j] for j, name in enumerate(batch.numeric_names)}
+            self._add_drift_cells(
+                d, m, features(sel), batch.score[new[sel]], g[sel], ts[sel], numeric
+            )
 
     def _add_drift_cells(
         self,
@@ -515,8 +521,9 @@ class Engine:
         score: np.ndarray,
         group: np.ndarray,
         ts: np.ndarray,
+        numeric: dict[str, np.ndarray] | None = None,
     ) -> None:
-        ev, cols, unseen = d.cells(feats, score)
+        ev, cols, unseen = d.cells(feats, score, numeric)
         rows = self.wide.rows_for(self._base_group[group], ts)
         self.wide.add_cells(d.matrix, rows[ev], cols)
         for feature, value in unseen:
