@@ -337,6 +337,8 @@ def daemon_consume(
                 out = timed("poll", inner)(timeout_ms)
                 if "first" not in marks and out:
                     marks["first"] = time.perf_counter()
+                if out and "end" not in marks:
+                    marks["batches"] = marks.get("batches", 0) + len(out)
                 return out
 
             source.poll = poll  # type: ignore[method-assign]
@@ -380,7 +382,9 @@ def daemon_consume(
     shutil.rmtree(state_dir, ignore_errors=True)
     elapsed = marks["end"] - marks["first"]
     stages["other"] = elapsed - sum(stages.values())
-    return expected / elapsed, {k: 100 * v / elapsed for k, v in stages.items()}
+    shares = {k: 100 * v / elapsed for k, v in stages.items()}
+    shares["records per batch"] = expected / max(marks.get("batches", 1), 1)
+    return expected / elapsed, shares
 
 
 def bench_kafka(n: int, reps: int, work: Path) -> list[Result]:
@@ -448,7 +452,8 @@ def bench_kafka(n: int, reps: int, work: Path) -> list[Result]:
             f"{settings_for().kafka.fetch_max_wait_ms}; median of {reps} reps; per-rep "
             "ratios " + ", ".join(f"{x:.2f}" for x in ratios),
             f"{client}: daemon's time by stage (median %): "
-            + ", ".join(f"{k} {v:.0f}" for k, v in share.items())
+            + ", ".join(f"{k} {v:.0f}" for k, v in share.items() if k != "records per batch")
+            + f"; {share['records per batch']:,.0f} records per batch"
             + f"; baseline's time inside poll: {raw_in_poll[client]} %",
         ]
         out.append(res)

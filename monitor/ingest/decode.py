@@ -583,8 +583,11 @@ class PredictionDecoder:
             checks &= np.fromiter(map(_no_prediction, rows), bool, n)
         thresholds = np.array([m.threshold for m in self.models] + [2.0])
         decision = (score >= thresholds[model]).astype(np.int8)
-        feats = list(map(_get_features, rows)) if self.wants_extras else []
-        segs = list(map(_get_segments, rows)) if self.wants_extras else []
+        fields = self._typed.type.__struct_fields__
+        feats = segs = []
+        if self.wants_extras:
+            feats = list(map(_get_features, rows)) if "features" in fields else [None] * n
+            segs = list(map(_get_segments, rows)) if "segments" in fields else [None] * n
         keep = np.flatnonzero(checks)
         if keep.shape[0] == 0:
             return None
@@ -820,6 +823,15 @@ def _typed_decoder(models: Sequence[ModelSpec]) -> Any:
     if any(paths(m) != paths(first) for m in models) or any("." in p for p in paths(first)):
         return None
     fields = ("id", "ts", "model", "version", "score", "prediction", "features", "segments")
+    # features and segments are built only when drift or slices read them; else skipped
+    extras: list[tuple[str, Any, None]] = []
+    names = {"id", "ts", "model", "version", "score", "prediction"}
+    if any(m.wants_features for m in models):
+        extras.append(("features", dict[str, Any] | None, None))
+        names.add("features")
+    if any(m.slices for m in models):
+        extras.append(("segments", dict[str, Any] | None, None))
+        names.add("segments")
     row = msgspec.defstruct(
         "Row",
         [
@@ -829,10 +841,9 @@ def _typed_decoder(models: Sequence[ModelSpec]) -> Any:
             ("version", str),
             ("score", float),
             ("prediction", Any, None),
-            ("features", dict[str, Any] | None, None),
-            ("segments", dict[str, Any] | None, None),
+            *extras,
         ],
-        rename=dict(zip(fields, paths(first), strict=True)),
+        rename={f: p for f, p in zip(fields, paths(first), strict=True) if f in names},
     )
     return msgspec.json.Decoder(row)
 
@@ -843,6 +854,8 @@ _get_model = operator.attrgetter("model")
 _get_version = operator.attrgetter("version")
 _get_score = operator.attrgetter("score")
 _get_prediction = operator.attrgetter("prediction")
+
+
 _get_features = operator.attrgetter("features")
 _get_segments = operator.attrgetter("segments")
 
@@ -861,27 +874,25 @@ _EMPTY_ROW = _EmptyRow()
 
 # a JSON escape of a UTF-16 surrogate (valid only in pairs; orjson checks, skipping doesn't)
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-_DEEP = 500  # brackets a record may hold before its nesting depth is worth checking
 
 
 def _unchecked_by_skip(raws: Sequence[bytes | None]) -> np.ndarray | None:
     """Rows the typed parse may have accepted without looking at all of them: fields it
-    skips are not checked for invalid UTF-8, lone surrogate escapes or nesting depth,
-    which the per-record path rejects anywhere in a record. None: no such row."""
+    skips are not checked for invalid UTF-8 or lone surrogate escapes, which the
+    per-record path rejects anywhere in a record. None: no such row. (Nesting needs no
+    check: msgspec refuses depth ~1000 even in skipped fields, below orjson's 1024.)"""
     if None in raws:  # (tombstones take the per-record path anyway)
         raws = [b"" if r is None else r for r in raws]
     joined = b"\n".join(raws)  # a newline never completes a UTF-8 sequence
     out = None
-    try:
-        joined.decode("utf-8")
-    except UnicodeDecodeError:
-        out = np.fromiter(map(_not_utf8, raws), bool, len(raws))
+    if not joined.isascii():
+        try:
+            joined.decode("utf-8")
+        except UnicodeDecodeError:
+            out = np.fromiter(map(_not_utf8, raws), bool, len(raws))
     if _SURROGATE_ESCAPE.search(joined) is not None:
         esc = np.fromiter((_SURROGATE_ESCAPE.search(r) is not None for r in raws), bool)
         out = esc if out is None else out | esc
-    if joined.count(b"[") + joined.count(b"{") > _DEEP:
-        deep = np.fromiter((r.count(b"[") + r.count(b"{") > _DEEP for r in raws), bool, len(raws))
-        out = deep if out is None else out | deep
     return out
 
 
