@@ -538,32 +538,8 @@ class PredictionDecoder:
         monitor reads, type-checked in C, every other field skipped unbuilt — so only
         ranges and the model name are left to check, on numpy arrays."""
         assert self._typed is not None
-        parse = self._typed.decode
         n = len(raws)
-        try:
-            if max(map(len, raws), default=0) > self.limits.max_record_bytes:  # type: ignore[arg-type]
-                raise TypeError
-            rows = list(map(parse, raws))  # type: ignore[arg-type]
-            ok = None
-        except (ValueError, TypeError, RecursionError):  # msgspec.DecodeError is a ValueError
-            rows, good = [], []
-            for raw in raws:
-                try:
-                    if raw is None or len(raw) > self.limits.max_record_bytes:
-                        raise TypeError
-                    rows.append(parse(raw))
-                    good.append(True)
-                except (
-                    ValueError,
-                    TypeError,
-                    RecursionError,
-                ):  # msgspec.DecodeError is a ValueError
-                    rows.append(_EMPTY_ROW)
-                    good.append(False)
-            ok = np.array(good, bool)
-        unchecked = _unchecked_by_skip(raws)  # what skipping unread fields does not see
-        if unchecked is not None:
-            ok = ~unchecked if ok is None else ok & ~unchecked
+        rows, ok = _typed_rows(self._typed.decode, raws, self.limits, _EMPTY_ROW)
         names = list(map(_get_model, rows))
         index = {name: self._by_name.get(name, -1) for name in set(names)}
         model = np.fromiter(map(index.__getitem__, names), np.int16, n)
@@ -809,6 +785,34 @@ def _len(value: Any) -> int:
     return len(value) if type(value) is str else 0
 
 
+def _typed_rows(
+    parse: Callable[[bytes], Any], raws: Sequence[bytes | None], limits: DecodeLimits, empty: Any
+) -> tuple[list[Any], np.ndarray | None]:
+    """Typed rows of a batch and the mask of those parsed (None: all); ``empty`` stands in
+    for a row the typed parse refused, or whose unread bytes it could not vouch for."""
+    ok = None
+    try:
+        if max(map(len, raws), default=0) > limits.max_record_bytes:  # type: ignore[arg-type]
+            raise TypeError
+        rows = list(map(parse, raws))  # type: ignore[arg-type]
+    except (ValueError, TypeError, RecursionError):  # msgspec.DecodeError is a ValueError
+        rows, good = [], []
+        for raw in raws:
+            try:
+                if raw is None or len(raw) > limits.max_record_bytes:
+                    raise TypeError
+                rows.append(parse(raw))
+                good.append(True)
+            except (ValueError, TypeError, RecursionError):
+                rows.append(empty)
+                good.append(False)
+        ok = np.array(good, bool)
+    unchecked = _unchecked_by_skip(raws)
+    if unchecked is not None:
+        ok = ~unchecked if ok is None else ok & ~unchecked
+    return rows, ok
+
+
 def _typed_decoder(models: Sequence[ModelSpec]) -> Any:
     """A msgspec decoder of the fields every configured model reads, when all models are
     binary and name their fields alike at the top level; None otherwise."""
@@ -870,6 +874,18 @@ class _EmptyRow:
 
 
 _EMPTY_ROW = _EmptyRow()
+
+
+class _EmptyLabel:
+    """A label record the typed parse refused (it takes the per-record path)."""
+
+    id = ""
+    ts = -1
+    label = None
+
+
+_EMPTY_LABEL = _EmptyLabel()
+_get_label = operator.attrgetter("label")
 
 
 # a JSON escape of a UTF-16 surrogate (valid only in pairs; orjson checks, skipping doesn't)
@@ -1031,6 +1047,18 @@ class LabelDecoder:
         self.known_label = known_label
         self.paths = (id_path, ts_path, label_path)
         self._get = (_getter(id_path), _getter(ts_path), _getter(label_path))
+        self._typed = None
+        if not any("." in p for p in self.paths):
+            row = msgspec.defstruct(
+                "LabelRow",
+                [
+                    ("id", str),
+                    ("ts", Annotated[int, msgspec.Meta(ge=0, lt=_MAX_TS_MS)]),
+                    ("label", int | str),
+                ],
+                rename={"id": id_path, "ts": ts_path, "label": label_path},
+            )
+            self._typed = msgspec.json.Decoder(row)
 
     def decode(
         self, raws: Sequence[bytes | None], now_ms: int, keep_raw: bool = True
@@ -1043,7 +1071,12 @@ class LabelDecoder:
         self, raws: Sequence[bytes | None], now_ms: int, keep_raw: bool
     ) -> tuple[LabelBatch, list[tuple[int, str, str]]]:
         n = len(raws)
-        fast = self._columns(_loads_all(raws, self.limits), now_ms) if n else None
+        if not n:
+            fast = None
+        elif self._typed is not None:
+            fast = self._typed_columns(raws, now_ms)
+        else:
+            fast = self._columns(_loads_all(raws, self.limits), now_ms)
         if fast is None:
             return self._decode_rows(raws, range(n), now_ms, keep_raw)
         ok, ids, ts, labels, values = fast
@@ -1079,7 +1112,6 @@ class LabelDecoder:
         label values) for a batch of flat, well-typed labels; None when none can be."""
         if any("." in p for p in self.paths):
             return None
-        n = len(objs)
         ok = _of_type(objs, dict)
         if ok is not None:
             objs = [o if good else _EMPTY for o, good in zip(objs, ok.tolist(), strict=True)]
@@ -1089,10 +1121,33 @@ class LabelDecoder:
         raw_labels = list(map(get_label, objs))
         ok = _and(ok, id_str := _of_type(ids, str))
         ts, fits = _int_column(c_ts, _of_type(c_ts, int))
-        ok = _and(ok, fits)
+        return self._checked(_and(ok, fits), ids, id_str is None, ts, raw_labels, now_ms)
+
+    def _typed_columns(
+        self, raws: Sequence[bytes | None], now_ms: int
+    ) -> tuple[np.ndarray | None, list[Any], np.ndarray, list[str], np.ndarray] | None:
+        """``_columns`` with msgspec parsing each label straight into (id, ts, label)
+        typed rows (a label of another type than int or str takes the per-record path)."""
+        assert self._typed is not None
+        rows, ok = _typed_rows(self._typed.decode, raws, self.limits, _EMPTY_LABEL)
+        ids = list(map(_get_id, rows))
+        ts = np.fromiter(map(_get_ts, rows), np.int64, len(rows))
+        return self._checked(ok, ids, True, ts, list(map(_get_label, rows)), now_ms)
+
+    def _checked(
+        self,
+        ok: np.ndarray | None,
+        ids: list[Any],
+        all_str: bool,
+        ts: np.ndarray,
+        raw_labels: list[Any],
+        now_ms: int,
+    ) -> tuple[np.ndarray | None, list[Any], np.ndarray, list[str], np.ndarray] | None:
+        """Range checks and canonical labels (per distinct label) on the columns."""
+        n = len(ids)
         limit = now_ms + self.limits.max_future_skew_ms
         checks = (ts >= 0) & (ts <= limit) & (ts < _MAX_TS_MS)
-        checks &= np.fromiter(map(len if id_str is None else _len, ids), np.int64, n) > 0
+        checks &= np.fromiter(map(len if all_str else _len, ids), np.int64, n) > 0
         # labels of one type (ints, or strings) are canonicalised per distinct value
         kind = int if _of_type(raw_labels, int) is None else str
         typed = _of_type(raw_labels, kind)
@@ -1107,15 +1162,22 @@ class LabelDecoder:
             number = label_number(value) if kind is int else math.nan
             known = self.known_label(text, number) if self.known_label is not None else None
             texts[value] = (text, number) if known is None else None
-        pairs = [texts.get(v) if type(v) is kind else None for v in raw_labels]
-        good_label = np.fromiter((p is not None for p in pairs), bool, n)
-        checks &= good_label
+        if typed is None and None not in texts.values():  # every label known: C-level maps
+            text_of = {v: p[0] for v, p in texts.items() if p is not None}
+            value_of = {v: p[1] for v, p in texts.items() if p is not None}
+            labels = list(map(text_of.__getitem__, raw_labels))
+            values = np.fromiter(map(value_of.__getitem__, raw_labels), np.float64, n)
+        else:
+            pairs = [texts.get(v) if type(v) is kind else None for v in raw_labels]
+            checks &= np.fromiter((p is not None for p in pairs), bool, n)
+            labels = [p[0] if p is not None else "" for p in pairs]
+            values = np.fromiter(
+                (p[1] if p is not None else math.nan for p in pairs), np.float64, n
+            )
         if ok is not None:
             checks &= ok
         if not checks.any():
             return None
-        labels = [p[0] if p is not None else "" for p in pairs]
-        values = np.fromiter((p[1] if p is not None else math.nan for p in pairs), np.float64, n)
         return (None if checks.all() else checks), ids, ts, labels, values
 
     def _decode_rows(
