@@ -526,6 +526,39 @@ def write_replay_files(n: int, work: Path, seed: int = 9) -> tuple[Path, Path, P
     return pf, lf, ref_path, reference
 
 
+@contextmanager
+def _stage_timers(stages: dict[str, float]) -> Iterator[None]:
+    """Adds the seconds spent decoding and in the engine's apply to ``stages`` while
+    active (class attributes patched, restored on exit)."""
+    from monitor.ingest.decode import LabelDecoder, PredictionDecoder
+
+    patched = [
+        (PredictionDecoder, "decode", "decode"),
+        (LabelDecoder, "decode", "decode"),
+        (Engine, "apply_predictions", "apply"),
+        (Engine, "apply_labels", "apply"),
+    ]
+    originals = [(cls, name, getattr(cls, name)) for cls, name, _ in patched]
+
+    def timed(fn: Callable[..., Any], stage: str) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                stages[stage] += time.perf_counter() - t
+
+        return run
+
+    for (cls, name, stage), (_, _, fn) in zip(patched, originals, strict=True):
+        setattr(cls, name, timed(fn, stage))
+    try:
+        yield
+    finally:
+        for cls, name, fn in originals:
+            setattr(cls, name, fn)
+
+
 def sklearn_replay(pf: Path, lf: Path, reference: dict[str, np.ndarray]) -> dict[str, float]:
     """Baseline: what a notebook does with the same files — load the JSONL (orjson per
     line), join labels to predictions by id (pandas), scikit-learn's metrics overall and
@@ -605,12 +638,14 @@ def bench_replay(n: int, reps: int, work: Path) -> Result:
     base_times: list[float] = []
     report: dict[str, Any] = {}
     oracle: dict[str, float] = {}
+    stages: dict[str, float] = {"decode": 0.0, "apply": 0.0}
     for rep in range(reps):
         for side in ("measured", "baseline") if rep % 2 == 0 else ("baseline", "measured"):
             gc.collect()
             t = time.perf_counter()
             if side == "measured":
-                report = replay(settings, pf, lf, progress=None)
+                with _stage_timers(stages):
+                    report = replay(settings, pf, lf, progress=None)
                 times.append(time.perf_counter() - t)
             else:
                 oracle = sklearn_replay(pf, lf, reference)
@@ -622,6 +657,9 @@ def bench_replay(n: int, reps: int, work: Path) -> Result:
     flagged = sorted(f["feature"] for d in drift for f in d["features"] if f["detected"])
     rate = [events / x for x in times]
     base_rate = [events / x for x in base_times]
+    total = sum(times)
+    share = {k: 100 * v / total for k, v in stages.items()}
+    share["other (read, evaluate, report)"] = 100 - sum(share.values())
     return Result(
         "g",
         f"replay, {n:,} predictions + labels",
@@ -638,6 +676,8 @@ def bench_replay(n: int, reps: int, work: Path) -> Result:
             f"{events:,} events ({size:.0f} MB JSONL), 20 numeric drift features, a country "
             f"slice; replay {median(times):.2f}s vs baseline {median(base_times):.2f}s "
             f"({median(base_times) / median(times):.2f}× faster end to end); median of {reps}",
+            "replay's time by stage (%, all reps): "
+            + ", ".join(f"{k} {v:.0f}" for k, v in share.items()),
             "same answers: accuracy "
             f"{got['accuracy']:.6f} vs {oracle['accuracy']:.6f}, recall {got['recall']:.6f} vs "
             f"{oracle['recall']:.6f}, ROC-AUC {got['roc_auc']:.4f} vs {oracle['roc_auc']:.4f} "
