@@ -104,10 +104,10 @@ class ConfluentSource:
                 "logger": logging.getLogger("monitor.ingest.rdkafka"),
             }
         )
+        # the group join happens inside poll(); on_assign seeks before any message
         self.consumer.subscribe(
             list(self.kinds), on_assign=self._on_assign, on_revoke=self._on_revoke
         )
-        self.consumer.poll(0)  # starts the connection; the group join follows in poll()
 
     # -- callbacks (run inside consume/poll, on the consumer loop's thread) --------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
