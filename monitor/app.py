@@ -50,8 +50,8 @@ from .export.status_page import render_status_page
 from .ingest.dead_letter_topic import TopicDeadLetter
 from .ingest.deadletter import DeadLetterSink, FileDeadLetter
 from .ingest.group_members import GroupMembers
-from .ingest.kafka import KafkaSource, make_producer
-from .ingest.pipeline import offset_key
+from .ingest.kafka import KafkaSource, make_producer, open_source
+from .ingest.pipeline import load_offsets, offset_key
 from .state.checkpoint import CheckpointError, CheckpointStore, LoadedCheckpoint
 from .state.lock import StateDirBusy, StateDirLock
 from .state.positions import Resume
@@ -106,6 +106,9 @@ class Daemon:
         self.slos = SloEvaluator(self.slo_specs)
         self.dispatcher = build_dispatcher(settings)
         self._checkpoint_failing_since: float | None = None
+        # source offsets covered by the engine's state (the pipeline advances them under
+        # ``lock``; checkpointed with the state, sought to on assignment)
+        self.offsets: dict[str, int] = {}
         self._faults: Counter[str] = Counter()  # handled faults, by event (count_fault)
 
     def _new_engine(self) -> Engine:
@@ -406,8 +409,11 @@ class Daemon:
             try:
                 with self.lock:
                     self.engine.load(loaded.meta, loaded.arrays)
+                    self.offsets.clear()
+                    self.offsets.update(load_offsets(loaded.meta))
             except (StateMismatch, KeyError, ValueError, TypeError, AttributeError) as err:
                 self.engine = self._new_engine()  # a half-applied load is discarded
+                self.offsets.clear()
                 raise CheckpointError(f"cannot be restored: {err}") from None
 
         try:
@@ -428,7 +434,7 @@ class Daemon:
             loaded.path,
             self.engine.pending,
             len(self.engine.buckets),
-            self.engine.offsets,
+            self.offsets,
         )
 
     def _identity_matches(self, loaded: LoadedCheckpoint) -> bool:
@@ -437,7 +443,7 @@ class Daemon:
         want = self.source_identity()
         have = loaded.meta.get("source")
         if have is None:  # written before checkpoints carried their identity
-            topics = sorted({key.rpartition(":")[0] for key in self.engine.offsets})
+            topics = sorted({key.rpartition(":")[0] for key in load_offsets(loaded.meta)})
             if not topics or set(topics) <= set(want["topics"]):
                 return True
             have = {"group_id": None, "topics": topics}
@@ -456,6 +462,7 @@ class Daemon:
         aside = self.store.move_aside("identity-mismatch")
         log.error("%s: starting fresh (old checkpoint moved to %s)", msg, aside)
         self.engine = self._new_engine()
+        self.offsets.clear()
         self.count_fault("checkpoint_identity_reset")
         return False
 
@@ -491,6 +498,7 @@ class Daemon:
                 sink.flush()
             with self.lock:
                 meta, arrays = self.engine.state()
+                meta["offsets"] = dict(self.offsets)
             meta["source"] = self.source_identity()
             meta["slo"] = self.slos.state()  # firing alerts keep their start over restarts
             self.store.write(meta, arrays)
@@ -571,7 +579,9 @@ class Daemon:
         if self.dispatcher is not None:
             self.dispatcher.start()
         sink = self._sink = self._make_sink()
-        pipeline = build_pipeline(s, self.engine, sink, clock_ms=self.clock.now_ms, lock=self.lock)
+        pipeline = build_pipeline(
+            s, self.engine, sink, clock_ms=self.clock.now_ms, lock=self.lock, offsets=self.offsets
+        )
         if self.http is None:
             self.start_http()
         evaluator = threading.Thread(target=self._evaluate_every, name="evaluation", daemon=True)
@@ -664,8 +674,8 @@ class Daemon:
         backoff = 0.5
         while not self._stop.is_set():
             try:
-                return KafkaSource(
-                    self.settings.kafka, lambda: dict(self.engine.offsets), self._on_resume
+                return open_source(
+                    self.settings.kafka, lambda: dict(self.offsets), self._on_resume
                 )
             except Exception as err:
                 msg = f"cannot reach Kafka at {self.settings.kafka.bootstrap_servers}: {err}"
@@ -680,7 +690,7 @@ class Daemon:
         offset follows the reset, so the next checkpoint records where reading resumed."""
         key = offset_key(topic, partition)
         with self.lock:
-            self.engine.offsets[key] = resume.offset
+            self.offsets[key] = resume.offset
         if resume.reason == "offset_beyond_end":
             log.error(
                 "%s[%d]: position %d is past the end of the log (topic recreated or "
@@ -707,8 +717,8 @@ class Daemon:
             self.count_fault("offset_records_skipped", resume.skipped)
 
     def _update_source_health(self, source: KafkaSource) -> None:
-        """Ready needs assigned partitions *and* a live broker connection: kafka-python
-        keeps its assignment through a broker outage, so the assignment alone would lie."""
+        """Ready needs assigned partitions *and* a live broker connection: both clients
+        keep their assignment through a broker outage, so the assignment alone would lie."""
         assigned = len(source.assignment())
         connected = source.connected()
         error = None
@@ -749,9 +759,9 @@ class Daemon:
                 self._stop.wait(1.0)
                 continue
             for kind in ("predictions", "labels"):
-                records, next_offsets = polled[kind]
-                if records:
-                    pipeline.process(kind, records, next_offsets)
+                batch = polled.get(kind)
+                if batch is not None:
+                    pipeline.process_batch(kind, batch)
             now = time.monotonic()
             if now - last_health >= _HEALTH_EVERY_S:
                 self._update_source_health(source)

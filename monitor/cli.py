@@ -238,7 +238,7 @@ def _run(path: Path) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from .replay import replay
+    from .replay import ReplayError, replay
 
     settings = _load(args.config)
     for p in (args.predictions, args.labels):
@@ -250,7 +250,11 @@ def _replay(args: argparse.Namespace) -> int:
         if problem:
             print(f"monitor replay: cannot write {flag} {out}: {problem}", file=sys.stderr)
             return EXIT_USAGE
-    report = replay(settings, args.predictions, args.labels, dead_letter=args.dead_letter)
+    try:
+        report = replay(settings, args.predictions, args.labels, dead_letter=args.dead_letter)
+    except ReplayError as err:
+        print(f"monitor replay: {err}", file=sys.stderr)
+        return EXIT_FAILURE
     data = orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
     if args.report:
         args.report.write_bytes(data + b"\n")

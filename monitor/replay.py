@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .config import Settings, redacted
+from .engine.core import Engine
 from .engine.evaluate import evaluate_all, ops_state
 from .engine.models import WindowSpec
 from .engine.snapshot import Snapshot
@@ -25,7 +26,11 @@ from .ingest.deadletter import FileDeadLetter
 from .ingest.files import JsonlReader, interleave
 from .wiring import build_engine, build_pipeline, wall_clock_ms
 
-__all__ = ["replay"]
+__all__ = ["ReplayError", "replay"]
+
+
+class ReplayError(Exception):
+    """The input cannot give a report (no valid prediction, or only invalid labels)."""
 
 
 def replay(
@@ -36,7 +41,12 @@ def replay(
     progress: TextIO | None = sys.stderr,
     clock_ms: Callable[[], int] = wall_clock_ms,
 ) -> dict[str, Any]:
-    """Run the pipeline over the two files and return the report (plain JSON data)."""
+    """Run the pipeline over the two files and return the report (plain JSON data).
+
+    Files may be gzip-compressed. ReplayError when the predictions file holds no valid
+    record, or the labels file holds records and none is valid: a report of nothing
+    would look like a clean bill of health. (An empty labels file is fine: drift needs
+    no labels.)"""
     engine = build_engine(settings)
     dl_path = dead_letter or Path(settings.state.dir) / "replay-dead-letter.jsonl"
     sink = FileDeadLetter(dl_path)
@@ -68,6 +78,7 @@ def replay(
         preds.close()
         labs.close()
         sink.close()
+    _check_read(engine, {"predictions": (predictions, preds), "labels": (labels, labs)})
     if progress is not None and total > 0:
         progress.write(
             f"{cr}replay: 100.0% of {total / 1e6:.1f} MB in {time.monotonic() - started:.1f}s\n"
@@ -133,3 +144,19 @@ def replay(
         "comparison_history": history_json(history),
     }
     return report
+
+
+def _check_read(engine: Engine, inputs: dict[str, tuple[Path, JsonlReader]]) -> None:
+    for kind, (path, reader) in inputs.items():
+        valid = engine.records[kind, "accepted"] + engine.records[kind, "duplicate"]
+        if valid or (kind == "labels" and reader.lines == 0):
+            continue
+        if reader.lines == 0:
+            raise ReplayError(f"{path}: no {kind} in it (empty file)")
+        reasons = ", ".join(
+            f"{reason} {n}" for (k, reason), n in sorted(engine.invalid.items()) if k == kind
+        )
+        raise ReplayError(
+            f"{path}: none of its {reader.lines} {kind} is valid ({reasons}); "
+            "rejected records are in the dead-letter file"
+        )

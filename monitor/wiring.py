@@ -179,6 +179,7 @@ def build_pipeline(
     dead_letter: DeadLetterSink,
     clock_ms: Callable[[], int] = wall_clock_ms,
     lock: threading.RLock | None = None,
+    offsets: dict[str, int] | None = None,
 ) -> IngestPipeline:
     ev = settings.evaluation
     limits = DecodeLimits(ev.max_record_bytes, _ms(ev.max_future_skew))
@@ -197,9 +198,10 @@ def build_pipeline(
 
     return IngestPipeline(
         engine,
-        PredictionDecoder(specs, limits),
+        PredictionDecoder(specs, limits, engine.drift.numeric_features()),
         LabelDecoder(limits, lf.id, lf.ts, lf.label, known_label=known_label),
         dead_letter,
         clock_ms,
         lock,
+        offsets,
     )

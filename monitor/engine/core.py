@@ -1,7 +1,8 @@
 """The engine: joins predictions with labels and accumulates event-time statistics.
 
 One writer owns all mutable state (STYLE rule 2): the join buffer, the buckets, the
-counters, the watermarks and the source offsets that say how far the state reaches.
+counters and the watermarks. The source offsets the state covers belong to the source
+side (``monitor.ingest.pipeline``), which writes them into the same checkpoint.
 Callers serialize access (the app holds one lock); every method here is synchronous,
 vectorized over a batch, and free of I/O and clocks — time comes in as arguments.
 
@@ -217,7 +218,6 @@ class Engine:
         self.pending = 0
         self.pred_watermark_ms = _NO_TS
         self.label_watermark_ms = _NO_TS
-        self.offsets: dict[str, int] = {}
         self.event_clock = EventWatermark()  # robust watermark, retention edge (clock.py)
         self._min_pred_ts = _NO_TS
         self._min_orphan_ts = _NO_TS
@@ -511,7 +511,13 @@ class Engine:
             sel = np.flatnonzero(model == m)[counted.get(m, 0) :]
             if sel.shape[0] == 0:
                 continue
-            self._add_drift_cells(d, m, features(sel), batch.score[new[sel]], g[sel], ts[sel])
+            numeric = None
+            if batch.numeric is not None:  # decoded in columns (monitor.ingest.decode)
+                block = batch.numeric[new[sel]]
+                numeric = {name: block[:, j] for j, name in enumerate(batch.numeric_names)}
+            self._add_drift_cells(
+                d, m, features(sel), batch.score[new[sel]], g[sel], ts[sel], numeric
+            )
 
     def _add_drift_cells(
         self,
@@ -521,8 +527,9 @@ class Engine:
         score: np.ndarray,
         group: np.ndarray,
         ts: np.ndarray,
+        numeric: dict[str, np.ndarray] | None = None,
     ) -> None:
-        ev, cols, unseen = d.cells(feats, score)
+        ev, cols, unseen = d.cells(feats, score, numeric)
         rows = self.wide.rows_for(self._base_group[group], ts)
         self.wide.add_cells(d.matrix, rows[ev], cols)
         for feature, value in unseen:
@@ -1018,7 +1025,6 @@ class Engine:
             "pending": self.pending,
             "pred_watermark_ms": self.pred_watermark_ms,
             "label_watermark_ms": self.label_watermark_ms,
-            "offsets": dict(self.offsets),
             "event_clock": self.event_clock.state(),
             "paired": {name: v.tolist() for name, v in sorted(self.paired.items())},
             "arms": {
@@ -1085,7 +1091,6 @@ class Engine:
         self.pending = int(meta["pending"])
         self.pred_watermark_ms = int(meta["pred_watermark_ms"])
         self.label_watermark_ms = int(meta["label_watermark_ms"])
-        self.offsets = {str(k): int(v) for k, v in meta["offsets"].items()}
         self.event_clock.load(meta.get("event_clock"))
         self.paired = {str(k): np.asarray(v, np.float64) for k, v in meta.get("paired", {}).items()}
         if any(v.shape != (5,) for v in self.paired.values()):

@@ -100,10 +100,14 @@ class _ModelDrift:
         return f"drift{self.spec.model_index}"
 
     def cells(
-        self, features: Sequence[dict[str, Any] | None], score: np.ndarray
+        self,
+        features: Sequence[dict[str, Any] | None],
+        score: np.ndarray,
+        numeric: Mapping[str, np.ndarray] | None = None,
     ) -> tuple[np.ndarray, np.ndarray, list[tuple[str, str]]]:
         """(event index, column) pairs for a batch of this model's predictions, and the
-        (feature, value) pairs of unseen categorical values met."""
+        (feature, value) pairs of unseen categorical values met. ``numeric`` holds the
+        numeric features the decoder already put in columns (monitor.ingest.decode)."""
         n = len(features)
         ev: list[np.ndarray] = []
         cols: list[np.ndarray] = []
@@ -111,6 +115,11 @@ class _ModelDrift:
         idx = np.arange(n)
         for ref, off in zip(self.refs, self.offsets, strict=True):
             name = ref.name
+            if isinstance(ref, NumericReference) and numeric is not None and name in numeric:
+                c = numeric_cells(ref, numeric[name])
+                ev.append(idx)
+                cols.append(np.asarray(c, np.int64) + off)
+                continue
             raw = [f.get(name) if f is not None else None for f in features]
             if isinstance(ref, NumericReference):
                 values = np.array(
@@ -258,6 +267,18 @@ class DriftTracker:
         self.bootstrap = {s.model_index: _Bootstrap(s) for s in specs if s.live is not None}
         self.live_start: dict[int, int] = {}  # model -> first bootstrap timestamp (ms)
         self.frozen: dict[int, np.ndarray] = {}  # model -> "first"-mode reference counts
+
+    def numeric_features(self) -> list[str]:
+        """Names of the numeric features some model's reference tests (the decoder puts
+        them in a float block, ``PredictionBatch.numeric``)."""
+        return sorted(
+            {
+                r.name
+                for d in self.by_model.values()
+                for r in d.refs
+                if isinstance(r, NumericReference)
+            }
+        )
 
     def matrices(self) -> dict[str, int]:
         return {d.matrix: d.width for d in self.by_model.values()}

@@ -80,7 +80,7 @@ def check_state(
         raise StateInvalid(f"delay_sum_s is {delay!r}")
     for key in ("pred_watermark_ms", "label_watermark_ms"):
         _timestamp(meta.get(key), key)
-    offsets = meta.get("offsets")
+    offsets = meta.get("offsets", {})  # the source's, beside the engine's state
     if not isinstance(offsets, dict):
         raise StateInvalid("offsets is not an object")
     for key, off in offsets.items():

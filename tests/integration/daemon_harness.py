@@ -97,10 +97,14 @@ def base_config(
     state: Mapping[str, Any] | None = None,
     kafka: Mapping[str, Any] | None = None,
     model: Mapping[str, Any] | None = None,
+    client: str = "kafka-python",
 ) -> dict[str, Any]:
-    """The configuration tests start from: fast group joins, port 0, one model "fraud"."""
+    """The configuration tests start from: fast group joins, port 0, one model "fraud";
+    ``client`` is ``kafka.client`` (tests that exercise it take the ``kafka_client``
+    fixture, which runs them once per client)."""
     cfg: dict[str, Any] = {
         "kafka": {
+            "client": client,
             "bootstrap_servers": bootstrap,
             "max_poll_interval_ms": 10_000,
             "session_timeout_ms": 6_000,
