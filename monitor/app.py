@@ -674,9 +674,7 @@ class Daemon:
         backoff = 0.5
         while not self._stop.is_set():
             try:
-                return open_source(
-                    self.settings.kafka, lambda: dict(self.offsets), self._on_resume
-                )
+                return open_source(self.settings.kafka, lambda: dict(self.offsets), self._on_resume)
             except Exception as err:
                 msg = f"cannot reach Kafka at {self.settings.kafka.bootstrap_servers}: {err}"
                 log.warning("%s; retrying in %.1fs", msg, backoff)
