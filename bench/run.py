@@ -989,15 +989,13 @@ def bench_slices(n_events: int, reps: int) -> Result:
         segments = [{"segment": f"s{v}"} for v in segment[sl].tolist()]
         engine.apply_predictions(scored_batch(keys, ts, score, sl, segments=segments))
         engine.apply_labels(LabelBatch(keys[sl], ts[sl] + 1000, [str(v) for v in y[sl]]))
-    view, wide = engine.buckets.state(), engine.wide.state()
+    view = engine.view()
     times, base_times = [], []
     for rep in range(reps):
         for side in ("measured", "baseline") if rep % 2 == 0 else ("baseline", "measured"):
             t = time.perf_counter()
             if side == "measured":
-                results, _ = evaluate_all(
-                    view, engine.groups, engine.models, 60_000, now, 0.95, (), None, wide
-                )
+                results, _ = evaluate_all(view, engine.models, now, 0.95)
                 times.append(time.perf_counter() - t)
             else:
                 pred = (score >= 0.5).astype(int)

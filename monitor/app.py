@@ -193,25 +193,14 @@ class Daemon:
             with self.lock:
                 now = wall if ev.clock == "wall" else max(self.engine.pred_watermark_ms, 0)
                 self.engine.retain(now)
-                view = self.engine.buckets.state()
-                wide = self.engine.wide.state()
-                tasks = self.engine.tasks.state()
-                groups = list(self.engine.groups)
+                view = self.engine.view()
                 ops = ops_state(self.engine)
                 unseen = {k: list(v) for k, v in self.engine.unseen_examples.items()}
             plugin_errors: Counter[str] = Counter()
             results, fairness = evaluate_all(
-                view,
-                groups,
-                self.engine.models,
-                self.engine.buckets.width_ms,
-                now,
-                ev.confidence,
-                self.engine.active_plugins,
+                view, self.engine.models, now, ev.confidence, self.engine.active_plugins,
                 plugin_errors,
-                wide,
-                tasks,
-            )
+            )  # fmt: skip
             st = self._published.status
             not_ready = (
                 []
@@ -223,9 +212,7 @@ class Daemon:
                 self.engine.plugin_errors.update(plugin_errors)
                 if plugin_errors:
                     ops = ops_state(self.engine)
-            drift = self.engine.drift.evaluate(
-                wide, groups, self.engine.buckets.width_ms, now, unseen=unseen, segment_counts=view
-            )
+            drift = self.engine.drift.evaluate(view, now, unseen=unseen)
             snap = Snapshot(
                 at_ms=wall,
                 results=results,

@@ -310,6 +310,7 @@ class ModelSettings(_Section):
     metrics: tuple[str, ...] | None = None
     fbeta: tuple[Annotated[float, Field(gt=0)], ...] = (2.0, 0.5)
     score_bins: int = Field(2048, ge=16, le=8192)  # fine score bins: AUC resolution vs memory
+    slice_score_bins: int = Field(256, ge=16, le=2048)  # per-slice score bins (binary, slices)
     calibration_bins: int = Field(10, ge=2, le=100)  # multiclass top-label ECE bins
     huber_delta: float = Field(1.0, gt=0)  # regression Huber loss
     quantiles: tuple[Annotated[float, Field(gt=0, lt=1)], ...] = (0.1, 0.5, 0.9)  # pinball

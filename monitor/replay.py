@@ -70,11 +70,10 @@ def replay(
     width = engine.buckets.width_ms
     now_ms = max(engine.pred_watermark_ms, 0)
     engine.freeze_live_references()
-    view = engine.buckets.view()
-    wide = engine.wide.view()
+    view = engine.view(copy=False)
     models = engine.models
     if len(engine.buckets):
-        first = int(view["bucket"].min())
+        first = int(view.buckets["bucket"].min())
         span = (now_ms // width - first + 1) * width
         models = tuple(
             replace(m, windows=(*m.windows, WindowSpec("all", span, 0))) for m in engine.models
@@ -82,30 +81,13 @@ def replay(
     confidence = settings.evaluation.confidence
     plugin_errors: Counter[str] = Counter()
     results, fairness = evaluate_all(
-        view,
-        engine.groups,
-        models,
-        width,
-        now_ms,
-        confidence,
-        engine.active_plugins,
-        plugin_errors,
-        wide,
-        engine.tasks.state(),
+        view, models, now_ms, confidence, engine.active_plugins, plugin_errors
     )
     engine.plugin_errors.update(plugin_errors)
     # The final look adds the fixed-horizon window view; the sequential state has
     # already looked after every batch, as the daemon would have.
     comparisons = engine.look_comparisons(results, now_ms, (), confidence)
-    drift = engine.drift.evaluate(
-        wide,
-        engine.groups,
-        width,
-        now_ms,
-        models,
-        unseen=engine.unseen_examples,
-        segment_counts=view,
-    )
+    drift = engine.drift.evaluate(view, now_ms, models, unseen=engine.unseen_examples)
     snap = Snapshot(
         at_ms=now_ms,
         results=results,

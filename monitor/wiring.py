@@ -43,6 +43,7 @@ def model_spec(m: ModelSettings) -> ModelSpec:
         metrics=tuple(m.metric_names),
         fbeta=tuple(m.fbeta),
         score_bins=m.score_bins,
+        slice_score_bins=m.slice_score_bins,
         calibration_bins=m.calibration_bins,
         huber_delta=m.huber_delta,
         quantiles=tuple(m.quantiles),

@@ -19,6 +19,7 @@ import numpy as np
 __all__ = ["BucketStore"]
 
 _GROUP_SHIFT = np.int64(36)  # bucket index < 2**36 (over 2000 years of 1 s buckets)
+_MIN_ROWS = 8
 _FIXED = {"group": ((), np.int32), "bucket": ((), np.int64), "predicted": ((), np.int64),
           "labeled": ((), np.int64), "confusion": ((4,), np.int64)}  # fmt: skip
 
@@ -40,7 +41,7 @@ class BucketStore:
             self._shapes[f"m.{name}"] = ((int(width),), dtype)
         self._index: dict[int, int] = {}
         self._n = 0
-        self._cap = 256
+        self._cap = _MIN_ROWS  # grows by doubling: an idle store stays small
         self._cols = {k: np.zeros((self._cap, *sh), dt) for k, (sh, dt) in self._shapes.items()}
 
     def __len__(self) -> int:
@@ -126,6 +127,10 @@ class BucketStore:
         if rows.shape[0]:
             np.add.at(self._cols[f"m.{name}"], (rows, cells), 1)
 
+    def nbytes(self) -> int:
+        """Bytes allocated for the columns (capacity included)."""
+        return int(sum(a.nbytes for a in self._cols.values()))
+
     def view(self) -> dict[str, np.ndarray]:
         """Read-only arrays over the rows in use (matrices under ``m.<name>``)."""
         return {k: v[: self._n] for k, v in self._cols.items()}
@@ -164,7 +169,7 @@ class BucketStore:
             elif (arr < 0).any():
                 raise ValueError(f"bucket state {name!r} holds negative counts")
             cols[name] = arr
-        self._cap = max(256, n)
+        self._cap = max(_MIN_ROWS, n)
         self._n = n
         self._cols = {}
         for name, arr in cols.items():

@@ -42,10 +42,11 @@ from .records import ID_HASH, LabelBatch, PredictionBatch
 from .segments import SegmentFolder
 from .snapshot import WindowResult
 from .table import KeyedTable
+from .view import StoreView
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["DELAY_BOUNDS_S", "LOSSES", "Engine", "JoinReject", "StateMismatch"]
+__all__ = ["DELAY_BOUNDS_S", "ENGINE_FORMAT", "LOSSES", "Engine", "JoinReject", "StateMismatch"]
 
 # Per-prediction losses kept as cumulative moments (n, sum, sum of squares) per group,
 # the sufficient statistics of version comparisons (monitor.experiments).
@@ -88,6 +89,11 @@ _NO_TS = np.iinfo(np.int64).min
 # value lives in the float column beside it, so targets never grow the label vocabulary
 NUMERIC = -2
 _TASKS = {"binary": 0, "multiclass": 1, "regression": 2}
+
+
+# Version of the engine's part of a checkpoint: 2 keeps per-model stores (format 1, one
+# store holding every model's matrices, is migrated on load).
+ENGINE_FORMAT = 2
 
 
 class StateMismatch(ValueError):
@@ -135,6 +141,12 @@ class Engine:
             for i, m in enumerate(self.models)
             if m.task == "binary"
         }
+        # coarser score histograms per (segment, bucket): score metrics for every slice
+        self.slice_score_layouts = {
+            i: layout
+            for i, m in enumerate(self.models)
+            if (layout := m.slice_score_layout) is not None
+        }
         self._task = np.array([_TASKS[m.task] for m in self.models], np.int8)
         self._all_binary = bool((self._task == 0).all())
         # multiclass and regression statistics per (group, bucket): slices get every metric
@@ -148,30 +160,26 @@ class Engine:
             for i, m in enumerate(self.models)
             if m.task == "regression"
         }
-        task_matrices: dict[str, int | tuple[int, type]] = {
-            f"mc{i}": (layout.width, np.float64) for i, layout in self.mc_layouts.items()
-        }
-        task_matrices.update(
-            {f"rg{i}": (layout.width, np.float64) for i, layout in self.rg_layouts.items()}
-        )
-        self.tasks = BucketStore(bucket_width_ms, task_matrices)
-        matrices: dict[str, int | tuple[int, type]] = dict(self.drift.matrices())
-        for i, layout in self.score_layouts.items():
-            matrices[f"scores{i}"] = (layout.width, np.float64)
         # metric plugins: one statistic matrix per plugin and model; errors isolate them
         self.plugins = tuple(plugins.plugins) if plugins is not None else ()
         self.plugin_errors: Counter[str] = Counter()
         for name, _ in plugins.errors if plugins is not None else ():
             self.plugin_errors[name] += 1
         self.failed_plugins: set[str] = set()
-        for plugin in self.plugins:
-            for i in self.score_layouts:  # plugins see binary outcomes
-                matrices[f"p_{plugin.name}_{i}"] = (plugin.width(), np.float64)
-        # Light per-(group, bucket) counts (groups include slice segments) and, separately,
-        # the wide per-(model, version, bucket) statistics — score histograms, drift cells,
-        # plugins — which would multiply memory by the number of slices if kept per segment.
+        # Light per-(group, bucket) counts of every model (groups include slice segments);
+        # per model, the wide per-(version, bucket) statistics — fine score histograms,
+        # drift cells, plugins — which would multiply memory by the number of slices if
+        # kept per segment, and the per-(group, bucket) task statistics. A model's rows
+        # hold only its own matrices, so memory grows linearly with the number of models.
         self.buckets = BucketStore(bucket_width_ms)
-        self.wide = BucketStore(bucket_width_ms, matrices)
+        self.wide = {
+            m: BucketStore(bucket_width_ms, self._wide_matrices(m)) for m in range(len(self.models))
+        }
+        self.sliced = {
+            m: BucketStore(bucket_width_ms, self._sliced_matrices(m))
+            for m in range(len(self.models))
+            if self._sliced_matrices(m)
+        }
         # multiclass probabilities (one column per class of the widest model) and regression
         # interval bounds / numeric labels exist only when such models are configured
         self._kmax = max([len(m.classes) for m in self.models if m.task == "multiclass"] + [0])
@@ -218,6 +226,50 @@ class Engine:
         self.offsets: dict[str, int] = {}
         self._min_pred_ts = _NO_TS
         self._min_orphan_ts = _NO_TS
+
+    def _wide_matrices(self, m: int) -> dict[str, int | tuple[int, type]]:
+        out: dict[str, int | tuple[int, type]] = {}
+        d = self.drift.by_model.get(m)
+        if d is not None:
+            out[d.matrix] = d.width
+        if m in self.score_layouts:
+            out["scores"] = (self.score_layouts[m].width, np.float64)
+            for plugin in self.plugins:  # plugins see binary outcomes
+                out[f"p_{plugin.name}"] = (plugin.width(), np.float64)
+        return out
+
+    def _sliced_matrices(self, m: int) -> dict[str, int | tuple[int, type]]:
+        if m in self.slice_score_layouts:
+            return {"scores": (self.slice_score_layouts[m].width, np.float64)}
+        if m in self.mc_layouts:
+            return {"mc": (self.mc_layouts[m].width, np.float64)}
+        if m in self.rg_layouts:
+            return {"rg": (self.rg_layouts[m].width, np.float64)}
+        return {}
+
+    def view(self, copy: bool = True) -> StoreView:
+        """The stores evaluation reads; ``copy=False`` shares the arrays (replay, tests:
+        valid until the next mutation)."""
+
+        def take(store: BucketStore) -> dict[str, np.ndarray]:
+            return store.state() if copy else store.view()
+
+        return StoreView(
+            width_ms=self.buckets.width_ms,
+            groups=tuple(self.groups),
+            buckets=take(self.buckets),
+            wide={m: take(st) for m, st in self.wide.items() if len(st)},
+            sliced={m: take(st) for m, st in self.sliced.items() if len(st)},
+        )
+
+    def store_bytes(self) -> dict[str, int]:
+        """Allocated bytes per store kind (sizing, benchmarks)."""
+        return {
+            "buckets": self.buckets.nbytes(),
+            "wide": sum(st.nbytes() for st in self.wide.values()),
+            "sliced": sum(st.nbytes() for st in self.sliced.values()),
+            "join": self.preds.nbytes() + self.orphans.nbytes(),
+        }
 
     # -- interning -------------------------------------------------------------------
     def _group_codes(
@@ -492,7 +544,7 @@ class Engine:
             counted[m] = take.shape[0]
             if boot.full:
                 d = self.drift.become_ready(m)
-                self.wide.add_matrix(d.matrix, d.width)
+                self.wide[m].add_matrix(d.matrix, d.width)
                 self._add_drift_cells(
                     d,
                     m,
@@ -517,8 +569,8 @@ class Engine:
         ts: np.ndarray,
     ) -> None:
         ev, cols, unseen = d.cells(feats, score)
-        rows = self.wide.rows_for(self._base_group[group], ts)
-        self.wide.add_cells(d.matrix, rows[ev], cols)
+        rows = self.wide[m].rows_for(self._base_group[group], ts)
+        self.wide[m].add_cells(d.matrix, rows[ev], cols)
         for feature, value in unseen:
             examples = self.unseen_examples.setdefault((self.models[m].name, feature), [])
             if value not in examples and len(examples) < d.spec.unseen_examples:
@@ -604,8 +656,8 @@ class Engine:
             sel = np.flatnonzero(model == m)
             if sel.shape[0] == 0:
                 continue
-            rows = self.tasks.rows_for(group[sel], pred_ts[sel])
-            matrix = self.tasks.matrix(f"mc{m}")  # after rows_for, which may grow it
+            rows = self.sliced[m].rows_for(group[sel], pred_ts[sel])
+            matrix = self.sliced[m].matrix("mc")  # after rows_for, which may grow it
             r = prow[sel]
             proba = self._proba(r, mc.n_classes)
             decision = self.preds.col("decision")[r]
@@ -618,10 +670,10 @@ class Engine:
             sel = np.flatnonzero(model == m)
             if sel.shape[0] == 0:
                 continue
-            rows = self.tasks.rows_for(group[sel], pred_ts[sel])
+            rows = self.sliced[m].rows_for(group[sel], pred_ts[sel])
             r = prow[sel]
             rg.add_rows(
-                self.tasks.matrix(f"rg{m}"),
+                self.sliced[m].matrix("rg"),
                 rows,
                 values[sel],
                 self.preds.col("score")[r],
@@ -639,8 +691,14 @@ class Engine:
             sel = np.flatnonzero(scored & (model == m))
             if sel.shape[0] == 0:
                 continue
-            rows = self.wide.rows_for(self._base_group[group[sel]], pred_ts[sel])
-            layout.add_rows(self.wide.matrix(f"scores{m}"), rows, y_true[sel], score[sel])
+            store = self.wide[m]
+            rows = store.rows_for(self._base_group[group[sel]], pred_ts[sel])
+            layout.add_rows(store.matrix("scores"), rows, y_true[sel], score[sel])
+            coarse = self.slice_score_layouts.get(m)
+            if coarse is not None:
+                store = self.sliced[m]
+                rows = store.rows_for(group[sel], pred_ts[sel])
+                coarse.add_rows(store.matrix("scores"), rows, y_true[sel], score[sel])
 
     @property
     def active_plugins(self) -> tuple[Any, ...]:
@@ -663,12 +721,12 @@ class Engine:
                 continue
             for m in np.unique(model).tolist():
                 sel = np.flatnonzero(model == m)
-                rows = self.wide.rows_for(self._base_group[group[sel]], pred_ts[sel])
+                rows = self.wide[m].rows_for(self._base_group[group[sel]], pred_ts[sel])
                 batch = JoinedRows(
                     y_true[sel].astype(np.int8), decision[sel].astype(np.int8), score[sel]
                 )
                 try:
-                    plugin.update(self.wide.matrix(f"p_{plugin.name}_{m}"), rows, batch)
+                    plugin.update(self.wide[m].matrix(f"p_{plugin.name}"), rows, batch)
                 except Exception as err:
                     self.plugin_errors[plugin.name] += 1
                     self.failed_plugins.add(plugin.name)
@@ -972,11 +1030,8 @@ class Engine:
         horizon = max(w.size_ms + w.delay_ms for m in self.models for w in m.windows)
         horizon += self.drift.horizon_ms()
         oldest = (now_ms - horizon) // self.buckets.width_ms - 1
-        return (
-            self.buckets.drop_before(oldest)
-            + self.wide.drop_before(oldest)
-            + self.tasks.drop_before(oldest)
-        )
+        stores = [self.buckets, *self.wide.values(), *self.sliced.values()]
+        return sum(st.drop_before(oldest) for st in stores)
 
     def freeze_live_references(self) -> None:
         """A "first:<span>" reference is the sum of the model's buckets over its first span,
@@ -984,19 +1039,15 @@ class Engine:
         width = self.buckets.width_ms
         for m, start, end in self.drift.freeze_due(self.pred_watermark_ms):
             d = self.drift.by_model[m]
-            view = self.wide.view()
-            group_model = self._group_model[view["group"]] if len(self.groups) else view["group"]
-            rows = (
-                (group_model == m)
-                & (view["bucket"] >= start // width)
-                & (view["bucket"] < -(-end // width))
-            )
+            view = self.wide[m].view()
+            rows = (view["bucket"] >= start // width) & (view["bucket"] < -(-end // width))
             self.drift.frozen[m] = view[f"m.{d.matrix}"][rows].sum(axis=0, dtype=np.int64)
 
     # -- state -----------------------------------------------------------------------
     def state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """Everything needed to continue exactly where this engine is (JSON + arrays)."""
         meta = {
+            "engine_format": ENGINE_FORMAT,
             "id_hash": ID_HASH,
             "bucket_width_ms": self.buckets.width_ms,
             "groups": [
@@ -1036,12 +1087,24 @@ class Engine:
         arrays.update({f"preds.{k}": v for k, v in self.preds.state().items()})
         arrays.update({f"orphans.{k}": v for k, v in self.orphans.state().items()})
         arrays.update({f"buckets.{k}": v for k, v in self.buckets.state().items()})
-        arrays.update({f"wide.{k}": v for k, v in self.wide.state().items()})
-        arrays.update({f"tasks.{k}": v for k, v in self.tasks.state().items()})
+        # per-model stores under the model's name: a reordered config still restores
+        for kind, stores in (("wide", self.wide), ("sliced", self.sliced)):
+            for m, store in stores.items():
+                if len(store):
+                    name = self.models[m].name
+                    arrays.update({f"{kind}/{name}/{k}": v for k, v in store.state().items()})
         return meta, arrays
 
     def load(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
         """Restore a state from ``state()``; StateMismatch if it cannot apply here."""
+        fmt = meta.get("engine_format", 1)
+        if not isinstance(fmt, int) or fmt > ENGINE_FORMAT:
+            raise StateMismatch(
+                f"engine state format {fmt!r} was written by a newer model-monitor (this one "
+                f"reads up to {ENGINE_FORMAT}); upgrade, or move the state directory aside"
+            )
+        if fmt == 1:
+            meta, arrays = _migrate_v1(meta, arrays, self.models)
         if meta.get("id_hash") != ID_HASH:
             raise StateMismatch(f"ids were hashed with {meta.get('id_hash')!r}, not {ID_HASH!r}")
         if meta["bucket_width_ms"] != self.buckets.width_ms:
@@ -1100,22 +1163,24 @@ class Engine:
         self.preds.load(_with_columns(arrays, "preds.", self._pred_columns))
         self.orphans.load(_with_columns(arrays, "orphans.", self._orphan_columns))
         for d in self.drift.load(meta.get("drift_live", {})):
-            self.wide.add_matrix(d.matrix, d.width)
+            self.wide[d.spec.model_index].add_matrix(d.matrix, d.width)
         saved = meta.get("drift_fingerprints", {})
-        stale = {
-            f"wide.m.{name}"
-            for name, fp in self.drift.fingerprints().items()
-            if saved.get(name) != fp
+        stale = {  # a changed reference: its old histograms no longer apply
+            name for name, fp in self.drift.fingerprints().items() if saved.get(name) != fp
         }
         self.buckets.load({k[8:]: v for k, v in arrays.items() if k.startswith("buckets.")})
-        self.wide.load(
-            {k[5:]: v for k, v in arrays.items() if k.startswith("wide.") and k not in stale}
-        )
-        tasks = {k[6:]: v for k, v in arrays.items() if k.startswith("tasks.")}
-        if tasks:  # absent in checkpoints written before multiclass/regression support
-            self.tasks.load(tasks)
+        for kind, stores in (("wide", self.wide), ("sliced", self.sliced)):
+            for m, store in stores.items():
+                name = self.models[m].name
+                prefix = f"{kind}/{name}/"
+                part = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
+                if kind == "wide" and name in stale:
+                    part.pop("m.drift", None)
+                if part:
+                    store.load(part)
         n_groups = len(self.groups)
-        for col in (self.preds.col("group"), self.buckets.group, self.wide.group, self.tasks.group):
+        stores = [*self.wide.values(), *self.sliced.values()]
+        for col in (self.preds.col("group"), self.buckets.group, *(st.group for st in stores)):
             if col.shape[0] and (col.min() < 0 or col.max() >= n_groups):
                 raise StateMismatch("state refers to groups it does not define")
         if self.orphans.size and self.orphans.col("code").max() >= len(self.label_codes):
@@ -1124,6 +1189,47 @@ class Engine:
             raise StateMismatch("pending count disagrees with the join buffer")
         self._min_pred_ts = _live_min(self.preds)
         self._min_orphan_ts = _live_min(self.orphans)
+
+
+def _migrate_v1(
+    meta: dict[str, Any], arrays: dict[str, np.ndarray], models: Sequence[ModelSpec]
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Format 1 kept one wide store (every model's matrices on every row, named with the
+    model's index) and one task store; split both per model, by the groups' models."""
+    names = [g[0] for g in meta["groups"]]
+    out = {k: v for k, v in arrays.items() if not k.startswith(("wide.", "tasks."))}
+    for kind, old in (("wide", "wide."), ("sliced", "tasks.")):
+        cols = {k[len(old) :]: v for k, v in arrays.items() if k.startswith(old)}
+        if "group" not in cols:
+            continue
+        gname = np.array([names[g] if 0 <= g < len(names) else None for g in cols["group"]],
+                         dtype=object)  # fmt: skip
+        for i, spec in enumerate(models):
+            rows = gname == spec.name
+            if not rows.any():
+                continue
+            part = {"group": cols["group"][rows], "bucket": cols["bucket"][rows]}
+            for fixed in ("predicted", "labeled", "confusion"):
+                if fixed in cols:
+                    part[fixed] = cols[fixed][rows]
+            for key, v in cols.items():
+                if not key.startswith("m."):
+                    continue
+                base = key[2:]
+                for stem in ("scores", "drift", "mc", "rg"):
+                    if base == f"{stem}{i}":
+                        part[f"m.{stem}"] = v[rows]
+                if base.startswith("p_") and base.endswith(f"_{i}"):
+                    part[f"m.{base[: -len(f'_{i}')]}"] = v[rows]
+            out.update({f"{kind}/{spec.name}/{k}": v for k, v in part.items()})
+    meta = dict(meta)
+    meta["drift_fingerprints"] = {
+        models[int(k[5:])].name: fp
+        for k, fp in meta.get("drift_fingerprints", {}).items()
+        if k.startswith("drift") and k[5:].isdigit() and int(k[5:]) < len(models)
+    }
+    meta["engine_format"] = ENGINE_FORMAT
+    return meta, out
 
 
 def _same_label(

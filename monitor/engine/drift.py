@@ -21,6 +21,7 @@ from ..drift.detector import DriftDetector, DriftReport, LabelPriorDrift, label_
 from ..drift.reference import OTHER, CategoricalReference, NumericReference, ReferenceProfile
 from ..drift.summaries import categorical_cells, n_cells, numeric_cells
 from .models import DriftSpec, ModelSpec
+from .view import StoreView
 from .windows import window_bounds
 
 __all__ = ["SCORE_FEATURE", "DriftResult", "DriftTracker"]
@@ -97,7 +98,7 @@ class _ModelDrift:
 
     @property
     def matrix(self) -> str:
-        return f"drift{self.spec.model_index}"
+        return "drift"  # in the model's own wide store
 
     def cells(
         self, features: Sequence[dict[str, Any] | None], score: np.ndarray
@@ -259,11 +260,9 @@ class DriftTracker:
         self.live_start: dict[int, int] = {}  # model -> first bootstrap timestamp (ms)
         self.frozen: dict[int, np.ndarray] = {}  # model -> "first"-mode reference counts
 
-    def matrices(self) -> dict[str, int]:
-        return {d.matrix: d.width for d in self.by_model.values()}
-
     def fingerprints(self) -> dict[str, str]:
-        return {d.matrix: d.spec.fingerprint for d in self.by_model.values()}
+        """Reference fingerprint per model name."""
+        return {self.models[m].name: d.spec.fingerprint for m, d in self.by_model.items()}
 
     def become_ready(self, m: int) -> _ModelDrift:
         """Build the live reference's layout from the bootstrap sample."""
@@ -323,34 +322,29 @@ class DriftTracker:
 
     def evaluate(
         self,
-        buckets: dict[str, np.ndarray],
-        groups: Sequence[tuple[Any, ...]],
-        width_ms: int,
+        view: StoreView,
         now_ms: int,
         models: Sequence[ModelSpec] | None = None,
         unseen: Mapping[tuple[str, str], Sequence[str]] | None = None,
-        segment_counts: dict[str, np.ndarray] | None = None,
     ) -> tuple[DriftResult, ...]:
         """Drift per model, version and window (``models`` may add windows, e.g. replay's
-        ``all``; ``unseen`` names a few unseen categorical values per (model, feature);
-        ``segment_counts`` is the per-segment store whose confusion counts give the label
-        prior)."""
+        ``all``; ``unseen`` names a few unseen categorical values per (model, feature));
+        the label prior comes from the confusion counts of ``view.buckets``."""
         models = self.models if models is None else models
         out: list[DriftResult] = []
+        groups, width_ms, segment_counts = view.groups, view.width_ms, view.buckets
         if not groups or not self.by_model:
             return ()
-        group_model = np.array([g[0] for g in groups], np.int64)
-        b_group, b_bucket = buckets["group"], buckets["bucket"]
         for m, d in self.by_model.items():
-            matrix = buckets.get(f"m.{d.matrix}")
-            if matrix is None:
+            found = view.wide_matrix(m, d.matrix)
+            if found is None:
                 continue
+            b_group, b_bucket, matrix = found
             model = models[m]
             windows = [w for w in model.windows if not d.spec.windows or w.label in d.spec.windows]
-            in_model = group_model[b_group] == m
             for w in windows:
                 lo, hi = window_bounds(now_ms, w.size_ms, w.delay_ms, width_ms)
-                sel = np.flatnonzero(in_model & (b_bucket >= lo) & (b_bucket <= hi))
+                sel = np.flatnonzero((b_bucket >= lo) & (b_bucket <= hi))
                 if sel.shape[0] == 0:
                     continue
                 detector = d.detector
@@ -360,7 +354,7 @@ class DriftTracker:
                     detector = d.detector_with(self.frozen[m])
                 elif d.spec.live == "previous":
                     span = d.spec.live_span_ms // width_ms
-                    ref_rows = in_model & (b_bucket >= lo - span) & (b_bucket < lo)
+                    ref_rows = (b_bucket >= lo - span) & (b_bucket < lo)
                     detector = d.detector_with(matrix[ref_rows].sum(axis=0, dtype=np.int64))
                 if detector is None:
                     continue  # no reference traffic yet
@@ -373,7 +367,7 @@ class DriftTracker:
                     names = {f: v for (mn, f), v in (unseen or {}).items() if mn == model.name}
                     report = detector.predict(d.live(counts), names)
                     prior = None
-                    if d.profile.label_prior and segment_counts is not None:
+                    if d.profile.label_prior:
                         c_group, c_bucket = segment_counts["group"], segment_counts["bucket"]
                         in_version = np.isin(
                             c_group,

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..stats.binary import fbeta_name
 from ..stats.regression import pinball_name
+from ..stats.scores import ScoreLayout
 
 __all__ = [
     "ComparisonSpec",
@@ -17,6 +18,14 @@ __all__ = [
     "WindowSpec",
     "exported_metric_names",
 ]
+
+# Binary metrics computed from score histograms (the rest need only the confusion counts).
+SCORE_METRICS = frozenset(
+    {"roc_auc", "pr_auc", "log_loss", "brier", "ece", "ece_equal_mass", "mce"}
+)
+# Per-slice histograms span logits ±8 (scores 0.0003..0.9997): the slice's bins are
+# spent where scores are, and the rare scores beyond fall into the two end bins.
+SLICE_LOGIT_RANGE = 8.0
 
 
 def exported_metric_names(
@@ -59,6 +68,7 @@ class ModelSpec:
     metrics: tuple[str, ...] = ("accuracy", "precision", "recall", "f1")
     fbeta: tuple[float, ...] = (2.0, 0.5)
     score_bins: int = 2048
+    slice_score_bins: int = 256  # per-slice histograms (logit range ±8), slices only
     calibration_bins: int = 10  # multiclass top-label calibration
     huber_delta: float = 1.0  # regression
     quantiles: tuple[float, ...] = (0.1, 0.5, 0.9)  # regression pinball losses
@@ -81,6 +91,18 @@ class ModelSpec:
     def slice_dimensions(self) -> tuple[str, ...]:
         """Every dimension any slice uses, in first-use order (the segment key's order)."""
         return tuple(dict.fromkeys(d for s in self.slices for d in s.dimensions))
+
+    @property
+    def slice_score_layout(self) -> ScoreLayout | None:
+        """The coarser score histogram kept per (segment, bucket) so every exported slice
+        of a binary model gets ROC/PR-AUC, log loss, Brier and calibration; None when the
+        model has no slices or asks for no score metric."""
+        wanted = exported_metric_names(self.metrics, self.fbeta, self.quantiles)
+        if self.task != "binary" or not self.slices:
+            return None
+        if not (wanted & SCORE_METRICS) and self.costs is None:
+            return None
+        return ScoreLayout(bins=self.slice_score_bins, logit_range=SLICE_LOGIT_RANGE)
 
     @property
     def is_classifier(self) -> bool:

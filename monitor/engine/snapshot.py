@@ -27,7 +27,8 @@ class FairnessGap:
     version: str
     window: str
     dimension: str
-    metric: str  # demographic_parity | equal_opportunity | equalized_odds
+    # demographic_parity | equal_opportunity | equalized_odds | ece_gap | auc_gap
+    metric: str
     gap: float
     lowest: str  # the value with the smallest rate
     highest: str  # the value with the largest rate

@@ -203,7 +203,7 @@ class MonitorCollector(Collector):
                 "mlmon_fairness_gap",
                 "Largest minus smallest rate across a slice dimension's values: "
                 "demographic_parity (predicted positive rate), equal_opportunity (recall), "
-                "equalized_odds (max of the TPR and FPR gaps)",
+                "equalized_odds (max of the TPR and FPR gaps), ece_gap, auc_gap",
                 labels=("model", "version", "window", "dimension", "metric"),
             )
             for f in snap.fairness:
