@@ -44,6 +44,8 @@ def model_spec(m: ModelSettings) -> ModelSpec:
         fbeta=tuple(m.fbeta),
         score_bins=m.score_bins,
         slice_score_bins=m.slice_score_bins,
+        max_versions=m.max_versions,
+        version_idle_ttl_ms=_ms(m.version_idle_ttl),
         calibration_bins=m.calibration_bins,
         huber_delta=m.huber_delta,
         quantiles=tuple(m.quantiles),

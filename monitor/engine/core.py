@@ -203,6 +203,12 @@ class Engine:
         # cumulative [labeled, errors] per (model, version) in _version_groups order: the
         # counters error-budget burn-rate alerts take rates of (monitor rules)
         self._mv_counts = np.zeros((0, 2), np.int64)
+        # version lifecycle: newest prediction time per (model, version) (same order), the
+        # versions retired for idleness, live versions per model and rejected predictions
+        self._mv_last = np.zeros(0, np.int64)
+        self._retired: set[tuple[int, str]] = set()
+        self._live_versions: Counter[int] = Counter()
+        self.versions_rejected: Counter[str] = Counter()
         self.folders = {i: SegmentFolder(m) for i, m in enumerate(self.models) if m.slices}
         # canonical label text -> code; per model: code -> 1 positive / 0 negative / -1
         self.label_codes: list[str] = []
@@ -307,11 +313,61 @@ class Engine:
             m, v = divmod(mv, nv)
             key = (m, str(vuniq[v]), seg_keys[seg])
             code = index.get(key)
+            if (code is None or (m, key[1]) in self._retired) and not self._admit(m, key[1]):
+                ucodes[i] = -1  # over the model's max_versions: rejected by the caller
+                continue
             if code is None:
                 code = self._add_group(key)
             ucodes[i] = code
         self._sync_groups()
         return ucodes[inverse.reshape(-1)]
+
+    def _admit(self, m: int, version: str) -> bool:
+        """Whether a version may have groups: a live one always; a new or retired one
+        while its model has fewer than ``max_versions`` live versions. Versions are
+        admitted in arrival order (factorize keeps first appearance), so the batch
+        boundaries never change which versions get in."""
+        key = (m, version)
+        if key in self._version_groups and key not in self._retired:
+            return True
+        if self._live_versions[m] >= self.models[m].max_versions:
+            return False
+        if key in self._retired:
+            self._retired.discard(key)
+            self._live_versions[m] += 1
+        return True
+
+    def _reject_versions(self, batch: PredictionBatch, rows: np.ndarray) -> list[JoinReject]:
+        """Count and return predictions of versions over their model's cap."""
+        rejects: list[JoinReject] = []
+        for m in np.unique(batch.model[rows]).tolist():
+            sel = rows[batch.model[rows] == m]
+            spec = self.models[m]
+            k = int(sel.shape[0])
+            before = self.versions_rejected[spec.name]
+            self.versions_rejected[spec.name] += k
+            self.count_invalid("predictions", "version_limit", k)
+            detail = f"model {spec.name!r} has max_versions={spec.max_versions} live versions"
+            if before == 0 or (before + k).bit_length() > before.bit_length():  # 1, 2, 4, 8…
+                _log.warning(
+                    "%s: %d prediction(s) rejected so far (latest version %r); raise "
+                    "max_versions or fix the producer's version field",
+                    detail, before + k, batch.version[int(sel[-1])],
+                )  # fmt: skip
+            rejects.extend((int(i), "version_limit", detail) for i in sel.tolist())
+        return rejects
+
+    def _retire_idle_versions(self, now_ms: int) -> None:
+        """A version without predictions for ``version_idle_ttl`` — and for longer than its
+        model's windows reach, so nothing it counted is still shown — stops counting
+        against ``max_versions``; it comes back as a new version if it reappears."""
+        for i, (m, v) in enumerate(self._version_groups):
+            if m < 0 or (m, v) in self._retired:
+                continue
+            spec = self.models[m]
+            if now_ms - int(self._mv_last[i]) > max(spec.version_idle_ttl_ms, spec.horizon_ms):
+                self._retired.add((m, v))
+                self._live_versions[m] -= 1
 
     def _sync_groups(self) -> None:
         if len(self.groups) != self._group_model.shape[0]:
@@ -323,6 +379,7 @@ class Engine:
             grow = len(self._version_groups) - self._mv_counts.shape[0]
             if grow > 0:
                 self._mv_counts = np.vstack([self._mv_counts, np.zeros((grow, 2), np.int64)])
+                self._mv_last = np.concatenate([self._mv_last, np.full(grow, _NO_TS)])
 
     def _add_group(self, key: tuple[int, str, tuple[str, ...]]) -> int:
         if key[2] and (key[0], key[1], ()) not in self._group_index:
@@ -330,6 +387,8 @@ class Engine:
         code = len(self.groups)
         self.groups.append(key)
         self._group_index[key] = code
+        if (key[0], key[1]) not in self._version_groups and key[0] >= 0:
+            self._live_versions[key[0]] += 1
         self._version_groups.setdefault((key[0], key[1]), []).append(code)
         return code
 
@@ -397,16 +456,24 @@ class Engine:
 
         Identity is (id, model, version): two versions scoring the same id (shadow mode)
         are two predictions that share the label; the same id from the same version
-        again is a duplicate.
+        again is a duplicate (whatever its segments). Returns the predictions rejected
+        because their model already has ``max_versions`` live versions (counted here).
         """
         n = len(batch)
         if n == 0:
             return []
         group = self._group_codes(batch.model, batch.version, batch.segments)
-        order = np.lexsort((group, batch.keys))  # stable: earliest index first
-        ks, gs = batch.keys[order], group[order]
-        is_first = np.ones(n, bool)
-        is_first[1:] = (ks[1:] != ks[:-1]) | (gs[1:] != gs[:-1])
+        rejects: list[JoinReject] = []
+        valid = np.flatnonzero(group >= 0)
+        if valid.shape[0] < n:
+            rejects = self._reject_versions(batch, np.flatnonzero(group < 0))
+        # identity is (id, model, version): a resend with other segments is a duplicate,
+        # in the same batch as across batches
+        mv = self._group_mv[group[valid]]
+        order = valid[np.lexsort((mv, batch.keys[valid]))]  # stable: earliest index first
+        ks, ms = batch.keys[order], self._group_mv[group[order]]
+        is_first = np.ones(order.shape[0], bool)
+        is_first[1:] = (ks[1:] != ks[:-1]) | (ms[1:] != ms[:-1])
         first = np.sort(order[is_first])
         q, rows = self.preds.lookup_all(batch.keys[first])
         exists = np.zeros(first.shape[0], bool)
@@ -414,13 +481,13 @@ class Engine:
         same = self._group_mv[self.preds.col("group")[rows]] == self._group_mv[group[first][q]]
         exists[q[same]] = True
         new = first[~exists]
-        dup = n - new.shape[0]
+        dup = valid.shape[0] - new.shape[0]
         self.records["predictions", "accepted"] += int(new.shape[0])
         if dup:
             self.records["predictions", "duplicate"] += dup
             self.join_events["duplicate_prediction"] += dup
         if new.shape[0] == 0:
-            return []
+            return rejects
         keys, ts, g = batch.keys[new], batch.ts_ms[new], group[new]
         k = new.shape[0]
         self.preds.insert(
@@ -437,6 +504,7 @@ class Engine:
             },
         )
         self.pending += k
+        np.maximum.at(self._mv_last, self._group_mv[g], ts)
         self.buckets.add_predictions(g, ts)
         if self.drift.by_model or self.drift.bootstrap:
             self._count_drift(batch, new, g, ts)
@@ -489,7 +557,7 @@ class Engine:
         if joined:
             self._pair_shadow(np.concatenate(joined))
         self._expire_and_evict()
-        return []
+        return rejects
 
     def _task_columns(self, batch: PredictionBatch, new: np.ndarray) -> dict[str, np.ndarray]:
         """Multiclass probability and regression interval columns of new predictions."""
@@ -1024,9 +1092,10 @@ class Engine:
         )
 
     def retain(self, now_ms: int) -> int:
-        """Freeze completed live drift references, then drop buckets no window (or live
-        "previous" reference) can reach any more; returns rows dropped."""
+        """Freeze completed live drift references, retire idle versions, then drop buckets
+        no window (or live "previous" reference) can reach any more; returns rows dropped."""
         self.freeze_live_references()
+        self._retire_idle_versions(now_ms)
         horizon = max(w.size_ms + w.delay_ms for m in self.models for w in m.windows)
         horizon += self.drift.horizon_ms()
         oldest = (now_ms - horizon) // self.buckets.width_ms - 1
@@ -1079,6 +1148,12 @@ class Engine:
             "outcomes": [
                 [self.models[m].name, v, lab, err] for m, v, lab, err in self.outcome_counts()
             ],
+            "version_last_ms": [
+                [self.models[m].name, v, int(t), (m, v) in self._retired]
+                for (m, v), t in zip(self._version_groups, self._mv_last, strict=True)
+                if m >= 0
+            ],
+            "versions_rejected": dict(sorted(self.versions_rejected.items())),
             "failed_plugins": sorted(self.failed_plugins),
         }
         arrays: dict[str, np.ndarray] = {
@@ -1117,12 +1192,29 @@ class Engine:
             self._add_group((self._model_index.get(name, -1), v, tuple(seg[0] if seg else ())))
         self._group_model = np.empty(0, np.int16)
         self._mv_counts = np.zeros((0, 2), np.int64)
+        self._mv_last = np.zeros(0, np.int64)
         self._sync_groups()
         mv_index = {k: i for i, k in enumerate(self._version_groups)}
         for name, v, lab, err in meta.get("outcomes", []):
             i = mv_index.get((self._model_index.get(name, -1), v))
             if i is not None:
                 self._mv_counts[i] = (int(lab), int(err))
+        # checkpoints before version lifecycles: every version was last seen "now"
+        self._mv_last[:] = int(meta["pred_watermark_ms"])
+        self._retired = set()
+        for name, v, last, retired in meta.get("version_last_ms", []):
+            m = self._model_index.get(name, -1)
+            i = mv_index.get((m, v))
+            if i is not None:
+                self._mv_last[i] = int(last)
+                if retired:
+                    self._retired.add((m, v))
+        self._live_versions = Counter(
+            m for m, v in self._version_groups if m >= 0 and (m, v) not in self._retired
+        )
+        self.versions_rejected = Counter(
+            {str(k): int(c) for k, c in meta.get("versions_rejected", {}).items()}
+        )
         for key, st in meta.get("segment_counts", {}).items():
             if int(key) in self.folders:
                 self.folders[int(key)].load(st)

@@ -434,6 +434,7 @@ def ops_state(engine: Engine) -> OpsState:
         prediction_watermark_ms=engine.pred_watermark_ms,
         label_watermark_ms=engine.label_watermark_ms,
         plugin_errors=tuple(sorted(engine.plugin_errors.items())),
+        versions_rejected=tuple(sorted(engine.versions_rejected.items())),
         outcomes=tuple(
             (
                 engine.models[m].name,

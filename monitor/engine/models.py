@@ -69,6 +69,8 @@ class ModelSpec:
     fbeta: tuple[float, ...] = (2.0, 0.5)
     score_bins: int = 2048
     slice_score_bins: int = 256  # per-slice histograms (logit range ±8), slices only
+    max_versions: int = 20  # live versions at once; predictions of more are rejected
+    version_idle_ttl_ms: int = 7 * 86_400_000  # no traffic this long: the version retires
     calibration_bins: int = 10  # multiclass top-label calibration
     huber_delta: float = 1.0  # regression
     quantiles: tuple[float, ...] = (0.1, 0.5, 0.9)  # regression pinball losses
@@ -103,6 +105,11 @@ class ModelSpec:
         if not (wanted & SCORE_METRICS) and self.costs is None:
             return None
         return ScoreLayout(bins=self.slice_score_bins, logit_range=SLICE_LOGIT_RANGE)
+
+    @property
+    def horizon_ms(self) -> int:
+        """How far back the model's windows reach."""
+        return max([w.size_ms + w.delay_ms for w in self.windows] + [0])
 
     @property
     def is_classifier(self) -> bool:

@@ -91,6 +91,7 @@ class OpsState:
     plugin_errors: tuple[tuple[str, int], ...] = ()
     # (model, version, labeled, errors) cumulative; errors only for classifiers
     outcomes: tuple[tuple[str, str, int, int | None], ...] = ()
+    versions_rejected: tuple[tuple[str, int], ...] = ()  # (model, predictions) over max_versions
 
 
 @dataclass(frozen=True, slots=True)

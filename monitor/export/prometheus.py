@@ -355,6 +355,14 @@ class MonitorCollector(Collector):
             for kind, reason, count in ops.invalid:
                 invalid.add_metric([topics.get(kind, kind), reason], count)
             yield invalid
+            rejected = CounterMetricFamily(
+                "mlmon_versions_rejected",
+                "Predictions rejected because their model already had max_versions live versions",
+                labels=("model",),
+            )
+            for model, count in ops.versions_rejected:
+                rejected.add_metric([model], count)
+            yield rejected
             labeled = CounterMetricFamily(
                 "mlmon_labeled_predictions",
                 "Predictions joined with their label, per model version (cumulative)",
