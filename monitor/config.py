@@ -278,6 +278,7 @@ class DriftSettings(_Section):
     # from the first `bootstrap` predictions
     reference_window: str | None = Field(None, pattern=r"^(first|previous):\S+$")
     bootstrap: int = Field(10_000, ge=100, le=1_000_000)
+    max_features: int = Field(100, ge=1, le=10_000)  # live reference: feature names tracked
     features: tuple[str, ...] = ()  # tested features; default: all in the reference
     categorical: tuple[str, ...] = ()  # `monitor baseline`: treat these columns as categories
     windows: tuple[str, ...] = ()  # window names to test; default: all of the model's

@@ -121,6 +121,7 @@ def drift_specs(settings: Settings) -> tuple[DriftSpec, ...]:
                     live=mode,
                     live_span_ms=_ms(parse_duration(span)),
                     bootstrap=d.bootstrap,
+                    max_features=d.max_features,
                     **common,
                 )
             )

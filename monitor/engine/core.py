@@ -613,13 +613,9 @@ class Engine:
             if boot.full:
                 d = self.drift.become_ready(m)
                 self.wide[m].add_matrix(d.matrix, d.width)
+                n = boot.n
                 self._add_drift_cells(
-                    d,
-                    m,
-                    boot.features,
-                    np.asarray(boot.score, np.float64),
-                    np.asarray(boot.group, np.int32),
-                    np.asarray(boot.ts, np.int64),
+                    d, m, boot.rows(), boot.score[:n], boot.group[:n], boot.ts[:n]
                 )
         for m, d in self.drift.by_model.items():
             sel = np.flatnonzero(model == m)[counted.get(m, 0) :]
@@ -1162,6 +1158,7 @@ class Engine:
         arrays.update({f"preds.{k}": v for k, v in self.preds.state().items()})
         arrays.update({f"orphans.{k}": v for k, v in self.orphans.state().items()})
         arrays.update({f"buckets.{k}": v for k, v in self.buckets.state().items()})
+        arrays.update(self.drift.arrays())
         # per-model stores under the model's name: a reordered config still restores
         for kind, stores in (("wide", self.wide), ("sliced", self.sliced)):
             for m, store in stores.items():
@@ -1254,7 +1251,7 @@ class Engine:
                 raise StateMismatch(f"comparison {name!r} statistics have the wrong shape")
         self.preds.load(_with_columns(arrays, "preds.", self._pred_columns))
         self.orphans.load(_with_columns(arrays, "orphans.", self._orphan_columns))
-        for d in self.drift.load(meta.get("drift_live", {})):
+        for d in self.drift.load(meta.get("drift_live", {}), arrays):
             self.wide[d.spec.model_index].add_matrix(d.matrix, d.width)
         saved = meta.get("drift_fingerprints", {})
         stale = {  # a changed reference: its old histograms no longer apply

@@ -435,6 +435,7 @@ def ops_state(engine: Engine) -> OpsState:
         label_watermark_ms=engine.label_watermark_ms,
         plugin_errors=tuple(sorted(engine.plugin_errors.items())),
         versions_rejected=tuple(sorted(engine.versions_rejected.items())),
+        drift_untracked=tuple(engine.drift.untracked_features().items()),
         outcomes=tuple(
             (
                 engine.models[m].name,

@@ -183,3 +183,4 @@ class DriftSpec:
     live: str | None = None  # "first" or "previous": the reference is past live traffic
     live_span_ms: int = 0
     bootstrap: int = 10_000  # predictions that fix a live reference's bins and categories
+    max_features: int = 100  # a live reference tracks at most this many feature names

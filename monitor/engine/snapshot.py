@@ -92,6 +92,7 @@ class OpsState:
     # (model, version, labeled, errors) cumulative; errors only for classifiers
     outcomes: tuple[tuple[str, str, int, int | None], ...] = ()
     versions_rejected: tuple[tuple[str, int], ...] = ()  # (model, predictions) over max_versions
+    drift_untracked: tuple[tuple[str, int], ...] = ()  # (model, feature values) over the cap
 
 
 @dataclass(frozen=True, slots=True)

@@ -363,6 +363,14 @@ class MonitorCollector(Collector):
             for model, count in ops.versions_rejected:
                 rejected.add_metric([model], count)
             yield rejected
+            untracked = CounterMetricFamily(
+                "mlmon_drift_untracked_features",
+                "Feature values a live drift reference left out (names over drift.max_features)",
+                labels=("model",),
+            )
+            for model, count in ops.drift_untracked:
+                untracked.add_metric([model], count)
+            yield untracked
             labeled = CounterMetricFamily(
                 "mlmon_labeled_predictions",
                 "Predictions joined with their label, per model version (cumulative)",
