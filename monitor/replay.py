@@ -70,6 +70,7 @@ def replay(
     width = engine.buckets.width_ms
     now_ms = max(engine.pred_watermark_ms, 0)
     engine.freeze_live_references()
+    engine.roll_up(now_ms)  # the daemon's tiers at this moment
     view = engine.view(copy=False)
     models = engine.models
     if len(engine.buckets):

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,7 @@ from .segments import SegmentFolder
 from .snapshot import WindowResult
 from .table import KeyedTable
 from .view import StoreView
+from .windows import DAY_MS, HOUR_MS, Tiers
 
 _log = logging.getLogger(__name__)
 
@@ -180,6 +182,14 @@ class Engine:
             for m in range(len(self.models))
             if self._sliced_matrices(m)
         }
+        # time tiers (docs/semantics.md): base buckets for every window shorter than a day
+        # (at least the last 2 h), hour rows back 8 days (at least a day more), day rows
+        # before that
+        windows = [w for m in self.models for w in m.windows]
+        self._fine_ms = max([2 * HOUR_MS] + [w.size_ms + w.delay_ms for w in windows
+                                             if w.size_ms < DAY_MS])  # fmt: skip
+        self._hour_ms = max(8 * DAY_MS, self._fine_ms + DAY_MS)
+        self.tiers = Tiers.for_width(bucket_width_ms)
         # multiclass probabilities (one column per class of the widest model) and regression
         # interval bounds / numeric labels exist only when such models are configured
         self._kmax = max([len(m.classes) for m in self.models if m.task == "multiclass"] + [0])
@@ -253,6 +263,15 @@ class Engine:
             return {"rg": (self.rg_layouts[m].width, np.float64)}
         return {}
 
+    def _stores(self) -> list[BucketStore]:
+        return [self.buckets, *self.wide.values(), *self.sliced.values()]
+
+    def roll_up(self, now_ms: int) -> int:
+        """Move the tiers to ``now`` and merge rows older than their tier's start into
+        hour and day rows; returns rows merged away."""
+        self.tiers = self.tiers.advanced(now_ms, self._fine_ms, self._hour_ms)
+        return sum(st.roll_up(self.tiers) for st in self._stores())
+
     def view(self, copy: bool = True) -> StoreView:
         """The stores evaluation reads; ``copy=False`` shares the arrays (replay, tests:
         valid until the next mutation)."""
@@ -262,6 +281,7 @@ class Engine:
 
         return StoreView(
             width_ms=self.buckets.width_ms,
+            tiers=self.tiers,
             groups=tuple(self.groups),
             buckets=take(self.buckets),
             wide={m: take(st) for m, st in self.wide.items() if len(st)},
@@ -1092,11 +1112,11 @@ class Engine:
         no window (or live "previous" reference) can reach any more; returns rows dropped."""
         self.freeze_live_references()
         self._retire_idle_versions(now_ms)
+        self.roll_up(now_ms)
         horizon = max(w.size_ms + w.delay_ms for m in self.models for w in m.windows)
         horizon += self.drift.horizon_ms()
         oldest = (now_ms - horizon) // self.buckets.width_ms - 1
-        stores = [self.buckets, *self.wide.values(), *self.sliced.values()]
-        return sum(st.drop_before(oldest) for st in stores)
+        return sum(st.drop_before(oldest) for st in self._stores())
 
     def freeze_live_references(self) -> None:
         """A "first:<span>" reference is the sum of the model's buckets over its first span,
@@ -1126,6 +1146,7 @@ class Engine:
             "delay_sum_s": self.delay_sum_s,
             "pending": self.pending,
             "pred_watermark_ms": self.pred_watermark_ms,
+            "tiers": [self.tiers.hour_from, self.tiers.day_from],
             "label_watermark_ms": self.label_watermark_ms,
             "offsets": dict(self.offsets),
             "paired": {name: v.tolist() for name, v in sorted(self.paired.items())},
@@ -1257,6 +1278,11 @@ class Engine:
         stale = {  # a changed reference: its old histograms no longer apply
             name for name, fp in self.drift.fingerprints().items() if saved.get(name) != fp
         }
+        if "tiers" in meta and self.tiers.per_hour:
+            hour_from, day_from = (int(x) for x in meta["tiers"])
+            self.tiers = replace(self.tiers, hour_from=hour_from, day_from=day_from)
+        for store in self._stores():
+            store.tiers = self.tiers
         self.buckets.load({k[8:]: v for k, v in arrays.items() if k.startswith("buckets.")})
         for kind, stores in (("wide", self.wide), ("sliced", self.sliced)):
             for m, store in stores.items():

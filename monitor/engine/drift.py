@@ -23,7 +23,6 @@ from ..drift.reference import OTHER, CategoricalReference, NumericReference, Ref
 from ..drift.summaries import categorical_cells, n_cells, numeric_cells
 from .models import DriftSpec, ModelSpec
 from .view import StoreView
-from .windows import window_bounds
 
 __all__ = ["SCORE_FEATURE", "DriftResult", "DriftTracker"]
 
@@ -500,7 +499,7 @@ class DriftTracker:
             model = models[m]
             windows = [w for w in model.windows if not d.spec.windows or w.label in d.spec.windows]
             for w in windows:
-                lo, hi = window_bounds(now_ms, w.size_ms, w.delay_ms, width_ms)
+                lo, hi = view.tiers.window(now_ms, w.size_ms, w.delay_ms)
                 sel = np.flatnonzero((b_bucket >= lo) & (b_bucket <= hi))
                 if sel.shape[0] == 0:
                     continue

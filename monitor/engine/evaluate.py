@@ -25,9 +25,8 @@ from .models import SCORE_METRICS, ModelSpec, exported_metric_names
 from .slice_scores import slice_score_metrics
 from .snapshot import DelayHistogram, Economics, FairnessGap, OpsState, WindowResult
 from .view import StoreView
-from .windows import window_bounds
 
-__all__ = ["evaluate_all", "ops_state", "window_bounds"]
+__all__ = ["evaluate_all", "ops_state"]
 
 _EMPTY: dict[str, np.ndarray] = {}
 
@@ -82,7 +81,7 @@ def evaluate_all(
             versions.setdefault(groups[gid][1], []).append(gid)
         in_model = group_model[b_group] == m
         for w in spec.windows:
-            lo, hi = window_bounds(now_ms, w.size_ms, w.delay_ms, width_ms)
+            lo, hi = view.tiers.window(now_ms, w.size_ms, w.delay_ms)
             sel = np.flatnonzero(in_model & (b_bucket >= lo) & (b_bucket <= hi))
             g = b_group[sel]
             predicted = np.bincount(g, buckets["predicted"][sel], minlength=n_groups)

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .windows import Tiers
+
 __all__ = ["Arrays", "StoreView"]
 
 Arrays = Mapping[str, np.ndarray]
@@ -25,6 +27,7 @@ class StoreView:
     histograms, multiclass and regression statistics), every segment."""
 
     width_ms: int
+    tiers: Tiers
     groups: Sequence[tuple[int, str, tuple[str, ...]]]
     buckets: Arrays
     wide: Mapping[int, Arrays]
