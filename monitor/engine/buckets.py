@@ -121,33 +121,67 @@ class BucketStore:
 
     def roll_up(self, tiers: Tiers) -> int:
         """Adopt ``tiers`` and merge rows now older than their tier's start into hour or
-        day rows (every column adds); returns rows merged away."""
+        day rows (every column adds); returns rows merged away.
+
+        Incremental: only the rows that change tier are touched — each is added into the
+        existing coarse row of its (group, hour/day), or becomes that row — so the hourly
+        roll-up costs the rows that move plus one in-place compaction, not a copy."""
         self.tiers = tiers
-        if not tiers.per_hour or self._n == 0:
+        n = self._n
+        if not tiers.per_hour or n == 0:
             return 0
         bucket, tier = self.bucket, self.tier
-        new_key = self._tiered(bucket)
-        old_key = (tier.astype(np.int64) << _BUCKET_BITS) | bucket
-        # a coarse row never goes back to a finer tier
-        keep_old = (old_key >> _BUCKET_BITS) >= (new_key >> _BUCKET_BITS)
-        new_key = np.where(keep_old, old_key, new_key)
-        combined = (self.group.astype(np.int64) << _GROUP_SHIFT) | new_key
-        if np.array_equal(combined, (self.group.astype(np.int64) << _GROUP_SHIFT) | old_key):
+        moving = ((tier == 0) & (bucket < tiers.hour_from)) | (
+            (tier == 1) & (bucket < tiers.day_from)
+        )
+        src = np.flatnonzero(moving)
+        if src.shape[0] == 0:
             return 0
-        uniq, inverse = np.unique(combined, return_inverse=True)
-        order = np.argsort(inverse, kind="stable")
-        starts = np.flatnonzero(np.r_[True, np.diff(inverse[order]) != 0])
-        state: dict[str, np.ndarray] = {
-            "group": (uniq >> _GROUP_SHIFT).astype(np.int32),
-            "bucket": uniq & ((1 << _BUCKET_BITS) - 1),
-            "tier": ((uniq >> _BUCKET_BITS) & 3).astype(np.int8),
-        }
-        for name, arr in self.view().items():
-            if name not in state:
-                state[name] = np.add.reduceat(arr[order], starts, axis=0).astype(arr.dtype)
-        merged = self._n - uniq.shape[0]
-        self.load(state)
-        return merged
+        keys = (self.group[src].astype(np.int64) << _GROUP_SHIFT) | self._tiered(bucket[src])
+        uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        dest = np.empty(uniq.shape[0], np.int64)
+        for i, key in enumerate(uniq.tolist()):
+            row = self._index.get(key)
+            dest[i] = src[first[i]] if row is None else row  # else: the first mover
+        to = dest[inverse.reshape(-1)]
+        add = src != to
+        if add.any():  # sum the movers per destination (sorted reduceat), then add once
+            order = np.argsort(to[add], kind="stable")
+            movers, targets = src[add][order], to[add][order]
+            starts = np.flatnonzero(np.r_[True, targets[1:] != targets[:-1]])
+            for name, col in self._cols.items():
+                if name not in ("group", "bucket", "tier"):
+                    col[targets[starts]] += np.add.reduceat(col[movers], starts, axis=0)
+        # movers that became their coarse row take its key
+        becomes = np.flatnonzero(dest == src[first])
+        for i in becomes.tolist():
+            row = int(dest[i])
+            key = int(uniq[i])
+            old = (
+                (int(self._cols["group"][row]) << int(_GROUP_SHIFT))
+                | (int(self._cols["tier"][row]) << _BUCKET_BITS)
+                | int(self._cols["bucket"][row])
+            )
+            del self._index[old]
+            self._index[key] = row
+            self._cols["bucket"][row] = key & ((1 << _BUCKET_BITS) - 1)
+            self._cols["tier"][row] = (key >> _BUCKET_BITS) & 3
+        gone = src[add]
+        if gone.shape[0]:
+            keep = np.ones(n, bool)
+            keep[gone] = False
+            kept = np.flatnonzero(keep)
+            for col in self._cols.values():
+                col[: kept.shape[0]] = col[kept]
+                col[kept.shape[0] : n] = 0  # freed rows must be zero when reused
+            self._n = int(kept.shape[0])
+            index_keys = (
+                (self.group.astype(np.int64) << _GROUP_SHIFT)
+                | (self.tier.astype(np.int64) << _BUCKET_BITS)
+                | self.bucket
+            )
+            self._index = {int(k): i for i, k in enumerate(index_keys.tolist())}
+        return int(gone.shape[0])
 
     def _grow(self, cap: int) -> None:
         for name, old in self._cols.items():
