@@ -17,7 +17,6 @@ import logging
 import ssl
 import threading
 import time
-from collections import Counter
 from dataclasses import replace
 from typing import Any
 
@@ -30,7 +29,7 @@ from .alerting.delivery import DeliveryStats
 from .alerting.slo import SloEvaluator, SloStatus
 from .config import Settings, redacted
 from .engine.core import StateMismatch
-from .engine.evaluate import evaluate_all, ops_state
+from .engine.evaluate import ops_state
 from .engine.snapshot import Snapshot
 from .export.http import HttpServer
 from .export.prometheus import MonitorCollector
@@ -190,37 +189,18 @@ class Daemon:
         ev = self.settings.evaluation
         try:
             wall = wall_clock_ms()
-            with self.lock:
-                now = wall if ev.clock == "wall" else max(self.engine.pred_watermark_ms, 0)
-                self.engine.retain(now)
-                view = self.engine.view()
-                ops = ops_state(self.engine)
-                unseen = {k: list(v) for k, v in self.engine.unseen_examples.items()}
-            plugin_errors: Counter[str] = Counter()
-            results, fairness = evaluate_all(
-                view, self.engine.models, now, ev.confidence, self.engine.active_plugins,
-                plugin_errors,
-            )  # fmt: skip
+            now = wall if ev.clock == "wall" else max(self.engine.pred_watermark_ms, 0)
             st = self._published.status
             not_ready = (
                 []
                 if st.consuming
                 else ["monitor not ready: " + (st.source_error or "no partitions assigned")]
             )
-            with self.lock:
-                comparisons = self.engine.look_comparisons(results, wall, not_ready, ev.confidence)
-                self.engine.plugin_errors.update(plugin_errors)
-                if plugin_errors:
-                    ops = ops_state(self.engine)
-            drift = self.engine.drift.evaluate(view, now, unseen=unseen)
-            snap = Snapshot(
-                at_ms=wall,
-                results=results,
-                ops=ops,
-                comparisons=comparisons,
-                drift=drift,
-                fairness=fairness,
-            )
+            snap = self.engine.snapshot(
+                now, at_ms=wall, confidence=ev.confidence, lock=self.lock,
+                not_ready=not_ready, look_at_ms=wall,
+            )  # fmt: skip
+            ops = snap.ops
         except Exception as err:  # keep serving the last good snapshot
             log.exception("evaluation failed")
             self._set_status(last_evaluation_ok=False, last_evaluation_error=repr(err))

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
 from .config import Settings, redacted
-from .engine.evaluate import evaluate_all, ops_state
 from .engine.models import WindowSpec
-from .engine.snapshot import Snapshot
 from .export.report import iso, ops_json, snapshot_json
 from .ingest.deadletter import FileDeadLetter
 from .ingest.files import JsonlReader, interleave
@@ -69,33 +66,18 @@ def replay(
         )
     width = engine.buckets.width_ms
     now_ms = max(engine.pred_watermark_ms, 0)
-    engine.freeze_live_references()
-    engine.roll_up(now_ms)  # the daemon's tiers at this moment
-    view = engine.view(copy=False)
     models = engine.models
     if len(engine.buckets):
-        first = int(view.buckets["bucket"].min())
+        first = int(engine.buckets.bucket.min())
         span = (now_ms // width - first + 1) * width
         models = tuple(
             replace(m, windows=(*m.windows, WindowSpec("all", span, 0))) for m in engine.models
         )
-    confidence = settings.evaluation.confidence
-    plugin_errors: Counter[str] = Counter()
-    results, fairness = evaluate_all(
-        view, models, now_ms, confidence, engine.active_plugins, plugin_errors
-    )
-    engine.plugin_errors.update(plugin_errors)
     # The final look adds the fixed-horizon window view; the sequential state has
-    # already looked after every batch, as the daemon would have.
-    comparisons = engine.look_comparisons(results, now_ms, (), confidence)
-    drift = engine.drift.evaluate(view, now_ms, models, unseen=engine.unseen_examples)
-    snap = Snapshot(
-        at_ms=now_ms,
-        results=results,
-        ops=ops_state(engine),
-        comparisons=comparisons,
-        drift=drift,
-        fairness=fairness,
+    # already looked after every batch, as the daemon would have. Nothing is retired:
+    # the report's window "all" spans every bucket.
+    snap = engine.snapshot(
+        now_ms, confidence=settings.evaluation.confidence, models=models, retain=False
     )
     topics = {"predictions": str(predictions), "labels": str(labels)}
     report = {

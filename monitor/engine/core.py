@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from typing import Any
 
@@ -38,10 +39,11 @@ from ..stats.scores import ScoreLayout
 from .buckets import BucketStore
 from .comparisons import ComparisonResult, ComparisonTracker
 from .drift import DriftTracker
+from .evaluate import evaluate_all
 from .models import ComparisonSpec, DriftSpec, ModelSpec
 from .records import ID_HASH, LabelBatch, PredictionBatch
 from .segments import SegmentFolder
-from .snapshot import WindowResult
+from .snapshot import DelayHistogram, OpsState, Snapshot, WindowResult
 from .table import KeyedTable
 from .view import StoreView
 from .windows import DAY_MS, HOUR_MS, Tiers
@@ -1127,6 +1129,84 @@ class Engine:
             view = self.wide[m].view()
             rows = (view["bucket"] >= start // width) & (view["bucket"] < -(-end // width))
             self.drift.frozen[m] = view[f"m.{d.matrix}"][rows].sum(axis=0, dtype=np.int64)
+
+    # -- snapshots ---------------------------------------------------------------------
+    def ops(self) -> OpsState:
+        """A copy of the operational counters (cheap; call under the app lock)."""
+        return OpsState(
+            records=tuple((k, o, c) for (k, o), c in sorted(self.records.items())),
+            invalid=tuple((k, r, c) for (k, r), c in sorted(self.invalid.items())),
+            join_events=tuple(sorted(self.join_events.items())),
+            pending_predictions=self.pending,
+            orphan_labels=len(self.orphans),
+            label_delay=DelayHistogram(
+                DELAY_BOUNDS_S, tuple(int(c) for c in self.delay_counts), self.delay_sum_s
+            ),
+            prediction_watermark_ms=self.pred_watermark_ms,
+            label_watermark_ms=self.label_watermark_ms,
+            plugin_errors=tuple(sorted(self.plugin_errors.items())),
+            versions_rejected=tuple(sorted(self.versions_rejected.items())),
+            drift_untracked=tuple(self.drift.untracked_features().items()),
+            outcomes=tuple(
+                (
+                    self.models[m].name,
+                    v,
+                    lab,
+                    err if self.models[m].is_classifier else None,
+                )
+                for m, v, lab, err in self.outcome_counts()
+            ),
+        )
+
+    def snapshot(
+        self,
+        now_ms: int,
+        at_ms: int | None = None,
+        confidence: float = 0.95,
+        lock: AbstractContextManager[Any] | None = None,
+        models: Sequence[ModelSpec] | None = None,
+        not_ready: Sequence[str] = (),
+        look_at_ms: int | None = None,
+        retain: bool = True,
+    ) -> Snapshot:
+        """The immutable snapshot at ``now_ms`` — the one path for the daemon and replay.
+
+        Under ``lock`` (the daemon's; none in replay): retention (or, with
+        ``retain=False``, only freezing and roll-up, as replay keeps everything), a copy
+        of the stores and counters. Outside it: every window, slice, fairness gap and
+        drift test. Under it again: one look of each comparison (sticky state) and the
+        plugin error counts. ``models`` may add windows (replay's ``all``)."""
+        guard = lock if lock is not None else nullcontext()
+        with guard:
+            if retain:
+                self.retain(now_ms)
+            else:
+                self.freeze_live_references()
+                self.roll_up(now_ms)
+            view = self.view(copy=lock is not None)
+            ops = self.ops()
+            unseen = {k: list(v) for k, v in self.unseen_examples.items()}
+            plugins = self.active_plugins
+        errors: Counter[str] = Counter()
+        results, fairness = evaluate_all(
+            view, models or self.models, now_ms, confidence, plugins, errors
+        )
+        with guard:
+            comparisons = self.look_comparisons(
+                results, now_ms if look_at_ms is None else look_at_ms, not_ready, confidence
+            )
+            self.plugin_errors.update(errors)
+            if errors:
+                ops = self.ops()
+        drift = self.drift.evaluate(view, now_ms, models, unseen=unseen)
+        return Snapshot(
+            at_ms=now_ms if at_ms is None else at_ms,
+            results=results,
+            ops=ops,
+            comparisons=comparisons,
+            drift=drift,
+            fairness=fairness,
+        )
 
     # -- state -----------------------------------------------------------------------
     def state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

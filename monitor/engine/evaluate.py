@@ -10,7 +10,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,11 +20,13 @@ from ..stats.multiclass import MulticlassLayout
 from ..stats.regression import RegressionLayout
 from ..stats.results import MetricValue
 from ..stats.scores import ReliabilityBin, ScoreLayout, ValueMatrix
-from .core import DELAY_BOUNDS_S, Engine
 from .models import SCORE_METRICS, ModelSpec, exported_metric_names
 from .slice_scores import slice_score_metrics
-from .snapshot import DelayHistogram, Economics, FairnessGap, OpsState, WindowResult
+from .snapshot import Economics, FairnessGap, OpsState, WindowResult
 from .view import StoreView
+
+if TYPE_CHECKING:
+    from .core import Engine
 
 __all__ = ["evaluate_all", "ops_state"]
 
@@ -421,27 +423,4 @@ _NAN3 = (float("nan"),) * 3
 
 def ops_state(engine: Engine) -> OpsState:
     """A copy of the engine's operational counters (cheap; call under the app lock)."""
-    return OpsState(
-        records=tuple((k, o, c) for (k, o), c in sorted(engine.records.items())),
-        invalid=tuple((k, r, c) for (k, r), c in sorted(engine.invalid.items())),
-        join_events=tuple(sorted(engine.join_events.items())),
-        pending_predictions=engine.pending,
-        orphan_labels=len(engine.orphans),
-        label_delay=DelayHistogram(
-            DELAY_BOUNDS_S, tuple(int(c) for c in engine.delay_counts), engine.delay_sum_s
-        ),
-        prediction_watermark_ms=engine.pred_watermark_ms,
-        label_watermark_ms=engine.label_watermark_ms,
-        plugin_errors=tuple(sorted(engine.plugin_errors.items())),
-        versions_rejected=tuple(sorted(engine.versions_rejected.items())),
-        drift_untracked=tuple(engine.drift.untracked_features().items()),
-        outcomes=tuple(
-            (
-                engine.models[m].name,
-                v,
-                lab,
-                err if engine.models[m].is_classifier else None,
-            )
-            for m, v, lab, err in engine.outcome_counts()
-        ),
-    )
+    return engine.ops()
