@@ -13,32 +13,22 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from ..drift.detector import DriftDetector, DriftReport, LabelPriorDrift, label_prior_drift
+from ..drift.detector import DriftDetector, LabelPriorDrift, label_prior_drift
 from ..drift.reference import OTHER, CategoricalReference, NumericReference, ReferenceProfile
 from ..drift.summaries import categorical_cells, n_cells, numeric_cells
 from .models import DriftSpec, ModelSpec
+from .snapshot import DriftResult
 from .view import StoreView
 
 __all__ = ["SCORE_FEATURE", "DriftResult", "DriftTracker"]
 
 SCORE_FEATURE = "__score__"
 _log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class DriftResult:
-    model: str
-    version: str
-    window: str
-    start_ms: int
-    end_ms: int
-    report: DriftReport
-    label_prior: LabelPriorDrift | None = None
 
 
 class _ModelDrift:
