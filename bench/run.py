@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import logging
 import os
@@ -1083,12 +1084,12 @@ def fleet_child(
     vnames = [f"v{v}" for v in range(n_versions)]
     snames = [{"segment": f"s{v}"} for v in range(n_slices)]
     keys = hash_ids([f"e{i}" for i in range(n_events)])
-    step = 20_000
-    next_roll = int(ts[0]) + 600_000
+    # batches of at most 20,000 events and 10 minutes, rolling up after each 10 minutes
+    edges = np.searchsorted(ts, np.arange(int(ts[0]), now + 600_000, 600_000))
+    bounds = sorted({0, n_events, *edges.tolist(), *range(0, n_events, 20_000)})
     fed = time.perf_counter()
-    for lo in range(0, n_events, step):
-        sl = slice(lo, lo + step)
-        k = keys[sl].shape[0]
+    for lo, hi in itertools.pairwise(bounds):
+        sl = slice(lo, hi)
         engine.apply_predictions(
             PredictionBatch(keys[sl], ts[sl], model[sl], [vnames[v] for v in version[sl]],
                             score[sl], (score[sl] >= 0.5).astype(np.int8),
@@ -1096,10 +1097,8 @@ def fleet_child(
         )  # fmt: skip
         lab = np.flatnonzero(labeled[sl]) + lo
         engine.apply_labels(LabelBatch(keys[lab], ts[lab] + 60_000, [str(v) for v in y[lab]]))
-        if int(ts[min(lo + step, n_events) - 1]) >= next_roll:
-            engine.retain(int(ts[min(lo + step, n_events) - 1]))
-            next_roll = int(ts[min(lo + step, n_events) - 1]) + 600_000
-        del k
+        if hi in edges or hi == n_events:
+            engine.retain(int(ts[hi - 1]))
     feed_s = time.perf_counter() - fed
     engine.retain(now)
     ticks, copies = [], []

@@ -181,7 +181,13 @@ class BucketStore:
                 | self.bucket
             )
             self._index = {int(k): i for i, k in enumerate(index_keys.tolist())}
+            if self._n * 4 < self._cap and self._cap > _MIN_ROWS:  # give memory back
+                self._shrink(max(_MIN_ROWS, 2 * self._n))
         return int(gone.shape[0])
+
+    def _shrink(self, cap: int) -> None:
+        self._cols = {name: col[:cap].copy() for name, col in self._cols.items()}
+        self._cap = cap
 
     def _grow(self, cap: int) -> None:
         for name, old in self._cols.items():
