@@ -17,16 +17,21 @@ a  daemon end-to-end Kafka ingestion vs the same client's raw consume + orjson d
 b  in-process engine join + accumulate on columnar batches (≥ 300,000 events/s)
 c  join-buffer memory per pending prediction at 1,000,000 pending (≤ 200 bytes)
 d  checkpoint write and restore at 1,000,000 pending (≤ 5 s each)
+e  one drift evaluation, 20 features over a 1,000,000-event window, vs SciPy (≤ 0.5 s)
+f  one evaluation pass, 3 windows × 100 slices, vs scikit-learn (≤ 0.2 s)
 p  /healthz latency under 50 parallel scrapers of a multi-MB page vs idle (p50 ≤ 50 ms)
 s  status page (GET /) of a 3-window × 100-slice model, served over HTTP (≤ 1 s)
 r  ``monitor replay`` of 1,000,000 predictions + labels (≥ 250,000 events/s) vs scikit-learn +
    SciPy computing the same metrics and KS tests from the same files
+g  fleet: 10 models × 3 versions × 100 slices, windows 5m/1h/1d/7d, 1M events (RSS ≤ 1 GiB,
+   tick ≤ 1 s, ≤ 5 MB per model-version-day) and a models × slices scaling table
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import logging
 import os
@@ -1238,15 +1243,13 @@ def bench_slices(n_events: int, reps: int) -> Result:
         segments = [{"segment": f"s{v}"} for v in segment[sl].tolist()]
         engine.apply_predictions(scored_batch(keys, ts, score, sl, segments=segments))
         engine.apply_labels(LabelBatch(keys[sl], ts[sl] + 1000, [str(v) for v in y[sl]]))
-    view, wide = engine.buckets.state(), engine.wide.state()
+    view = engine.view()
     times, base_times = [], []
     for rep in range(reps):
         for side in ("measured", "baseline") if rep % 2 == 0 else ("baseline", "measured"):
             t = time.perf_counter()
             if side == "measured":
-                results, _ = evaluate_all(
-                    view, engine.groups, engine.models, 60_000, now, 0.95, (), None, wide
-                )
+                results, _ = evaluate_all(view, engine.models, now, 0.95)
                 times.append(time.perf_counter() - t)
             else:
                 pred = (score >= 0.5).astype(int)
@@ -1486,18 +1489,143 @@ def bench_status_page(n_events: int, reps: int, work: Path) -> Result:
     )
 
 
+# -- (g) fleet ------------------------------------------------------------------------------
+FLEET_WINDOWS = [{"size": "5m"}, {"size": "1h"}, {"size": "1d"}, {"size": "7d"}]
+
+
+def _vm_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def fleet_child(
+    n_models: int, n_versions: int, n_slices: int, n_events: int, score_metrics: bool, reps: int
+) -> dict[str, float]:
+    """One fleet configuration in a fresh process: feed ``n_events`` over 7 days in time
+    order (rolling the tiers every simulated 10 minutes, as evaluations would), then time
+    evaluation ticks. Returns memory and timing figures."""
+    from monitor.engine.evaluate import evaluate_all
+
+    day_ms = 86_400_000
+    metrics = None if score_metrics else ["accuracy", "precision", "recall", "f1"]
+    models = [
+        {"name": f"m{i}", "windows": FLEET_WINDOWS, **({"metrics": metrics} if metrics else {}),
+         "slices": [{"dimensions": ["segment"], "top_k": n_slices, "min_samples": 1}]}
+        for i in range(n_models)
+    ]  # fmt: skip
+    engine = build_engine(settings_from_mapping({"models": models}, "<bench>"))
+    rss0 = _vm_kb("VmRSS")
+    rng = np.random.default_rng(17)
+    now = 1_700_000_000_000
+    ts = np.sort(rng.integers(now - 7 * day_ms, now, n_events)).astype(np.int64)
+    model = rng.integers(0, n_models, n_events).astype(np.int16)
+    version = rng.integers(0, n_versions, n_events)
+    segment = rng.integers(0, n_slices, n_events)
+    y = (rng.random(n_events) < 0.3).astype(np.int8)
+    score = 1 / (1 + np.exp(-(2.0 * (y - 0.5) + rng.normal(size=n_events) - 0.8)))
+    labeled = rng.random(n_events) < 0.9
+    vnames = [f"v{v}" for v in range(n_versions)]
+    snames = [{"segment": f"s{v}"} for v in range(n_slices)]
+    keys = hash_ids([f"e{i}" for i in range(n_events)])
+    # batches of at most 20,000 events and 10 minutes, rolling up after each 10 minutes
+    edges = np.searchsorted(ts, np.arange(int(ts[0]), now + 600_000, 600_000))
+    bounds = sorted({0, n_events, *edges.tolist(), *range(0, n_events, 20_000)})
+    fed = time.perf_counter()
+    for lo, hi in itertools.pairwise(bounds):
+        sl = slice(lo, hi)
+        engine.apply_predictions(
+            PredictionBatch(keys[sl], ts[sl], model[sl], [vnames[v] for v in version[sl]],
+                            score[sl], (score[sl] >= 0.5).astype(np.int8),
+                            segments=[snames[v] for v in segment[sl]])
+        )  # fmt: skip
+        lab = np.flatnonzero(labeled[sl]) + lo
+        engine.apply_labels(LabelBatch(keys[lab], ts[lab] + 60_000, [str(v) for v in y[lab]]))
+        if hi in edges or hi == n_events:
+            engine.retain(int(ts[hi - 1]))
+    feed_s = time.perf_counter() - fed
+    engine.retain(now)
+    ticks, copies = [], []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        engine.retain(now)
+        view = engine.view()
+        t1 = time.perf_counter()
+        evaluate_all(view, engine.models, now)
+        engine.drift.evaluate(view, now)
+        ticks.append(time.perf_counter() - t0)
+        copies.append(t1 - t0)
+        del view
+    stores = engine.store_bytes()
+    state_bytes = stores["buckets"] + stores["wide"] + stores["sliced"]
+    return {
+        "models": n_models, "versions": n_versions, "slices": n_slices, "events": n_events,
+        "state_mb": state_bytes / 1e6, "join_mb": stores["join"] / 1e6,
+        "rss_mb": _vm_kb("VmRSS") / 1024, "peak_rss_mb": _vm_kb("VmHWM") / 1024,
+        "baseline_rss_mb": rss0 / 1024, "tick_s": median(ticks), "copy_s": median(copies),
+        "feed_s": feed_s, "rows": float(len(engine.buckets)),
+        "per_model_version_day_mb": state_bytes / 1e6 / (n_models * n_versions * 7),
+    }  # fmt: skip
+
+
+def _in_child(*args: Any) -> dict[str, float]:
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(fleet_child, args)
+
+
+def bench_fleet(n_events: int, scale_events: int, reps: int) -> list[Result]:
+    """A fleet: 10 models × 3 versions × 100 slices, windows 5m/1h/1d/7d, ``n_events``
+    over 7 days, each configuration in a fresh process (RSS is its own). The baseline is
+    the same fleet with one model; the scaling table varies models and slices."""
+    log(f"fleet: 10 models x 3 versions x 100 slices, {n_events:,} events")
+    one = _in_child(1, 3, 100, n_events // 10, True, reps)
+    fleet = _in_child(10, 3, 100, n_events, True, reps)
+    plain = _in_child(10, 3, 100, n_events, False, reps)
+    table = [_in_child(m, 3, s, scale_events, True, 1) for m in (1, 10, 50) for s in (100, 1000)]
+    notes = [
+        "fleet with score metrics (default catalog, per-slice score histograms): "
+        f"state {fleet['state_mb']:.0f} MB, RSS {fleet['rss_mb']:.0f} MB "
+        f"(peak {fleet['peak_rss_mb']:.0f}), {fleet['rows']:,.0f} light rows, "
+        f"view copy {fleet['copy_s']:.3f} s of a {fleet['tick_s']:.3f} s tick",
+        "fleet without score metrics (confusion catalog): "
+        f"state {plain['state_mb']:.0f} MB, RSS {plain['rss_mb']:.0f} MB, "
+        f"tick {plain['tick_s']:.3f} s, {plain['per_model_version_day_mb']:.2f} MB per "
+        "model-version-day",
+        f"one model, {n_events // 10:,} events (baseline): state {one['state_mb']:.0f} MB, "
+        f"tick {one['tick_s']:.3f} s",
+        f"scaling ({scale_events:,} events, 3 versions, score metrics): models x slices -> "
+        "state MB / RSS MB / tick s",
+    ]
+    notes += [
+        f"  {r['models']:>3.0f} x {r['slices']:>4.0f}: {r['state_mb']:8.0f} / "
+        f"{r['rss_mb']:6.0f} / {r['tick_s']:.3f}"
+        for r in table
+    ]
+    return [
+        Result("g", "fleet steady RSS", "MB", fleet["rss_mb"], one["rss_mb"],
+               "1 model, 1/10 the events", 1024, "absolute", False, notes=notes),
+        Result("g", "fleet evaluation tick", "s", fleet["tick_s"], one["tick_s"],
+               "1 model, 1/10 the events", 1.0, "absolute", False),
+        Result("g", "state per model-version-day", "MB", fleet["per_model_version_day_mb"],
+               one["per_model_version_day_mb"], "1 model", 5.0, "absolute", False),
+    ]  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller inputs, < 2 minutes")
     parser.add_argument(
-        "--only", default="a,b,c,d,e,f,p,r,s", help="comma-separated subset of a..f, p, r, s"
+        "--only", default="a,b,c,d,e,f,g,p,r,s", help="comma-separated subset of a..g, p, r, s"
     )
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = parser.parse_args(argv)
     # the sklearn baselines warn on ill-defined slices (no positives); the values are unused
     warnings.filterwarnings("ignore", module="sklearn")
     only = {x.strip() for x in args.only.split(",") if x.strip()}
-    unknown = only - set("abcdefprs")
+    unknown = only - set("abcdefgprs")
     if unknown:
         parser.error(f"unknown benchmark(s): {sorted(unknown)}")
     logging.basicConfig(level=logging.WARNING)
@@ -1535,6 +1663,12 @@ def main(argv: list[str] | None = None) -> int:
             results.append(bench_status_page(100_000 if args.quick else 300_000, 5, work))
         if "r" in only:
             results.append(bench_replay(200_000 if args.quick else 1_000_000, reps, work))
+        if "g" in only:
+            results.extend(
+                bench_fleet(
+                    100_000 if args.quick else 1_000_000, 20_000 if args.quick else 200_000, reps
+                )
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     elapsed = time.perf_counter() - started

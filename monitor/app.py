@@ -31,7 +31,7 @@ from .alerting.slo import SloEvaluator, SloStatus
 from .config import Settings, redacted
 from .engine.clock import EventWatermark, SteadyClock, retention_now
 from .engine.core import Engine, StateMismatch
-from .engine.evaluate import evaluate_all, ops_state
+from .engine.evaluate import ops_state
 from .engine.snapshot import Snapshot
 from .export.exposition import Exposition
 from .export.http import HttpLimits, HttpServer, Response
@@ -232,49 +232,18 @@ class Daemon:
             wall = self.clock.now_ms()
             with self.lock:
                 mark = self.engine.event_clock.advance()
-                now = wall if ev.clock == "wall" else max(mark, 0)
-                self.engine.retain(retention_now(now, mark))
-                view = self.engine.buckets.state()
-                wide = self.engine.wide.state()
-                tasks = self.engine.tasks.state()
-                groups = list(self.engine.groups)
-                ops = ops_state(self.engine)
-                unseen = {k: list(v) for k, v in self.engine.unseen_examples.items()}
-            plugin_errors: Counter[str] = Counter()
-            results, fairness = evaluate_all(
-                view,
-                groups,
-                self.engine.models,
-                self.engine.buckets.width_ms,
-                now,
-                ev.confidence,
-                self.engine.active_plugins,
-                plugin_errors,
-                wide,
-                tasks,
-            )
+            now = wall if ev.clock == "wall" else max(mark, 0)
             st = self._published.status
             not_ready = (
                 []
                 if st.consuming
                 else ["monitor not ready: " + (st.source_error or "no partitions assigned")]
             )
-            with self.lock:
-                comparisons = self.engine.look_comparisons(results, wall, not_ready, ev.confidence)
-                self.engine.plugin_errors.update(plugin_errors)
-                if plugin_errors:
-                    ops = ops_state(self.engine)
-            drift = self.engine.drift.evaluate(
-                wide, groups, self.engine.buckets.width_ms, now, unseen=unseen, segment_counts=view
-            )
-            snap = Snapshot(
-                at_ms=wall,
-                results=results,
-                ops=ops,
-                comparisons=comparisons,
-                drift=drift,
-                fairness=fairness,
-            )
+            snap = self.engine.snapshot(
+                now, at_ms=wall, confidence=ev.confidence, lock=self.lock,
+                not_ready=not_ready, look_at_ms=wall, retain_at_ms=retention_now(now, mark),
+            )  # fmt: skip
+            ops = snap.ops
         except Exception as err:  # keep serving the last good snapshot
             log.exception("evaluation failed")
             self._set_status(last_evaluation_ok=False, last_evaluation_error=repr(err))
@@ -283,7 +252,7 @@ class Daemon:
         alerts = self._delivery_stats()
         with self._pub_lock:
             pub = self._published
-            history = extend_history(pub.comparison_history, comparisons)
+            history = extend_history(pub.comparison_history, snap.comparisons)
             self._published = replace(
                 pub, snapshot=snap, ops=ops, slos=slos, alerts=alerts, comparison_history=history
             )

@@ -363,6 +363,7 @@ class DriftSettings(_Section):
     # from the first `bootstrap` predictions
     reference_window: str | None = Field(None, pattern=r"^(first|previous):\S+$")
     bootstrap: int = Field(10_000, ge=100, le=1_000_000)
+    max_features: int = Field(100, ge=1, le=10_000)  # live reference: feature names tracked
     features: tuple[str, ...] = ()  # tested features; default: all in the reference
     categorical: tuple[str, ...] = ()  # `monitor baseline`: treat these columns as categories
     windows: tuple[str, ...] = ()  # window names to test; default: all of the model's
@@ -395,6 +396,9 @@ class ModelSettings(_Section):
     metrics: tuple[str, ...] | None = None
     fbeta: tuple[Annotated[float, Field(gt=0)], ...] = (2.0, 0.5)
     score_bins: int = Field(2048, ge=16, le=8192)  # fine score bins: AUC resolution vs memory
+    slice_score_bins: int = Field(256, ge=16, le=2048)  # per-slice score bins (binary, slices)
+    max_versions: int = Field(20, ge=1, le=10_000)  # live versions; more are rejected
+    version_idle_ttl: PositiveSeconds = 7 * 86400.0  # idle versions retire after this
     calibration_bins: int = Field(10, ge=2, le=100)  # multiclass top-label ECE bins
     huber_delta: float = Field(1.0, gt=0)  # regression Huber loss
     quantiles: tuple[Annotated[float, Field(gt=0, lt=1)], ...] = (0.1, 0.5, 0.9)  # pinball

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -17,9 +16,7 @@ from typing import Any, TextIO
 
 from .config import Settings, redacted
 from .engine.core import Engine
-from .engine.evaluate import evaluate_all, ops_state
 from .engine.models import WindowSpec
-from .engine.snapshot import Snapshot
 from .export.published import History, extend_history
 from .export.report import history_json, iso, layout_json, ops_json, snapshot_json
 from .ingest.deadletter import FileDeadLetter
@@ -85,52 +82,20 @@ def replay(
         )
     width = engine.buckets.width_ms
     now_ms = max(engine.pred_watermark_ms, 0)
-    engine.freeze_live_references()
-    view = engine.buckets.view()
-    wide = engine.wide.view()
     models = engine.models
     if len(engine.buckets):
-        first = int(view["bucket"].min())
+        first = int(engine.buckets.bucket.min())
         span = (now_ms // width - first + 1) * width
         models = tuple(
             replace(m, windows=(*m.windows, WindowSpec("all", span, 0))) for m in engine.models
         )
-    confidence = settings.evaluation.confidence
-    plugin_errors: Counter[str] = Counter()
-    results, fairness = evaluate_all(
-        view,
-        engine.groups,
-        models,
-        width,
-        now_ms,
-        confidence,
-        engine.active_plugins,
-        plugin_errors,
-        wide,
-        engine.tasks.state(),
-    )
-    engine.plugin_errors.update(plugin_errors)
     # The final look adds the fixed-horizon window view; the sequential state has
-    # already looked after every batch, as the daemon would have.
-    comparisons = engine.look_comparisons(results, now_ms, (), confidence)
-    history = extend_history(history, comparisons)
-    drift = engine.drift.evaluate(
-        wide,
-        engine.groups,
-        width,
-        now_ms,
-        models,
-        unseen=engine.unseen_examples,
-        segment_counts=view,
+    # already looked after every batch, as the daemon would have. Nothing is retired:
+    # the report's window "all" spans every bucket.
+    snap = engine.snapshot(
+        now_ms, confidence=settings.evaluation.confidence, models=models, retain=False
     )
-    snap = Snapshot(
-        at_ms=now_ms,
-        results=results,
-        ops=ops_state(engine),
-        comparisons=comparisons,
-        drift=drift,
-        fairness=fairness,
-    )
+    history = extend_history(history, snap.comparisons)
     topics = {"predictions": str(predictions), "labels": str(labels)}
     report = {
         "tool": "model-monitor replay",

@@ -43,6 +43,9 @@ def model_spec(m: ModelSettings) -> ModelSpec:
         metrics=tuple(m.metric_names),
         fbeta=tuple(m.fbeta),
         score_bins=m.score_bins,
+        slice_score_bins=m.slice_score_bins,
+        max_versions=m.max_versions,
+        version_idle_ttl_ms=_ms(m.version_idle_ttl),
         calibration_bins=m.calibration_bins,
         huber_delta=m.huber_delta,
         quantiles=tuple(m.quantiles),
@@ -120,6 +123,7 @@ def drift_specs(settings: Settings) -> tuple[DriftSpec, ...]:
                     live=mode,
                     live_span_ms=_ms(parse_duration(span)),
                     bootstrap=d.bootstrap,
+                    max_features=d.max_features,
                     **common,
                 )
             )

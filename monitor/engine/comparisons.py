@@ -16,7 +16,6 @@ earlier is reported as ``continue`` with the reason until the data are trustwort
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,7 +27,7 @@ from ..experiments.conditional import (
     prior_concentration,
 )
 from ..experiments.fixed_horizon import proportion_difference
-from ..experiments.mcnemar import McNemarResult, mcnemar_exact
+from ..experiments.mcnemar import mcnemar_exact
 from ..experiments.moments import LossMoments
 from ..experiments.sequential import (
     ComparisonState,
@@ -38,7 +37,7 @@ from ..experiments.sequential import (
 )
 from ..experiments.srm import SRMResult, sample_ratio_mismatch
 from .models import ComparisonSpec, ModelSpec
-from .snapshot import WindowResult
+from .snapshot import ComparisonResult, WindowDifference, WindowResult
 
 __all__ = ["ComparisonResult", "ComparisonTracker", "WindowDifference"]
 
@@ -49,50 +48,6 @@ Decider = (
     | BoundedComparison
     | PairedBoundedComparison
 )
-
-
-@dataclass(frozen=True, slots=True)
-class WindowDifference:
-    """Fixed-horizon error-rate difference in one window (dashboards only)."""
-
-    window: str
-    error_control: float
-    error_treatment: float
-    difference: float
-    lower: float
-    upper: float
-    p_value: float
-    n_control: int
-    n_treatment: int
-    method: str
-
-
-@dataclass(frozen=True, slots=True)
-class ComparisonResult:
-    name: str
-    model: str
-    control: str
-    treatment: str
-    loss: str
-    mode: str
-    decision: str
-    superior: bool
-    reason: str
-    p_value: float
-    cs_lower: float
-    cs_upper: float
-    effect: float
-    n_control: int
-    n_treatment: int
-    predictions_control: int
-    predictions_treatment: int
-    since_ms: int | None
-    at_ms: int
-    alpha: float
-    margin: float
-    srm: SRMResult | None = None
-    mcnemar: McNemarResult | None = None
-    windows: tuple[WindowDifference, ...] = ()
 
 
 class ComparisonTracker:

@@ -215,7 +215,7 @@ class MonitorCollector(Collector):
                 "mlmon_fairness_gap",
                 "Largest minus smallest rate across a slice dimension's values: "
                 "demographic_parity (predicted positive rate), equal_opportunity (recall), "
-                "equalized_odds (max of the TPR and FPR gaps)",
+                "equalized_odds (max of the TPR and FPR gaps), ece_gap, auc_gap",
                 labels=("model", "version", "window", "dimension", "metric"),
             )
             for f in snap.fairness:
@@ -376,6 +376,22 @@ class MonitorCollector(Collector):
             for kind, reason, count in ops.invalid:
                 invalid.add_metric([topics.get(kind, kind), reason], count)
             yield invalid
+            rejected = CounterMetricFamily(
+                "mlmon_versions_rejected",
+                "Predictions rejected because their model already had max_versions live versions",
+                labels=("model",),
+            )
+            for model, count in ops.versions_rejected:
+                rejected.add_metric([model], count)
+            yield rejected
+            untracked = CounterMetricFamily(
+                "mlmon_drift_untracked_features",
+                "Feature values a live drift reference left out (names over drift.max_features)",
+                labels=("model",),
+            )
+            for model, count in ops.drift_untracked:
+                untracked.add_metric([model], count)
+            yield untracked
             labeled = CounterMetricFamily(
                 "mlmon_labeled_predictions",
                 "Predictions joined with their label, per model version (cumulative)",
