@@ -128,11 +128,17 @@ class EventWatermark:
             return 0
         return int(np.count_nonzero(ts < self.retained_from_ms))
 
+    def current(self, min_samples: int = 1) -> int:
+        """The quantile of the recent event times now (NO_TS with fewer than
+        ``min_samples``): a robust "how far the stream has got" that one far-future
+        outlier cannot move."""
+        if self._ring.shape[0] < max(1, min_samples):
+            return NO_TS
+        return int(np.quantile(self._ring, self.quantile, method="lower"))
+
     def advance(self) -> int:
         """Move the watermark to the current quantile (never back); returns it."""
-        if self._ring.shape[0]:
-            q = int(np.quantile(self._ring, self.quantile, method="lower"))
-            self.value_ms = max(self.value_ms, q)
+        self.value_ms = max(self.value_ms, self.current())
         return self.value_ms
 
     def state(self) -> dict[str, Any]:

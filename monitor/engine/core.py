@@ -1067,7 +1067,14 @@ class Engine:
         if excess > 0:
             self._drop_predictions(self._oldest(self.preds, excess), "evicted_prediction")
         if self.pred_watermark_ms != _NO_TS:
-            cutoff = self.pred_watermark_ms - self.orphan_label_ttl_ms
+            # orphan labels wait on the prediction stream's robust progress, not its
+            # maximum: one far-future prediction must not expire every waiting label
+            # (below 100 recent predictions the quantile says little: the maximum rules)
+            robust = self.event_clock.current(min_samples=100)
+            mark = (
+                self.pred_watermark_ms if robust == _NO_TS else min(self.pred_watermark_ms, robust)
+            )
+            cutoff = mark - self.orphan_label_ttl_ms
             if self._min_orphan_ts != _NO_TS and self._min_orphan_ts < cutoff:
                 self._drop_orphans(self.orphans.col("ts") < cutoff, "expired_orphan_label")
         excess = len(self.orphans) - self.max_orphan_labels

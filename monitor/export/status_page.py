@@ -95,7 +95,7 @@ def _fmt(x: Any) -> str:
     if math.isinf(x):
         return "∞" if x > 0 else "−∞"
     if x != 0 and (abs(x) >= 10_000 or abs(x) < 1e-3):
-        return f"{x:.3g}" if abs(x) < 1e-3 else f"{x:,.0f}"
+        return f"{x:.4g}" if abs(x) < 1e-3 else f"{x:,.0f}"
     return f"{x:.4g}"
 
 

@@ -13,6 +13,7 @@ import ssl
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -53,11 +54,17 @@ def _cert(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def _probe(url: str, context: ssl.SSLContext | None = None) -> float:
-    """GET a probe; 200 within 1 s or the assertion fails. Returns the latency."""
+    """GET a probe; an answer within 1 s or the assertion fails (200, or for /readyz a
+    503 with its reasons: an evaluation slowed by the load is an answer, not a hang).
+    Returns the latency."""
     started = time.monotonic()
-    with urllib.request.urlopen(url, timeout=1.0, context=context) as resp:
-        assert resp.status == 200
-        resp.read()
+    try:
+        with urllib.request.urlopen(url, timeout=1.0, context=context) as resp:
+            assert resp.status == 200
+            resp.read()
+    except urllib.error.HTTPError as err:
+        assert err.code == 503 and url.endswith("/readyz"), (url, err.code)
+        assert err.read(), "a 503 from /readyz carries its reasons"
     return time.monotonic() - started
 
 

@@ -317,6 +317,31 @@ def test_event_clock_backfill_survives_an_outlier_and_a_restart(tmp_path: Path) 
     sink.close()
 
 
+def test_a_future_outlier_does_not_expire_labels_that_wait_for_backfilled_predictions(
+    tmp_path: Path,
+) -> None:
+    """Labels of a backfill that arrive before their predictions wait on the prediction
+    stream's robust progress, not on its maximum (one record at now+4 min)."""
+    state = tmp_path / "state"
+    settings = _settings(state, window="1d", clock="event")
+    now = T0 + 3 * 86_400_000
+    daemon = Daemon(settings)
+    sink = FileDeadLetter(state / "dl.jsonl")
+    pipe = build_pipeline(settings, daemon.engine, sink, clock_ms=lambda: now)
+    pipe.process("predictions", [_pred(i, T0 + i * 1000) for i in range(300)])
+    pipe.process("predictions", [_pred(5000, now + 240_000)])
+    labels = [
+        RawRecord(orjson.dumps({"id": f"p{1000 + i}", "ts": T0 + 600_000 + i, "label": 1}),
+                  "labels", 0, i)
+        for i in range(100)
+    ]  # fmt: skip
+    pipe.process("labels", labels)  # before their predictions
+    pipe.process("predictions", [_pred(1000 + i, T0 + 600_000 + i) for i in range(100)])
+    assert daemon.engine.join_events["expired_orphan_label"] == 0
+    assert daemon.engine.join_events["joined"] == 100
+    sink.close()
+
+
 def test_retention_never_runs_ahead_of_the_events() -> None:
     assert retention_now(T0 + 2 * 86_400_000, T0) == T0  # a +2 d wall jump drops nothing
     assert retention_now(T0, T0 + 5) == T0
