@@ -47,7 +47,8 @@ from .export.report import (
 )
 from .export.status_page import render_status_page
 from .ingest.deadletter import DeadLetterSink, FileDeadLetter, KafkaDeadLetter
-from .ingest.kafka import KafkaSource, make_producer
+from .ingest.kafka import KafkaSource, consumer_config, make_producer
+from .scale.copartition import LayoutError, check_layout, partition_counts
 from .state.checkpoint import CheckpointError, CheckpointStore
 from .wiring import build_engine, build_pipeline, wall_clock_ms
 
@@ -484,6 +485,8 @@ class Daemon:
         crashed = False
         try:
             source = self._consume(pipeline, sink)
+        except StartupError:
+            raise  # refused before anything was consumed: the state is unchanged
         except BaseException:
             # A batch may be half applied: checkpointing it would count part of it twice
             # after the restart re-reads it. The last good checkpoint stays the truth.
@@ -518,7 +521,10 @@ class Daemon:
         backoff = 0.5
         while not self._stop.is_set():
             try:
+                self._check_layout()
                 return KafkaSource(self.settings.kafka, lambda: dict(self.engine.offsets))
+            except LayoutError as err:
+                raise StartupError(str(err)) from None
             except Exception as err:
                 msg = f"cannot reach Kafka at {self.settings.kafka.bootstrap_servers}: {err}"
                 log.warning("%s; retrying in %.1fs", msg, backoff)
@@ -526,6 +532,12 @@ class Daemon:
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
         return None
+
+    def _check_layout(self) -> None:
+        """Refuse topics that cannot be joined partition by partition (co-partitioning)."""
+        k = self.settings.kafka
+        counts = partition_counts(consumer_config(k), [k.predictions_topic, k.labels_topic])
+        check_layout(k.predictions_topic, k.labels_topic, counts)
 
     def _update_source_health(self, source: KafkaSource) -> None:
         """Ready needs assigned partitions *and* a live broker connection: kafka-python
