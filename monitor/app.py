@@ -50,7 +50,7 @@ from .export.status_page import render_status_page
 from .ingest.dead_letter_topic import TopicDeadLetter
 from .ingest.deadletter import DeadLetterSink, FileDeadLetter
 from .ingest.group_members import GroupMembers
-from .ingest.kafka import KafkaSource, consumer_config, make_producer, open_source
+from .ingest.kafka import KafkaSource, make_producer, open_source
 from .ingest.pipeline import load_offsets, offset_key
 from .scale.copartition import LayoutError, check_layout, partition_counts
 from .state.checkpoint import CheckpointError, CheckpointStore, LoadedCheckpoint
@@ -661,7 +661,7 @@ class Daemon:
     def _check_layout(self) -> None:
         """Refuse topics that cannot be joined partition by partition (co-partitioning)."""
         k = self.settings.kafka
-        counts = partition_counts(consumer_config(k), [k.predictions_topic, k.labels_topic])
+        counts = partition_counts(k, [k.predictions_topic, k.labels_topic])
         check_layout(k.predictions_topic, k.labels_topic, counts)
 
     def _on_resume(self, topic: str, partition: int, was: int, resume: Resume) -> None:

@@ -22,12 +22,16 @@ from kafka.protocol.consumer.metadata import (
     ConsumerProtocolSubscription,
 )
 
+from ..config import KafkaSettings
+from ..ingest.kafka import client_security
+
 __all__ = [
     "CoPartitionAssignor",
     "LayoutError",
     "check_layout",
     "copartition_plan",
     "copartition_violations",
+    "metadata_config",
     "partition_counts",
 ]
 
@@ -60,15 +64,25 @@ def check_layout(predictions: str, labels: str, counts: Mapping[str, int | None]
         )
 
 
-def partition_counts(
-    consumer_config: Mapping[str, Any], topics: Iterable[str]
-) -> dict[str, int | None]:
+def metadata_config(k: KafkaSettings) -> dict[str, Any]:
+    """kafka-python settings for a metadata-only client: connection and security, nothing
+    of ``extra_consumer_config`` (which holds librdkafka names when kafka.client is
+    confluent); the check reads metadata with kafka-python whichever client consumes."""
+    return {
+        "bootstrap_servers": k.bootstrap_servers.split(","),
+        "client_id": f"{k.client_id}-layout-check",
+        "reconnect_backoff_max_ms": k.reconnect_backoff_max_ms,
+        "bootstrap_timeout_ms": k.bootstrap_timeout_ms,
+        **client_security(k),
+    }
+
+
+def partition_counts(k: KafkaSettings, topics: Iterable[str]) -> dict[str, int | None]:
     """Partition count of each topic from broker metadata (``None``: no such topic).
 
     Uses a group-less consumer so it joins no group and commits nothing.
     """
-    cfg = {k: v for k, v in consumer_config.items() if k not in ("group_id", "client_id")}
-    consumer = KafkaConsumer(group_id=None, **cfg)
+    consumer = KafkaConsumer(group_id=None, enable_auto_commit=False, **metadata_config(k))
     try:
         existing = consumer.topics()
         out: dict[str, int | None] = {}

@@ -32,7 +32,7 @@ def _settings(broker: LocalBroker, **kw: object) -> KafkaSettings:
 def test_partition_counts_read_from_broker_metadata(broker: LocalBroker) -> None:
     broker.create_topics(["p6"], partitions=6)
     broker.create_topics(["l4"], partitions=4)
-    counts = partition_counts(consumer_config(_settings(broker)), ["p6", "l4", "absent"])
+    counts = partition_counts(_settings(broker), ["p6", "l4", "absent"])
     assert counts == {"p6": 6, "l4": 4, "absent": None}
     with pytest.raises(LayoutError, match=r"'p6' has 6 partitions but labels topic 'l4' has 4"):
         check_layout("p6", "l4", counts)
@@ -41,11 +41,18 @@ def test_partition_counts_read_from_broker_metadata(broker: LocalBroker) -> None
 
 
 def test_daemon_refuses_labels_topic_with_other_partition_count(
-    broker: LocalBroker, tmp_path: Path
+    broker: LocalBroker, tmp_path: Path, kafka_client: str
 ) -> None:
     broker.create_topics(["predictions"], partitions=6)
     broker.create_topics(["labels"], partitions=3)
-    cfg = write_config(tmp_path / "monitor.toml", base_config(broker.bootstrap, tmp_path / "state"))
+    cfg = write_config(
+        tmp_path / "monitor.toml",
+        base_config(broker.bootstrap, tmp_path / "state", kafka={"client": kafka_client}),
+    )
+    # client-specific extra settings must not reach the (kafka-python) metadata check
+    extra = '"fetch.wait.max.ms" = 50' if kafka_client == "confluent" else "fetch_min_bytes = 1"
+    with cfg.open("a", encoding="utf-8") as f:
+        f.write(f"\n[kafka.extra_consumer_config]\n{extra}\n")
     done = run_monitor(["run", "--config", str(cfg)], timeout=60)
     assert done.returncode == 1, done.stderr
     assert "cannot start" in done.stderr
