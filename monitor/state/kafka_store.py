@@ -31,11 +31,12 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient
 from kafka.errors import TopicAlreadyExistsError
 
-__all__ = ["KafkaStateStore", "StoredState", "state_topic"]
+__all__ = ["WHOLE", "KafkaStateStore", "StoredState", "state_topic"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CHUNK_BYTES = 512 * 1024  # under the broker's default max.message.bytes (1 MiB)
+WHOLE = -1  # "partition" of a single instance's whole state (every partition it reads)
 
 
 def state_topic(group_id: str) -> str:
@@ -193,6 +194,7 @@ class KafkaStateStore:
             self._producer = KafkaProducer(
                 acks="all",
                 linger_ms=5,
+                max_block_ms=round(self.timeout_s * 1000),
                 max_request_size=max(1024 * 1024, self.chunk_bytes + 64 * 1024),
                 **self._client,
             )
