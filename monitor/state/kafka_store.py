@@ -9,9 +9,10 @@ Crash safety without transactions: chunks are written to one of two *slots* (gen
 mod 2), so writing generation g+1 never overwrites the chunks of generation g, even after
 log compaction keeps only the latest value per key. A generation counts only once every
 chunk is present and the blob's CRC-32 matches, so a writer killed half way leaves the
-previous generation as the latest complete one. Readers take the highest complete
-generation; stale chunks and the other slot are ignored, so correctness does not depend
-on compaction ever running (it only bounds the topic's size).
+previous generation as the latest complete one. Readers first reduce the log to what
+compaction would leave (the latest value per key), then take the highest complete
+generation; so the answer is the same whether or not the broker has compacted, and
+compaction only bounds the topic's size.
 
 Record layout: key ``<group>/<partition>/<slot>/<chunk>``; headers ``generation``,
 ``chunk`` (``i/n``), ``crc`` (CRC-32 of the whole blob) and ``size``; value = bytes.
@@ -207,13 +208,13 @@ class KafkaStateStore:
 
         Reads the state partition from its start to the high watermark of the first fetch
         (``end_offsets`` is not used: some brokers report the start of the last batch).
+        Holds the latest value per key only (about two blobs), as compaction would.
         """
         sp = self._state_partition(partition)
         tp = TopicPartition(self.topic, sp)
         prefix = f"{self.group_id}/{partition}/".encode()
         consumer = KafkaConsumer(enable_auto_commit=False, **self._client)
-        partial: dict[tuple[int, int, int, int], _Partial] = {}
-        counts: dict[int, int] = {}
+        found = _Generations()
         try:
             consumer.assign([tp])
             consumer.seek_to_beginning(tp)
@@ -224,49 +225,66 @@ class KafkaStateStore:
                     raise TimeoutError(f"restoring {self.topic}[{sp}] took over {self.timeout_s}s")
                 for rec in consumer.poll(timeout_ms=200).get(tp, []):
                     if rec.key is not None and rec.key.startswith(prefix):
-                        self._collect(rec, partial, counts)
+                        found.add(rec)
                 if end is None:
                     end = consumer.highwater(tp)
         finally:
             consumer.close()
-        for slot, n in counts.items():
+        best = found.resolve()
+        for slot, n in found.counts.items():
             self._stale_counts[(partition, slot)] = n
-        best: StoredState | None = None
-        # a generation number can be reused by a writer that died before anyone saw it, so
-        # chunks are grouped by (generation, n, crc, size) and ties go to the later write
-        for ident in sorted(partial, key=lambda k: (k[0], partial[k].last), reverse=True):
-            blob = partial[ident].complete()
-            if blob is not None:
-                best = StoredState(ident[0], blob)
-                self._complete[partition] = ident[0]
-                break
-        newest = max((k[0] for k in partial), default=0)
-        self._generation[partition] = max(self._generation.get(partition, 0), newest)
+        self._generation[partition] = max(self._generation.get(partition, 0), found.newest)
+        if best is not None:
+            self._complete[partition] = best.generation
         return best
-
-    @staticmethod
-    def _collect(
-        rec: Any, partial: dict[tuple[int, int, int, int], _Partial], counts: dict[int, int]
-    ) -> None:
-        if rec.value is None:
-            return  # tombstone
-        try:
-            h = {k: v.decode() for k, v in rec.headers}
-            generation = int(h["generation"])
-            i, n = (int(x) for x in h["chunk"].split("/"))
-            crc, size = int(h["crc"]), int(h["size"])
-        except (KeyError, ValueError, UnicodeDecodeError):
-            log.warning("ignoring a malformed state record at offset %d", rec.offset)
-            return
-        if not 0 <= i < n:
-            log.warning("ignoring a state chunk %d/%d at offset %d", i, n, rec.offset)
-            return
-        p = partial.setdefault((generation, n, crc, size), _Partial(n, crc, size, {}))
-        p.chunks[i] = rec.value
-        p.last = rec.offset
-        counts[generation % 2] = max(counts.get(generation % 2, 0), n)
 
     def close(self) -> None:
         if self._producer is not None:
             self._producer.close(timeout=self.timeout_s)
             self._producer = None
+
+
+class _Generations:
+    """The partition's state records as log compaction leaves them: the latest value per
+    key (a tombstone deletes it). Reading this view makes the result the same whether or
+    not the broker has compacted yet, and holds about two blobs (the two slots).
+
+    Chunks are then grouped by (generation, n, crc, size): a generation number can be
+    reused by a writer that died before anyone saw it; ties go to the later write."""
+
+    def __init__(self) -> None:
+        self.latest: dict[bytes, Any] = {}
+        self.newest = 0
+        self.counts: dict[int, int] = {}  # chunks per slot, for tombstoning stale ones
+
+    def add(self, rec: Any) -> None:
+        if rec.value is None:
+            self.latest.pop(rec.key, None)
+        else:
+            self.latest[rec.key] = rec
+
+    def resolve(self) -> StoredState | None:
+        """The newest complete generation (also sets ``newest`` and ``counts``)."""
+        partial: dict[tuple[int, int, int, int], _Partial] = {}
+        for rec in self.latest.values():
+            try:
+                h = {k: v.decode() for k, v in rec.headers}
+                generation = int(h["generation"])
+                i, n = (int(x) for x in h["chunk"].split("/"))
+                crc, size = int(h["crc"]), int(h["size"])
+            except (KeyError, ValueError, UnicodeDecodeError):
+                log.warning("ignoring a malformed state record at offset %d", rec.offset)
+                continue
+            if not 0 <= i < n:
+                log.warning("ignoring a state chunk %d/%d at offset %d", i, n, rec.offset)
+                continue
+            self.newest = max(self.newest, generation)
+            self.counts[generation % 2] = max(self.counts.get(generation % 2, 0), n)
+            p = partial.setdefault((generation, n, crc, size), _Partial(n, crc, size, {}))
+            p.chunks[i] = rec.value
+            p.last = max(p.last, rec.offset)
+        for ident in sorted(partial, key=lambda k: (k[0], partial[k].last), reverse=True):
+            blob = partial[ident].complete()
+            if blob is not None:
+                return StoredState(ident[0], blob)
+        return None
