@@ -53,7 +53,7 @@ from .ingest.deadletter import DeadLetterSink, FileDeadLetter
 from .ingest.group_members import GroupMembers
 from .ingest.kafka import KafkaSource, make_producer, open_source
 from .ingest.pipeline import load_offsets, offset_key
-from .scale.copartition import LayoutError, check_layout, metadata_config, partition_counts
+from .scale.layout import LayoutError, check_layout, metadata_config, partition_counts
 from .state.checkpoint import CheckpointError, CheckpointStore, LoadedCheckpoint
 from .state.kafka_store import WHOLE, KafkaStateStore
 from .state.lock import StateDirBusy, StateDirLock
