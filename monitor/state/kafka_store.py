@@ -222,8 +222,13 @@ class KafkaStateStore:
             end: int | None = None
             while end is None or consumer.position(tp) < end:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"restoring {self.topic}[{sp}] took over {self.timeout_s}s")
-                for rec in consumer.poll(timeout_ms=200).get(tp, []):
+                    raise TimeoutError(
+                        f"restoring {self.topic}[{sp}]: no progress for {self.timeout_s}s"
+                    )
+                records = consumer.poll(timeout_ms=200).get(tp, [])
+                if records:  # a large uncompacted topic may take long: time out on stalls
+                    deadline = time.monotonic() + self.timeout_s
+                for rec in records:
                     if rec.key is not None and rec.key.startswith(prefix):
                         found.add(rec)
                 if end is None:
