@@ -65,7 +65,8 @@ def test_daemon_refuses_labels_topic_with_other_partition_count(
 def _group_member(broker: LocalBroker, group: str) -> KafkaConsumer:
     cfg = consumer_config(_settings(broker, group_id=group))
     cfg.update(session_timeout_ms=6_000, heartbeat_interval_ms=500, max_poll_interval_ms=10_000)
-    consumer = KafkaConsumer(partition_assignment_strategy=[CoPartitionAssignor], **cfg)
+    cfg["partition_assignment_strategy"] = [CoPartitionAssignor]  # no range fallback
+    consumer = KafkaConsumer(**cfg)
     consumer.subscribe(["preds", "labs"])
     return consumer
 
