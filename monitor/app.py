@@ -15,6 +15,7 @@ HTTP server stop.
 from __future__ import annotations
 
 import logging
+import os
 import ssl
 import threading
 import time
@@ -52,7 +53,9 @@ from .ingest.deadletter import DeadLetterSink, FileDeadLetter
 from .ingest.group_members import GroupMembers
 from .ingest.kafka import KafkaSource, make_producer, open_source
 from .ingest.pipeline import load_offsets, offset_key
+from .scale.layout import LayoutError, check_layout, metadata_config, partition_counts
 from .state.checkpoint import CheckpointError, CheckpointStore, LoadedCheckpoint
+from .state.kafka_store import WHOLE, KafkaStateStore
 from .state.lock import StateDirBusy, StateDirLock
 from .state.positions import Resume
 from .wiring import build_engine, build_pipeline
@@ -85,6 +88,15 @@ class Daemon:
         self.engine = self._new_engine()
         self.store = CheckpointStore(settings.state.dir)
         self.state_lock = StateDirLock(settings.state.dir)
+        self.kafka_state: KafkaStateStore | None = None
+        if settings.state.kafka_store:
+            k = settings.kafka
+            self.kafka_state = KafkaStateStore(
+                {**metadata_config(k), "client_id": f"{k.client_id}-state"},
+                k.group_id,
+                chunk_bytes=settings.state.kafka_chunk_bytes,
+                timeout_s=10.0,  # a checkpoint never blocks the consumer loop for long
+            )
         self._sink: DeadLetterSink | None = None
         self.registry = registry or CollectorRegistry(auto_describe=False)
         self.exposition = Exposition(self.published, self.registry)
@@ -373,7 +385,43 @@ class Daemon:
         k = self.settings.kafka
         return {"group_id": k.group_id, "topics": sorted({k.predictions_topic, k.labels_topic})}
 
+    def _fetch_kafka_state(self) -> None:
+        """An empty state dir with ``state.kafka_store``: bring the newest complete
+        checkpoint from the state topic into the dir, where the usual validated load reads
+        it. An unreachable broker refuses the start: starting fresh would later consume
+        from the committed offsets and silently drop everything the lost state held."""
+        assert self.kafka_state is not None
+        store = self.store
+        if store.path.exists() or store.prev_path.exists():
+            return  # the local copy is the cache (written before the topic's copy)
+        try:
+            self.kafka_state.ensure_topic(partitions=1)
+            found = self.kafka_state.restore(WHOLE)
+        except Exception as err:
+            raise StartupError(
+                f"state.kafka_store: cannot read the state topic {self.kafka_state.topic!r} "
+                f"at {self.settings.kafka.bootstrap_servers}: {err}"
+            ) from None
+        if found is None:
+            log.info("state topic %s holds no checkpoint", self.kafka_state.topic)
+            return
+        store.directory.mkdir(parents=True, exist_ok=True)
+        with open(store.tmp_path, "wb") as f:
+            f.write(found.blob)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(store.tmp_path, store.path)
+        log.info(
+            "checkpoint generation %d (%d bytes) restored from state topic %s",
+            found.generation,
+            len(found.blob),
+            self.kafka_state.topic,
+        )
+
     def restore(self) -> None:
+        if self.kafka_state is not None:
+            self._fetch_kafka_state()
+
         def apply(loaded: LoadedCheckpoint) -> None:
             try:
                 with self.lock:
@@ -470,8 +518,10 @@ class Daemon:
                 meta["offsets"] = dict(self.offsets)
             meta["source"] = self.source_identity()
             meta["slo"] = self.slos.state()  # firing alerts keep their start over restarts
-            self.store.write(meta, arrays)
-        except Exception as err:  # disk full, read-only, DLQ down: keep monitoring
+            written = self.store.write(meta, arrays)
+            if self.kafka_state is not None:  # acknowledged before any offset commit
+                self.kafka_state.store(WHOLE, written.read_bytes())
+        except Exception as err:  # disk full, read-only, DLQ/state topic down: keep going
             st = self._published.status
             log.error("checkpoint failed (previous checkpoint kept): %s", err)
             self._set_status(
@@ -561,6 +611,8 @@ class Daemon:
         crashed = False
         try:
             source = self._consume(pipeline, sink)
+        except StartupError:
+            raise  # refused before anything was consumed: the state is unchanged
         except BaseException:
             # A batch may be half applied: checkpointing it would count part of it twice
             # after the restart re-reads it. The last good checkpoint stays the truth.
@@ -581,6 +633,11 @@ class Daemon:
             if self.dispatcher is not None:  # deliver what is queued, within a bounded wait
                 self.dispatcher.stop(timeout=min(5.0, s.state.shutdown_grace / 4))
             sink.close()
+            if self.kafka_state is not None:
+                try:
+                    self.kafka_state.close()
+                except Exception as err:
+                    log.warning("closing the state topic producer: %s", err)
             if self.http is not None:
                 self.http.stop()
             self.stopped.set()
@@ -643,7 +700,10 @@ class Daemon:
         backoff = 0.5
         while not self._stop.is_set():
             try:
+                self._check_layout()
                 return open_source(self.settings.kafka, lambda: dict(self.offsets), self._on_resume)
+            except LayoutError as err:
+                raise StartupError(str(err)) from None
             except Exception as err:
                 msg = f"cannot reach Kafka at {self.settings.kafka.bootstrap_servers}: {err}"
                 log.warning("%s; retrying in %.1fs", msg, backoff)
@@ -651,6 +711,12 @@ class Daemon:
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
         return None
+
+    def _check_layout(self) -> None:
+        """Refuse topics that cannot be joined partition by partition (co-partitioning)."""
+        k = self.settings.kafka
+        counts = partition_counts(k, [k.predictions_topic, k.labels_topic])
+        check_layout(k.predictions_topic, k.labels_topic, counts)
 
     def _on_resume(self, topic: str, partition: int, was: int, resume: Resume) -> None:
         """A position outside the partition's log (state/positions.py): the engine's

@@ -184,6 +184,11 @@ class StateSettings(_Section):
     # this deployment is one instance: warn when the consumer group has other members
     single_instance: bool = True
     group_check_interval: PositiveSeconds = 60.0
+    # also store every checkpoint in the compacted topic "<group_id>-state" (acknowledged
+    # before offsets are committed); a start with an empty dir restores from it, so a
+    # replacement instance needs no shared disk (docs/scale-out.md)
+    kafka_store: bool = False
+    kafka_chunk_bytes: int = Field(512 * 1024, ge=1024, le=8 * 1024 * 1024)
 
 
 class LabelFields(_Section):

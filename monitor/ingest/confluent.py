@@ -21,6 +21,7 @@ import orjson
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, Message, Producer, TopicPartition
 
 from ..config import KafkaSettings
+from ..scale.assignor import warn_unpaired
 from .pipeline import RawBatch, offset_key
 
 __all__ = ["ConfluentProducer", "ConfluentSource", "confluent_config", "confluent_security"]
@@ -81,6 +82,9 @@ def confluent_config(k: KafkaSettings) -> dict[str, Any]:
         "heartbeat.interval.ms": k.heartbeat_interval_ms,
         "reconnect.backoff.max.ms": k.reconnect_backoff_max_ms,
         "socket.connection.setup.timeout.ms": max(1000, k.bootstrap_timeout_ms),
+        # range co-partitions topics of equal partition counts (librdkafka runs no Python
+        # assignor; roundrobin and cooperative-sticky do not co-partition): docs/scale-out.md
+        "partition.assignment.strategy": "range",
         **confluent_security(k),
         **k.extra_consumer_config,
     }
@@ -112,6 +116,7 @@ class ConfluentSource:
     # -- callbacks (run inside consume/poll, on the consumer loop's thread) --------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.info("assigned %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in partitions))
+        warn_unpaired({(tp.topic, tp.partition) for tp in partitions}, self.kinds)
         offsets = self._stored_offsets()
         for tp in partitions:
             off = offsets.get(offset_key(tp.topic, tp.partition))

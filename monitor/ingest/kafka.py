@@ -17,9 +17,11 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.structs import OffsetAndMetadata
 
 from ..config import KafkaSettings
+from ..scale.assignor import CoPartitionAssignor, warn_unpaired
 from ..state.positions import Resume, resume_position
 from .pipeline import RawBatch, offset_key
 
@@ -133,6 +135,9 @@ def consumer_config(k: KafkaSettings) -> dict[str, Any]:
         "heartbeat_interval_ms": k.heartbeat_interval_ms,
         "reconnect_backoff_max_ms": k.reconnect_backoff_max_ms,
         "bootstrap_timeout_ms": k.bootstrap_timeout_ms,
+        # co-partitioned, sticky; range (which also co-partitions equal counts) lets a
+        # group mix these members with older ones or with librdkafka members
+        "partition_assignment_strategy": (CoPartitionAssignor, RangePartitionAssignor),
         **client_security(k),
         **k.extra_consumer_config,
     }
@@ -256,6 +261,10 @@ class _SeekOnAssign(ConsumerRebalanceListener):
 
     def on_partitions_assigned(self, assigned: Any) -> None:
         log.info("assigned %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in assigned))
+        warn_unpaired(
+            {(tp.topic, tp.partition) for tp in self.source.consumer.assignment()},
+            self.source.kinds,
+        )
         offsets = self.source._stored_offsets()
         for tp in assigned:
             off = offsets.get(offset_key(tp.topic, tp.partition))

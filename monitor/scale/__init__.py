@@ -1,0 +1,1 @@
+"""Scale-out on Kafka's consumer-group protocol: co-partitioning and partition ownership."""

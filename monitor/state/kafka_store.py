@@ -1,0 +1,295 @@
+"""Partition state in a compacted Kafka topic, so any instance can take any partition.
+
+The model is Kafka Streams' changelog topic: the state of input partition p lives in
+Kafka, keyed by (group, partition), and the instance that is assigned p restores it before
+consuming p. Our state is one opaque blob per partition (the engine's checkpoint of that
+partition), which can exceed a broker's message size, so it is written as chunks.
+
+Crash safety without transactions: chunks are written to one of two *slots* (generation
+mod 2), so writing generation g+1 never overwrites the chunks of generation g, even after
+log compaction keeps only the latest value per key. A generation counts only once every
+chunk is present and the blob's CRC-32 matches, so a writer killed half way leaves the
+previous generation as the latest complete one. Readers first reduce the log to what
+compaction would leave (the latest value per key), then take the highest complete
+generation; so the answer is the same whether or not the broker has compacted, and
+compaction only bounds the topic's size.
+
+Record layout: key ``<group>/<partition>/<slot>/<chunk>``; headers ``generation``,
+``chunk`` (``i/n``), ``crc`` (CRC-32 of the whole blob) and ``size``; value = bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import KafkaAdminClient
+from kafka.errors import TopicAlreadyExistsError
+
+__all__ = ["WHOLE", "KafkaStateStore", "StoredState", "state_topic"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CHUNK_BYTES = 512 * 1024  # under the broker's default max.message.bytes (1 MiB)
+WHOLE = -1  # "partition" of a single instance's whole state (every partition it reads)
+
+
+def state_topic(group_id: str) -> str:
+    return f"{group_id}-state"
+
+
+@dataclass(frozen=True)
+class StoredState:
+    generation: int
+    blob: bytes
+
+
+@dataclass
+class _Partial:
+    n: int
+    crc: int
+    size: int
+    chunks: dict[int, bytes]
+    last: int = -1  # offset of the latest chunk
+
+    def complete(self) -> bytes | None:
+        if len(self.chunks) != self.n or set(self.chunks) != set(range(self.n)):
+            return None
+        blob = b"".join(self.chunks[i] for i in range(self.n))
+        if len(blob) != self.size or zlib.crc32(blob) != self.crc:
+            return None
+        return blob
+
+
+class KafkaStateStore:
+    """Writes and restores one blob per (group, input partition) on a compacted topic.
+
+    ``client_config`` holds the connection settings shared by producer, consumer and admin
+    (``bootstrap_servers`` and security). The state topic's partition for input partition
+    p is ``p % partitions`` so a restore reads only its own share of the topic.
+    """
+
+    def __init__(
+        self,
+        client_config: Mapping[str, Any],
+        group_id: str,
+        *,
+        topic: str | None = None,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        timeout_s: float = 30.0,
+    ) -> None:
+        if chunk_bytes < 1:
+            raise ValueError("chunk_bytes must be positive")
+        self._client = dict(client_config)
+        self.group_id = group_id
+        self.topic = topic or state_topic(group_id)
+        self.chunk_bytes = chunk_bytes
+        self.timeout_s = timeout_s
+        self._generation: dict[int, int] = {}  # newest generation seen or written
+        self._complete: dict[int, int] = {}  # newest complete generation
+        self._stale_counts: dict[tuple[int, int], int] = {}  # chunks per (partition, slot)
+        self._partitions: int | None = None
+        self._producer: KafkaProducer | None = None
+
+    # -- topic ---------------------------------------------------------------------------
+
+    def ensure_topic(self, partitions: int) -> None:
+        """Create the state topic (compacted) if missing; an existing one is kept as is."""
+        admin = KafkaAdminClient(**self._client)
+        try:
+            if self.topic not in admin.list_topics():
+                # another instance may create it first
+                with contextlib.suppress(TopicAlreadyExistsError):
+                    admin.create_topics(
+                        {
+                            self.topic: {
+                                "num_partitions": partitions,
+                                "replication_factor": -1,
+                                "configs": {"cleanup.policy": "compact"},
+                            }
+                        },
+                        wait_for_metadata=True,
+                    )
+        finally:
+            admin.close()
+
+    def _state_partition(self, partition: int) -> int:
+        if self._partitions is None:
+            consumer = KafkaConsumer(enable_auto_commit=False, **self._client)
+            try:
+                parts = consumer.partitions_for_topic(self.topic)
+            finally:
+                consumer.close()
+            if not parts:
+                raise RuntimeError(f"state topic {self.topic!r} does not exist")
+            self._partitions = len(parts)
+        return partition % self._partitions
+
+    def _key(self, partition: int, slot: int, chunk: int) -> bytes:
+        return f"{self.group_id}/{partition}/{slot}/{chunk}".encode()
+
+    # -- write ---------------------------------------------------------------------------
+
+    def store(self, partition: int, blob: bytes) -> int:
+        """Write ``blob`` as the next generation of ``partition``; returns that generation.
+
+        Returns only once every chunk is acknowledged by the broker (acks=all), so a caller
+        may commit the partition's input offsets afterwards.
+        """
+        generation = self._generation.get(partition, 0) + 1
+        if partition in self._complete and generation % 2 == self._complete[partition] % 2:
+            generation += 1  # never overwrite the slot of the newest complete generation
+        slot = generation % 2
+        chunks = [
+            blob[i : i + self.chunk_bytes] for i in range(0, len(blob), self.chunk_bytes)
+        ] or [b""]
+        n, crc = len(chunks), zlib.crc32(blob)
+        producer = self._producer_()
+        sp = self._state_partition(partition)
+        futures = []
+        for i, chunk in enumerate(chunks):
+            headers = [
+                ("generation", str(generation).encode()),
+                ("chunk", f"{i}/{n}".encode()),
+                ("crc", str(crc).encode()),
+                ("size", str(len(blob)).encode()),
+            ]
+            futures.append(
+                producer.send(
+                    self.topic,
+                    key=self._key(partition, slot, i),
+                    value=chunk,
+                    partition=sp,
+                    headers=headers,
+                )
+            )
+        producer.flush(timeout=self.timeout_s)
+        for f in futures:
+            f.get(timeout=self.timeout_s)
+        self._generation[partition] = self._complete[partition] = generation
+        self._drop_stale(partition, slot, n)
+        return generation
+
+    def _drop_stale(self, partition: int, slot: int, n: int) -> None:
+        """Tombstone chunks of this slot beyond ``n`` left by a larger older generation
+        (best effort: readers ignore them anyway; this lets compaction remove them)."""
+        old = self._stale_counts.get((partition, slot), 0)
+        if old > n:
+            producer = self._producer_()
+            sp = self._state_partition(partition)
+            for i in range(n, old):
+                producer.send(
+                    self.topic, key=self._key(partition, slot, i), value=None, partition=sp
+                )
+            producer.flush(timeout=self.timeout_s)
+        self._stale_counts[(partition, slot)] = n
+
+    def _producer_(self) -> KafkaProducer:
+        if self._producer is None:
+            self._producer = KafkaProducer(
+                acks="all",
+                linger_ms=5,
+                max_block_ms=round(self.timeout_s * 1000),
+                max_request_size=max(1024 * 1024, self.chunk_bytes + 64 * 1024),
+                **self._client,
+            )
+        return self._producer
+
+    # -- read ----------------------------------------------------------------------------
+
+    def restore(self, partition: int) -> StoredState | None:
+        """The latest complete generation of ``partition`` (``None``: nothing stored).
+
+        Reads the state partition from its start to the high watermark of the first fetch
+        (``end_offsets`` is not used: some brokers report the start of the last batch).
+        Holds the latest value per key only (about two blobs), as compaction would.
+        """
+        sp = self._state_partition(partition)
+        tp = TopicPartition(self.topic, sp)
+        prefix = f"{self.group_id}/{partition}/".encode()
+        consumer = KafkaConsumer(enable_auto_commit=False, **self._client)
+        found = _Generations()
+        try:
+            consumer.assign([tp])
+            consumer.seek_to_beginning(tp)
+            deadline = time.monotonic() + self.timeout_s
+            end: int | None = None
+            while end is None or consumer.position(tp) < end:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"restoring {self.topic}[{sp}]: no progress for {self.timeout_s}s"
+                    )
+                records = consumer.poll(timeout_ms=200).get(tp, [])
+                if records:  # a large uncompacted topic may take long: time out on stalls
+                    deadline = time.monotonic() + self.timeout_s
+                for rec in records:
+                    if rec.key is not None and rec.key.startswith(prefix):
+                        found.add(rec)
+                if end is None:
+                    end = consumer.highwater(tp)
+        finally:
+            consumer.close()
+        best = found.resolve()
+        for slot, n in found.counts.items():
+            self._stale_counts[(partition, slot)] = n
+        self._generation[partition] = max(self._generation.get(partition, 0), found.newest)
+        if best is not None:
+            self._complete[partition] = best.generation
+        return best
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.close(timeout=self.timeout_s)
+            self._producer = None
+
+
+class _Generations:
+    """The partition's state records as log compaction leaves them: the latest value per
+    key (a tombstone deletes it). Reading this view makes the result the same whether or
+    not the broker has compacted yet, and holds about two blobs (the two slots).
+
+    Chunks are then grouped by (generation, n, crc, size): a generation number can be
+    reused by a writer that died before anyone saw it; ties go to the later write."""
+
+    def __init__(self) -> None:
+        self.latest: dict[bytes, Any] = {}
+        self.newest = 0
+        self.counts: dict[int, int] = {}  # chunks per slot, for tombstoning stale ones
+
+    def add(self, rec: Any) -> None:
+        if rec.value is None:
+            self.latest.pop(rec.key, None)
+        else:
+            self.latest[rec.key] = rec
+
+    def resolve(self) -> StoredState | None:
+        """The newest complete generation (also sets ``newest`` and ``counts``)."""
+        partial: dict[tuple[int, int, int, int], _Partial] = {}
+        for rec in self.latest.values():
+            try:
+                h = {k: v.decode() for k, v in rec.headers}
+                generation = int(h["generation"])
+                i, n = (int(x) for x in h["chunk"].split("/"))
+                crc, size = int(h["crc"]), int(h["size"])
+            except (KeyError, ValueError, UnicodeDecodeError):
+                log.warning("ignoring a malformed state record at offset %d", rec.offset)
+                continue
+            if not 0 <= i < n:
+                log.warning("ignoring a state chunk %d/%d at offset %d", i, n, rec.offset)
+                continue
+            self.newest = max(self.newest, generation)
+            self.counts[generation % 2] = max(self.counts.get(generation % 2, 0), n)
+            p = partial.setdefault((generation, n, crc, size), _Partial(n, crc, size, {}))
+            p.chunks[i] = rec.value
+            p.last = max(p.last, rec.offset)
+        for ident in sorted(partial, key=lambda k: (k[0], partial[k].last), reverse=True):
+            blob = partial[ident].complete()
+            if blob is not None:
+                return StoredState(ident[0], blob)
+        return None
