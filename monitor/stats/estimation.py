@@ -1,0 +1,175 @@
+"""Performance estimated before labels arrive: confidence-based performance estimation (CBPE).
+
+NannyML's CBPE (NannyML documentation, "Estimating performance for binary classification",
+2022; the idea: a calibrated probability *is* the expected label) turns the scores of
+predictions that are still waiting for their labels into an expected confusion matrix: a
+prediction with score p, predicted positive (p >= threshold), is a true positive with
+probability p and a false positive with probability 1 − p; predicted negative, a false
+negative with probability p and a true negative with 1 − p. Accuracy, precision, recall and
+F1 follow from the expected cells; ROC-AUC from the score histogram read as a mixture (each
+row weighs p as a positive and 1 − p as a negative).
+
+Input: per fine score bin the row count and Σp (:class:`monitor.stats.scores.ScoreLayout`
+keeps both, whatever the labels; a bin is narrow enough — 1.6 % of p(1 − p) — that Σp² is
+taken as (Σp)²/count).
+
+Intervals target the *realized* value of the same rows once their labels arrive. Given the
+scores and calibration, the labels are independent Bernoulli(p_i), so every confusion cell
+is a Poisson-binomial sum with variance Σ p_i(1 − p_i) over its rows (Hong 2013); accuracy
+and precision are linear in them, recall and F1 get the delta method over the two
+independent sums TP and FN, and ROC-AUC a parametric bootstrap of the bin labels
+(Binomial(count_b, p̄_b)), whose spread is the realized AUC's given the scores. The
+sampling variance of the scores themselves is left out on purpose: it belongs to a
+population value, and adding it made the interval over-cover the realized value.
+
+The estimate is only as good as the calibration: :func:`cbpe` flags it unreliable (and says
+why in every ``note``) when the debiased ECE measured on the labelled rows exceeds
+``max_ece``, instead of exporting a silently wrong number.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .common import NAN, wald
+from .intervals import z_value
+from .results import MetricValue
+from .scores import roc_auc_from_hist
+
+__all__ = ["ESTIMATED_METRICS", "Estimate", "cbpe", "estimated_name"]
+
+ESTIMATED_METRICS = ("accuracy", "precision", "recall", "f1", "roc_auc")
+AUC_DRAWS = 400
+_SEED = 20220614
+
+
+def estimated_name(metric: str) -> str:
+    """``estimated_accuracy`` — exported as ``mlmon_estimated_accuracy`` beside ``accuracy``."""
+    return f"estimated_{metric}"
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """CBPE estimates for one window (or the still-unlabelled part of one)."""
+
+    metrics: tuple[MetricValue, ...]
+    reliable: bool
+    reason: str
+    rows: int
+
+    def by_name(self) -> dict[str, MetricValue]:
+        return {m.name: m for m in self.metrics}
+
+
+def _ratio_interval(name: str, value: float, var: float, n: int, confidence: float) -> MetricValue:
+    if not math.isfinite(value):
+        return MetricValue(name, NAN, NAN, NAN, n, "cbpe")
+    return wald(name, value, math.sqrt(max(var, 0.0)), n, confidence, "cbpe", (0.0, 1.0))
+
+
+def cbpe(
+    count: np.ndarray,
+    sum_p: np.ndarray,
+    threshold_bin: int,
+    confidence: float = 0.95,
+    ece: float | None = None,
+    max_ece: float = 0.05,
+    auc_draws: int = AUC_DRAWS,
+) -> Estimate:
+    """Estimated accuracy, precision, recall, F1 and ROC-AUC from per-bin (count, Σp).
+
+    ``threshold_bin`` is the first fine bin predicted positive (``ScoreLayout.bin_of`` of the
+    decision threshold, which sits on a bin edge). ``ece`` is the debiased ECE of the labelled
+    rows of the same model (None: not measured yet, reported as unreliable — a label-free
+    estimate rests on calibration nobody has checked).
+    """
+    count = np.asarray(count, dtype=np.float64)
+    sp = np.asarray(sum_p, dtype=np.float64)
+    n = float(count.sum())
+    rows = round(n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean_p = np.where(count > 0, sp / np.where(count > 0, count, 1.0), 0.0)
+    var_b = sp * (1.0 - mean_p)  # Σ p(1 − p) per bin, p ≈ p̄_b inside the bin
+    hi = slice(threshold_bin, None)
+    lo = slice(0, threshold_bin)
+    tp, fn = float(sp[hi].sum()), float(sp[lo].sum())
+    n_pp = float(count[hi].sum())
+    tn = float(count[lo].sum()) - fn
+    v_tp, v_fn = float(var_b[hi].sum()), float(var_b[lo].sum())
+    out: list[MetricValue] = []
+    # accuracy = (TP + n_pn − FN)/n: Var = (V_TP + V_FN)/n²
+    acc = (tp + tn) / n if n > 0 else NAN
+    out.append(
+        _ratio_interval(
+            "estimated_accuracy", acc, (v_tp + v_fn) / n**2 if n else NAN, rows, confidence
+        )
+    )
+    prec = tp / n_pp if n_pp > 0 else NAN
+    out.append(
+        _ratio_interval(
+            "estimated_precision", prec, v_tp / n_pp**2 if n_pp else NAN, round(n_pp), confidence
+        )
+    )
+    pos = tp + fn
+    if pos > 0:
+        rec = tp / pos
+        var_rec = (fn * fn * v_tp + tp * tp * v_fn) / pos**4
+    else:
+        rec, var_rec = NAN, NAN
+    out.append(_ratio_interval("estimated_recall", rec, var_rec, rows, confidence))
+    den = n_pp + pos
+    if den > 0:
+        f1 = 2 * tp / den
+        g_tp, g_fn = 2 * (n_pp + fn) / den**2, -2 * tp / den**2
+        var_f1 = g_tp * g_tp * v_tp + g_fn * g_fn * v_fn
+    else:
+        f1, var_f1 = NAN, NAN
+    out.append(_ratio_interval("estimated_f1", f1, var_f1, rows, confidence))
+    out.append(_auc(count, sp, mean_p, confidence, auc_draws, rows))
+    reliable, reason = True, ""
+    if ece is None or not math.isfinite(ece):
+        reliable, reason = False, "estimate unreliable: calibration not measured on labelled rows"
+    elif ece > max_ece:
+        reliable = False
+        reason = f"estimate unreliable: debiased ECE {ece:.3f} > max_ece {max_ece:g}"
+    if reason:
+        out = [MetricValue(m.name, m.value, m.lower, m.upper, m.n, m.method, reason) for m in out]
+    return Estimate(tuple(out), reliable, reason, rows)
+
+
+def _auc(
+    count: np.ndarray,
+    sp: np.ndarray,
+    mean_p: np.ndarray,
+    confidence: float,
+    draws: int,
+    rows: int,
+) -> MetricValue:
+    """Mixture AUC (positives weighted p, negatives 1 − p) with a bootstrap-of-labels SD."""
+    auc, _, _, _ = roc_auc_from_hist(count - sp, sp)
+    if not math.isfinite(auc):
+        return MetricValue("estimated_roc_auc", NAN, NAN, NAN, rows, "cbpe-bootstrap")
+    used = np.flatnonzero(count > 0)
+    rng = np.random.default_rng(_SEED)
+    pos = rng.binomial(count[used].astype(np.int64), mean_p[used], size=(draws, used.size))
+    neg = count[used] - pos
+    n_pos, n_neg = pos.sum(axis=1), neg.sum(axis=1)
+    ok = (n_pos > 0) & (n_neg > 0)
+    pos, neg, n_pos, n_neg = pos[ok], neg[ok], n_pos[ok], n_neg[ok]
+    if pos.shape[0] < 2:
+        return MetricValue("estimated_roc_auc", auc, NAN, NAN, rows, "cbpe-bootstrap")
+    neg_below = np.cumsum(neg, axis=1) - neg
+    sims = ((pos * (neg_below + neg / 2.0)).sum(axis=1)) / (n_pos * n_neg)
+    se = float(np.std(sims, ddof=1))
+    half = z_value(confidence) * se
+    return MetricValue(
+        "estimated_roc_auc",
+        auc,
+        max(0.0, auc - half),
+        min(1.0, auc + half),
+        rows,
+        "cbpe-bootstrap",
+    )
