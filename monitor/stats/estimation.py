@@ -39,7 +39,7 @@ from .intervals import z_value
 from .results import MetricValue
 from .scores import roc_auc_from_hist
 
-__all__ = ["ESTIMATED_METRICS", "Estimate", "cbpe", "estimated_name"]
+__all__ = ["ESTIMATED_METRICS", "Estimate", "cbpe", "cbpe_top_label", "estimated_name"]
 
 ESTIMATED_METRICS = ("accuracy", "precision", "recall", "f1", "roc_auc")
 AUC_DRAWS = 400
@@ -129,15 +129,50 @@ def cbpe(
         f1, var_f1 = NAN, NAN
     out.append(_ratio_interval("estimated_f1", f1, var_f1, rows, confidence))
     out.append(_auc(count, sp, mean_p, confidence, auc_draws, rows))
-    reliable, reason = True, ""
-    if ece is None or not math.isfinite(ece):
-        reliable, reason = False, "estimate unreliable: calibration not measured on labelled rows"
-    elif ece > max_ece:
-        reliable = False
-        reason = f"estimate unreliable: debiased ECE {ece:.3f} > max_ece {max_ece:g}"
+    reason = _flag(ece, max_ece)
     if reason:
         out = [MetricValue(m.name, m.value, m.lower, m.upper, m.n, m.method, reason) for m in out]
-    return Estimate(tuple(out), reliable, reason, rows)
+    return Estimate(tuple(out), not reason, reason, rows)
+
+
+def _flag(ece: float | None, max_ece: float) -> str:
+    """Why an estimate is unreliable ("" when the measured calibration allows it)."""
+    if ece is None or not math.isfinite(ece):
+        return "estimate unreliable: calibration not measured on labelled rows"
+    if ece > max_ece:
+        return f"estimate unreliable: debiased ECE {ece:.3f} > max_ece {max_ece:g}"
+    return ""
+
+
+def cbpe_top_label(
+    count: np.ndarray,
+    sum_conf: np.ndarray,
+    confidence: float = 0.95,
+    ece: float | None = None,
+    max_ece: float = 0.05,
+) -> Estimate:
+    """Estimated multiclass accuracy from top-label confidence bins (count, Σ confidence).
+
+    If the top-label confidence c is calibrated (P(correct | c) = c, the property the
+    multiclass top-label ECE measures), the prediction is correct with probability c, so
+    E[accuracy] = Σc/n with Poisson-binomial variance Σc(1 − c)/n². Within a bin Σc² is
+    taken as (Σc)²/count, which by Jensen overstates the variance by the within-bin spread
+    of c (< 0.5 % for 10 bins): conservative. ``ece`` is the labelled rows' debiased
+    top-label ECE.
+    """
+    count = np.asarray(count, dtype=np.float64)
+    sc = np.asarray(sum_conf, dtype=np.float64)
+    n = float(count.sum())
+    rows = round(n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean_c = np.where(count > 0, sc / np.where(count > 0, count, 1.0), 0.0)
+    acc = float(sc.sum()) / n if n > 0 else NAN
+    var = float((sc * (1.0 - mean_c)).sum()) / n**2 if n > 0 else NAN
+    mv = _ratio_interval("estimated_accuracy", acc, var, rows, confidence)
+    reason = _flag(ece, max_ece)
+    if reason:
+        mv = MetricValue(mv.name, mv.value, mv.lower, mv.upper, mv.n, mv.method, reason)
+    return Estimate((mv,), not reason, reason, rows)
 
 
 def _auc(

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import accuracy_score, f1_score, precision_score, recall_score
 
-from monitor.stats.estimation import cbpe
+from monitor.stats.estimation import cbpe, cbpe_top_label
 from monitor.stats.intervals import wilson_interval
 from monitor.stats.scores import ScoreLayout, ece_debiased_from_bins
 
@@ -156,3 +156,29 @@ def test_estimate_follows_an_accuracy_drop_before_the_labels_arrive() -> None:
     assert estimated_day == drop
     assert realized_day is not None and realized_day - estimated_day >= 15
     print(f"estimate detected the drop {realized_day - estimated_day} days before the labels")
+
+
+@pytest.mark.slow
+def test_multiclass_top_label_estimate_covers_the_realized_accuracy() -> None:
+    """400 windows of 1,000 calibrated 4-class predictions (labels drawn from the
+    probabilities, so the top label is calibrated); confidence bins as the multiclass layout
+    keeps them (10 equal-width bins)."""
+    rng = np.random.default_rng(18)
+    hits, windows = 0, 400
+    edges = np.linspace(0.0, 1.0, 11)[1:-1]
+    for _ in range(windows):
+        proba = rng.dirichlet(np.full(4, 0.6), size=1_000)
+        y = (rng.random((1_000, 1)) > np.cumsum(proba, axis=1)).sum(axis=1)
+        top = proba.argmax(axis=1)
+        conf = proba.max(axis=1)
+        b = np.searchsorted(edges, conf, side="left")
+        est = cbpe_top_label(
+            np.bincount(b, minlength=10).astype(float),
+            np.bincount(b, weights=conf, minlength=10),
+            ece=0.0,
+        ).metrics[0]
+        hits += est.lower <= float(np.mean(top == y)) <= est.upper
+    print(f"multiclass estimated_accuracy coverage {hits / windows:.3f}")
+    assert 0.93 <= hits / windows <= 0.97
+    flagged = cbpe_top_label(np.ones(10), np.full(10, 0.5), ece=0.2)
+    assert not flagged.reliable and "0.200" in flagged.metrics[0].note
