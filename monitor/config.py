@@ -376,6 +376,7 @@ class ModelSettings(_Section):
     calibration_bins: int = Field(10, ge=2, le=100)  # multiclass top-label ECE bins
     huber_delta: float = Field(1.0, gt=0)  # regression Huber loss
     quantiles: tuple[Annotated[float, Field(gt=0, lt=1)], ...] = (0.1, 0.5, 0.9)  # pinball
+    mase_season: int = Field(1, ge=1)  # regression: seasonal period of MASE's naive forecast
     costs: CostSettings | None = None  # threshold economics (binary)
     windows: tuple[WindowSettings, ...] = (WindowSettings(size=3600.0),)
     drift: DriftSettings | None = None
