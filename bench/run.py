@@ -12,18 +12,26 @@ repetitions, baseline and measurement interleaved so that a noisy minute hits bo
 
 Benchmarks (see docs/benchmarks.md for what each figure means):
 
-a  daemon end-to-end Kafka ingestion vs raw kafka-python consume + orjson decode (≥ 0.8×)
+a  daemon end-to-end Kafka ingestion vs the same client's raw consume + orjson decode, for
+   kafka-python (≥ 0.75×) and confluent-kafka (≥ 0.6× and ≥ 200,000 msg/s)
 b  in-process engine join + accumulate on columnar batches (≥ 300,000 events/s)
 c  join-buffer memory per pending prediction at 1,000,000 pending (≤ 200 bytes)
 d  checkpoint write and restore at 1,000,000 pending (≤ 5 s each)
+e  one drift evaluation, 20 features over a 1,000,000-event window, vs SciPy (≤ 0.5 s)
+f  one evaluation pass, 3 windows × 100 slices, vs scikit-learn (≤ 0.2 s)
 p  /healthz latency under 50 parallel scrapers of a multi-MB page vs idle (p50 ≤ 50 ms)
 s  status page (GET /) of a 3-window × 100-slice model, served over HTTP (≤ 1 s)
+r  ``monitor replay`` of 1,000,000 predictions + labels (≥ 250,000 events/s) vs scikit-learn +
+   SciPy computing the same metrics and KS tests from the same files
+g  fleet: 10 models × 3 versions × 100 slices, windows 5m/1h/1d/7d, 1M events (RSS ≤ 1 GiB,
+   tick ≤ 1 s, ≤ 5 MB per model-version-day) and a models × slices scaling table
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import logging
 import os
@@ -203,120 +211,122 @@ def produce_traffic(bootstrap: str, n: int) -> tuple[int, int, int, int]:
     return n_pred, n_lab, sizes["predictions"] // n_pred, sizes["labels"] // max(n_lab, 1)
 
 
-def consumer_config(s: Settings, group_id: str) -> dict[str, Any]:
-    """The daemon's own consumer settings (monitor.ingest.kafka), in another group."""
-    from monitor.ingest.kafka import consumer_config as daemon_consumer_config
+def _has_confluent() -> bool:
+    try:
+        import confluent_kafka  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
-    return {**daemon_consumer_config(s.kafka), "group_id": group_id}
 
-
-def raw_consume(bootstrap: str, expected: int, timeout_s: float) -> tuple[float, int]:
-    """Baseline: a plain KafkaConsumer in a group, both topics to the end, every value
-    orjson-decoded. Returns (messages/s from the first record on, % of that time spent
-    inside ``poll`` — waiting for fetches and unpacking record batches)."""
-    from kafka import KafkaConsumer
-
+def raw_consume(client: str, bootstrap: str, expected: int, timeout_s: float) -> tuple[float, int]:
+    """Baseline: the client's plain consumer in a group, both topics to the end, every
+    value orjson-decoded, with the daemon's own consumer settings (same fetch sizes and
+    waits, same prefetch queue). Returns (messages/s from the first record on, % of that
+    time spent inside the client's poll/consume)."""
     s = settings_for(bootstrap, **GROUP_SETTINGS)
-    consumer = KafkaConsumer(**consumer_config(s, f"bench-raw-{uuid.uuid4().hex[:8]}"))
-    consumer.subscribe(["predictions", "labels"])
-    count = 0
-    decoded = 0
+    group = f"bench-raw-{uuid.uuid4().hex[:8]}"
+    loads = orjson.loads
+    count = decoded = 0
     in_poll = 0.0
     t0: float | None = None
     deadline = time.monotonic() + timeout_s
-    try:
-        while count < expected:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"raw consumer read {count} of {expected} in {timeout_s}s")
-            tp0 = time.perf_counter()
-            polled = consumer.poll(
-                timeout_ms=s.kafka.poll_timeout_ms, max_records=s.kafka.max_poll_records
-            )
-            if t0 is not None:
-                in_poll += time.perf_counter() - tp0
-            if polled and t0 is None:
-                t0 = time.perf_counter()
-            for records in polled.values():
-                for r in records:
-                    obj = orjson.loads(r.value)
-                    decoded += len(obj)
-                count += sum(len(v) for v in polled.values())
-        elapsed = time.perf_counter() - (t0 or time.perf_counter())
-        # The end of the topics, as tansu reports it (end_offsets() is not reliable there).
-        high = sum(consumer.highwater(tp) or 0 for tp in consumer.assignment())
-        if high != expected:
-            raise RuntimeError(f"high watermarks sum to {high}, produced {expected}")
-    finally:
-        consumer.close(autocommit=False)
+    if client == "confluent":
+        from confluent_kafka import Consumer
+
+        from monitor.ingest.confluent import confluent_config
+
+        consumer = Consumer({**confluent_config(s.kafka), "group.id": group})
+        consumer.subscribe(["predictions", "labels"])
+        n, wait = s.kafka.max_poll_records, s.kafka.poll_timeout_ms / 1000
+        try:
+            while count < expected:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"raw consumer read {count} of {expected} in {timeout_s}s")
+                tp0 = time.perf_counter()
+                msgs = consumer.consume(n, 0) or consumer.consume(1, wait)
+                if t0 is not None:
+                    in_poll += time.perf_counter() - tp0
+                if msgs and t0 is None:
+                    t0 = time.perf_counter()
+                for m in msgs:
+                    if m.error() is None:
+                        decoded += len(loads(m.value()))
+                        count += 1
+        finally:
+            consumer.close()
+    else:
+        from kafka import KafkaConsumer
+
+        from monitor.ingest.kafka import consumer_config
+
+        consumer = KafkaConsumer(**{**consumer_config(s.kafka), "group_id": group})
+        consumer.subscribe(["predictions", "labels"])
+        try:
+            while count < expected:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"raw consumer read {count} of {expected} in {timeout_s}s")
+                tp0 = time.perf_counter()
+                polled = consumer.poll(
+                    timeout_ms=s.kafka.poll_timeout_ms, max_records=s.kafka.max_poll_records
+                )
+                if t0 is not None:
+                    in_poll += time.perf_counter() - tp0
+                if polled and t0 is None:
+                    t0 = time.perf_counter()
+                for records in polled.values():
+                    for r in records:
+                        decoded += len(loads(r.value))
+                    count += len(records)
+            # The end of the topics, as tansu reports it (end_offsets() is not reliable there)
+            high = sum(consumer.highwater(tp) or 0 for tp in consumer.assignment())
+            if high != expected:
+                raise RuntimeError(f"high watermarks sum to {high}, produced {expected}")
+        finally:
+            consumer.close(autocommit=False)
+    elapsed = time.perf_counter() - (t0 or time.perf_counter())
     return count / elapsed, round(100 * in_poll / elapsed)
 
 
-def pipeline_consume(bootstrap: str, expected: int, timeout_s: float, work: Path) -> float:
-    """Diagnostic: the baseline's consumer loop feeding the monitor's IngestPipeline
-    directly (decode + validate + join + accumulate), without the Daemon around it. The
-    gap between this and the baseline is the pipeline's cost; the gap between this and
-    the daemon is the daemon loop's (threads, status, lag, ops publishing)."""
-    from kafka import KafkaConsumer
-
-    from monitor.ingest.deadletter import FileDeadLetter
-    from monitor.ingest.pipeline import RawRecord
-    from monitor.wiring import build_pipeline
-
-    s = settings_for(bootstrap, **GROUP_SETTINGS)
-    engine = build_engine(s)
-    sink = FileDeadLetter(Path(tempfile.mkdtemp(prefix="dl-", dir=work)) / "dead-letter.jsonl")
-    pipeline = build_pipeline(s, engine, sink)
-    consumer = KafkaConsumer(**consumer_config(s, f"bench-pipe-{uuid.uuid4().hex[:8]}"))
-    consumer.subscribe(["predictions", "labels"])
-    count = 0
-    t0: float | None = None
-    deadline = time.monotonic() + timeout_s
-    try:
-        while count < expected:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"pipeline consumer read {count} of {expected}")
-            polled = consumer.poll(
-                timeout_ms=s.kafka.poll_timeout_ms, max_records=s.kafka.max_poll_records
-            )
-            if polled and t0 is None:
-                t0 = time.perf_counter()
-            split: dict[str, list[RawRecord]] = {"predictions": [], "labels": []}
-            for tp, records in polled.items():
-                split[tp.topic].extend(
-                    RawRecord(r.value, tp.topic, tp.partition, r.offset) for r in records
-                )
-            for kind, raws in split.items():
-                if raws:
-                    pipeline.process(kind, raws)
-                count += len(raws)
-        elapsed = time.perf_counter() - (t0 or time.perf_counter())
-    finally:
-        consumer.close(autocommit=False)
-        sink.close()
-    return count / elapsed
-
-
 def daemon_consume(
-    bootstrap: str, expected: int, timeout_s: float, work: Path
-) -> tuple[float, int, dict[str, int]]:
+    client: str, bootstrap: str, expected: int, timeout_s: float, work: Path
+) -> tuple[float, dict[str, float]]:
     """Measured: the real Daemon, in-process, run() in a thread, fresh group and state.
 
     The clock starts when the daemon's source returns its first records and stops at the
     first poll after the engine has counted ``expected`` records (accepted, duplicate or
     invalid) — so decode, join, accumulate, offset tracking and the loop's bookkeeping
-    are all inside the measurement; startup, the group join and shutdown are not.
+    are all inside the measurement; startup, the group join and shutdown are not. Also
+    returned: the seconds spent per stage (the client's poll, decoding, engine apply).
     """
     from monitor.app import Daemon
     from monitor.ingest.kafka import KafkaSource
 
     state_dir = Path(tempfile.mkdtemp(prefix="state-", dir=work))
     s = settings_for(
-        bootstrap, state_dir, group_id=f"bench-daemon-{uuid.uuid4().hex[:8]}", **GROUP_SETTINGS
+        bootstrap,
+        state_dir,
+        group_id=f"bench-daemon-{uuid.uuid4().hex[:8]}",
+        client=client,
+        **GROUP_SETTINGS,
     )
     marks: dict[str, float] = {}
+    stages: dict[str, float] = {"poll": 0.0, "decode": 0.0, "apply": 0.0}
+
+    def timed(stage: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                if "first" in marks and "end" not in marks:
+                    stages[stage] += time.perf_counter() - t
+
+        return run
 
     class TimedDaemon(Daemon):
-        """Stamps the source's polls; everything else is the production code path."""
+        """Stamps the source's polls and the pipeline's stages; everything else is the
+        production code path."""
 
         def _connect(self) -> KafkaSource | None:
             source = super()._connect()
@@ -331,16 +341,22 @@ def daemon_consume(
                     if done >= expected:
                         marks["end"] = time.perf_counter()
                         self.request_stop()
-                t = time.perf_counter()
-                out = inner(timeout_ms)
-                if "first" in marks and "end" not in marks:
-                    marks["in_poll"] = marks.get("in_poll", 0.0) + time.perf_counter() - t
-                if "first" not in marks and (out["predictions"] or out["labels"]):
+                out = timed("poll", inner)(timeout_ms)
+                if "first" not in marks and out:
                     marks["first"] = time.perf_counter()
+                if out and "end" not in marks:
+                    marks["batches"] = marks.get("batches", 0) + len(out)
                 return out
 
             source.poll = poll  # type: ignore[method-assign]
             return source
+
+        def _consume(self, pipeline: Any, sink: Any) -> Any:
+            for dec in (pipeline.predictions, pipeline.labels):
+                dec.decode = timed("decode", dec.decode)
+            for name in ("apply_predictions", "apply_labels"):
+                setattr(self.engine, name, timed("apply", getattr(self.engine, name)))
+            return super()._consume(pipeline, sink)
 
     daemon = TimedDaemon(s)
     errors: list[BaseException] = []
@@ -368,18 +384,30 @@ def daemon_consume(
     if "end" not in marks:
         raise RuntimeError("daemon stopped before reaching the end of the topics")
     counts = {f"{k}/{o}": c for (k, o), c in sorted(daemon.engine.records.items())}
+    if counts.get("predictions/accepted", 0) + counts.get("labels/accepted", 0) != expected:
+        raise RuntimeError(f"daemon accepted other than everything: {counts}")
     shutil.rmtree(state_dir, ignore_errors=True)
     elapsed = marks["end"] - marks["first"]
-    counts["%time in poll"] = round(100 * marks.get("in_poll", 0.0) / elapsed)
-    return expected / elapsed, expected, counts
+    stages["other"] = elapsed - sum(stages.values())
+    shares = {k: 100 * v / elapsed for k, v in stages.items()}
+    shares["records per batch"] = expected / max(marks.get("batches", 1), 1)
+    return expected / elapsed, shares
 
 
-def bench_kafka(n: int, reps: int, work: Path) -> Result:
+def bench_kafka(n: int, reps: int, work: Path) -> list[Result]:
+    """(a) for each client: the daemon vs that client's raw consume + orjson decode."""
     from monitor.localbroker import LocalBroker
 
+    clients = ["kafka-python"] + (["confluent"] if _has_confluent() else [])
+    if len(clients) == 1:
+        log("(a) confluent-kafka is not installed (pip install -e '.[fast]'): kafka-python only")
     broker = LocalBroker(log_path=work / "tansu.log")
     log(f"(a) starting tansu on {broker.bootstrap}")
     broker.start()
+    raw: dict[str, list[float]] = {c: [] for c in clients}
+    daemon: dict[str, list[float]] = {c: [] for c in clients}
+    raw_in_poll: dict[str, list[int]] = {c: [] for c in clients}
+    stages: dict[str, list[dict[str, float]]] = {c: [] for c in clients}
     try:
         broker.create_topics(["predictions", "labels"], partitions=1)
         t = time.perf_counter()
@@ -390,56 +418,280 @@ def bench_kafka(n: int, reps: int, work: Path) -> Result:
             f"(avg {avg_p} / {avg_l} B) in {time.perf_counter() - t:.1f}s"
         )
         timeout = max(120.0, total / 2_000)
-        raw_reps: list[float] = []
-        daemon_reps: list[float] = []
-        pipe_reps: list[float] = []
-        raw_in_poll: list[int] = []
-        daemon_in_poll: list[int] = []
-        counts: dict[str, int] = {}
         for i in range(reps):
             # Rotate the order so that a drift in machine load hits every side.
-            sides = ("raw", "daemon", "pipeline")
-            for side in sides[i % 3 :] + sides[: i % 3]:
+            sides = [(c, side) for c in clients for side in ("raw", "daemon")]
+            k = i % len(sides)
+            for client, side in sides[k:] + sides[:k]:
                 if side == "raw":
-                    rate, pct = raw_consume(broker.bootstrap, total, timeout)
-                    raw_reps.append(rate)
-                    raw_in_poll.append(pct)
-                elif side == "daemon":
-                    rate, _, counts = daemon_consume(broker.bootstrap, total, timeout, work)
-                    daemon_reps.append(rate)
-                    daemon_in_poll.append(counts.pop("%time in poll"))
+                    rate, pct = raw_consume(client, broker.bootstrap, total, timeout)
+                    raw[client].append(rate)
+                    raw_in_poll[client].append(pct)
                 else:
-                    rate = pipeline_consume(broker.bootstrap, total, timeout, work)
-                    pipe_reps.append(rate)
-                log(f"(a) rep {i + 1}/{reps} {side}: {rate:,.0f} msg/s")
+                    rate, shares = daemon_consume(client, broker.bootstrap, total, timeout, work)
+                    daemon[client].append(rate)
+                    stages[client].append(shares)
+                log(f"(a) rep {i + 1}/{reps} {client} {side}: {rate:,.0f} msg/s")
     finally:
         broker.stop()
-    ratios = [d / r for d, r in zip(daemon_reps, raw_reps, strict=True)]
-    res = Result(
-        "a",
-        "daemon Kafka ingestion",
-        "msg/s",
-        median(daemon_reps),
-        median(raw_reps),
-        "raw consume+orjson",
-        0.8,
-        "ratio",
-        True,
-        daemon_reps,
-        raw_reps,
-    )
-    res.notes += [
-        f"{n_pred:,} predictions ({avg_p} B) + {n_lab:,} labels ({avg_l} B) = {total:,} msgs, "
-        f"1 partition per topic, max_poll_records {settings_for().kafka.max_poll_records}; "
-        f"median of {reps} reps",
-        "per-rep ratios: " + ", ".join(f"{x:.2f}" for x in ratios),
-        f"diagnostic — same consumer loop + IngestPipeline, no Daemon: "
-        f"{median(pipe_reps):,.0f} msg/s ({median(pipe_reps) / median(raw_reps):.2f}× baseline)",
-        f"share of the measured time spent inside KafkaConsumer.poll per rep: "
-        f"baseline {raw_in_poll} %, daemon {daemon_in_poll} %",
-        f"daemon engine counts (last rep): {counts}",
+    out = []
+    targets = {"kafka-python": 0.75, "confluent": 0.6}
+    for client in clients:
+        ratios = [d / r for d, r in zip(daemon[client], raw[client], strict=True)]
+        share = {k: median([x[k] for x in stages[client]]) for k in stages[client][0]}
+        res = Result(
+            "a",
+            f"daemon Kafka ingestion, {client}",
+            "msg/s",
+            median(daemon[client]),
+            median(raw[client]),
+            f"raw {client} consume+orjson",
+            targets[client],
+            "ratio",
+            True,
+            daemon[client],
+            raw[client],
+        )
+        res.notes += [
+            f"{client}: {n_pred:,} predictions ({avg_p} B) + {n_lab:,} labels ({avg_l} B) = "
+            f"{total:,} msgs, 1 partition per topic, max_poll_records "
+            f"{settings_for().kafka.max_poll_records}, fetch_max_wait_ms "
+            f"{settings_for().kafka.fetch_max_wait_ms}; median of {reps} reps; per-rep "
+            "ratios " + ", ".join(f"{x:.2f}" for x in ratios),
+            f"{client}: daemon's time by stage (median %): "
+            + ", ".join(f"{k} {v:.0f}" for k, v in share.items() if k != "records per batch")
+            + f"; {share['records per batch']:,.0f} records per batch"
+            + f"; baseline's time inside poll: {raw_in_poll[client]} %",
+        ]
+        out.append(res)
+        if client == "confluent":
+            out.append(
+                Result(
+                    "a",
+                    "daemon Kafka ingestion, confluent",
+                    "msg/s",
+                    median(daemon[client]),
+                    median(raw[client]),
+                    "raw confluent consume+orjson",
+                    200_000,
+                    "absolute",
+                    True,
+                    daemon[client],
+                    raw[client],
+                )
+            )
+    return out
+
+
+# -- (g) replay ------------------------------------------------------------------------
+REPLAY_FEATURES = 20
+
+
+def write_replay_files(n: int, work: Path, seed: int = 9) -> tuple[Path, Path, Path, dict]:
+    """``n`` predictions (20 numeric features, a country segment) and their ~90% delayed
+    labels as JSONL, and a drift reference profile; returns the paths and the reference's
+    raw sample (SciPy's KS needs the raw values)."""
+    from monitor.drift.reference import ReferenceProfile
+
+    rng = np.random.default_rng(seed)
+    ts = 1_700_000_000_000 + np.cumsum(rng.exponential(10.0, n)).astype(np.int64)
+    y, x, score = scored_population(rng, n, 0.2, 2.5, 0.0)
+    feats = np.round(rng.normal(0.0, 1.0, (n, REPLAY_FEATURES)), 4)
+    feats[:, 0] = np.round(x, 4)
+    feats[:, 1] += 0.05  # a small shift for the tests to find
+    names = [f"f{i}" for i in range(REPLAY_FEATURES)]
+    country = rng.choice(np.array(["US", "DE", "BR", "IN"]), n).tolist()
+    delay = label_delays_ms(rng, n, 30.0)
+    labeled = rng.random(n) < 0.9
+    fl, sl, tl, yl = feats.tolist(), np.round(score, 6).tolist(), ts.tolist(), y.tolist()
+    pf, lf, ref_path = work / "replay-p.jsonl", work / "replay-l.jsonl", work / "replay-ref.json"
+    with open(pf, "wb") as fh:
+        for lo in range(0, n, 100_000):
+            fh.write(
+                b"".join(
+                    orjson.dumps(
+                        {"id": f"p{i:08d}", "ts": tl[i], "model": "fraud", "version": "v1",
+                         "score": sl[i], "features": dict(zip(names, fl[i], strict=True)),
+                         "segments": {"country": country[i]}}
+                    ) + b"\n"
+                    for i in range(lo, min(n, lo + 100_000))
+                )
+            )  # fmt: skip
+    idx = np.flatnonzero(labeled)
+    order = idx[np.argsort(ts[idx] + delay[idx], kind="stable")].tolist()
+    with open(lf, "wb") as fh:
+        fh.write(
+            b"".join(
+                orjson.dumps({"id": f"p{i:08d}", "ts": tl[i] + int(delay[i]), "label": yl[i]})
+                + b"\n"
+                for i in order
+            )
+        )
+    reference = {name: rng.normal(0.0, 1.0, 100_000) for name in names}
+    profile = ReferenceProfile.from_columns(numeric=reference)
+    ref_path.write_bytes(orjson.dumps(profile.to_json(), option=orjson.OPT_SERIALIZE_NUMPY))
+    return pf, lf, ref_path, reference
+
+
+@contextmanager
+def _stage_timers(stages: dict[str, float]) -> Iterator[None]:
+    """Adds the seconds spent decoding and in the engine's apply to ``stages`` while
+    active (class attributes patched, restored on exit)."""
+    from monitor.ingest.decode import LabelDecoder, PredictionDecoder
+
+    patched = [
+        (PredictionDecoder, "decode", "decode"),
+        (LabelDecoder, "decode", "decode"),
+        (Engine, "apply_predictions", "apply"),
+        (Engine, "apply_labels", "apply"),
     ]
-    return res
+    originals = [(cls, name, getattr(cls, name)) for cls, name, _ in patched]
+
+    def timed(fn: Callable[..., Any], stage: str) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                stages[stage] += time.perf_counter() - t
+
+        return run
+
+    for (cls, name, stage), (_, _, fn) in zip(patched, originals, strict=True):
+        setattr(cls, name, timed(fn, stage))
+    try:
+        yield
+    finally:
+        for cls, name, fn in originals:
+            setattr(cls, name, fn)
+
+
+def sklearn_replay(pf: Path, lf: Path, reference: dict[str, np.ndarray]) -> dict[str, float]:
+    """Baseline: what a notebook does with the same files — load the JSONL (orjson per
+    line), join labels to predictions by id (pandas), scikit-learn's metrics overall and
+    per country, SciPy's two-sample KS per feature against the raw reference sample."""
+    import pandas as pd
+    from scipy.stats import ks_2samp
+    from sklearn.metrics import (
+        accuracy_score,
+        brier_score_loss,
+        f1_score,
+        log_loss,
+        precision_score,
+        recall_score,
+        roc_auc_score,
+    )
+
+    names = list(reference)
+    with open(pf, "rb") as fh:
+        preds = [orjson.loads(line) for line in fh]
+    with open(lf, "rb") as fh:
+        labels = [orjson.loads(line) for line in fh]
+    p = pd.DataFrame(
+        {
+            "id": [r["id"] for r in preds],
+            "score": np.array([r["score"] for r in preds]),
+            "country": [r["segments"]["country"] for r in preds],
+        }
+    )
+    features = np.array([[r["features"][f] for f in names] for r in preds])
+    lab = pd.DataFrame({"id": [r["id"] for r in labels], "label": [r["label"] for r in labels]})
+    joined = p.drop_duplicates("id").merge(lab.drop_duplicates("id"), on="id")
+    y, s = joined["label"].to_numpy(), joined["score"].to_numpy()
+    d = (s >= 0.5).astype(int)
+    out = {
+        "accuracy": accuracy_score(y, d),
+        "precision": precision_score(y, d),
+        "recall": recall_score(y, d),
+        "f1": f1_score(y, d),
+        "roc_auc": roc_auc_score(y, s),
+        "log_loss": log_loss(y, s),
+        "brier": brier_score_loss(y, s),
+    }
+    for c, part in joined.groupby("country"):
+        yc, dc = part["label"].to_numpy(), (part["score"].to_numpy() >= 0.5).astype(int)
+        out[f"accuracy/{c}"] = accuracy_score(yc, dc)
+        out[f"recall/{c}"] = recall_score(yc, dc)
+    for j, f in enumerate(names):
+        out[f"ks/{f}"] = ks_2samp(reference[f], features[:, j]).pvalue
+    return out
+
+
+def bench_replay(n: int, reps: int, work: Path) -> Result:
+    """(g) ``monitor replay`` end to end (read, decode, join, accumulate, drift, slices,
+    evaluation, report) vs scikit-learn + SciPy computing the same metrics and KS tests
+    from the same files, load included. Target: ≥ 250,000 events/s and faster than the
+    baseline."""
+    from monitor.replay import replay
+
+    t = time.perf_counter()
+    pf, lf, ref_path, reference = write_replay_files(n, work)
+    n_labels = lf.read_bytes().count(b"\n")
+    events = n + n_labels
+    size = (pf.stat().st_size + lf.stat().st_size) / 1e6
+    log(f"(g) wrote {n:,} predictions + {n_labels:,} labels ({size:.0f} MB) in "
+        f"{time.perf_counter() - t:.1f}s")  # fmt: skip
+    settings = settings_from_mapping(
+        {
+            "state": {"dir": str(work / "replay-state")},
+            "models": [
+                {"name": "fraud", "threshold": 0.5, "windows": [{"size": "1h"}],
+                 "slices": [{"dimensions": ["country"]}],
+                 "drift": {"reference": str(ref_path)}}
+            ],
+        }
+    )  # fmt: skip
+    times: list[float] = []
+    base_times: list[float] = []
+    report: dict[str, Any] = {}
+    oracle: dict[str, float] = {}
+    stages: dict[str, float] = {"decode": 0.0, "apply": 0.0}
+    for rep in range(reps):
+        for side in ("measured", "baseline") if rep % 2 == 0 else ("baseline", "measured"):
+            gc.collect()
+            t = time.perf_counter()
+            if side == "measured":
+                with _stage_timers(stages):
+                    report = replay(settings, pf, lf, progress=None)
+                times.append(time.perf_counter() - t)
+            else:
+                oracle = sklearn_replay(pf, lf, reference)
+                base_times.append(time.perf_counter() - t)
+            log(f"(g) rep {rep + 1}/{reps} {side}: {time.perf_counter() - t:.2f}s")
+    (whole,) = [r for r in report["results"] if r["window"] == "all" and r["slice"] == "all"]
+    got = {k: whole["metrics"][k]["value"] for k in ("accuracy", "recall", "roc_auc")}
+    drift = [d for d in report["drift"] if d["window"] == "all"]
+    flagged = sorted(f["feature"] for d in drift for f in d["features"] if f["detected"])
+    rate = [events / x for x in times]
+    base_rate = [events / x for x in base_times]
+    total = sum(times)
+    share = {k: 100 * v / total for k, v in stages.items()}
+    share["other (read, evaluate, report)"] = 100 - sum(share.values())
+    return Result(
+        "r",
+        f"replay, {n:,} predictions + labels",
+        "events/s",
+        median(rate),
+        median(base_rate),
+        "sklearn+scipy from the file",
+        250_000,
+        "absolute",
+        True,
+        rate,
+        base_rate,
+        [
+            f"{events:,} events ({size:.0f} MB JSONL), 20 numeric drift features, a country "
+            f"slice; replay {median(times):.2f}s vs baseline {median(base_times):.2f}s "
+            f"({median(base_times) / median(times):.2f}× faster end to end); median of {reps}",
+            "replay's time by stage (%, all reps): "
+            + ", ".join(f"{k} {v:.0f}" for k, v in share.items()),
+            "same answers: accuracy "
+            f"{got['accuracy']:.6f} vs {oracle['accuracy']:.6f}, recall {got['recall']:.6f} vs "
+            f"{oracle['recall']:.6f}, ROC-AUC {got['roc_auc']:.4f} vs {oracle['roc_auc']:.4f} "
+            f"(binned); drift flagged {flagged} (KS p<0.05 by SciPy: "
+            f"{sorted(k[3:] for k, v in oracle.items() if k.startswith('ks/') and v < 0.05)})",
+        ],
+    )
 
 
 # -- (b) engine throughput ---------------------------------------------------------------
@@ -991,15 +1243,13 @@ def bench_slices(n_events: int, reps: int) -> Result:
         segments = [{"segment": f"s{v}"} for v in segment[sl].tolist()]
         engine.apply_predictions(scored_batch(keys, ts, score, sl, segments=segments))
         engine.apply_labels(LabelBatch(keys[sl], ts[sl] + 1000, [str(v) for v in y[sl]]))
-    view, wide = engine.buckets.state(), engine.wide.state()
+    view = engine.view()
     times, base_times = [], []
     for rep in range(reps):
         for side in ("measured", "baseline") if rep % 2 == 0 else ("baseline", "measured"):
             t = time.perf_counter()
             if side == "measured":
-                results, _ = evaluate_all(
-                    view, engine.groups, engine.models, 60_000, now, 0.95, (), None, wide
-                )
+                results, _ = evaluate_all(view, engine.models, now, 0.95)
                 times.append(time.perf_counter() - t)
             else:
                 pred = (score >= 0.5).astype(int)
@@ -1239,18 +1489,143 @@ def bench_status_page(n_events: int, reps: int, work: Path) -> Result:
     )
 
 
+# -- (g) fleet ------------------------------------------------------------------------------
+FLEET_WINDOWS = [{"size": "5m"}, {"size": "1h"}, {"size": "1d"}, {"size": "7d"}]
+
+
+def _vm_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def fleet_child(
+    n_models: int, n_versions: int, n_slices: int, n_events: int, score_metrics: bool, reps: int
+) -> dict[str, float]:
+    """One fleet configuration in a fresh process: feed ``n_events`` over 7 days in time
+    order (rolling the tiers every simulated 10 minutes, as evaluations would), then time
+    evaluation ticks. Returns memory and timing figures."""
+    from monitor.engine.evaluate import evaluate_all
+
+    day_ms = 86_400_000
+    metrics = None if score_metrics else ["accuracy", "precision", "recall", "f1"]
+    models = [
+        {"name": f"m{i}", "windows": FLEET_WINDOWS, **({"metrics": metrics} if metrics else {}),
+         "slices": [{"dimensions": ["segment"], "top_k": n_slices, "min_samples": 1}]}
+        for i in range(n_models)
+    ]  # fmt: skip
+    engine = build_engine(settings_from_mapping({"models": models}, "<bench>"))
+    rss0 = _vm_kb("VmRSS")
+    rng = np.random.default_rng(17)
+    now = 1_700_000_000_000
+    ts = np.sort(rng.integers(now - 7 * day_ms, now, n_events)).astype(np.int64)
+    model = rng.integers(0, n_models, n_events).astype(np.int16)
+    version = rng.integers(0, n_versions, n_events)
+    segment = rng.integers(0, n_slices, n_events)
+    y = (rng.random(n_events) < 0.3).astype(np.int8)
+    score = 1 / (1 + np.exp(-(2.0 * (y - 0.5) + rng.normal(size=n_events) - 0.8)))
+    labeled = rng.random(n_events) < 0.9
+    vnames = [f"v{v}" for v in range(n_versions)]
+    snames = [{"segment": f"s{v}"} for v in range(n_slices)]
+    keys = hash_ids([f"e{i}" for i in range(n_events)])
+    # batches of at most 20,000 events and 10 minutes, rolling up after each 10 minutes
+    edges = np.searchsorted(ts, np.arange(int(ts[0]), now + 600_000, 600_000))
+    bounds = sorted({0, n_events, *edges.tolist(), *range(0, n_events, 20_000)})
+    fed = time.perf_counter()
+    for lo, hi in itertools.pairwise(bounds):
+        sl = slice(lo, hi)
+        engine.apply_predictions(
+            PredictionBatch(keys[sl], ts[sl], model[sl], [vnames[v] for v in version[sl]],
+                            score[sl], (score[sl] >= 0.5).astype(np.int8),
+                            segments=[snames[v] for v in segment[sl]])
+        )  # fmt: skip
+        lab = np.flatnonzero(labeled[sl]) + lo
+        engine.apply_labels(LabelBatch(keys[lab], ts[lab] + 60_000, [str(v) for v in y[lab]]))
+        if hi in edges or hi == n_events:
+            engine.retain(int(ts[hi - 1]))
+    feed_s = time.perf_counter() - fed
+    engine.retain(now)
+    ticks, copies = [], []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        engine.retain(now)
+        view = engine.view()
+        t1 = time.perf_counter()
+        evaluate_all(view, engine.models, now)
+        engine.drift.evaluate(view, now)
+        ticks.append(time.perf_counter() - t0)
+        copies.append(t1 - t0)
+        del view
+    stores = engine.store_bytes()
+    state_bytes = stores["buckets"] + stores["wide"] + stores["sliced"]
+    return {
+        "models": n_models, "versions": n_versions, "slices": n_slices, "events": n_events,
+        "state_mb": state_bytes / 1e6, "join_mb": stores["join"] / 1e6,
+        "rss_mb": _vm_kb("VmRSS") / 1024, "peak_rss_mb": _vm_kb("VmHWM") / 1024,
+        "baseline_rss_mb": rss0 / 1024, "tick_s": median(ticks), "copy_s": median(copies),
+        "feed_s": feed_s, "rows": float(len(engine.buckets)),
+        "per_model_version_day_mb": state_bytes / 1e6 / (n_models * n_versions * 7),
+    }  # fmt: skip
+
+
+def _in_child(*args: Any) -> dict[str, float]:
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(fleet_child, args)
+
+
+def bench_fleet(n_events: int, scale_events: int, reps: int) -> list[Result]:
+    """A fleet: 10 models × 3 versions × 100 slices, windows 5m/1h/1d/7d, ``n_events``
+    over 7 days, each configuration in a fresh process (RSS is its own). The baseline is
+    the same fleet with one model; the scaling table varies models and slices."""
+    log(f"fleet: 10 models x 3 versions x 100 slices, {n_events:,} events")
+    one = _in_child(1, 3, 100, n_events // 10, True, reps)
+    fleet = _in_child(10, 3, 100, n_events, True, reps)
+    plain = _in_child(10, 3, 100, n_events, False, reps)
+    table = [_in_child(m, 3, s, scale_events, True, 1) for m in (1, 10, 50) for s in (100, 1000)]
+    notes = [
+        "fleet with score metrics (default catalog, per-slice score histograms): "
+        f"state {fleet['state_mb']:.0f} MB, RSS {fleet['rss_mb']:.0f} MB "
+        f"(peak {fleet['peak_rss_mb']:.0f}), {fleet['rows']:,.0f} light rows, "
+        f"view copy {fleet['copy_s']:.3f} s of a {fleet['tick_s']:.3f} s tick",
+        "fleet without score metrics (confusion catalog): "
+        f"state {plain['state_mb']:.0f} MB, RSS {plain['rss_mb']:.0f} MB, "
+        f"tick {plain['tick_s']:.3f} s, {plain['per_model_version_day_mb']:.2f} MB per "
+        "model-version-day",
+        f"one model, {n_events // 10:,} events (baseline): state {one['state_mb']:.0f} MB, "
+        f"tick {one['tick_s']:.3f} s",
+        f"scaling ({scale_events:,} events, 3 versions, score metrics): models x slices -> "
+        "state MB / RSS MB / tick s",
+    ]
+    notes += [
+        f"  {r['models']:>3.0f} x {r['slices']:>4.0f}: {r['state_mb']:8.0f} / "
+        f"{r['rss_mb']:6.0f} / {r['tick_s']:.3f}"
+        for r in table
+    ]
+    return [
+        Result("g", "fleet steady RSS", "MB", fleet["rss_mb"], one["rss_mb"],
+               "1 model, 1/10 the events", 1024, "absolute", False, notes=notes),
+        Result("g", "fleet evaluation tick", "s", fleet["tick_s"], one["tick_s"],
+               "1 model, 1/10 the events", 1.0, "absolute", False),
+        Result("g", "state per model-version-day", "MB", fleet["per_model_version_day_mb"],
+               one["per_model_version_day_mb"], "1 model", 5.0, "absolute", False),
+    ]  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller inputs, < 2 minutes")
     parser.add_argument(
-        "--only", default="a,b,c,d,e,f,p,s", help="comma-separated subset of a..f, p, s"
+        "--only", default="a,b,c,d,e,f,g,p,r,s", help="comma-separated subset of a..g, p, r, s"
     )
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = parser.parse_args(argv)
     # the sklearn baselines warn on ill-defined slices (no positives); the values are unused
     warnings.filterwarnings("ignore", module="sklearn")
     only = {x.strip() for x in args.only.split(",") if x.strip()}
-    unknown = only - set("abcdefps")
+    unknown = only - set("abcdefgprs")
     if unknown:
         parser.error(f"unknown benchmark(s): {sorted(unknown)}")
     logging.basicConfig(level=logging.WARNING)
@@ -1265,7 +1640,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     try:
         if "a" in only:
-            results.append(bench_kafka(n_kafka, reps, work))
+            results.extend(bench_kafka(n_kafka, reps, work))
         if "b" in only:
             results.append(bench_engine(n_engine, reps))
         if only & {"c", "d"}:
@@ -1286,6 +1661,14 @@ def main(argv: list[str] | None = None) -> int:
             results.append(bench_probes(60_000 if args.quick else 200_000))
         if "s" in only:
             results.append(bench_status_page(100_000 if args.quick else 300_000, 5, work))
+        if "r" in only:
+            results.append(bench_replay(200_000 if args.quick else 1_000_000, reps, work))
+        if "g" in only:
+            results.extend(
+                bench_fleet(
+                    100_000 if args.quick else 1_000_000, 20_000 if args.quick else 200_000, reps
+                )
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     elapsed = time.perf_counter() - started

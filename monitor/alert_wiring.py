@@ -9,30 +9,44 @@ from __future__ import annotations
 from .alerting.delivery import AlertmanagerNotifier, Dispatcher, Notifier, WebhookNotifier
 from .alerting.rules import RuleOptions
 from .alerting.slo import SloSpec
-from .config import Settings
+from .alerting.slo_budget import default_for, interval_scale
+from .config import Settings, SloSettings
 
 __all__ = ["build_dispatcher", "rule_options", "slo_specs"]
 
 
 def slo_specs(settings: Settings) -> tuple[SloSpec, ...]:
-    return tuple(
-        SloSpec(
-            name=s.name,
-            model=s.model,
-            metric=s.metric,
-            window=s.window,
-            objective=s.objective,
-            direction=s.direction,
-            version=s.version,
-            slice=s.slice,
-            for_s=s.for_,
-            min_samples=s.min_samples,
-            severity=s.severity,
-            confidence=s.confidence,
-            runbook_url=s.runbook_url,
-            dashboard_url=s.dashboard_url or settings.alerting.dashboard_url,
-        )
-        for s in settings.slos
+    return tuple(_slo_spec(settings, s) for s in settings.slos)
+
+
+def _slo_spec(settings: Settings, s: SloSettings) -> SloSpec:
+    sizes = {w.label: w.size for m in settings.models if m.name == s.model for w in m.windows}
+    window_s = sizes.get(s.window, 3600.0)  # unknown windows are a config error elsewhere
+    budget = s.false_page_budget or settings.alerting.false_page_budget
+    ev = settings.evaluation
+    interval = s.confidence == "interval"
+    # rounded as `monitor rules` prints it, so the daemon and Prometheus agree exactly
+    scale = float(f"{interval_scale(budget, window_s, ev.interval, ev.confidence):.6g}")
+    if not interval:
+        scale = 1.0
+    for_s = s.for_ if s.for_ is not None else (default_for(window_s) if interval else 0.0)
+    return SloSpec(
+        name=s.name,
+        model=s.model,
+        metric=s.metric,
+        window=s.window,
+        objective=s.objective,
+        direction=s.direction,
+        version=s.version,
+        slice=s.slice,
+        for_s=for_s,
+        min_samples=s.min_samples,
+        severity=s.severity,
+        confidence=s.confidence,
+        runbook_url=s.runbook_url,
+        dashboard_url=s.dashboard_url or settings.alerting.dashboard_url,
+        interval_scale=scale,
+        false_page_budget=budget if interval else None,
     )
 
 

@@ -2,9 +2,10 @@
 
 Threads: the caller's thread runs the consumer loop (the only writer of engine state,
 and the only user of the non-thread-safe KafkaConsumer — so checkpoints and commits
-happen there too); an apscheduler BackgroundScheduler runs the evaluation pass; a
-bounded HTTP server serves readers. One lock serializes engine access; evaluation
-copies the bucket arrays under it (O(buckets)) and computes outside it.
+happen there too); an evaluation thread runs the evaluation pass every
+``evaluation.interval`` of *monotonic* time (a wall-clock jump neither stalls nor
+bunches it); a bounded HTTP server serves readers. One lock serializes engine access;
+evaluation copies the bucket arrays under it (O(buckets)) and computes outside it.
 
 Lifecycle (STYLE rule 11): on stop (SIGTERM/SIGINT via ``request_stop``) the loop
 stops polling, writes a final checkpoint, commits offsets, then the scheduler and the
@@ -21,7 +22,6 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
-from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
 
 from .alert_wiring import build_dispatcher, slo_specs
@@ -29,8 +29,9 @@ from .alerting.alerts import checkpoint_alert, comparison_alerts, drift_alerts, 
 from .alerting.delivery import DeliveryStats
 from .alerting.slo import SloEvaluator, SloStatus
 from .config import Settings, redacted
-from .engine.core import StateMismatch
-from .engine.evaluate import evaluate_all, ops_state
+from .engine.clock import EventWatermark, SteadyClock, retention_now
+from .engine.core import Engine, StateMismatch
+from .engine.evaluate import ops_state
 from .engine.snapshot import Snapshot
 from .export.exposition import Exposition
 from .export.http import HttpLimits, HttpServer, Response
@@ -46,10 +47,15 @@ from .export.report import (
     snapshot_json,
 )
 from .export.status_page import render_status_page
-from .ingest.deadletter import DeadLetterSink, FileDeadLetter, KafkaDeadLetter
-from .ingest.kafka import KafkaSource, make_producer
-from .state.checkpoint import CheckpointError, CheckpointStore
-from .wiring import build_engine, build_pipeline, wall_clock_ms
+from .ingest.dead_letter_topic import TopicDeadLetter
+from .ingest.deadletter import DeadLetterSink, FileDeadLetter
+from .ingest.group_members import GroupMembers
+from .ingest.kafka import KafkaSource, make_producer, open_source
+from .ingest.pipeline import load_offsets, offset_key
+from .state.checkpoint import CheckpointError, CheckpointStore, LoadedCheckpoint
+from .state.lock import StateDirBusy, StateDirLock
+from .state.positions import Resume
+from .wiring import build_engine, build_pipeline
 
 __all__ = ["Daemon", "StartupError"]
 
@@ -70,8 +76,16 @@ class Daemon:
     def __init__(self, settings: Settings, registry: CollectorRegistry | None = None) -> None:
         self.settings = settings
         self.lock = threading.RLock()
-        self.engine = build_engine(settings)
+        ev = settings.evaluation
+        # every wall-clock reading of the daemon (record checks, evaluation stamps,
+        # readiness) goes through this guard against clock jumps (engine/clock.py)
+        self.clock = SteadyClock(
+            round(ev.max_clock_jump * 1000), round(ev.clock_jump_accept_after * 1000)
+        )
+        self.engine = self._new_engine()
         self.store = CheckpointStore(settings.state.dir)
+        self.state_lock = StateDirLock(settings.state.dir)
+        self._sink: DeadLetterSink | None = None
         self.registry = registry or CollectorRegistry(auto_describe=False)
         self.exposition = Exposition(self.published, self.registry)
         k = settings.kafka
@@ -92,6 +106,16 @@ class Daemon:
         self.slos = SloEvaluator(self.slo_specs)
         self.dispatcher = build_dispatcher(settings)
         self._checkpoint_failing_since: float | None = None
+        # source offsets covered by the engine's state (the pipeline advances them under
+        # ``lock``; checkpointed with the state, sought to on assignment)
+        self.offsets: dict[str, int] = {}
+        self._faults: Counter[str] = Counter()  # handled faults, by event (count_fault)
+
+    def _new_engine(self) -> Engine:
+        ev = self.settings.evaluation
+        engine = build_engine(self.settings)
+        engine.event_clock = EventWatermark(ev.watermark_samples, ev.watermark_quantile)
+        return engine
 
     # -- published state (readers) ---------------------------------------------------
     def published(self) -> Published:
@@ -116,10 +140,14 @@ class Daemon:
                 + (f": {st.last_evaluation_error}" if st.last_evaluation_error else "")
             )
         elif pub.snapshot is not None:
-            age = time.time() - pub.snapshot.at_ms / 1000
+            # |age|: a snapshot stamped in the future is as wrong as an old one
+            age = (self.clock.now_ms() - pub.snapshot.at_ms) / 1000
             limit = 3 * self.settings.evaluation.interval + 5
-            if age > limit:
+            if abs(age) > limit:
                 reasons.append(f"snapshot is stale ({age:.0f}s old, limit {limit:.0f}s)")
+        sink = self._sink
+        if isinstance(sink, TopicDeadLetter) and sink.error is not None:
+            reasons.append(f"{sink.error} ({sink.spooled} record(s) spooled to disk)")
         return not reasons, reasons
 
     def status_json(self) -> dict[str, Any]:
@@ -201,51 +229,21 @@ class Daemon:
     def evaluate_now(self) -> Snapshot | None:
         ev = self.settings.evaluation
         try:
-            wall = wall_clock_ms()
+            wall = self.clock.now_ms()
             with self.lock:
-                now = wall if ev.clock == "wall" else max(self.engine.pred_watermark_ms, 0)
-                self.engine.retain(now)
-                view = self.engine.buckets.state()
-                wide = self.engine.wide.state()
-                tasks = self.engine.tasks.state()
-                groups = list(self.engine.groups)
-                ops = ops_state(self.engine)
-                unseen = {k: list(v) for k, v in self.engine.unseen_examples.items()}
-            plugin_errors: Counter[str] = Counter()
-            results, fairness = evaluate_all(
-                view,
-                groups,
-                self.engine.models,
-                self.engine.buckets.width_ms,
-                now,
-                ev.confidence,
-                self.engine.active_plugins,
-                plugin_errors,
-                wide,
-                tasks,
-            )
+                mark = self.engine.event_clock.advance()
+            now = wall if ev.clock == "wall" else max(mark, 0)
             st = self._published.status
             not_ready = (
                 []
                 if st.consuming
                 else ["monitor not ready: " + (st.source_error or "no partitions assigned")]
             )
-            with self.lock:
-                comparisons = self.engine.look_comparisons(results, wall, not_ready, ev.confidence)
-                self.engine.plugin_errors.update(plugin_errors)
-                if plugin_errors:
-                    ops = ops_state(self.engine)
-            drift = self.engine.drift.evaluate(
-                wide, groups, self.engine.buckets.width_ms, now, unseen=unseen, segment_counts=view
-            )
-            snap = Snapshot(
-                at_ms=wall,
-                results=results,
-                ops=ops,
-                comparisons=comparisons,
-                drift=drift,
-                fairness=fairness,
-            )
+            snap = self.engine.snapshot(
+                now, at_ms=wall, confidence=ev.confidence, lock=self.lock,
+                not_ready=not_ready, look_at_ms=wall, retain_at_ms=retention_now(now, mark),
+            )  # fmt: skip
+            ops = snap.ops
         except Exception as err:  # keep serving the last good snapshot
             log.exception("evaluation failed")
             self._set_status(last_evaluation_ok=False, last_evaluation_error=repr(err))
@@ -254,7 +252,7 @@ class Daemon:
         alerts = self._delivery_stats()
         with self._pub_lock:
             pub = self._published
-            history = extend_history(pub.comparison_history, comparisons)
+            history = extend_history(pub.comparison_history, snap.comparisons)
             self._published = replace(
                 pub, snapshot=snap, ops=ops, slos=slos, alerts=alerts, comparison_history=history
             )
@@ -366,21 +364,36 @@ class Daemon:
         alerts = self._delivery_stats()
         with self._pub_lock:
             self._published = replace(self._published, ops=ops, alerts=alerts)
+        self._publish_faults()
 
     # -- state -----------------------------------------------------------------------
+    def source_identity(self) -> dict[str, Any]:
+        """What the checkpointed offsets are offsets *of*: restoring them under another
+        group or other topics would apply positions of one log to another."""
+        k = self.settings.kafka
+        return {"group_id": k.group_id, "topics": sorted({k.predictions_topic, k.labels_topic})}
+
     def restore(self) -> None:
+        def apply(loaded: LoadedCheckpoint) -> None:
+            try:
+                with self.lock:
+                    self.engine.load(loaded.meta, loaded.arrays)
+                    self.offsets.clear()
+                    self.offsets.update(load_offsets(loaded.meta))
+            except (StateMismatch, KeyError, ValueError, TypeError, AttributeError) as err:
+                self.engine = self._new_engine()  # a half-applied load is discarded
+                self.offsets.clear()
+                raise CheckpointError(f"cannot be restored: {err}") from None
+
         try:
-            loaded = self.store.load()
+            loaded = self.store.load(apply)
         except CheckpointError as err:
             raise StartupError(str(err)) from None
         if loaded is None:
             log.info("no checkpoint in %s: starting fresh", self.store.directory)
             return
-        try:
-            with self.lock:
-                self.engine.load(loaded.meta, loaded.arrays)
-        except (StateMismatch, KeyError, ValueError, TypeError) as err:
-            raise StartupError(f"checkpoint {loaded.path} cannot be restored: {err}") from None
+        if not self._identity_matches(loaded):
+            return
         self._set_status(last_checkpoint_at=loaded.written_at)
         restored = self.slos.load(loaded.meta.get("slo"))
         if restored:
@@ -390,8 +403,63 @@ class Daemon:
             loaded.path,
             self.engine.pending,
             len(self.engine.buckets),
-            self.engine.offsets,
+            self.offsets,
         )
+
+    def _identity_matches(self, loaded: LoadedCheckpoint) -> bool:
+        """Refuse (exit) or reset (start fresh, files moved aside) a checkpoint written
+        for another group or other topics (state.on_identity_mismatch)."""
+        want = self.source_identity()
+        have = loaded.meta.get("source")
+        if have is None:  # written before checkpoints carried their identity
+            topics = sorted({key.rpartition(":")[0] for key in load_offsets(loaded.meta)})
+            if not topics or set(topics) <= set(want["topics"]):
+                return True
+            have = {"group_id": None, "topics": topics}
+        if have == want or (have.get("group_id") is None and have["topics"] == want["topics"]):
+            return True
+        msg = (
+            f"checkpoint {loaded.path} was written for group {have.get('group_id')!r} "
+            f"topics {have.get('topics')}, but this configuration reads group "
+            f"{want['group_id']!r} topics {want['topics']}"
+        )
+        if self.settings.state.on_identity_mismatch == "refuse":
+            raise StartupError(
+                f"{msg}. Point state.dir at this deployment's own directory, or set "
+                'state.on_identity_mismatch = "reset" to start fresh'
+            )
+        aside = self.store.move_aside("identity-mismatch")
+        log.error("%s: starting fresh (old checkpoint moved to %s)", msg, aside)
+        self.engine = self._new_engine()
+        self.offsets.clear()
+        self.count_fault("checkpoint_identity_reset")
+        return False
+
+    def count_fault(self, event: str, n: int = 1) -> None:
+        """Count a handled fault (mlmon_fault_events_total{event})."""
+        with self._pub_lock:
+            self._faults[event] += n
+        self._publish_faults()
+
+    def _publish_faults(self) -> None:
+        sink = self._sink
+        with self._pub_lock:
+            faults = Counter(self._faults)
+            faults["wall_clock_jump_refused"] += self.clock.jumps
+            faults["wall_clock_jump_adopted"] += self.clock.adopted
+            spooled = 0
+            if isinstance(sink, TopicDeadLetter):
+                faults["dead_letter_spooled"] += sink.spooled_total
+                spooled = sink.spooled
+            pub = self._published
+            self._published = replace(
+                pub,
+                status=replace(
+                    pub.status,
+                    fault_events=tuple(sorted(faults.items())),
+                    dead_letter_spooled=spooled,
+                ),
+            )
 
     def checkpoint(self, sink: DeadLetterSink | None, source: KafkaSource | None) -> bool:
         try:
@@ -399,6 +467,8 @@ class Daemon:
                 sink.flush()
             with self.lock:
                 meta, arrays = self.engine.state()
+                meta["offsets"] = dict(self.offsets)
+            meta["source"] = self.source_identity()
             meta["slo"] = self.slos.state()  # firing alerts keep their start over restarts
             self.store.write(meta, arrays)
         except Exception as err:  # disk full, read-only, DLQ down: keep monitoring
@@ -463,23 +533,30 @@ class Daemon:
         """Run until ``request_stop``; returns the process exit code."""
         s = self.settings
         log.debug("configuration: %s", redacted(s))
+        try:
+            self.state_lock.acquire()
+        except StateDirBusy as err:
+            raise StartupError(str(err)) from None
+        try:
+            return self._run_locked()
+        finally:
+            self.state_lock.release()
+
+    def _run_locked(self) -> int:
+        s = self.settings
         self.restore()
         if self.dispatcher is not None:
             self.dispatcher.start()
-        sink = self._make_sink()
-        pipeline = build_pipeline(s, self.engine, sink, lock=self.lock)
+        sink = self._sink = self._make_sink()
+        pipeline = build_pipeline(
+            s, self.engine, sink, clock_ms=self.clock.now_ms, lock=self.lock, offsets=self.offsets
+        )
         if self.http is None:
             self.start_http()
-        scheduler = BackgroundScheduler(timezone="UTC")
-        scheduler.add_job(
-            self.evaluate_now,
-            "interval",
-            seconds=s.evaluation.interval,
-            max_instances=1,
-            coalesce=True,
-        )
-        scheduler.start()
-        self.evaluate_now()
+        evaluator = threading.Thread(target=self._evaluate_every, name="evaluation", daemon=True)
+        evaluator.start()
+        group_check = threading.Thread(target=self._check_group, name="group-check", daemon=True)
+        group_check.start()
         source: KafkaSource | None = None
         crashed = False
         try:
@@ -498,7 +575,8 @@ class Daemon:
                     source.close()
                 except Exception as err:
                     log.warning("closing the consumer: %s", err)
-            scheduler.shutdown(wait=False)
+            self._stop.set()
+            evaluator.join(timeout=max(1.0, s.state.shutdown_grace / 4))
             self.evaluate_now()
             if self.dispatcher is not None:  # deliver what is queued, within a bounded wait
                 self.dispatcher.stop(timeout=min(5.0, s.state.shutdown_grace / 4))
@@ -508,17 +586,64 @@ class Daemon:
             self.stopped.set()
         return 0
 
+    def _evaluate_every(self) -> None:
+        """Evaluate now, then every ``evaluation.interval`` of monotonic time (Event.wait
+        is monotonic): a wall-clock jump neither stalls nor bunches evaluations. A pass
+        that overruns the interval is followed at once by the next, never by a backlog."""
+        interval = self.settings.evaluation.interval
+        due = time.monotonic()
+        while not self._stop.is_set():
+            self.evaluate_now()
+            due = max(due + interval, time.monotonic())
+            self._stop.wait(max(0.0, due - time.monotonic()))
+
+    def _check_group(self) -> None:
+        """Poll the consumer group's size every state.group_check_interval; warn when a
+        single-instance deployment shares its group (another daemon takes partitions)."""
+        st = self.settings.state
+        members = GroupMembers(self.settings.kafka)
+        last: int | None = None
+        try:
+            while not self._stop.wait(0 if last is None else st.group_check_interval):
+                try:
+                    n = members.count()
+                except Exception as err:
+                    log.debug("consumer group size unavailable: %s", err)
+                    members.close()
+                    last = last if last is not None else -1
+                    continue
+                if n != last:
+                    log.info("consumer group %s has %d member(s)", members.group_id, n)
+                    if st.single_instance and n > 1:
+                        log.warning(
+                            "consumer group %s has %d members but this deployment is a single "
+                            "instance (state.single_instance): another consumer is taking "
+                            "partitions, so each exports only part of the data",
+                            members.group_id,
+                            n,
+                        )
+                    self._set_status(group_members=n)
+                last = n
+        finally:
+            members.close()
+
     def _make_sink(self) -> DeadLetterSink:
         k = self.settings.kafka
+        st = self.settings.state
         if k.dead_letter_topic:
-            return KafkaDeadLetter(make_producer(k), k.dead_letter_topic)
-        return FileDeadLetter(self.settings.state.dir / "dead-letter.jsonl")
+            return TopicDeadLetter(
+                lambda: make_producer(k),
+                k.dead_letter_topic,
+                st.dir / "dead-letter.spool.jsonl",
+                st.dead_letter_spill_max_bytes,
+            )
+        return FileDeadLetter(st.dir / "dead-letter.jsonl")
 
     def _connect(self) -> KafkaSource | None:
         backoff = 0.5
         while not self._stop.is_set():
             try:
-                return KafkaSource(self.settings.kafka, lambda: dict(self.engine.offsets))
+                return open_source(self.settings.kafka, lambda: dict(self.offsets), self._on_resume)
             except Exception as err:
                 msg = f"cannot reach Kafka at {self.settings.kafka.bootstrap_servers}: {err}"
                 log.warning("%s; retrying in %.1fs", msg, backoff)
@@ -527,9 +652,40 @@ class Daemon:
                 backoff = min(backoff * 2, 30.0)
         return None
 
+    def _on_resume(self, topic: str, partition: int, was: int, resume: Resume) -> None:
+        """A position outside the partition's log (state/positions.py): the engine's
+        offset follows the reset, so the next checkpoint records where reading resumed."""
+        key = offset_key(topic, partition)
+        with self.lock:
+            self.offsets[key] = resume.offset
+        if resume.reason == "offset_beyond_end":
+            log.error(
+                "%s[%d]: position %d is past the end of the log (topic recreated or "
+                "truncated?): reading from %d (kafka.auto_offset_reset=%s)",
+                topic,
+                partition,
+                was,
+                resume.offset,
+                self.settings.kafka.auto_offset_reset,
+            )
+        else:
+            log.error(
+                "%s[%d]: records %d..%d were deleted before they were read: %d record(s) "
+                "lost, reading from %d",
+                topic,
+                partition,
+                was,
+                resume.offset - 1,
+                resume.skipped,
+                resume.offset,
+            )
+        self.count_fault(str(resume.reason))
+        if resume.skipped:
+            self.count_fault("offset_records_skipped", resume.skipped)
+
     def _update_source_health(self, source: KafkaSource) -> None:
-        """Ready needs assigned partitions *and* a live broker connection: kafka-python
-        keeps its assignment through a broker outage, so the assignment alone would lie."""
+        """Ready needs assigned partitions *and* a live broker connection: both clients
+        keep their assignment through a broker outage, so the assignment alone would lie."""
         assigned = len(source.assignment())
         connected = source.connected()
         error = None
@@ -557,6 +713,11 @@ class Daemon:
         last_ckpt = last_lag = last_ops = last_health = time.monotonic()
         self._update_source_health(source)
         while not self._stop.is_set():
+            if isinstance(sink, TopicDeadLetter) and sink.backlogged():
+                # the spool is full: read nothing more that could not be kept
+                self._set_status(consuming=False, source_error="paused: dead-letter spool is full")
+                self._stop.wait(1.0)
+                continue
             try:
                 polled = source.poll(s.kafka.poll_timeout_ms)
             except Exception as err:
@@ -565,9 +726,9 @@ class Daemon:
                 self._stop.wait(1.0)
                 continue
             for kind in ("predictions", "labels"):
-                records, next_offsets = polled[kind]
-                if records:
-                    pipeline.process(kind, records, next_offsets)
+                batch = polled.get(kind)
+                if batch is not None:
+                    pipeline.process_batch(kind, batch)
             now = time.monotonic()
             if now - last_health >= _HEALTH_EVERY_S:
                 self._update_source_health(source)

@@ -238,7 +238,7 @@ def _run(path: Path) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from .replay import replay
+    from .replay import ReplayError, replay
 
     settings = _load(args.config)
     for p in (args.predictions, args.labels):
@@ -250,7 +250,11 @@ def _replay(args: argparse.Namespace) -> int:
         if problem:
             print(f"monitor replay: cannot write {flag} {out}: {problem}", file=sys.stderr)
             return EXIT_USAGE
-    report = replay(settings, args.predictions, args.labels, dead_letter=args.dead_letter)
+    try:
+        report = replay(settings, args.predictions, args.labels, dead_letter=args.dead_letter)
+    except ReplayError as err:
+        print(f"monitor replay: {err}", file=sys.stderr)
+        return EXIT_FAILURE
     data = orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
     if args.report:
         args.report.write_bytes(data + b"\n")
@@ -319,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return EXIT_USAGE
     # the demo's broker is local and throw-away: third-party warnings (kafka-python's slow
-    # poll, apscheduler's skipped run on a busy laptop) would only drown the story
+    # poll on a busy laptop) would only drown the story
     quiet = args.command == "demo"
     kafka_level = getattr(args, "kafka_log_level", None)
     configure_logging(level, "json" if fmt == "json" else "text", kafka_level, quiet)

@@ -72,6 +72,9 @@ class _Section(BaseModel):
 
 
 class KafkaSettings(_Section):
+    # which client library consumes (docs/kafka.md): the pure-Python kafka-python, or
+    # confluent-kafka (librdkafka, `pip install 'model-monitor[fast]'`), ~3× faster
+    client: Literal["kafka-python", "confluent"] = "kafka-python"
     bootstrap_servers: str = "127.0.0.1:9092"
     predictions_topic: str = "predictions"
     labels_topic: str = "labels"
@@ -82,6 +85,8 @@ class KafkaSettings(_Section):
     max_poll_records: int = Field(20_000, ge=1, le=200_000)
     max_partition_fetch_bytes: int = Field(8 * 1024 * 1024, ge=1024)
     fetch_max_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+    # how long the broker may hold a fetch waiting for data: short keeps the pipeline fed
+    fetch_max_wait_ms: int = Field(10, ge=0, le=30_000)
     poll_timeout_ms: int = Field(500, ge=1, le=60_000)
     max_poll_interval_ms: int = Field(300_000, ge=1000)
     session_timeout_ms: int = Field(10_000, ge=1000)
@@ -170,6 +175,15 @@ class StateSettings(_Section):
     dir: Path = Path("./state")
     checkpoint_interval: PositiveSeconds = 30.0
     shutdown_grace: PositiveSeconds = 20.0
+    # a checkpoint written for other topics or another group: refuse to start, or start
+    # fresh (the old files are moved aside) -- docs/operations.md "Failure modes"
+    on_identity_mismatch: Literal["refuse", "reset"] = "refuse"
+    # rejected records held on disk while the dead-letter topic is unreachable; above
+    # this the consumer pauses (offsets stay behind) until the topic is back
+    dead_letter_spill_max_bytes: int = Field(1 << 30, ge=1 << 20)
+    # this deployment is one instance: warn when the consumer group has other members
+    single_instance: bool = True
+    group_check_interval: PositiveSeconds = 60.0
 
 
 class LabelFields(_Section):
@@ -193,6 +207,14 @@ class EvaluationSettings(_Section):
     clock: Literal["wall", "event"] = "wall"
     max_future_skew: Seconds = 300.0
     max_record_bytes: int = Field(1_048_576, ge=256)
+    # wall-clock jumps beyond this (vs the monotonic clock) are ignored until they have
+    # held for clock_jump_accept_after (engine/clock.py SteadyClock)
+    max_clock_jump: PositiveSeconds = 30.0
+    clock_jump_accept_after: PositiveSeconds = 600.0
+    # the event-time watermark: this quantile of the last watermark_samples prediction
+    # times, never decreasing (engine/clock.py EventWatermark)
+    watermark_samples: int = Field(1000, ge=1, le=1_000_000)
+    watermark_quantile: float = Field(0.99, gt=0.0, le=1.0)
 
     @field_validator("bucket_width")
     @classmethod
@@ -341,6 +363,7 @@ class DriftSettings(_Section):
     # from the first `bootstrap` predictions
     reference_window: str | None = Field(None, pattern=r"^(first|previous):\S+$")
     bootstrap: int = Field(10_000, ge=100, le=1_000_000)
+    max_features: int = Field(100, ge=1, le=10_000)  # live reference: feature names tracked
     features: tuple[str, ...] = ()  # tested features; default: all in the reference
     categorical: tuple[str, ...] = ()  # `monitor baseline`: treat these columns as categories
     windows: tuple[str, ...] = ()  # window names to test; default: all of the model's
@@ -373,6 +396,9 @@ class ModelSettings(_Section):
     metrics: tuple[str, ...] | None = None
     fbeta: tuple[Annotated[float, Field(gt=0)], ...] = (2.0, 0.5)
     score_bins: int = Field(2048, ge=16, le=8192)  # fine score bins: AUC resolution vs memory
+    slice_score_bins: int = Field(256, ge=16, le=2048)  # per-slice score bins (binary, slices)
+    max_versions: int = Field(20, ge=1, le=10_000)  # live versions; more are rejected
+    version_idle_ttl: PositiveSeconds = 7 * 86400.0  # idle versions retire after this
     calibration_bins: int = Field(10, ge=2, le=100)  # multiclass top-label ECE bins
     huber_delta: float = Field(1.0, gt=0)  # regression Huber loss
     quantiles: tuple[Annotated[float, Field(gt=0, lt=1)], ...] = (0.1, 0.5, 0.9)  # pinball
@@ -436,11 +462,15 @@ class ComparisonSettings(_Section):
     mode: Literal["split", "shadow"] = "split"
     alpha: float = Field(0.05, gt=0.0, lt=0.5)
     margin: float = Field(0.0, ge=0.0)
-    min_samples: int = Field(1000, ge=2)
+    min_samples: int = Field(1000, ge=2)  # burn-in per arm (losses other than error_rate)
+    min_events: float = Field(10.0, ge=0.0)  # error_rate burn-in: expected errors, small arm
     horizon: int = Field(10_000, ge=2)
     traffic_split: tuple[float, float] = (0.5, 0.5)
     srm_threshold: float = Field(0.001, gt=0.0, lt=0.5)
     stale_after: PositiveSeconds = 900.0
+    # auto: exact conditional test for split error_rate, plug-in normal mixture otherwise;
+    # exact: also an exact bounded-loss sequence for the other losses and shadow mode
+    sequence: Literal["auto", "exact"] = "auto"
 
     @model_validator(mode="after")
     def _check(self) -> ComparisonSettings:
@@ -480,7 +510,10 @@ class SloSettings(_Section):
     slice: str = Field("all", min_length=1)  # "all" or e.g. "country=US,device=ios"
     objective: float
     direction: Literal["above", "below"]
-    for_: Seconds = Field(0.0, alias="for")  # breach must last this long before firing
+    # breach must last this long before firing; default: interval SLOs window/10 (at
+    # most 15m), point SLOs 0
+    for_: Seconds | None = Field(None, alias="for")
+    false_page_budget: float | None = Field(None, gt=0.0, lt=1.0)  # default: [alerting]
     min_samples: int = Field(100, ge=1)  # fewer samples behind the metric: no breach
     severity: str = Field("page", pattern=r"^[A-Za-z0-9_-]+$")
     confidence: Literal["point", "interval"] = "interval"
@@ -515,6 +548,8 @@ class AlertingSettings(_Section):
     checkpoint_alerts: bool = True  # MonitorCheckpointFailing from the daemon itself
     drift_alerts: bool = False  # a drift detection raises ModelDriftDetected
     comparison_alerts: bool = False  # a rollback / invalid comparison decision raises one
+    # P(>= 1 false page per day) of an interval SLO whose metric sits on its objective
+    false_page_budget: float = Field(0.05, gt=0.0, lt=1.0)
 
     @field_validator("webhook_secret_file")
     @classmethod
@@ -633,6 +668,11 @@ class Settings(BaseSettings):
                 problems.append(
                     f"comparisons[{i}].loss: {comp.loss!r} does not apply to {task} model "
                     f"{comp.model!r}; choose from {list(TASK_LOSSES[task])}"
+                )
+            elif comp.sequence == "exact" and tasks[comp.model] == "regression":
+                problems.append(
+                    f"comparisons[{i}].sequence: 'exact' needs a bounded loss; regression "
+                    f"losses of {comp.model!r} are unbounded (use 'auto')"
                 )
         comp_names = [c.name for c in self.comparisons]
         for dupe in sorted({n for n in comp_names if comp_names.count(n) > 1}):

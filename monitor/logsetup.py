@@ -88,10 +88,9 @@ def configure_logging(
     root.addHandler(handler)
     root.setLevel(level)
     third_party = level if level == "DEBUG" else "ERROR" if quiet_third_party else "WARNING"
-    logging.getLogger("apscheduler").setLevel(third_party)
     if kafka_level is not None:
         logging.getLogger("kafka").setLevel(kafka_level)
     else:
         logging.getLogger("kafka").setLevel(third_party)
-        for name in ("kafka.conn", "kafka.protocol", "kafka.client_async"):
+        for name in ("kafka.conn", "kafka.protocol", "kafka.client_async", "kafka.admin.client"):
             logging.getLogger(name).setLevel(max(logging.INFO, logging.getLevelName(level)))

@@ -9,23 +9,25 @@ from __future__ import annotations
 
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
 from .config import Settings, redacted
-from .engine.evaluate import evaluate_all, ops_state
+from .engine.core import Engine
 from .engine.models import WindowSpec
-from .engine.snapshot import Snapshot
 from .export.published import History, extend_history
 from .export.report import history_json, iso, layout_json, ops_json, snapshot_json
 from .ingest.deadletter import FileDeadLetter
 from .ingest.files import JsonlReader, interleave
 from .wiring import build_engine, build_pipeline, wall_clock_ms
 
-__all__ = ["replay"]
+__all__ = ["ReplayError", "replay"]
+
+
+class ReplayError(Exception):
+    """The input cannot give a report (no valid prediction, or only invalid labels)."""
 
 
 def replay(
@@ -36,7 +38,12 @@ def replay(
     progress: TextIO | None = sys.stderr,
     clock_ms: Callable[[], int] = wall_clock_ms,
 ) -> dict[str, Any]:
-    """Run the pipeline over the two files and return the report (plain JSON data)."""
+    """Run the pipeline over the two files and return the report (plain JSON data).
+
+    Files may be gzip-compressed. ReplayError when the predictions file holds no valid
+    record, or the labels file holds records and none is valid: a report of nothing
+    would look like a clean bill of health. (An empty labels file is fine: drift needs
+    no labels.)"""
     engine = build_engine(settings)
     dl_path = dead_letter or Path(settings.state.dir) / "replay-dead-letter.jsonl"
     sink = FileDeadLetter(dl_path)
@@ -68,58 +75,27 @@ def replay(
         preds.close()
         labs.close()
         sink.close()
+    _check_read(engine, {"predictions": (predictions, preds), "labels": (labels, labs)})
     if progress is not None and total > 0:
         progress.write(
             f"{cr}replay: 100.0% of {total / 1e6:.1f} MB in {time.monotonic() - started:.1f}s\n"
         )
     width = engine.buckets.width_ms
     now_ms = max(engine.pred_watermark_ms, 0)
-    engine.freeze_live_references()
-    view = engine.buckets.view()
-    wide = engine.wide.view()
     models = engine.models
     if len(engine.buckets):
-        first = int(view["bucket"].min())
+        first = int(engine.buckets.bucket.min())
         span = (now_ms // width - first + 1) * width
         models = tuple(
             replace(m, windows=(*m.windows, WindowSpec("all", span, 0))) for m in engine.models
         )
-    confidence = settings.evaluation.confidence
-    plugin_errors: Counter[str] = Counter()
-    results, fairness = evaluate_all(
-        view,
-        engine.groups,
-        models,
-        width,
-        now_ms,
-        confidence,
-        engine.active_plugins,
-        plugin_errors,
-        wide,
-        engine.tasks.state(),
-    )
-    engine.plugin_errors.update(plugin_errors)
     # The final look adds the fixed-horizon window view; the sequential state has
-    # already looked after every batch, as the daemon would have.
-    comparisons = engine.look_comparisons(results, now_ms, (), confidence)
-    history = extend_history(history, comparisons)
-    drift = engine.drift.evaluate(
-        wide,
-        engine.groups,
-        width,
-        now_ms,
-        models,
-        unseen=engine.unseen_examples,
-        segment_counts=view,
+    # already looked after every batch, as the daemon would have. Nothing is retired:
+    # the report's window "all" spans every bucket.
+    snap = engine.snapshot(
+        now_ms, confidence=settings.evaluation.confidence, models=models, retain=False
     )
-    snap = Snapshot(
-        at_ms=now_ms,
-        results=results,
-        ops=ops_state(engine),
-        comparisons=comparisons,
-        drift=drift,
-        fairness=fairness,
-    )
+    history = extend_history(history, snap.comparisons)
     topics = {"predictions": str(predictions), "labels": str(labels)}
     report = {
         "tool": "model-monitor replay",
@@ -133,3 +109,19 @@ def replay(
         "comparison_history": history_json(history),
     }
     return report
+
+
+def _check_read(engine: Engine, inputs: dict[str, tuple[Path, JsonlReader]]) -> None:
+    for kind, (path, reader) in inputs.items():
+        valid = engine.records[kind, "accepted"] + engine.records[kind, "duplicate"]
+        if valid or (kind == "labels" and reader.lines == 0):
+            continue
+        if reader.lines == 0:
+            raise ReplayError(f"{path}: no {kind} in it (empty file)")
+        reasons = ", ".join(
+            f"{reason} {n}" for (k, reason), n in sorted(engine.invalid.items()) if k == kind
+        )
+        raise ReplayError(
+            f"{path}: none of its {reader.lines} {kind} is valid ({reasons}); "
+            "rejected records are in the dead-letter file"
+        )

@@ -43,6 +43,9 @@ def model_spec(m: ModelSettings) -> ModelSpec:
         metrics=tuple(m.metric_names),
         fbeta=tuple(m.fbeta),
         score_bins=m.score_bins,
+        slice_score_bins=m.slice_score_bins,
+        max_versions=m.max_versions,
+        version_idle_ttl_ms=_ms(m.version_idle_ttl),
         calibration_bins=m.calibration_bins,
         huber_delta=m.huber_delta,
         quantiles=tuple(m.quantiles),
@@ -80,10 +83,12 @@ def comparison_specs(settings: Settings) -> tuple[ComparisonSpec, ...]:
             alpha=c.alpha,
             margin=c.margin,
             min_samples=c.min_samples,
+            min_events=c.min_events,
             horizon=c.horizon,
             traffic_split=tuple(c.traffic_split),
             srm_threshold=c.srm_threshold,
             stale_after_ms=_ms(c.stale_after),
+            sequence=c.sequence,
         )
         for c in settings.comparisons
     )
@@ -118,6 +123,7 @@ def drift_specs(settings: Settings) -> tuple[DriftSpec, ...]:
                     live=mode,
                     live_span_ms=_ms(parse_duration(span)),
                     bootstrap=d.bootstrap,
+                    max_features=d.max_features,
                     **common,
                 )
             )
@@ -177,6 +183,7 @@ def build_pipeline(
     dead_letter: DeadLetterSink,
     clock_ms: Callable[[], int] = wall_clock_ms,
     lock: threading.RLock | None = None,
+    offsets: dict[str, int] | None = None,
 ) -> IngestPipeline:
     ev = settings.evaluation
     limits = DecodeLimits(ev.max_record_bytes, _ms(ev.max_future_skew))
@@ -195,9 +202,10 @@ def build_pipeline(
 
     return IngestPipeline(
         engine,
-        PredictionDecoder(specs, limits),
+        PredictionDecoder(specs, limits, engine.drift.numeric_features()),
         LabelDecoder(limits, lf.id, lf.ts, lf.label, known_label=known_label),
         dead_letter,
         clock_ms,
         lock,
+        offsets,
     )

@@ -50,6 +50,21 @@ def broker(tmp_path: pathlib.Path) -> Iterator[LocalBroker]:
         local.stop()
 
 
+KAFKA_CLIENTS = ("kafka-python", "confluent")
+
+
+@pytest.fixture(params=KAFKA_CLIENTS)
+def kafka_client(request: pytest.FixtureRequest) -> str:
+    """Each Kafka client library the daemon supports (``kafka.client``), in turn: the tests
+    that take this run once per client and must give identical results."""
+    if request.param == "confluent":
+        try:
+            import confluent_kafka  # noqa: F401
+        except ImportError:
+            _missing("confluent-kafka not installed; install with: pip install -e '.[test]'")
+    return str(request.param)
+
+
 @pytest.fixture
 def promtool() -> str:
     """Path of ``promtool`` (Debian package ``prometheus``)."""

@@ -129,20 +129,29 @@ def _value_template(metric: str, extra: str = "") -> str:
 
 
 def _gauge_rules(spec: SloSpec, options: RuleOptions) -> list[dict[str, Any]]:
-    if spec.confidence == "point":
-        source = f"mlmon_{spec.metric}"
-    else:
-        source = f"mlmon_{spec.metric}_ci_{'upper' if spec.direction == 'above' else 'lower'}"
     labels = _slo_labels(spec)
+    point = _selector(f"mlmon_{spec.metric}", labels)
+    if spec.confidence == "point":
+        source = point
+    else:
+        side = "upper" if spec.direction == "above" else "lower"
+        source = _selector(f"mlmon_{spec.metric}_ci_{side}", labels)
+        if spec.interval_scale != 1.0:
+            # the paging bound of slo.SloSpec.paging_bound: value + scale·(bound - value)
+            source = f"({point} + {spec.interval_scale:.6g} * ({source} - {point}))"
     samples = _selector("mlmon_metric_samples", {**labels, "metric": spec.metric})
-    sli = f"{_selector(source, labels)}\n  and ignoring (metric)\n{samples} >= {spec.min_samples}"
+    sli = f"{source}\n  and ignoring (metric)\n{samples} >= {spec.min_samples}"
     op = "<" if spec.direction == "above" else ">"
     side = "≥" if spec.direction == "above" else "≤"
-    rule = (
-        "the whole confidence interval is past the objective"
-        if spec.confidence == "interval"
-        else "the point estimate is past the objective"
-    )
+    if spec.confidence == "point":
+        rule = "the point estimate is past the objective"
+    elif spec.interval_scale != 1.0:
+        rule = (
+            f"the whole confidence interval, widened {spec.interval_scale:.3g}x for a "
+            f"false-page budget of {spec.false_page_budget:g} per day, is past the objective"
+        )
+    else:
+        rule = "the whole confidence interval is past the objective"
     m = spec.metric
     summary = (
         "{{ $labels.model }} {{ $labels.version }}: "

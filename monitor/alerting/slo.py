@@ -56,6 +56,7 @@ __all__ = [
     "SloState",
     "SloStatus",
     "observe",
+    "scaled_bound",
     "step",
 ]
 
@@ -65,6 +66,11 @@ SloState = Literal["inactive", "pending", "firing", "resolved"]
 STATES: tuple[SloState, ...] = ("inactive", "pending", "firing", "resolved")
 _ACTIVE = ("pending", "firing")
 _STATE_FORMAT = 1
+
+
+def scaled_bound(value: Any, bound: Any, scale: float) -> Any:
+    """The exported bound moved ``scale`` times as far from the estimate (numpy-friendly)."""
+    return value + scale * (bound - value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +91,8 @@ class SloSpec:
     confidence: Confidence = "interval"
     runbook_url: str | None = None
     dashboard_url: str | None = None
+    interval_scale: float = 1.0  # from the false-page budget (monitor.alerting.slo_budget)
+    false_page_budget: float | None = None  # P(≥ 1 false page per day) it was derived for
 
     def past(self, x: float) -> bool:
         """Is ``x`` on the wrong side of the objective? (Equal to it is fine.)"""
@@ -95,8 +103,13 @@ class SloSpec:
         if self.confidence == "point":
             return not math.isnan(value) and self.past(value)
         # the bound nearest the objective's good side must itself be past the objective
-        bound = upper if self.direction == "above" else lower
+        bound = self.paging_bound(value, lower, upper)
         return not math.isnan(bound) and self.past(bound)
+
+    def paging_bound(self, value: float, lower: float, upper: float) -> float:
+        """The bound on the objective's good side, widened for the false-page budget."""
+        bound = upper if self.direction == "above" else lower
+        return float(scaled_bound(value, bound, self.interval_scale))
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +182,9 @@ def observe(spec: SloSpec, result: WindowResult | None) -> Observation:
         )
     side = "below" if spec.direction == "above" else "above"
     text = f"{spec.metric} {value:.4g} [{lower:.4g}, {upper:.4g}] (n={n})"
+    if spec.confidence == "interval" and spec.interval_scale != 1.0:
+        paging = spec.paging_bound(value, lower, upper)
+        text = f"{text}, paging bound {paging:.4g}"
     if spec.breached(value, lower, upper):
         what = "interval entirely" if spec.confidence == "interval" else "point estimate"
         return Observation(

@@ -16,13 +16,18 @@ earlier is reported as ``continue`` with the reason until the data are trustwort
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ..experiments.bounded import BoundedComparison, PairedBoundedComparison, loss_bound
+from ..experiments.conditional import (
+    ErrorRateComparison,
+    expected_events_small_arm,
+    prior_concentration,
+)
 from ..experiments.fixed_horizon import proportion_difference
-from ..experiments.mcnemar import McNemarResult, mcnemar_exact
+from ..experiments.mcnemar import mcnemar_exact
 from ..experiments.moments import LossMoments
 from ..experiments.sequential import (
     ComparisonState,
@@ -32,55 +37,17 @@ from ..experiments.sequential import (
 )
 from ..experiments.srm import SRMResult, sample_ratio_mismatch
 from .models import ComparisonSpec, ModelSpec
-from .snapshot import WindowResult
+from .snapshot import ComparisonResult, WindowDifference, WindowResult
 
 __all__ = ["ComparisonResult", "ComparisonTracker", "WindowDifference"]
 
-Decider = SequentialComparison | PairedSequentialComparison
-
-
-@dataclass(frozen=True, slots=True)
-class WindowDifference:
-    """Fixed-horizon error-rate difference in one window (dashboards only)."""
-
-    window: str
-    error_control: float
-    error_treatment: float
-    difference: float
-    lower: float
-    upper: float
-    p_value: float
-    n_control: int
-    n_treatment: int
-    method: str
-
-
-@dataclass(frozen=True, slots=True)
-class ComparisonResult:
-    name: str
-    model: str
-    control: str
-    treatment: str
-    loss: str
-    mode: str
-    decision: str
-    superior: bool
-    reason: str
-    p_value: float
-    cs_lower: float
-    cs_upper: float
-    effect: float
-    n_control: int
-    n_treatment: int
-    predictions_control: int
-    predictions_treatment: int
-    since_ms: int | None
-    at_ms: int
-    alpha: float
-    margin: float
-    srm: SRMResult | None = None
-    mcnemar: McNemarResult | None = None
-    windows: tuple[WindowDifference, ...] = ()
+Decider = (
+    SequentialComparison
+    | PairedSequentialComparison
+    | ErrorRateComparison
+    | BoundedComparison
+    | PairedBoundedComparison
+)
 
 
 class ComparisonTracker:
@@ -105,7 +72,7 @@ class ComparisonTracker:
             spec = names.get(name)
             if spec is None:
                 continue  # comparison removed from the config
-            cls = PairedSequentialComparison if spec.mode == "shadow" else SequentialComparison
+            cls = _decider_class(spec)
             try:
                 decider = cls.from_state(st)
             except (ValueError, KeyError):
@@ -189,9 +156,14 @@ class ComparisonTracker:
                 notes.append(f"stale: no new labeled samples for {idle / 1000:.0f}s")
         if state is None:
             decision, superior, since = "continue", False, None
+            need = (
+                f"min_events {spec.min_events:g} expected errors in the smaller arm"
+                if _decider_class(spec) is ErrorRateComparison
+                else f"min_samples {spec.min_samples} per arm"
+            )
             reason = (
                 f"too few samples: control {spec.control} n={n_a}, treatment {spec.treatment} "
-                f"n={n_b} (min_samples {spec.min_samples} per arm)"
+                f"n={n_b} ({need})"
             )
             p_value, lo, hi = 1.0, float("-inf"), float("inf")
             effect = stats_b.mean() - stats_a.mean() if n_a and n_b else float("nan")
@@ -246,6 +218,23 @@ class ComparisonTracker:
         """Feed the decider; None while burn-in has not produced one yet."""
         decider = self.deciders.get(spec.name)
         mismatch = bool(srm is not None and srm.mismatch)
+        kind = _decider_class(spec)
+        if kind is BoundedComparison or kind is PairedBoundedComparison:
+            if decider is None:
+                n = diffs.n if diffs is not None else min(a.n, b.n)
+                if n < spec.min_samples and not mismatch:
+                    return None
+                bound = loss_bound(self.models[spec.model_index].task, spec.loss)
+                assert bound is not None  # config rejects exact sequences of unbounded losses
+                decider = kind(
+                    alpha=spec.alpha, bound=bound, margin=spec.margin, min_samples=spec.min_samples
+                )
+                self.deciders[spec.name] = decider
+            if isinstance(decider, PairedBoundedComparison):
+                assert diffs is not None
+                return decider.update(diffs, now_ms)
+            assert isinstance(decider, BoundedComparison)
+            return decider.update(a, b, now_ms, srm_mismatch=mismatch)
         if diffs is not None:
             if decider is None:
                 if diffs.n < spec.min_samples:
@@ -260,6 +249,23 @@ class ComparisonTracker:
                 self.deciders[spec.name] = decider
             assert isinstance(decider, PairedSequentialComparison)
             return decider.update(diffs, now_ms)
+        if _decider_class(spec) is ErrorRateComparison:
+            # 0/1 losses: Σx is the error count
+            n_a, k_a, n_b, k_b = a.n, round(a.total), b.n, round(b.total)
+            if decider is None:
+                events = expected_events_small_arm(n_a, k_a, n_b, k_b)
+                if events < spec.min_events and not mismatch:
+                    return None
+                decider = ErrorRateComparison(
+                    alpha=spec.alpha,
+                    share=spec.traffic_split[1] / sum(spec.traffic_split),
+                    concentration=_concentration(spec, n_a, k_a, n_b, k_b),
+                    margin=spec.margin,
+                    min_events=spec.min_events,
+                )
+                self.deciders[spec.name] = decider
+            assert isinstance(decider, ErrorRateComparison)
+            return decider.update(n_a, k_a, n_b, k_b, now_ms, srm_mismatch=mismatch)
         if decider is None:
             if min(a.n, b.n) < spec.min_samples and not mismatch:
                 return None
@@ -275,6 +281,27 @@ class ComparisonTracker:
             self.deciders[spec.name] = decider
         assert isinstance(decider, SequentialComparison)
         return decider.update(a, b, now_ms, srm_mismatch=mismatch)
+
+
+def _decider_class(spec: ComparisonSpec) -> type[Decider]:
+    exact = spec.sequence == "exact"
+    if spec.mode == "shadow":
+        return PairedBoundedComparison if exact else PairedSequentialComparison
+    if spec.loss == "error_rate":
+        return ErrorRateComparison
+    return BoundedComparison if exact else SequentialComparison
+
+
+def _concentration(spec: ComparisonSpec, n_a: int, k_a: int, n_b: int, k_b: int) -> float:
+    """Prior concentration for ``horizon`` rows in the smaller arm at the pooled error rate.
+
+    The pooled count carries no information on which arm the errors fall in, so tuning on
+    it keeps the conditional test exact.
+    """
+    total = n_a + n_b
+    rate = (k_a + k_b) / total if total and k_a + k_b else 0.01
+    expected = rate * spec.horizon * sum(spec.traffic_split) / min(spec.traffic_split)
+    return prior_concentration(expected, spec.alpha)
 
 
 def _tau2(v: float, alpha: float) -> float:

@@ -1,7 +1,8 @@
 """The engine: joins predictions with labels and accumulates event-time statistics.
 
 One writer owns all mutable state (STYLE rule 2): the join buffer, the buckets, the
-counters, the watermarks and the source offsets that say how far the state reaches.
+counters and the watermarks. The source offsets the state covers belong to the source
+side (``monitor.ingest.pipeline``), which writes them into the same checkpoint.
 Callers serialize access (the app holds one lock); every method here is synchronous,
 vectorized over a batch, and free of I/O and clocks — time comes in as arguments.
 
@@ -25,6 +26,8 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -35,17 +38,22 @@ from ..stats.multiclass import MulticlassLayout
 from ..stats.regression import RegressionLayout
 from ..stats.scores import ScoreLayout
 from .buckets import BucketStore
+from .clock import EventWatermark
 from .comparisons import ComparisonResult, ComparisonTracker
 from .drift import DriftTracker
+from .evaluate import evaluate_all
 from .models import ComparisonSpec, DriftSpec, ModelSpec
 from .records import ID_HASH, LabelBatch, PredictionBatch
 from .segments import SegmentFolder
-from .snapshot import WindowResult
+from .snapshot import DelayHistogram, OpsState, Snapshot, WindowResult
+from .state_checks import check_state
 from .table import KeyedTable
+from .view import StoreView
+from .windows import DAY_MS, HOUR_MS, Tiers
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["DELAY_BOUNDS_S", "LOSSES", "Engine", "JoinReject", "StateMismatch"]
+__all__ = ["DELAY_BOUNDS_S", "ENGINE_FORMAT", "LOSSES", "Engine", "JoinReject", "StateMismatch"]
 
 # Per-prediction losses kept as cumulative moments (n, sum, sum of squares) per group,
 # the sufficient statistics of version comparisons (monitor.experiments).
@@ -88,6 +96,11 @@ _NO_TS = np.iinfo(np.int64).min
 # value lives in the float column beside it, so targets never grow the label vocabulary
 NUMERIC = -2
 _TASKS = {"binary": 0, "multiclass": 1, "regression": 2}
+
+
+# Version of the engine's part of a checkpoint: 2 keeps per-model stores (format 1, one
+# store holding every model's matrices, is migrated on load).
+ENGINE_FORMAT = 2
 
 
 class StateMismatch(ValueError):
@@ -135,6 +148,12 @@ class Engine:
             for i, m in enumerate(self.models)
             if m.task == "binary"
         }
+        # coarser score histograms per (segment, bucket): score metrics for every slice
+        self.slice_score_layouts = {
+            i: layout
+            for i, m in enumerate(self.models)
+            if (layout := m.slice_score_layout) is not None
+        }
         self._task = np.array([_TASKS[m.task] for m in self.models], np.int8)
         self._all_binary = bool((self._task == 0).all())
         # multiclass and regression statistics per (group, bucket): slices get every metric
@@ -148,30 +167,34 @@ class Engine:
             for i, m in enumerate(self.models)
             if m.task == "regression"
         }
-        task_matrices: dict[str, int | tuple[int, type]] = {
-            f"mc{i}": (layout.width, np.float64) for i, layout in self.mc_layouts.items()
-        }
-        task_matrices.update(
-            {f"rg{i}": (layout.width, np.float64) for i, layout in self.rg_layouts.items()}
-        )
-        self.tasks = BucketStore(bucket_width_ms, task_matrices)
-        matrices: dict[str, int | tuple[int, type]] = dict(self.drift.matrices())
-        for i, layout in self.score_layouts.items():
-            matrices[f"scores{i}"] = (layout.width, np.float64)
         # metric plugins: one statistic matrix per plugin and model; errors isolate them
         self.plugins = tuple(plugins.plugins) if plugins is not None else ()
         self.plugin_errors: Counter[str] = Counter()
         for name, _ in plugins.errors if plugins is not None else ():
             self.plugin_errors[name] += 1
         self.failed_plugins: set[str] = set()
-        for plugin in self.plugins:
-            for i in self.score_layouts:  # plugins see binary outcomes
-                matrices[f"p_{plugin.name}_{i}"] = (plugin.width(), np.float64)
-        # Light per-(group, bucket) counts (groups include slice segments) and, separately,
-        # the wide per-(model, version, bucket) statistics — score histograms, drift cells,
-        # plugins — which would multiply memory by the number of slices if kept per segment.
+        # Light per-(group, bucket) counts of every model (groups include slice segments);
+        # per model, the wide per-(version, bucket) statistics — fine score histograms,
+        # drift cells, plugins — which would multiply memory by the number of slices if
+        # kept per segment, and the per-(group, bucket) task statistics. A model's rows
+        # hold only its own matrices, so memory grows linearly with the number of models.
         self.buckets = BucketStore(bucket_width_ms)
-        self.wide = BucketStore(bucket_width_ms, matrices)
+        self.wide = {
+            m: BucketStore(bucket_width_ms, self._wide_matrices(m)) for m in range(len(self.models))
+        }
+        self.sliced = {
+            m: BucketStore(bucket_width_ms, self._sliced_matrices(m))
+            for m in range(len(self.models))
+            if self._sliced_matrices(m)
+        }
+        # time tiers (docs/semantics.md): base buckets for every window shorter than a day
+        # (at least the last 2 h), hour rows back 8 days (at least a day more), day rows
+        # before that
+        windows = [w for m in self.models for w in m.windows]
+        self._fine_ms = max([2 * HOUR_MS] + [w.size_ms + w.delay_ms for w in windows
+                                             if w.size_ms < DAY_MS])  # fmt: skip
+        self._hour_ms = max(8 * DAY_MS, self._fine_ms + DAY_MS)
+        self.tiers = Tiers.for_width(bucket_width_ms)
         # multiclass probabilities (one column per class of the widest model) and regression
         # interval bounds / numeric labels exist only when such models are configured
         self._kmax = max([len(m.classes) for m in self.models if m.task == "multiclass"] + [0])
@@ -195,6 +218,12 @@ class Engine:
         # cumulative [labeled, errors] per (model, version) in _version_groups order: the
         # counters error-budget burn-rate alerts take rates of (monitor rules)
         self._mv_counts = np.zeros((0, 2), np.int64)
+        # version lifecycle: newest prediction time per (model, version) (same order), the
+        # versions retired for idleness, live versions per model and rejected predictions
+        self._mv_last = np.zeros(0, np.int64)
+        self._retired: set[tuple[int, str]] = set()
+        self._live_versions: Counter[int] = Counter()
+        self.versions_rejected: Counter[str] = Counter()
         self.folders = {i: SegmentFolder(m) for i, m in enumerate(self.models) if m.slices}
         # canonical label text -> code; per model: code -> 1 positive / 0 negative / -1
         self.label_codes: list[str] = []
@@ -215,9 +244,63 @@ class Engine:
         self.pending = 0
         self.pred_watermark_ms = _NO_TS
         self.label_watermark_ms = _NO_TS
-        self.offsets: dict[str, int] = {}
+        self.event_clock = EventWatermark()  # robust watermark, retention edge (clock.py)
         self._min_pred_ts = _NO_TS
         self._min_orphan_ts = _NO_TS
+
+    def _wide_matrices(self, m: int) -> dict[str, int | tuple[int, type]]:
+        out: dict[str, int | tuple[int, type]] = {}
+        d = self.drift.by_model.get(m)
+        if d is not None:
+            out[d.matrix] = d.width
+        if m in self.score_layouts:
+            out["scores"] = (self.score_layouts[m].width, np.float64)
+            for plugin in self.plugins:  # plugins see binary outcomes
+                out[f"p_{plugin.name}"] = (plugin.width(), np.float64)
+        return out
+
+    def _sliced_matrices(self, m: int) -> dict[str, int | tuple[int, type]]:
+        if m in self.slice_score_layouts:
+            return {"scores": (self.slice_score_layouts[m].width, np.float64)}
+        if m in self.mc_layouts:
+            return {"mc": (self.mc_layouts[m].width, np.float64)}
+        if m in self.rg_layouts:
+            return {"rg": (self.rg_layouts[m].width, np.float64)}
+        return {}
+
+    def _stores(self) -> list[BucketStore]:
+        return [self.buckets, *self.wide.values(), *self.sliced.values()]
+
+    def roll_up(self, now_ms: int) -> int:
+        """Move the tiers to ``now`` and merge rows older than their tier's start into
+        hour and day rows; returns rows merged away."""
+        self.tiers = self.tiers.advanced(now_ms, self._fine_ms, self._hour_ms)
+        return sum(st.roll_up(self.tiers) for st in self._stores())
+
+    def view(self, copy: bool = True) -> StoreView:
+        """The stores evaluation reads; ``copy=False`` shares the arrays (replay, tests:
+        valid until the next mutation)."""
+
+        def take(store: BucketStore) -> dict[str, np.ndarray]:
+            return store.state() if copy else store.view()
+
+        return StoreView(
+            width_ms=self.buckets.width_ms,
+            tiers=self.tiers,
+            groups=tuple(self.groups),
+            buckets=take(self.buckets),
+            wide={m: take(st) for m, st in self.wide.items() if len(st)},
+            sliced={m: take(st) for m, st in self.sliced.items() if len(st)},
+        )
+
+    def store_bytes(self) -> dict[str, int]:
+        """Allocated bytes per store kind (sizing, benchmarks)."""
+        return {
+            "buckets": self.buckets.nbytes(),
+            "wide": sum(st.nbytes() for st in self.wide.values()),
+            "sliced": sum(st.nbytes() for st in self.sliced.values()),
+            "join": self.preds.nbytes() + self.orphans.nbytes(),
+        }
 
     # -- interning -------------------------------------------------------------------
     def _group_codes(
@@ -255,11 +338,61 @@ class Engine:
             m, v = divmod(mv, nv)
             key = (m, str(vuniq[v]), seg_keys[seg])
             code = index.get(key)
+            if (code is None or (m, key[1]) in self._retired) and not self._admit(m, key[1]):
+                ucodes[i] = -1  # over the model's max_versions: rejected by the caller
+                continue
             if code is None:
                 code = self._add_group(key)
             ucodes[i] = code
         self._sync_groups()
         return ucodes[inverse.reshape(-1)]
+
+    def _admit(self, m: int, version: str) -> bool:
+        """Whether a version may have groups: a live one always; a new or retired one
+        while its model has fewer than ``max_versions`` live versions. Versions are
+        admitted in arrival order (factorize keeps first appearance), so the batch
+        boundaries never change which versions get in."""
+        key = (m, version)
+        if key in self._version_groups and key not in self._retired:
+            return True
+        if self._live_versions[m] >= self.models[m].max_versions:
+            return False
+        if key in self._retired:
+            self._retired.discard(key)
+            self._live_versions[m] += 1
+        return True
+
+    def _reject_versions(self, batch: PredictionBatch, rows: np.ndarray) -> list[JoinReject]:
+        """Count and return predictions of versions over their model's cap."""
+        rejects: list[JoinReject] = []
+        for m in np.unique(batch.model[rows]).tolist():
+            sel = rows[batch.model[rows] == m]
+            spec = self.models[m]
+            k = int(sel.shape[0])
+            before = self.versions_rejected[spec.name]
+            self.versions_rejected[spec.name] += k
+            self.count_invalid("predictions", "version_limit", k)
+            detail = f"model {spec.name!r} has max_versions={spec.max_versions} live versions"
+            if before == 0 or (before + k).bit_length() > before.bit_length():  # 1, 2, 4, 8…
+                _log.warning(
+                    "%s: %d prediction(s) rejected so far (latest version %r); raise "
+                    "max_versions or fix the producer's version field",
+                    detail, before + k, batch.version[int(sel[-1])],
+                )  # fmt: skip
+            rejects.extend((int(i), "version_limit", detail) for i in sel.tolist())
+        return rejects
+
+    def _retire_idle_versions(self, now_ms: int) -> None:
+        """A version without predictions for ``version_idle_ttl`` — and for longer than its
+        model's windows reach, so nothing it counted is still shown — stops counting
+        against ``max_versions``; it comes back as a new version if it reappears."""
+        for i, (m, v) in enumerate(self._version_groups):
+            if m < 0 or (m, v) in self._retired:
+                continue
+            spec = self.models[m]
+            if now_ms - int(self._mv_last[i]) > max(spec.version_idle_ttl_ms, spec.horizon_ms):
+                self._retired.add((m, v))
+                self._live_versions[m] -= 1
 
     def _sync_groups(self) -> None:
         if len(self.groups) != self._group_model.shape[0]:
@@ -271,6 +404,7 @@ class Engine:
             grow = len(self._version_groups) - self._mv_counts.shape[0]
             if grow > 0:
                 self._mv_counts = np.vstack([self._mv_counts, np.zeros((grow, 2), np.int64)])
+                self._mv_last = np.concatenate([self._mv_last, np.full(grow, _NO_TS)])
 
     def _add_group(self, key: tuple[int, str, tuple[str, ...]]) -> int:
         if key[2] and (key[0], key[1], ()) not in self._group_index:
@@ -278,6 +412,8 @@ class Engine:
         code = len(self.groups)
         self.groups.append(key)
         self._group_index[key] = code
+        if (key[0], key[1]) not in self._version_groups and key[0] >= 0:
+            self._live_versions[key[0]] += 1
         self._version_groups.setdefault((key[0], key[1]), []).append(code)
         return code
 
@@ -345,16 +481,24 @@ class Engine:
 
         Identity is (id, model, version): two versions scoring the same id (shadow mode)
         are two predictions that share the label; the same id from the same version
-        again is a duplicate.
+        again is a duplicate (whatever its segments). Returns the predictions rejected
+        because their model already has ``max_versions`` live versions (counted here).
         """
         n = len(batch)
         if n == 0:
             return []
         group = self._group_codes(batch.model, batch.version, batch.segments)
-        order = np.lexsort((group, batch.keys))  # stable: earliest index first
-        ks, gs = batch.keys[order], group[order]
-        is_first = np.ones(n, bool)
-        is_first[1:] = (ks[1:] != ks[:-1]) | (gs[1:] != gs[:-1])
+        rejects: list[JoinReject] = []
+        valid = np.flatnonzero(group >= 0)
+        if valid.shape[0] < n:
+            rejects = self._reject_versions(batch, np.flatnonzero(group < 0))
+        # identity is (id, model, version): a resend with other segments is a duplicate,
+        # in the same batch as across batches
+        mv = self._group_mv[group[valid]]
+        order = valid[np.lexsort((mv, batch.keys[valid]))]  # stable: earliest index first
+        ks, ms = batch.keys[order], self._group_mv[group[order]]
+        is_first = np.ones(order.shape[0], bool)
+        is_first[1:] = (ks[1:] != ks[:-1]) | (ms[1:] != ms[:-1])
         first = np.sort(order[is_first])
         q, rows = self.preds.lookup_all(batch.keys[first])
         exists = np.zeros(first.shape[0], bool)
@@ -362,13 +506,13 @@ class Engine:
         same = self._group_mv[self.preds.col("group")[rows]] == self._group_mv[group[first][q]]
         exists[q[same]] = True
         new = first[~exists]
-        dup = n - new.shape[0]
+        dup = valid.shape[0] - new.shape[0]
         self.records["predictions", "accepted"] += int(new.shape[0])
         if dup:
             self.records["predictions", "duplicate"] += dup
             self.join_events["duplicate_prediction"] += dup
         if new.shape[0] == 0:
-            return []
+            return rejects
         keys, ts, g = batch.keys[new], batch.ts_ms[new], group[new]
         k = new.shape[0]
         self.preds.insert(
@@ -385,12 +529,16 @@ class Engine:
             },
         )
         self.pending += k
+        np.maximum.at(self._mv_last, self._group_mv[g], ts)
         self.buckets.add_predictions(g, ts)
         if self.drift.by_model or self.drift.bootstrap:
             self._count_drift(batch, new, g, ts)
         self._count_arms(g, ts)
         tmin, tmax = int(ts.min()), int(ts.max())
         self.pred_watermark_ms = max(self.pred_watermark_ms, tmax)
+        late = self.event_clock.observe(ts)
+        if late:  # behind every retained bucket: in no window (docs/semantics.md)
+            self.join_events["too_late"] += late
         if self._min_pred_ts == _NO_TS or tmin < self._min_pred_ts:
             self._min_pred_ts = tmin
         # Rows of the new predictions, and a labeled sibling (another version) if any.
@@ -437,7 +585,7 @@ class Engine:
         if joined:
             self._pair_shadow(np.concatenate(joined))
         self._expire_and_evict()
-        return []
+        return rejects
 
     def _task_columns(self, batch: PredictionBatch, new: np.ndarray) -> dict[str, np.ndarray]:
         """Multiclass probability and regression interval columns of new predictions."""
@@ -492,20 +640,22 @@ class Engine:
             counted[m] = take.shape[0]
             if boot.full:
                 d = self.drift.become_ready(m)
-                self.wide.add_matrix(d.matrix, d.width)
+                self.wide[m].add_matrix(d.matrix, d.width)
+                n = boot.n
                 self._add_drift_cells(
-                    d,
-                    m,
-                    boot.features,
-                    np.asarray(boot.score, np.float64),
-                    np.asarray(boot.group, np.int32),
-                    np.asarray(boot.ts, np.int64),
+                    d, m, boot.rows(), boot.score[:n], boot.group[:n], boot.ts[:n]
                 )
         for m, d in self.drift.by_model.items():
             sel = np.flatnonzero(model == m)[counted.get(m, 0) :]
             if sel.shape[0] == 0:
                 continue
-            self._add_drift_cells(d, m, features(sel), batch.score[new[sel]], g[sel], ts[sel])
+            numeric = None
+            if batch.numeric is not None:  # decoded in columns (monitor.ingest.decode)
+                block = batch.numeric[new[sel]]
+                numeric = {name: block[:, j] for j, name in enumerate(batch.numeric_names)}
+            self._add_drift_cells(
+                d, m, features(sel), batch.score[new[sel]], g[sel], ts[sel], numeric
+            )
 
     def _add_drift_cells(
         self,
@@ -515,10 +665,11 @@ class Engine:
         score: np.ndarray,
         group: np.ndarray,
         ts: np.ndarray,
+        numeric: dict[str, np.ndarray] | None = None,
     ) -> None:
-        ev, cols, unseen = d.cells(feats, score)
-        rows = self.wide.rows_for(self._base_group[group], ts)
-        self.wide.add_cells(d.matrix, rows[ev], cols)
+        ev, cols, unseen = d.cells(feats, score, numeric)
+        rows = self.wide[m].rows_for(self._base_group[group], ts)
+        self.wide[m].add_cells(d.matrix, rows[ev], cols)
         for feature, value in unseen:
             examples = self.unseen_examples.setdefault((self.models[m].name, feature), [])
             if value not in examples and len(examples) < d.spec.unseen_examples:
@@ -604,8 +755,8 @@ class Engine:
             sel = np.flatnonzero(model == m)
             if sel.shape[0] == 0:
                 continue
-            rows = self.tasks.rows_for(group[sel], pred_ts[sel])
-            matrix = self.tasks.matrix(f"mc{m}")  # after rows_for, which may grow it
+            rows = self.sliced[m].rows_for(group[sel], pred_ts[sel])
+            matrix = self.sliced[m].matrix("mc")  # after rows_for, which may grow it
             r = prow[sel]
             proba = self._proba(r, mc.n_classes)
             decision = self.preds.col("decision")[r]
@@ -618,10 +769,10 @@ class Engine:
             sel = np.flatnonzero(model == m)
             if sel.shape[0] == 0:
                 continue
-            rows = self.tasks.rows_for(group[sel], pred_ts[sel])
+            rows = self.sliced[m].rows_for(group[sel], pred_ts[sel])
             r = prow[sel]
             rg.add_rows(
-                self.tasks.matrix(f"rg{m}"),
+                self.sliced[m].matrix("rg"),
                 rows,
                 values[sel],
                 self.preds.col("score")[r],
@@ -639,8 +790,14 @@ class Engine:
             sel = np.flatnonzero(scored & (model == m))
             if sel.shape[0] == 0:
                 continue
-            rows = self.wide.rows_for(self._base_group[group[sel]], pred_ts[sel])
-            layout.add_rows(self.wide.matrix(f"scores{m}"), rows, y_true[sel], score[sel])
+            store = self.wide[m]
+            rows = store.rows_for(self._base_group[group[sel]], pred_ts[sel])
+            layout.add_rows(store.matrix("scores"), rows, y_true[sel], score[sel])
+            coarse = self.slice_score_layouts.get(m)
+            if coarse is not None:
+                store = self.sliced[m]
+                rows = store.rows_for(group[sel], pred_ts[sel])
+                coarse.add_rows(store.matrix("scores"), rows, y_true[sel], score[sel])
 
     @property
     def active_plugins(self) -> tuple[Any, ...]:
@@ -663,12 +820,12 @@ class Engine:
                 continue
             for m in np.unique(model).tolist():
                 sel = np.flatnonzero(model == m)
-                rows = self.wide.rows_for(self._base_group[group[sel]], pred_ts[sel])
+                rows = self.wide[m].rows_for(self._base_group[group[sel]], pred_ts[sel])
                 batch = JoinedRows(
                     y_true[sel].astype(np.int8), decision[sel].astype(np.int8), score[sel]
                 )
                 try:
-                    plugin.update(self.wide.matrix(f"p_{plugin.name}_{m}"), rows, batch)
+                    plugin.update(self.wide[m].matrix(f"p_{plugin.name}"), rows, batch)
                 except Exception as err:
                     self.plugin_errors[plugin.name] += 1
                     self.failed_plugins.add(plugin.name)
@@ -966,17 +1123,16 @@ class Engine:
         )
 
     def retain(self, now_ms: int) -> int:
-        """Freeze completed live drift references, then drop buckets no window (or live
-        "previous" reference) can reach any more; returns rows dropped."""
+        """Freeze completed live drift references, retire idle versions, then drop buckets
+        no window (or live "previous" reference) can reach any more; returns rows dropped."""
         self.freeze_live_references()
+        self._retire_idle_versions(now_ms)
+        self.roll_up(now_ms)
         horizon = max(w.size_ms + w.delay_ms for m in self.models for w in m.windows)
         horizon += self.drift.horizon_ms()
         oldest = (now_ms - horizon) // self.buckets.width_ms - 1
-        return (
-            self.buckets.drop_before(oldest)
-            + self.wide.drop_before(oldest)
-            + self.tasks.drop_before(oldest)
-        )
+        self.event_clock.retained_from_ms = oldest * self.buckets.width_ms
+        return sum(st.drop_before(oldest) for st in self._stores())
 
     def freeze_live_references(self) -> None:
         """A "first:<span>" reference is the sum of the model's buckets over its first span,
@@ -984,19 +1140,96 @@ class Engine:
         width = self.buckets.width_ms
         for m, start, end in self.drift.freeze_due(self.pred_watermark_ms):
             d = self.drift.by_model[m]
-            view = self.wide.view()
-            group_model = self._group_model[view["group"]] if len(self.groups) else view["group"]
-            rows = (
-                (group_model == m)
-                & (view["bucket"] >= start // width)
-                & (view["bucket"] < -(-end // width))
-            )
+            view = self.wide[m].view()
+            rows = (view["bucket"] >= start // width) & (view["bucket"] < -(-end // width))
             self.drift.frozen[m] = view[f"m.{d.matrix}"][rows].sum(axis=0, dtype=np.int64)
+
+    # -- snapshots ---------------------------------------------------------------------
+    def ops(self) -> OpsState:
+        """A copy of the operational counters (cheap; call under the app lock)."""
+        return OpsState(
+            records=tuple((k, o, c) for (k, o), c in sorted(self.records.items())),
+            invalid=tuple((k, r, c) for (k, r), c in sorted(self.invalid.items())),
+            join_events=tuple(sorted(self.join_events.items())),
+            pending_predictions=self.pending,
+            orphan_labels=len(self.orphans),
+            label_delay=DelayHistogram(
+                DELAY_BOUNDS_S, tuple(int(c) for c in self.delay_counts), self.delay_sum_s
+            ),
+            prediction_watermark_ms=self.pred_watermark_ms,
+            label_watermark_ms=self.label_watermark_ms,
+            plugin_errors=tuple(sorted(self.plugin_errors.items())),
+            versions_rejected=tuple(sorted(self.versions_rejected.items())),
+            drift_untracked=tuple(self.drift.untracked_features().items()),
+            outcomes=tuple(
+                (
+                    self.models[m].name,
+                    v,
+                    lab,
+                    err if self.models[m].is_classifier else None,
+                )
+                for m, v, lab, err in self.outcome_counts()
+            ),
+        )
+
+    def snapshot(
+        self,
+        now_ms: int,
+        at_ms: int | None = None,
+        confidence: float = 0.95,
+        lock: AbstractContextManager[Any] | None = None,
+        models: Sequence[ModelSpec] | None = None,
+        not_ready: Sequence[str] = (),
+        look_at_ms: int | None = None,
+        retain: bool = True,
+        retain_at_ms: int | None = None,
+    ) -> Snapshot:
+        """The immutable snapshot at ``now_ms`` — the one path for the daemon and replay.
+
+        Under ``lock`` (the daemon's; none in replay): retention (or, with
+        ``retain=False``, only freezing and roll-up, as replay keeps everything), a copy
+        of the stores and counters. Outside it: every window, slice, fairness gap and
+        drift test. Under it again: one look of each comparison (sticky state) and the
+        plugin error counts. ``models`` may add windows (replay's ``all``); retention
+        runs at ``retain_at_ms`` (default ``now_ms``: the daemon passes the earlier of the
+        clock and the event watermark, engine/clock.py)."""
+        guard = lock if lock is not None else nullcontext()
+        with guard:
+            if retain:
+                self.retain(now_ms if retain_at_ms is None else retain_at_ms)
+            else:
+                self.freeze_live_references()
+                self.roll_up(now_ms)
+            view = self.view(copy=lock is not None)
+            ops = self.ops()
+            unseen = {k: list(v) for k, v in self.unseen_examples.items()}
+            plugins = self.active_plugins
+        errors: Counter[str] = Counter()
+        results, fairness = evaluate_all(
+            view, models or self.models, now_ms, confidence, plugins, errors
+        )
+        with guard:
+            comparisons = self.look_comparisons(
+                results, now_ms if look_at_ms is None else look_at_ms, not_ready, confidence
+            )
+            self.plugin_errors.update(errors)
+            if errors:
+                ops = self.ops()
+        drift = self.drift.evaluate(view, now_ms, models, unseen=unseen)
+        return Snapshot(
+            at_ms=now_ms if at_ms is None else at_ms,
+            results=results,
+            ops=ops,
+            comparisons=comparisons,
+            drift=drift,
+            fairness=fairness,
+        )
 
     # -- state -----------------------------------------------------------------------
     def state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """Everything needed to continue exactly where this engine is (JSON + arrays)."""
         meta = {
+            "engine_format": ENGINE_FORMAT,
             "id_hash": ID_HASH,
             "bucket_width_ms": self.buckets.width_ms,
             "groups": [
@@ -1010,8 +1243,9 @@ class Engine:
             "delay_sum_s": self.delay_sum_s,
             "pending": self.pending,
             "pred_watermark_ms": self.pred_watermark_ms,
+            "tiers": [self.tiers.hour_from, self.tiers.day_from],
             "label_watermark_ms": self.label_watermark_ms,
-            "offsets": dict(self.offsets),
+            "event_clock": self.event_clock.state(),
             "paired": {name: v.tolist() for name, v in sorted(self.paired.items())},
             "arms": {
                 name: {
@@ -1028,6 +1262,12 @@ class Engine:
             "outcomes": [
                 [self.models[m].name, v, lab, err] for m, v, lab, err in self.outcome_counts()
             ],
+            "version_last_ms": [
+                [self.models[m].name, v, int(t), (m, v) in self._retired]
+                for (m, v), t in zip(self._version_groups, self._mv_last, strict=True)
+                if m >= 0
+            ],
+            "versions_rejected": dict(sorted(self.versions_rejected.items())),
             "failed_plugins": sorted(self.failed_plugins),
         }
         arrays: dict[str, np.ndarray] = {
@@ -1036,12 +1276,26 @@ class Engine:
         arrays.update({f"preds.{k}": v for k, v in self.preds.state().items()})
         arrays.update({f"orphans.{k}": v for k, v in self.orphans.state().items()})
         arrays.update({f"buckets.{k}": v for k, v in self.buckets.state().items()})
-        arrays.update({f"wide.{k}": v for k, v in self.wide.state().items()})
-        arrays.update({f"tasks.{k}": v for k, v in self.tasks.state().items()})
+        arrays.update(self.drift.arrays())
+        # per-model stores under the model's name: a reordered config still restores
+        for kind, stores in (("wide", self.wide), ("sliced", self.sliced)):
+            for m, store in stores.items():
+                if len(store):
+                    name = self.models[m].name
+                    arrays.update({f"{kind}/{name}/{k}": v for k, v in store.state().items()})
         return meta, arrays
 
     def load(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
         """Restore a state from ``state()``; StateMismatch if it cannot apply here."""
+        fmt = meta.get("engine_format", 1)
+        if not isinstance(fmt, int) or fmt > ENGINE_FORMAT:
+            raise StateMismatch(
+                f"engine state format {fmt!r} was written by a newer model-monitor (this one "
+                f"reads up to {ENGINE_FORMAT}); upgrade, or move the state directory aside"
+            )
+        if fmt == 1:
+            meta, arrays = _migrate_v1(meta, arrays, self.models)
+        check_state(meta, arrays, self.state()[1], self.buckets.width_ms)
         if meta.get("id_hash") != ID_HASH:
             raise StateMismatch(f"ids were hashed with {meta.get('id_hash')!r}, not {ID_HASH!r}")
         if meta["bucket_width_ms"] != self.buckets.width_ms:
@@ -1054,12 +1308,29 @@ class Engine:
             self._add_group((self._model_index.get(name, -1), v, tuple(seg[0] if seg else ())))
         self._group_model = np.empty(0, np.int16)
         self._mv_counts = np.zeros((0, 2), np.int64)
+        self._mv_last = np.zeros(0, np.int64)
         self._sync_groups()
         mv_index = {k: i for i, k in enumerate(self._version_groups)}
         for name, v, lab, err in meta.get("outcomes", []):
             i = mv_index.get((self._model_index.get(name, -1), v))
             if i is not None:
                 self._mv_counts[i] = (int(lab), int(err))
+        # checkpoints before version lifecycles: every version was last seen "now"
+        self._mv_last[:] = int(meta["pred_watermark_ms"])
+        self._retired = set()
+        for name, v, last, retired in meta.get("version_last_ms", []):
+            m = self._model_index.get(name, -1)
+            i = mv_index.get((m, v))
+            if i is not None:
+                self._mv_last[i] = int(last)
+                if retired:
+                    self._retired.add((m, v))
+        self._live_versions = Counter(
+            m for m, v in self._version_groups if m >= 0 and (m, v) not in self._retired
+        )
+        self.versions_rejected = Counter(
+            {str(k): int(c) for k, c in meta.get("versions_rejected", {}).items()}
+        )
         for key, st in meta.get("segment_counts", {}).items():
             if int(key) in self.folders:
                 self.folders[int(key)].load(st)
@@ -1076,7 +1347,7 @@ class Engine:
         self.pending = int(meta["pending"])
         self.pred_watermark_ms = int(meta["pred_watermark_ms"])
         self.label_watermark_ms = int(meta["label_watermark_ms"])
-        self.offsets = {str(k): int(v) for k, v in meta["offsets"].items()}
+        self.event_clock.load(meta.get("event_clock"))
         self.paired = {str(k): np.asarray(v, np.float64) for k, v in meta.get("paired", {}).items()}
         if any(v.shape != (5,) for v in self.paired.values()):
             raise StateMismatch("paired comparison statistics have the wrong shape")
@@ -1099,23 +1370,30 @@ class Engine:
                 raise StateMismatch(f"comparison {name!r} statistics have the wrong shape")
         self.preds.load(_with_columns(arrays, "preds.", self._pred_columns))
         self.orphans.load(_with_columns(arrays, "orphans.", self._orphan_columns))
-        for d in self.drift.load(meta.get("drift_live", {})):
-            self.wide.add_matrix(d.matrix, d.width)
+        for d in self.drift.load(meta.get("drift_live", {}), arrays):
+            self.wide[d.spec.model_index].add_matrix(d.matrix, d.width)
         saved = meta.get("drift_fingerprints", {})
-        stale = {
-            f"wide.m.{name}"
-            for name, fp in self.drift.fingerprints().items()
-            if saved.get(name) != fp
+        stale = {  # a changed reference: its old histograms no longer apply
+            name for name, fp in self.drift.fingerprints().items() if saved.get(name) != fp
         }
+        if "tiers" in meta and self.tiers.per_hour:
+            hour_from, day_from = (int(x) for x in meta["tiers"])
+            self.tiers = replace(self.tiers, hour_from=hour_from, day_from=day_from)
+        for store in self._stores():
+            store.tiers = self.tiers
         self.buckets.load({k[8:]: v for k, v in arrays.items() if k.startswith("buckets.")})
-        self.wide.load(
-            {k[5:]: v for k, v in arrays.items() if k.startswith("wide.") and k not in stale}
-        )
-        tasks = {k[6:]: v for k, v in arrays.items() if k.startswith("tasks.")}
-        if tasks:  # absent in checkpoints written before multiclass/regression support
-            self.tasks.load(tasks)
+        for kind, stores in (("wide", self.wide), ("sliced", self.sliced)):
+            for m, store in stores.items():
+                name = self.models[m].name
+                prefix = f"{kind}/{name}/"
+                part = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
+                if kind == "wide" and name in stale:
+                    part.pop("m.drift", None)
+                if part:
+                    store.load(part)
         n_groups = len(self.groups)
-        for col in (self.preds.col("group"), self.buckets.group, self.wide.group, self.tasks.group):
+        stores = [*self.wide.values(), *self.sliced.values()]
+        for col in (self.preds.col("group"), self.buckets.group, *(st.group for st in stores)):
             if col.shape[0] and (col.min() < 0 or col.max() >= n_groups):
                 raise StateMismatch("state refers to groups it does not define")
         if self.orphans.size and self.orphans.col("code").max() >= len(self.label_codes):
@@ -1124,6 +1402,47 @@ class Engine:
             raise StateMismatch("pending count disagrees with the join buffer")
         self._min_pred_ts = _live_min(self.preds)
         self._min_orphan_ts = _live_min(self.orphans)
+
+
+def _migrate_v1(
+    meta: dict[str, Any], arrays: dict[str, np.ndarray], models: Sequence[ModelSpec]
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Format 1 kept one wide store (every model's matrices on every row, named with the
+    model's index) and one task store; split both per model, by the groups' models."""
+    names = [g[0] for g in meta["groups"]]
+    out = {k: v for k, v in arrays.items() if not k.startswith(("wide.", "tasks."))}
+    for kind, old in (("wide", "wide."), ("sliced", "tasks.")):
+        cols = {k[len(old) :]: v for k, v in arrays.items() if k.startswith(old)}
+        if "group" not in cols:
+            continue
+        gname = np.array([names[g] if 0 <= g < len(names) else None for g in cols["group"]],
+                         dtype=object)  # fmt: skip
+        for i, spec in enumerate(models):
+            rows = gname == spec.name
+            if not rows.any():
+                continue
+            part = {"group": cols["group"][rows], "bucket": cols["bucket"][rows]}
+            for fixed in ("predicted", "labeled", "confusion"):
+                if fixed in cols:
+                    part[fixed] = cols[fixed][rows]
+            for key, v in cols.items():
+                if not key.startswith("m."):
+                    continue
+                base = key[2:]
+                for stem in ("scores", "drift", "mc", "rg"):
+                    if base == f"{stem}{i}":
+                        part[f"m.{stem}"] = v[rows]
+                if base.startswith("p_") and base.endswith(f"_{i}"):
+                    part[f"m.{base[: -len(f'_{i}')]}"] = v[rows]
+            out.update({f"{kind}/{spec.name}/{k}": v for k, v in part.items()})
+    meta = dict(meta)
+    meta["drift_fingerprints"] = {
+        models[int(k[5:])].name: fp
+        for k, fp in meta.get("drift_fingerprints", {}).items()
+        if k.startswith("drift") and k[5:].isdigit() and int(k[5:]) < len(models)
+    }
+    meta["engine_format"] = ENGINE_FORMAT
+    return meta, out
 
 
 def _same_label(

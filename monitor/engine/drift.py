@@ -10,33 +10,25 @@ in ``monitor.drift``; this module only counts and asks.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from ..drift.detector import DriftDetector, DriftReport, LabelPriorDrift, label_prior_drift
+from ..drift.detector import DriftDetector, LabelPriorDrift, label_prior_drift
 from ..drift.reference import OTHER, CategoricalReference, NumericReference, ReferenceProfile
 from ..drift.summaries import categorical_cells, n_cells, numeric_cells
 from .models import DriftSpec, ModelSpec
-from .windows import window_bounds
+from .snapshot import DriftResult
+from .view import StoreView
 
 __all__ = ["SCORE_FEATURE", "DriftResult", "DriftTracker"]
 
 SCORE_FEATURE = "__score__"
-
-
-@dataclass(frozen=True, slots=True)
-class DriftResult:
-    model: str
-    version: str
-    window: str
-    start_ms: int
-    end_ms: int
-    report: DriftReport
-    label_prior: LabelPriorDrift | None = None
+_log = logging.getLogger(__name__)
 
 
 class _ModelDrift:
@@ -97,13 +89,17 @@ class _ModelDrift:
 
     @property
     def matrix(self) -> str:
-        return f"drift{self.spec.model_index}"
+        return "drift"  # in the model's own wide store
 
     def cells(
-        self, features: Sequence[dict[str, Any] | None], score: np.ndarray
+        self,
+        features: Sequence[dict[str, Any] | None],
+        score: np.ndarray,
+        numeric: Mapping[str, np.ndarray] | None = None,
     ) -> tuple[np.ndarray, np.ndarray, list[tuple[str, str]]]:
         """(event index, column) pairs for a batch of this model's predictions, and the
-        (feature, value) pairs of unseen categorical values met."""
+        (feature, value) pairs of unseen categorical values met. ``numeric`` holds the
+        numeric features the decoder already put in columns (monitor.ingest.decode)."""
         n = len(features)
         ev: list[np.ndarray] = []
         cols: list[np.ndarray] = []
@@ -111,6 +107,11 @@ class _ModelDrift:
         idx = np.arange(n)
         for ref, off in zip(self.refs, self.offsets, strict=True):
             name = ref.name
+            if isinstance(ref, NumericReference) and numeric is not None and name in numeric:
+                c = numeric_cells(ref, numeric[name])
+                ev.append(idx)
+                cols.append(np.asarray(c, np.int64) + off)
+                continue
             raw = [f.get(name) if f is not None else None for f in features]
             if isinstance(ref, NumericReference):
                 values = np.array(
@@ -173,77 +174,200 @@ def _with_counts(
 
 class _Bootstrap:
     """The first predictions of a model with a live reference: they fix the bins and
-    categories (and, in "first" mode, start the reference period)."""
+    categories (and, in "first" mode, start the reference period).
+
+    Bounded whatever the records carry: one column per *tracked* feature (the configured
+    ones, or the first ``max_features`` names met, in arrival order), each ``bootstrap``
+    rows of a float (the value when it is a number) and an int32 category code (per
+    feature at most ``_MAX_CATEGORIES`` distinct texts; later ones fold into
+    ``__other__``, which only matters past the top ``max_categories`` a reference keeps).
+    So the sample costs at most bootstrap × max_features × 12 bytes (12 MB by default),
+    never the raw feature dicts. Feature values of untracked names are counted
+    (``untracked``)."""
 
     def __init__(self, spec: DriftSpec) -> None:
         self.spec = spec
-        self.ts: list[int] = []
-        self.group: list[int] = []
-        self.features: list[dict[str, Any] | None] = []
-        self.score: list[float] = []
+        cap = spec.bootstrap
+        self.n = 0
+        self.ts = np.zeros(cap, np.int64)
+        self.group = np.zeros(cap, np.int32)
+        self.score = np.zeros(cap, np.float64)
+        self.fixed = bool(spec.features)
+        self.max_features = len(spec.features) if self.fixed else spec.max_features
+        self.names: list[str] = []
+        self._index: dict[str, int] = {}
+        self.num: list[np.ndarray] = []  # per feature: value when a number, else NaN
+        self.cat: list[np.ndarray] = []  # per feature: category code, -1 missing
+        self.vocab: list[dict[str, int]] = []
+        self.present: list[int] = []
+        self.numbers: list[int] = []
+        self.untracked = 0  # feature values of names over the cap
+        for name in spec.features:
+            self._track(name)
+
+    def _track(self, name: str) -> int:
+        self._index[name] = len(self.names)
+        self.names.append(name)
+        self.num.append(np.full(self.spec.bootstrap, np.nan))
+        self.cat.append(np.full(self.spec.bootstrap, -1, np.int32))
+        self.vocab.append({})
+        self.present.append(0)
+        self.numbers.append(0)
+        return self._index[name]
 
     @property
     def room(self) -> int:
-        return max(0, self.spec.bootstrap - len(self.ts))
+        return max(0, self.spec.bootstrap - self.n)
 
     def add(
         self, ts: np.ndarray, group: np.ndarray, feats: Sequence[Any], score: np.ndarray
     ) -> None:
         """Append (at most ``room``) predictions to the sample."""
-        room = self.room
-        self.ts.extend(ts[:room].tolist())
-        self.group.extend(group[:room].tolist())
-        self.features.extend(feats[:room])
-        self.score.extend(score[:room].tolist())
+        k = min(self.room, len(ts))
+        lo = self.n
+        self.ts[lo : lo + k] = ts[:k]
+        self.group[lo : lo + k] = group[:k]
+        self.score[lo : lo + k] = score[:k]
+        for r in range(k):
+            f = feats[r]
+            if not f:
+                continue
+            if self.fixed or len(self.names) >= self.max_features:
+                seen = 0
+                for i, name in enumerate(self.names):
+                    if name in f:
+                        seen += 1
+                        self._put(i, lo + r, f[name])
+                self.untracked += len(f) - seen
+                continue
+            for name, value in f.items():
+                i = self._index.get(name)
+                if i is None:
+                    if len(self.names) >= self.max_features:
+                        self.untracked += 1
+                        continue
+                    i = self._track(name)
+                self._put(i, lo + r, value)
+        self.n += k
+
+    def _put(self, i: int, row: int, value: Any) -> None:
+        if value is None:
+            return
+        self.present[i] += 1
+        if type(value) is float or type(value) is int:
+            # a number's category text is rebuilt from the value if the feature turns out
+            # categorical: no text kept per distinct number
+            self.num[i][row] = value
+            self.numbers[i] += 1
+            self.cat[i][row] = _INT if type(value) is int else _FLOAT
+            return
+        text = _category(value)
+        if text is None:
+            return
+        vocab = self.vocab[i]
+        code = vocab.get(text)
+        if code is None:
+            code = len(vocab) if len(vocab) < _MAX_CATEGORIES else _FOLDED
+            if code != _FOLDED:
+                vocab[text] = code
+        self.cat[i][row] = code
 
     @property
     def full(self) -> bool:
-        return len(self.ts) >= self.spec.bootstrap
+        return self.n >= self.spec.bootstrap
+
+    def _texts(self, i: int) -> list[str | None]:
+        inverse = dict.fromkeys(range(len(self.vocab[i])), "")
+        for text, code in self.vocab[i].items():
+            inverse[code] = text
+        codes = self.cat[i][: self.n].tolist()
+        nums = self.num[i][: self.n].tolist()
+        return [
+            None if c == -1
+            else OTHER if c == _FOLDED
+            else str(int(x)) if c == _INT
+            else str(x) if c == _FLOAT
+            else inverse[c]
+            for c, x in zip(codes, nums, strict=True)
+        ]  # fmt: skip
 
     def profile(self) -> ReferenceProfile:
         """Numeric where at least 95% of present values are numbers, else categorical."""
-        wanted = self.spec.features
-        names = (
-            list(wanted)
-            if wanted
-            else sorted({k for f in self.features if f for k in f})[:_MAX_LIVE_FEATURES]
-        )
+        names = list(self.names) if self.fixed else sorted(self.names)
         numeric: dict[str, np.ndarray] = {}
         categorical: dict[str, list[str | None]] = {}
         for name in names:
-            raw = [f.get(name) if f else None for f in self.features]
-            present = [v for v in raw if v is not None]
-            numbers = sum(1 for v in present if type(v) is int or type(v) is float)
-            if present and numbers >= 0.95 * len(present):
-                numeric[name] = np.array(
-                    [v if type(v) is int or type(v) is float else math.nan for v in raw],
-                    np.float64,
-                )
+            i = self._index[name]
+            present, numbers = self.present[i], self.numbers[i]
+            if present and numbers >= 0.95 * present:
+                numeric[name] = self.num[i][: self.n].copy()
             else:
-                categorical[name] = [_category(v) for v in raw]
-        score = np.asarray(self.score, np.float64)
+                categorical[name] = self._texts(i)
+        score = self.score[: self.n]
         return ReferenceProfile.from_columns(
             numeric=numeric or None,
             categorical=categorical or None,
             score=score if np.isfinite(score).any() else None,
         )
 
-    def state(self) -> dict[str, Any]:
-        return {
-            "ts": self.ts,
-            "group": self.group,
-            "features": self.features,
-            "score": [None if math.isnan(x) else x for x in self.score],
+    def rows(self) -> list[dict[str, Any] | None]:
+        """The sample's tracked features as records (to count it into its buckets)."""
+        cols: list[tuple[str, list[Any]]] = []
+        for name, i in self._index.items():
+            present, numbers = self.present[i], self.numbers[i]
+            if present and numbers >= 0.95 * present:
+                cols.append((name, [None if math.isnan(x) else x for x in self.num[i][: self.n]]))
+            else:
+                cols.append((name, self._texts(i)))
+        return [{name: col[r] for name, col in cols} for r in range(self.n)]
+
+    def state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        meta = {
+            "n": self.n,
+            "names": list(self.names),
+            "vocab": [list(v) for v in self.vocab],
+            "present": list(self.present),
+            "numbers": list(self.numbers),
+            "untracked": self.untracked,
         }
+        n = self.n
+        arrays = {"ts": self.ts[:n], "group": self.group[:n], "score": self.score[:n]}
+        if self.names:
+            arrays["num"] = np.stack([c[:n] for c in self.num])
+            arrays["cat"] = np.stack([c[:n] for c in self.cat])
+        return meta, {k: v.copy() for k, v in arrays.items()}
 
-    def load(self, state: dict[str, Any]) -> None:
-        self.ts = [int(x) for x in state["ts"]]
-        self.group = [int(x) for x in state["group"]]
-        self.features = list(state["features"])
-        self.score = [math.nan if x is None else float(x) for x in state["score"]]
+    def load(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        if "features" in meta:  # format 1 kept the raw sample: summarize it now
+            self.__init__(self.spec)  # type: ignore[misc]
+            score = np.array([math.nan if x is None else float(x) for x in meta["score"]])
+            self.add(np.asarray(meta["ts"], np.int64), np.asarray(meta["group"], np.int32),
+                     list(meta["features"]), score)  # fmt: skip
+            return
+        n = int(meta["n"])
+        if not 0 <= n <= self.spec.bootstrap:
+            raise ValueError("drift bootstrap sample larger than configured")
+        self.__init__(self.spec)  # type: ignore[misc]
+        for name in meta["names"]:
+            if name not in self._index:
+                self._track(name)
+        self.n = n
+        self.ts[:n] = arrays["ts"]
+        self.group[:n] = arrays["group"]
+        self.score[:n] = arrays["score"]
+        for i, name in enumerate(meta["names"]):
+            j = self._index[name]
+            self.num[j][:n] = arrays["num"][i]
+            self.cat[j][:n] = arrays["cat"][i]
+            self.vocab[j] = {t: c for c, t in enumerate(meta["vocab"][i])}
+            self.present[j] = int(meta["present"][i])
+            self.numbers[j] = int(meta["numbers"][i])
+        self.untracked = int(meta["untracked"])
 
 
-_MAX_LIVE_FEATURES = 100
+_MAX_CATEGORIES = 1000
+_FOLDED = -2  # a category text past _MAX_CATEGORIES: counted as __other__
+_INT, _FLOAT = -3, -4  # a number (its text is that of the value in the numeric column)
 
 
 class DriftTracker:
@@ -258,19 +382,45 @@ class DriftTracker:
         self.bootstrap = {s.model_index: _Bootstrap(s) for s in specs if s.live is not None}
         self.live_start: dict[int, int] = {}  # model -> first bootstrap timestamp (ms)
         self.frozen: dict[int, np.ndarray] = {}  # model -> "first"-mode reference counts
+        # model -> feature values a live bootstrap did not track (over drift.max_features)
+        self.untracked: dict[int, int] = {}
 
-    def matrices(self) -> dict[str, int]:
-        return {d.matrix: d.width for d in self.by_model.values()}
+    def numeric_features(self) -> list[str]:
+        """Names of the numeric features some model's reference tests (the decoder puts
+        them in a float block, ``PredictionBatch.numeric``)."""
+        return sorted(
+            {
+                r.name
+                for d in self.by_model.values()
+                for r in d.refs
+                if isinstance(r, NumericReference)
+            }
+        )
+
+    def untracked_features(self) -> dict[str, int]:
+        """Feature values left out of live references, per model name (cumulative)."""
+        counts = dict(self.untracked)
+        for m, boot in self.bootstrap.items():
+            counts[m] = counts.get(m, 0) + boot.untracked
+        return {self.models[m].name: c for m, c in sorted(counts.items()) if c}
 
     def fingerprints(self) -> dict[str, str]:
-        return {d.matrix: d.spec.fingerprint for d in self.by_model.values()}
+        """Reference fingerprint per model name."""
+        return {self.models[m].name: d.spec.fingerprint for m, d in self.by_model.items()}
 
     def become_ready(self, m: int) -> _ModelDrift:
         """Build the live reference's layout from the bootstrap sample."""
         boot = self.bootstrap.pop(m)
         d = _ModelDrift(boot.spec, self.models[m], boot.profile())
         self.by_model[m] = d
-        self.live_start[m] = min(boot.ts)
+        self.live_start[m] = int(boot.ts[: boot.n].min())
+        if boot.untracked:
+            self.untracked[m] = self.untracked.get(m, 0) + boot.untracked
+            _log.warning(
+                "live drift reference of model %r tracks %d features; %d values of other "
+                "feature names were left out (raise drift.max_features to track more)",
+                self.models[m].name, len(boot.names), boot.untracked,
+            )  # fmt: skip
         return d
 
     def horizon_ms(self) -> int:
@@ -294,13 +444,23 @@ class DriftTracker:
                 "profile": self.by_model[m].profile.to_json() if m in self.by_model else None,
                 "start_ms": self.live_start.get(m),
                 "frozen": self.frozen[m].tolist() if m in self.frozen else None,
-                "bootstrap": self.bootstrap[m].state() if m in self.bootstrap else None,
+                "bootstrap": self.bootstrap[m].state()[0] if m in self.bootstrap else None,
+                "untracked": self.untracked.get(m, 0),
             }
             for m, spec in self.specs.items()
             if spec.live is not None
         }
 
-    def load(self, state: dict[str, Any]) -> list[_ModelDrift]:
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The bootstrap samples' columns (checkpoint arrays)."""
+        out: dict[str, np.ndarray] = {}
+        for m, boot in self.bootstrap.items():
+            out.update({f"drift_boot/{m}/{k}": v for k, v in boot.state()[1].items()})
+        return out
+
+    def load(
+        self, state: dict[str, Any], arrays: Mapping[str, np.ndarray] | None = None
+    ) -> list[_ModelDrift]:
         """Restore live references; returns those that are ready (their matrices must be
         registered before the buckets load)."""
         ready = []
@@ -309,6 +469,8 @@ class DriftTracker:
             spec = self.specs.get(m)
             if spec is None or spec.live is None:
                 continue
+            if st.get("untracked"):
+                self.untracked[m] = int(st["untracked"])
             if st.get("profile") is not None:
                 self.bootstrap.pop(m, None)
                 d = _ModelDrift(spec, self.models[m], ReferenceProfile.from_json(st["profile"]))
@@ -318,39 +480,38 @@ class DriftTracker:
                     self.frozen[m] = np.asarray(st["frozen"], np.int64)
                 ready.append(d)
             elif st.get("bootstrap") is not None and m in self.bootstrap:
-                self.bootstrap[m].load(st["bootstrap"])
+                prefix = f"drift_boot/{m}/"
+                cols = {
+                    k[len(prefix) :]: v for k, v in (arrays or {}).items() if k.startswith(prefix)
+                }
+                self.bootstrap[m].load(st["bootstrap"], cols)
         return ready
 
     def evaluate(
         self,
-        buckets: dict[str, np.ndarray],
-        groups: Sequence[tuple[Any, ...]],
-        width_ms: int,
+        view: StoreView,
         now_ms: int,
         models: Sequence[ModelSpec] | None = None,
         unseen: Mapping[tuple[str, str], Sequence[str]] | None = None,
-        segment_counts: dict[str, np.ndarray] | None = None,
     ) -> tuple[DriftResult, ...]:
         """Drift per model, version and window (``models`` may add windows, e.g. replay's
-        ``all``; ``unseen`` names a few unseen categorical values per (model, feature);
-        ``segment_counts`` is the per-segment store whose confusion counts give the label
-        prior)."""
+        ``all``; ``unseen`` names a few unseen categorical values per (model, feature));
+        the label prior comes from the confusion counts of ``view.buckets``."""
         models = self.models if models is None else models
         out: list[DriftResult] = []
+        groups, width_ms, segment_counts = view.groups, view.width_ms, view.buckets
         if not groups or not self.by_model:
             return ()
-        group_model = np.array([g[0] for g in groups], np.int64)
-        b_group, b_bucket = buckets["group"], buckets["bucket"]
         for m, d in self.by_model.items():
-            matrix = buckets.get(f"m.{d.matrix}")
-            if matrix is None:
+            found = view.wide_matrix(m, d.matrix)
+            if found is None:
                 continue
+            b_group, b_bucket, matrix = found
             model = models[m]
             windows = [w for w in model.windows if not d.spec.windows or w.label in d.spec.windows]
-            in_model = group_model[b_group] == m
             for w in windows:
-                lo, hi = window_bounds(now_ms, w.size_ms, w.delay_ms, width_ms)
-                sel = np.flatnonzero(in_model & (b_bucket >= lo) & (b_bucket <= hi))
+                lo, hi = view.tiers.window(now_ms, w.size_ms, w.delay_ms)
+                sel = np.flatnonzero((b_bucket >= lo) & (b_bucket <= hi))
                 if sel.shape[0] == 0:
                     continue
                 detector = d.detector
@@ -360,7 +521,7 @@ class DriftTracker:
                     detector = d.detector_with(self.frozen[m])
                 elif d.spec.live == "previous":
                     span = d.spec.live_span_ms // width_ms
-                    ref_rows = in_model & (b_bucket >= lo - span) & (b_bucket < lo)
+                    ref_rows = (b_bucket >= lo - span) & (b_bucket < lo)
                     detector = d.detector_with(matrix[ref_rows].sum(axis=0, dtype=np.int64))
                 if detector is None:
                     continue  # no reference traffic yet
@@ -373,7 +534,7 @@ class DriftTracker:
                     names = {f: v for (mn, f), v in (unseen or {}).items() if mn == model.name}
                     report = detector.predict(d.live(counts), names)
                     prior = None
-                    if d.profile.label_prior and segment_counts is not None:
+                    if d.profile.label_prior:
                         c_group, c_bucket = segment_counts["group"], segment_counts["bucket"]
                         in_version = np.isin(
                             c_group,

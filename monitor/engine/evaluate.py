@@ -6,10 +6,11 @@ compute outside it. Cost grows with buckets × groups, never with events.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,93 +20,82 @@ from ..stats.multiclass import MulticlassLayout
 from ..stats.regression import RegressionLayout
 from ..stats.results import MetricValue
 from ..stats.scores import ReliabilityBin, ScoreLayout, ValueMatrix
-from .core import DELAY_BOUNDS_S, Engine
-from .models import ModelSpec, exported_metric_names
-from .snapshot import DelayHistogram, Economics, FairnessGap, OpsState, WindowResult
-from .windows import window_bounds
+from .models import SCORE_METRICS, ModelSpec, exported_metric_names
+from .slice_scores import slice_score_metrics
+from .snapshot import Economics, FairnessGap, OpsState, WindowResult
+from .view import StoreView
 
-__all__ = ["evaluate", "evaluate_all", "ops_state", "window_bounds"]
+if TYPE_CHECKING:
+    from .core import Engine
 
+__all__ = ["evaluate_all", "ops_state"]
 
-def evaluate(
-    buckets: dict[str, np.ndarray],
-    groups: Sequence[tuple[int, str, tuple[str, ...]]],
-    models: Sequence[ModelSpec],
-    width_ms: int,
-    now_ms: int,
-    confidence: float = 0.95,
-) -> tuple[WindowResult, ...]:
-    """Quality per model, version, window and slice (``all`` and each configured slice)."""
-    return evaluate_all(buckets, groups, models, width_ms, now_ms, confidence)[0]
+_EMPTY: dict[str, np.ndarray] = {}
 
 
 def evaluate_all(
-    buckets: dict[str, np.ndarray],
-    groups: Sequence[tuple[int, str, tuple[str, ...]]],
+    view: StoreView,
     models: Sequence[ModelSpec],
-    width_ms: int,
     now_ms: int,
     confidence: float = 0.95,
     plugins: Sequence[MetricPlugin] = (),
     plugin_errors: Counter[str] | None = None,
-    wide: dict[str, np.ndarray] | None = None,
-    tasks: dict[str, np.ndarray] | None = None,
 ) -> tuple[tuple[WindowResult, ...], tuple[FairnessGap, ...]]:
     """Window results and the fairness gaps across each single-dimension slice.
 
-    ``buckets`` holds the per-(group, bucket) counts (groups include slice segments);
-    ``wide`` the per-(model, version, bucket) score histograms and plugin statistics,
-    which feed the score-based and plugin metrics of slice ``all``; ``tasks`` the
-    per-(group, bucket) multiclass and regression statistics (every slice).
+    ``view.buckets`` holds the per-(group, bucket) counts (groups include slice segments);
+    ``view.wide[m]`` model m's per-(version, bucket) score histograms and plugin
+    statistics, which feed the score-based and plugin metrics of slice ``all``;
+    ``view.sliced[m]`` its per-(group, bucket) multiclass and regression statistics
+    (every slice).
 
     Plugin metrics are computed per window too; a plugin that raises is counted in
     ``plugin_errors`` and its metrics are left out of that result."""
     results: list[WindowResult] = []
     gaps: list[FairnessGap] = []
+    groups = view.groups
+    width_ms = view.width_ms
+    buckets = view.buckets
     n_groups = len(groups)
     if n_groups == 0:
         return (), ()
     group_model = np.array([g[0] for g in groups], np.int64)
     b_group, b_bucket = buckets["group"], buckets["bucket"]
-    wide = wide if wide is not None else buckets
-    w_group, w_bucket = wide["group"], wide["bucket"]
     base = {(g[0], g[1]): i for i, g in enumerate(groups) if not g[2]}
     for m, spec in enumerate(models):
         gids = np.flatnonzero(group_model == m)
         if gids.shape[0] == 0:
             continue
+        wide = view.wide.get(m, _EMPTY)
         catalog = _Catalog(
             spec,
-            wide.get(f"m.scores{m}"),
-            [(p, wide[f"m.p_{p.name}_{m}"]) for p in plugins if f"m.p_{p.name}_{m}" in wide],
+            wide.get("m.scores"),
+            [(p, wide[f"m.p_{p.name}"]) for p in plugins if f"m.p_{p.name}" in wide],
             plugin_errors,
         )
-        task_key = {"multiclass": f"m.mc{m}", "regression": f"m.rg{m}"}.get(spec.task)
-        task_matrix = tasks.get(task_key) if tasks is not None and task_key else None
+        empty = np.empty(0, np.int64)
+        w_group, w_bucket = wide.get("group", empty), wide.get("bucket", empty)
+        tasks = view.sliced.get(m, _EMPTY)
+        task_matrix = tasks.get(_SLICED_MATRIX[spec.task])
         dims = spec.slice_dimensions
         versions: dict[str, list[int]] = {}
         for gid in gids.tolist():
             versions.setdefault(groups[gid][1], []).append(gid)
         in_model = group_model[b_group] == m
         for w in spec.windows:
-            lo, hi = window_bounds(now_ms, w.size_ms, w.delay_ms, width_ms)
+            lo, hi = view.tiers.window(now_ms, w.size_ms, w.delay_ms)
             sel = np.flatnonzero(in_model & (b_bucket >= lo) & (b_bucket <= hi))
             g = b_group[sel]
             predicted = np.bincount(g, buckets["predicted"][sel], minlength=n_groups)
             labeled = np.bincount(g, buckets["labeled"][sel], minlength=n_groups)
             conf = np.zeros((n_groups, 4), np.int64)
             np.add.at(conf, g, buckets["confusion"][sel])
-            wide_sel = np.flatnonzero(
-                (group_model[w_group] == m) & (w_bucket >= lo) & (w_bucket <= hi)
-            )
+            wide_sel = np.flatnonzero((w_bucket >= lo) & (w_bucket <= hi))
             task_sums = None
-            if task_matrix is not None and tasks is not None:
+            if task_matrix is not None:
                 t_group, t_bucket = tasks["group"], tasks["bucket"]
-                t_sel = np.flatnonzero(
-                    (group_model[t_group] == m) & (t_bucket >= lo) & (t_bucket <= hi)
-                )
-                task_sums = np.zeros((n_groups, task_matrix.shape[1]))
-                np.add.at(task_sums, t_group[t_sel], task_matrix[t_sel])
+                t_sel = np.flatnonzero((t_bucket >= lo) & (t_bucket <= hi))
+                task_sums = _group_sums(t_group[t_sel], task_matrix, t_sel, n_groups)
 
             win = _Window(
                 spec,
@@ -186,7 +176,16 @@ class _Window:
         extra: dict[str, Any]
         if self.spec.task == "binary":
             c = self.conf[members].sum(axis=0)
-            metrics, reliability, economics = self.catalog.compute(c, wide_rows, self.confidence)
+            # slice "all" reads the version's fine histograms; a segment slice the sum of
+            # its segments' coarser ones
+            coarse = (
+                self.task_sums[members].sum(axis=0)
+                if slice_label != "all" and self.task_sums is not None
+                else None
+            )
+            metrics, reliability, economics = self.catalog.compute(
+                c, wide_rows, self.confidence, coarse
+            )
             extra = {
                 "confusion": (int(c[0]), int(c[1]), int(c[2]), int(c[3])),
                 "reliability": reliability,
@@ -225,9 +224,15 @@ def _fairness(
 ) -> list[FairnessGap]:
     """Demographic parity (predicted-positive-rate gap), equal opportunity (recall gap) and
     equalized odds (max of the TPR and FPR gaps) across a dimension's exported values
-    (Hardt, Price & Srebro 2016)."""
-    rates: dict[str, dict[str, float]] = {"ppr": {}, "tpr": {}, "fpr": {}}
+    (Hardt, Price & Srebro 2016); the ECE gap (calibration within groups: each group's
+    scores should mean the same probability, Kleinberg, Mullainathan & Raghavan 2017) and
+    the ROC-AUC gap (ranking quality per group), when those metrics are exported."""
+    rates: dict[str, dict[str, float]] = {"ppr": {}, "tpr": {}, "fpr": {}, "ece": {}, "auc": {}}
     for value, r in shown:
+        for mv in r.metrics:
+            key = {"ece": "ece", "roc_auc": "auc"}.get(mv.name)
+            if key is not None and math.isfinite(mv.value):
+                rates[key][value] = mv.value
         tn, fp, fn, tp = r.confusion
         n = tn + fp + fn + tp
         if n:
@@ -249,6 +254,8 @@ def _fairness(
     out = [
         gap("demographic_parity", rates["ppr"]),
         gap("equal_opportunity", rates["tpr"]),
+        gap("ece_gap", rates["ece"]),
+        gap("auc_gap", rates["auc"]),
     ]
     tpr, fpr = gap("tpr", rates["tpr"]), gap("fpr", rates["fpr"])
     if tpr is not None and fpr is not None:
@@ -273,9 +280,10 @@ class _Catalog:
         self.binary = BinaryLayout(betas=spec.fbeta)
         self.scores = scores
         self.score_layout = ScoreLayout(bins=spec.score_bins)
+        self.slice_layout = spec.slice_score_layout
         wanted = exported_metric_names(spec.metrics, spec.fbeta, spec.quantiles)
         self.wanted = wanted
-        self.needs_scores = bool(wanted & _SCORE_METRICS) or spec.costs is not None
+        self.needs_scores = bool(wanted & SCORE_METRICS) or spec.costs is not None
         self.task_layout: MulticlassLayout | RegressionLayout | None = None
         if spec.task == "multiclass":
             self.task_layout = MulticlassLayout(
@@ -313,24 +321,37 @@ class _Catalog:
         return metrics, (), excluded
 
     def compute(
-        self, conf: np.ndarray, rows: np.ndarray, confidence: float
+        self,
+        conf: np.ndarray,
+        rows: np.ndarray,
+        confidence: float,
+        coarse: np.ndarray | None = None,
     ) -> tuple[tuple[MetricValue, ...], tuple[ReliabilityBin, ...], Economics | None]:
+        """Binary metrics of merged confusion counts, plus the score-based ones from the
+        fine histogram rows ``rows`` (slice "all") or the summed coarse vector ``coarse``
+        (segment slices)."""
         values = self.binary.metrics(conf.astype(np.float64), confidence)
         reliability: tuple[ReliabilityBin, ...] = ()
         economics = None
         vec = None
-        if self.needs_scores and self.scores is not None and rows.shape[0]:
+        layout = self.score_layout
+        if coarse is not None and self.slice_layout is not None:
+            vec, layout = coarse, self.slice_layout
+        elif self.needs_scores and self.scores is not None and rows.shape[0]:
             vec = _sum_rows(self.scores, rows)
-            if vec[self.score_layout.width - 5] <= 0:  # no scored rows (decisions only)
-                vec = None
+        if vec is not None and vec[layout.width - 5] <= 0:  # no scored rows (decisions only)
+            vec = None
         if vec is not None:
-            values += [mv for mv in self.score_layout.metrics(vec, confidence)]
-            reliability = tuple(self.score_layout.reliability(vec, confidence))
+            if layout is self.slice_layout:
+                values += slice_score_metrics(layout, vec, confidence)
+            else:
+                values += layout.metrics(vec, confidence)
+            reliability = tuple(layout.reliability(vec, confidence))
         metrics = tuple(mv for mv in values if mv.name in self.wanted)
         if self.plugins and rows.shape[0]:
             metrics += tuple(self._plugin_metrics(rows, confidence))
         if self.spec.costs is not None:
-            economics = self._economics(conf, vec, confidence)
+            economics = self._economics(conf, vec, layout, confidence)
         return metrics, reliability, economics
 
     def _plugin_metrics(self, rows: np.ndarray, confidence: float) -> list[MetricValue]:
@@ -349,7 +370,7 @@ class _Catalog:
         return out
 
     def _economics(
-        self, conf: np.ndarray, vec: np.ndarray | None, confidence: float
+        self, conf: np.ndarray, vec: np.ndarray | None, layout: ScoreLayout, confidence: float
     ) -> Economics | None:
         assert self.spec.costs is not None
         v_tp, v_fp, v_fn, v_tn = self.spec.costs
@@ -367,9 +388,7 @@ class _Catalog:
         )
         if vec is None:
             return Economics(deployed, float("nan"), MetricValue("expected_value", *_NAN3, 0))
-        best = self.score_layout.best_threshold(
-            vec, ValueMatrix(v_tp, v_fp, v_fn, v_tn), confidence
-        )
+        best = layout.best_threshold(vec, ValueMatrix(v_tp, v_fp, v_fn, v_tn), confidence)
         return Economics(deployed, best.threshold, best.value)
 
 
@@ -381,34 +400,27 @@ def _sum_rows(matrix: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return weights @ matrix
 
 
-_SCORE_METRICS = {
-    "roc_auc", "pr_auc", "pr_auc_debiased", "log_loss", "brier", "ece", "ece_debiased",
-    "calibration_p_value", "ece_equal_mass", "mce",
-}  # fmt: skip
+# the per-(group, bucket) matrix of each task in the model's sliced store
+_SLICED_MATRIX = {"binary": "m.scores", "multiclass": "m.mc", "regression": "m.rg"}
+
+
+def _group_sums(
+    group: np.ndarray, matrix: np.ndarray, rows: np.ndarray, n_groups: int
+) -> np.ndarray:
+    """Per-group sums of some rows of a matrix (rows sorted by group, one reduceat)."""
+    out = np.zeros((n_groups, matrix.shape[1]))
+    if rows.shape[0] == 0:
+        return out
+    order = np.argsort(group, kind="stable")
+    g = group[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    out[g[starts]] = np.add.reduceat(matrix[rows[order]], starts, axis=0)
+    return out
+
+
 _NAN3 = (float("nan"),) * 3
 
 
 def ops_state(engine: Engine) -> OpsState:
     """A copy of the engine's operational counters (cheap; call under the app lock)."""
-    return OpsState(
-        records=tuple((k, o, c) for (k, o), c in sorted(engine.records.items())),
-        invalid=tuple((k, r, c) for (k, r), c in sorted(engine.invalid.items())),
-        join_events=tuple(sorted(engine.join_events.items())),
-        pending_predictions=engine.pending,
-        orphan_labels=len(engine.orphans),
-        label_delay=DelayHistogram(
-            DELAY_BOUNDS_S, tuple(int(c) for c in engine.delay_counts), engine.delay_sum_s
-        ),
-        prediction_watermark_ms=engine.pred_watermark_ms,
-        label_watermark_ms=engine.label_watermark_ms,
-        plugin_errors=tuple(sorted(engine.plugin_errors.items())),
-        outcomes=tuple(
-            (
-                engine.models[m].name,
-                v,
-                lab,
-                err if engine.models[m].is_classifier else None,
-            )
-            for m, v, lab, err in engine.outcome_counts()
-        ),
-    )
+    return engine.ops()

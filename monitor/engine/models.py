@@ -8,6 +8,7 @@ from typing import Any
 
 from ..stats.binary import fbeta_name
 from ..stats.regression import pinball_name
+from ..stats.scores import ScoreLayout
 
 __all__ = [
     "ComparisonSpec",
@@ -17,6 +18,17 @@ __all__ = [
     "WindowSpec",
     "exported_metric_names",
 ]
+
+# Binary metrics computed from score histograms (the rest need only the confusion counts).
+SCORE_METRICS = frozenset(
+    {
+        "roc_auc", "pr_auc", "pr_auc_debiased", "log_loss", "brier", "ece", "ece_debiased",
+        "calibration_p_value", "ece_equal_mass", "mce",
+    }
+)  # fmt: skip
+# Per-slice histograms span logits ±8 (scores 0.0003..0.9997): the slice's bins are
+# spent where scores are, and the rare scores beyond fall into the two end bins.
+SLICE_LOGIT_RANGE = 8.0
 
 
 def exported_metric_names(
@@ -59,6 +71,9 @@ class ModelSpec:
     metrics: tuple[str, ...] = ("accuracy", "precision", "recall", "f1")
     fbeta: tuple[float, ...] = (2.0, 0.5)
     score_bins: int = 2048
+    slice_score_bins: int = 256  # per-slice histograms (logit range ±8), slices only
+    max_versions: int = 20  # live versions at once; predictions of more are rejected
+    version_idle_ttl_ms: int = 7 * 86_400_000  # no traffic this long: the version retires
     calibration_bins: int = 10  # multiclass top-label calibration
     huber_delta: float = 1.0  # regression
     quantiles: tuple[float, ...] = (0.1, 0.5, 0.9)  # regression pinball losses
@@ -81,6 +96,23 @@ class ModelSpec:
     def slice_dimensions(self) -> tuple[str, ...]:
         """Every dimension any slice uses, in first-use order (the segment key's order)."""
         return tuple(dict.fromkeys(d for s in self.slices for d in s.dimensions))
+
+    @property
+    def slice_score_layout(self) -> ScoreLayout | None:
+        """The coarser score histogram kept per (segment, bucket) so every exported slice
+        of a binary model gets ROC/PR-AUC, log loss, Brier and calibration; None when the
+        model has no slices or asks for no score metric."""
+        wanted = exported_metric_names(self.metrics, self.fbeta, self.quantiles)
+        if self.task != "binary" or not self.slices:
+            return None
+        if not (wanted & SCORE_METRICS) and self.costs is None:
+            return None
+        return ScoreLayout(bins=self.slice_score_bins, logit_range=SLICE_LOGIT_RANGE)
+
+    @property
+    def horizon_ms(self) -> int:
+        """How far back the model's windows reach."""
+        return max([w.size_ms + w.delay_ms for w in self.windows] + [0])
 
     @property
     def is_classifier(self) -> bool:
@@ -130,10 +162,12 @@ class ComparisonSpec:
     alpha: float = 0.05
     margin: float = 0.0
     min_samples: int = 1000
+    min_events: float = 10.0  # error_rate burn-in: expected errors in the smaller arm
     horizon: int = 10_000  # samples per arm where the test is tuned to be most sensitive
     traffic_split: tuple[float, float] = (0.5, 0.5)
     srm_threshold: float = 0.001
     stale_after_ms: int = 900_000
+    sequence: str = "auto"  # "auto" | "exact" (bounded-loss sequences, monitor.experiments)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,3 +188,4 @@ class DriftSpec:
     live: str | None = None  # "first" or "previous": the reference is past live traffic
     live_span_ms: int = 0
     bootstrap: int = 10_000  # predictions that fix a live reference's bins and categories
+    max_features: int = 100  # a live reference tracks at most this many feature names

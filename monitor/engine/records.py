@@ -71,6 +71,10 @@ class PredictionBatch:
     proba: np.ndarray | None = None
     lower: np.ndarray | None = None
     upper: np.ndarray | None = None
+    # numeric drift features as an (n, F) float64 block, decoded once (NaN: absent or
+    # not a number), column j holding ``numeric_names[j]``; None when not asked for
+    numeric: np.ndarray | None = None
+    numeric_names: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return int(self.keys.shape[0])

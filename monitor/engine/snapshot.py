@@ -7,16 +7,24 @@ so Prometheus names and JSON layouts live in the adapters.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from ..drift.detector import DriftReport, LabelPriorDrift
+from ..experiments.mcnemar import McNemarResult
+from ..experiments.srm import SRMResult
 from ..stats.results import MetricValue
 from ..stats.scores import ReliabilityBin
 
-if TYPE_CHECKING:
-    from .comparisons import ComparisonResult
-    from .drift import DriftResult
-
-__all__ = ["DelayHistogram", "Economics", "FairnessGap", "OpsState", "Snapshot", "WindowResult"]
+__all__ = [
+    "ComparisonResult",
+    "DelayHistogram",
+    "DriftResult",
+    "Economics",
+    "FairnessGap",
+    "OpsState",
+    "Snapshot",
+    "WindowDifference",
+    "WindowResult",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +35,8 @@ class FairnessGap:
     version: str
     window: str
     dimension: str
-    metric: str  # demographic_parity | equal_opportunity | equalized_odds
+    # demographic_parity | equal_opportunity | equalized_odds | ece_gap | auc_gap
+    metric: str
     gap: float
     lowest: str  # the value with the smallest rate
     highest: str  # the value with the largest rate
@@ -90,6 +99,63 @@ class OpsState:
     plugin_errors: tuple[tuple[str, int], ...] = ()
     # (model, version, labeled, errors) cumulative; errors only for classifiers
     outcomes: tuple[tuple[str, str, int, int | None], ...] = ()
+    versions_rejected: tuple[tuple[str, int], ...] = ()  # (model, predictions) over max_versions
+    drift_untracked: tuple[tuple[str, int], ...] = ()  # (model, feature values) over the cap
+
+
+@dataclass(frozen=True, slots=True)
+class WindowDifference:
+    """Fixed-horizon error-rate difference in one window (dashboards only)."""
+
+    window: str
+    error_control: float
+    error_treatment: float
+    difference: float
+    lower: float
+    upper: float
+    p_value: float
+    n_control: int
+    n_treatment: int
+    method: str
+
+
+@dataclass(frozen=True, slots=True)
+class ComparisonResult:
+    name: str
+    model: str
+    control: str
+    treatment: str
+    loss: str
+    mode: str
+    decision: str
+    superior: bool
+    reason: str
+    p_value: float
+    cs_lower: float
+    cs_upper: float
+    effect: float
+    n_control: int
+    n_treatment: int
+    predictions_control: int
+    predictions_treatment: int
+    since_ms: int | None
+    at_ms: int
+    alpha: float
+    margin: float
+    srm: SRMResult | None = None
+    mcnemar: McNemarResult | None = None
+    windows: tuple[WindowDifference, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DriftResult:
+    model: str
+    version: str
+    window: str
+    start_ms: int
+    end_ms: int
+    report: DriftReport
+    label_prior: LabelPriorDrift | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,10 +5,15 @@ error) and the effect is ``d = mean_loss(B) - mean_loss(A)`` (treatment minus co
 positive effect means the treatment is worse.
 
 - :mod:`.moments` — :class:`LossMoments`, the mergeable sufficient statistic per arm.
-- :mod:`.sequential` — always-valid mSPRT p-values and confidence sequences, and the
+- :mod:`.sequential` — always-valid normal-mixture (plug-in variance) p-values and
+  confidence sequences for the other losses, and the
   sticky ``continue`` / ``promote`` / ``rollback`` / ``invalid`` decision state machine,
   unpaired (A/B, canary) and paired (shadow).
-- :mod:`.srm` — sample-ratio mismatch, checked before a result is trusted.
+- :mod:`.conditional` — the exact conditional (Beta-mixture) test for error rates in split
+  mode, with burn-in in expected errors.
+- :mod:`.bounded` — exact confidence sequences for bounded losses from moments (opt-in).
+- :mod:`.simulate` — Monte-Carlo operating characteristics shared by tests and bench.
+- :mod:`.srm` — always-valid sample-ratio mismatch, checked before a result is trusted.
 - :mod:`.mcnemar` — McNemar's exact test on discordant pairs (shadow mode, error rate).
 - :mod:`.fixed_horizon` — Newcombe interval and z-test for dashboards; *not* for
   continuous decisions.

@@ -314,7 +314,11 @@ def _from_json(x: float | None, default: float) -> float:
 
 
 class _SequentialDecider:
-    """Running p / intersection and the sticky decision machine shared by both variants."""
+    """Running p / intersection and the sticky decision machine shared by every variant.
+
+    Subclasses compute one look (``p``, interval, effect) and say whether the burn-in is
+    over; this class folds the looks and owns the decision.
+    """
 
     __slots__ = (
         "_decision",
@@ -327,23 +331,16 @@ class _SequentialDecider:
         "_superior",
         "alpha",
         "margin",
-        "min_samples",
-        "tau2",
     )
     _kind: str = ""
 
-    def __init__(
-        self, *, alpha: float = 0.05, tau2: float, margin: float = 0.0, min_samples: int = 100
-    ) -> None:
-        _check_alpha_tau2(alpha, tau2)
+    def __init__(self, *, alpha: float, margin: float) -> None:
+        if not 0.0 < alpha < 1.0:
+            raise ValueError(f"alpha must be in (0, 1), got {alpha}")
         if not (margin >= 0.0 and math.isfinite(margin)):
             raise ValueError(f"margin must be finite and >= 0, got {margin}")
-        if min_samples < 2:
-            raise ValueError(f"min_samples must be >= 2 (a variance is needed), got {min_samples}")
         self.alpha = float(alpha)
-        self.tau2 = float(tau2)
         self.margin = float(margin)
-        self.min_samples = int(min_samples)
         self._p = 1.0
         self._lo = -math.inf
         self._hi = math.inf
@@ -357,19 +354,26 @@ class _SequentialDecider:
     def decision(self) -> Decision:
         return self._decision
 
-    def _observe(
-        self, effect: float, v: float, n_a: int, n_b: int, at_ms: int, srm_mismatch: bool
+    def _fold(
+        self,
+        look: tuple[float, float, float] | None,
+        effect: float,
+        n_a: int,
+        n_b: int,
+        at_ms: int,
+        srm_mismatch: bool,
     ) -> ComparisonState:
+        """Fold one look (``(p, lower, upper)``, None during burn-in) into the state."""
         notes: list[str] = []
         shrunk = n_a < self._n_a or n_b < self._n_b
-        burned_in = min(n_a, n_b) >= self.min_samples
+        burned_in = look is not None
         if shrunk:
             notes.append(
                 f"cumulative counts decreased (n_a {self._n_a}->{n_a}, n_b {self._n_b}->{n_b});"
                 " statistics must be cumulative since the start of the comparison"
             )
-        elif burned_in:
-            p, lo, hi = normal_mixture(effect, v, alpha=self.alpha, tau2=self.tau2)
+        elif look is not None:
+            p, lo, hi = look
             self._p = min(self._p, float(p))
             new_lo, new_hi = max(self._lo, float(lo)), min(self._hi, float(hi))
             if new_lo <= new_hi:
@@ -410,6 +414,9 @@ class _SequentialDecider:
         self._decision = decision
         self._since_ms = int(at_ms)
 
+    def _burn_in_text(self) -> str:
+        raise NotImplementedError
+
     def _reason(self, burned_in: bool, notes: list[str]) -> str:
         cs = f"{1 - self.alpha:.0%} CS [{self._lo:.4g}, {self._hi:.4g}]"
         d = self.margin
@@ -424,20 +431,21 @@ class _SequentialDecider:
             "continue": (
                 f"not enough evidence yet: {cs} contains {d:g}"
                 if burned_in
-                else f"burn-in: fewer than {self.min_samples} samples per arm"
+                else f"burn-in: {self._burn_in_text()}"
             ),
         }[self._decision]
         return "; ".join([base, *notes])
+
+    def _config(self) -> dict[str, Any]:
+        """The constructor's keyword arguments (JSON-able)."""
+        return {"alpha": self.alpha, "margin": self.margin}
 
     def state(self) -> dict[str, Any]:
         """JSON-able state: configuration plus the running quantities and decision."""
         return {
             "version": _STATE_VERSION,
             "kind": self._kind,
-            "alpha": self.alpha,
-            "tau2": self.tau2,
-            "margin": self.margin,
-            "min_samples": self.min_samples,
+            **self._config(),
             "p_value": self._p,
             "cs_lower": _to_json(self._lo),
             "cs_upper": _to_json(self._hi),
@@ -452,12 +460,7 @@ class _SequentialDecider:
     def from_state(cls, state: dict[str, Any]) -> Self:
         if state.get("version") != _STATE_VERSION or state.get("kind") != cls._kind:
             raise ValueError(f"not a {cls.__name__} state (version {_STATE_VERSION})")
-        obj = cls(
-            alpha=float(state["alpha"]),
-            tau2=float(state["tau2"]),
-            margin=float(state["margin"]),
-            min_samples=int(state["min_samples"]),
-        )
+        obj = cls(**cls._config_from(state))
         decision = state["decision"]
         if decision not in ("continue", *_TERMINAL):
             raise ValueError(f"unknown decision {decision!r}")
@@ -471,8 +474,51 @@ class _SequentialDecider:
         obj._n_b = int(state["n_b"])
         return obj
 
+    @classmethod
+    def _config_from(cls, state: dict[str, Any]) -> dict[str, Any]:
+        return {"alpha": float(state["alpha"]), "margin": float(state["margin"])}
 
-class SequentialComparison(_SequentialDecider):
+
+class _MixtureDecider(_SequentialDecider):
+    """The normal-mixture variants: τ² and a burn-in in samples per arm."""
+
+    __slots__ = ("min_samples", "tau2")
+
+    def __init__(
+        self, *, alpha: float = 0.05, tau2: float, margin: float = 0.0, min_samples: int = 100
+    ) -> None:
+        _check_alpha_tau2(alpha, tau2)
+        if min_samples < 2:
+            raise ValueError(f"min_samples must be >= 2 (a variance is needed), got {min_samples}")
+        super().__init__(alpha=alpha, margin=margin)
+        self.tau2 = float(tau2)
+        self.min_samples = int(min_samples)
+
+    def _observe(
+        self, effect: float, v: float, n_a: int, n_b: int, at_ms: int, srm_mismatch: bool
+    ) -> ComparisonState:
+        look = None
+        if min(n_a, n_b) >= self.min_samples:
+            p, lo, hi = normal_mixture(effect, v, alpha=self.alpha, tau2=self.tau2)
+            look = (float(p), float(lo), float(hi))
+        return self._fold(look, effect, n_a, n_b, at_ms, srm_mismatch)
+
+    def _burn_in_text(self) -> str:
+        return f"fewer than {self.min_samples} samples per arm"
+
+    def _config(self) -> dict[str, Any]:
+        return {**super()._config(), "tau2": self.tau2, "min_samples": self.min_samples}
+
+    @classmethod
+    def _config_from(cls, state: dict[str, Any]) -> dict[str, Any]:
+        return {
+            **super()._config_from(state),
+            "tau2": float(state["tau2"]),
+            "min_samples": int(state["min_samples"]),
+        }
+
+
+class SequentialComparison(_MixtureDecider):
     """Unpaired always-valid comparison (A/B, canary): configured once, then asked.
 
     ``update`` takes the *cumulative* moments of each arm since the comparison started
@@ -504,7 +550,7 @@ class SequentialComparison(_SequentialDecider):
         return self._observe(effect, v, stats_a.n, stats_b.n, at_ms, srm_mismatch)
 
 
-class PairedSequentialComparison(_SequentialDecider):
+class PairedSequentialComparison(_MixtureDecider):
     """Paired always-valid comparison (shadow mode) on ``d_i = loss_B - loss_A``.
 
     Both versions score the same predictions, so the one-sample mSPRT on the

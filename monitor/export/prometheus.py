@@ -215,7 +215,7 @@ class MonitorCollector(Collector):
                 "mlmon_fairness_gap",
                 "Largest minus smallest rate across a slice dimension's values: "
                 "demographic_parity (predicted positive rate), equal_opportunity (recall), "
-                "equalized_odds (max of the TPR and FPR gaps)",
+                "equalized_odds (max of the TPR and FPR gaps), ece_gap, auc_gap",
                 labels=("model", "version", "window", "dimension", "metric"),
             )
             for f in snap.fairness:
@@ -376,6 +376,22 @@ class MonitorCollector(Collector):
             for kind, reason, count in ops.invalid:
                 invalid.add_metric([topics.get(kind, kind), reason], count)
             yield invalid
+            rejected = CounterMetricFamily(
+                "mlmon_versions_rejected",
+                "Predictions rejected because their model already had max_versions live versions",
+                labels=("model",),
+            )
+            for model, count in ops.versions_rejected:
+                rejected.add_metric([model], count)
+            yield rejected
+            untracked = CounterMetricFamily(
+                "mlmon_drift_untracked_features",
+                "Feature values a live drift reference left out (names over drift.max_features)",
+                labels=("model",),
+            )
+            for model, count in ops.drift_untracked:
+                untracked.add_metric([model], count)
+            yield untracked
             labeled = CounterMetricFamily(
                 "mlmon_labeled_predictions",
                 "Predictions joined with their label, per model version (cumulative)",
@@ -457,6 +473,27 @@ class MonitorCollector(Collector):
             "Checkpoint writes that failed (the previous checkpoint is kept)",
             value=status.checkpoint_failures,
         )
+        faults = CounterMetricFamily(
+            "mlmon_fault_events",
+            "Handled faults: clock jumps, offset resets, checkpoint identity resets, "
+            "spooled dead letters (docs/operations.md)",
+            labels=("event",),
+        )
+        for event, count in status.fault_events:
+            faults.add_metric([event], count)
+        yield faults
+        yield GaugeMetricFamily(
+            "mlmon_dead_letter_spooled",
+            "Rejected records on disk waiting for the dead-letter topic",
+            value=status.dead_letter_spooled,
+        )
+        if status.group_members is not None:
+            yield GaugeMetricFamily(
+                "mlmon_group_members",
+                "Members of the consumer group (more than 1 in a single-instance deployment "
+                "means another consumer shares the group)",
+                value=status.group_members,
+            )
         yield GaugeMetricFamily(
             "mlmon_consuming",
             "1 while partitions are assigned and the source is healthy",

@@ -35,6 +35,10 @@ class RuntimeStatus:
     last_evaluation_error: str | None = None
     topics: tuple[tuple[str, str], ...] = ()  # (kind, topic name)
     dead_letter_failures: int = 0
+    # handled faults by event (docs/operations.md "Failure modes")
+    fault_events: tuple[tuple[str, int], ...] = ()
+    dead_letter_spooled: int = 0  # rejected records on disk waiting for the DLQ topic
+    group_members: int | None = None  # consumer group members (None: not known yet)
 
 
 @dataclass(frozen=True, slots=True)

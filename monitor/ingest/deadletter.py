@@ -8,6 +8,7 @@ dead-letter entry (each carries topic/partition/offset to de-duplicate on).
 from __future__ import annotations
 
 import base64
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,8 +17,9 @@ from typing import Any, Protocol
 import orjson
 
 from ..engine.records import Rejection
+from ..state.lock import FILE_MODE, private_dir
 
-__all__ = ["DeadLetterSink", "FileDeadLetter", "KafkaDeadLetter", "dead_letter_json"]
+__all__ = ["DeadLetterSink", "FileDeadLetter", "dead_letter_json"]
 
 
 class DeadLetterSink(Protocol):
@@ -44,8 +46,11 @@ class FileDeadLetter:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(self.path, "ab")  # noqa: SIM115 - held open for the daemon's life
+        private_dir(self.path.parent)
+        # 0600: the file holds original record bytes
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
+        os.fchmod(fd, FILE_MODE)
+        self._fh = os.fdopen(fd, "ab")
 
     def write(self, rejections: Sequence[Rejection]) -> None:
         if not rejections:
@@ -60,27 +65,3 @@ class FileDeadLetter:
         if not self._fh.closed:
             self._fh.flush()
             self._fh.close()
-
-
-class KafkaDeadLetter:
-    """Produces each rejected record's original bytes to a topic, reason in headers."""
-
-    def __init__(self, producer: Any, topic: str) -> None:
-        self.producer = producer
-        self.topic = topic
-
-    def write(self, rejections: Sequence[Rejection]) -> None:
-        for r in rejections:
-            headers = [
-                ("mlmon-reason", r.reason.encode()),
-                ("mlmon-detail", r.detail.encode()[:1000]),
-                ("mlmon-source", f"{r.topic}/{r.partition}/{r.offset}".encode()),
-            ]
-            self.producer.send(self.topic, value=r.raw, headers=headers)
-
-    def flush(self) -> None:
-        self.producer.flush(timeout=30)
-
-    def close(self) -> None:
-        self.flush()
-        self.producer.close(timeout=10)

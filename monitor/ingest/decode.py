@@ -4,18 +4,30 @@ The decoder never raises on input: every record becomes either a row of a batch 
 ``Rejection`` with one of ``REASONS``. orjson is the fast path; only when it refuses a
 record do we look closer (stdlib json to tell NaN/Infinity literals and huge numbers
 from plain garbage), so the common case pays nothing for the diagnostics.
+
+A batch is decoded in columns: every value parsed in one C-level ``map``, each field
+pulled out as a column, types checked per column (a set of types, not a branch per
+record) and ranges checked with numpy. Only rows a column check does not clear take the
+per-record path (``_one``), which gives every rejection its reason and detail; so the
+two paths accept exactly the same rows with the same values, and the result is in the
+input order either way (tests/unit/test_decode_columns.py checks this).
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import operator
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from itertools import chain, compress
+from typing import Annotated, Any
 
+import msgspec
 import numpy as np
 import orjson
 
@@ -122,6 +134,72 @@ def _parse_json_slow(raw: bytes) -> Any:
     except ValueError as err:
         raise _Reject("not_json", f"not JSON: {str(err)[:120]}") from None
     return obj
+
+
+_BAD = object()  # a value the per-record path must look at
+
+
+def _loads_all(raws: Sequence[bytes | None], limits: DecodeLimits) -> list[Any]:
+    """Every value parsed, ``_BAD`` where orjson refused it, it is absent or too big."""
+    loads = orjson.loads
+    try:
+        if max(map(len, raws), default=0) <= limits.max_record_bytes:  # type: ignore[arg-type]
+            return list(map(loads, raws))  # type: ignore[arg-type]
+    except (orjson.JSONDecodeError, TypeError):
+        pass
+    out: list[Any] = []
+    for raw in raws:
+        if raw is None or len(raw) > limits.max_record_bytes:
+            out.append(_BAD)
+            continue
+        try:
+            out.append(loads(raw))
+        except orjson.JSONDecodeError:
+            out.append(_BAD)
+    return out
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Decoding creates no reference cycles (parsed JSON is a tree), so the cyclic
+    collector's passes over a batch of fresh dicts — one per 700 allocations, each
+    longer as the batch grows — are pure cost; paused for the whole decode, the parsed
+    objects the batch does not keep are freed by reference counting before it resumes."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _of_type(column: list[Any], kind: type) -> np.ndarray | None:
+    """None when every value has exactly type ``kind``, else the per-row mask."""
+    if set(map(type, column)) == {kind}:
+        return None
+    return np.fromiter((type(x) is kind for x in column), bool, len(column))
+
+
+def _and(mask: np.ndarray | None, other: np.ndarray | None) -> np.ndarray | None:
+    if other is None:
+        return mask
+    return other if mask is None else mask & other
+
+
+def _int_column(column: list[Any], ok: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """int64 array of a column of ints, and the mask of the rows that are 64-bit ints
+    (None: all); other rows hold 0. ``ok`` is the column's exact-int mask (None: all)."""
+    n = len(column)
+    if ok is None:
+        try:
+            return np.fromiter(column, np.int64, n), None
+        except OverflowError:
+            pass
+    fits = np.fromiter((type(x) is int and -(2**63) <= x < 2**63 for x in column), bool, n)
+    values = (x if f else 0 for x, f in zip(column, fits, strict=True))
+    return np.fromiter(values, np.int64, n), fits
 
 
 def _parse_ts(value: Any, now_ms: int, limits: DecodeLimits, field: str) -> int:
@@ -244,7 +322,14 @@ def label_number(value: Any) -> float:
 class PredictionDecoder:
     """Decodes prediction records for the configured models."""
 
-    def __init__(self, models: Sequence[ModelSpec], limits: DecodeLimits) -> None:
+    def __init__(
+        self,
+        models: Sequence[ModelSpec],
+        limits: DecodeLimits,
+        numeric_features: Sequence[str] = (),
+    ) -> None:
+        """``numeric_features``: the numeric drift features to decode into a float block
+        (``PredictionBatch.numeric``) instead of leaving them to per-record lookups."""
         self.models = list(models)
         self.limits = limits
         self._by_name = {m.name: i for i, m in enumerate(self.models)}
@@ -267,6 +352,9 @@ class PredictionDecoder:
         self._features = [_getter(m.features_path) if m.wants_features else None for m in models]
         self._segments = [_getter(m.segments_path) if m.slices else None for m in models]
         self.wants_extras = any(m.wants_features or m.slices for m in models)
+        wants_features = any(m.wants_features for m in models)
+        self.numeric_names = tuple(dict.fromkeys(numeric_features)) if wants_features else ()
+        self._typed = _typed_decoder(self.models)
 
     def _model_of(self, obj: dict[str, Any]) -> int:
         seen = None
@@ -407,6 +495,224 @@ class PredictionDecoder:
         self, raws: Sequence[bytes | None], now_ms: int, keep_raw: bool = False
     ) -> tuple[PredictionBatch, list[tuple[int, str, str]]]:
         """Decode a batch; returns the valid rows and ``(index, reason, detail)`` rejects."""
+        with _collector_paused():
+            batch, rejects = self._decode(raws, now_ms, keep_raw)
+        if self.numeric_names:
+            block = _numeric_block(batch.features, self.numeric_names)
+            batch = replace(batch, numeric=block, numeric_names=self.numeric_names)
+        return batch, rejects
+
+    def _decode(
+        self, raws: Sequence[bytes | None], now_ms: int, keep_raw: bool
+    ) -> tuple[PredictionBatch, list[tuple[int, str, str]]]:
+        n = len(raws)
+        if not n:
+            fast = None
+        elif self._typed is not None:
+            fast = self._typed_columns(raws, now_ms)
+        else:
+            fast = self._columns(_loads_all(raws, self.limits), now_ms)
+        if fast is None:
+            return self._decode_rows(raws, range(n), now_ms, keep_raw)
+        rows, cols = fast
+        if rows.shape[0] == n:  # the common case: the whole batch in columns
+            return self._batch(cols, list(raws) if keep_raw else []), []
+        slow = np.ones(n, bool)
+        slow[rows] = False
+        batch, rejects = self._decode_rows(raws, np.flatnonzero(slow).tolist(), now_ms, keep_raw)
+        if len(batch) == 0:
+            kept = [raws[i] for i in rows.tolist()] if keep_raw else []
+            return self._batch(cols, kept), rejects
+        # both paths gave rows: back into input order (the engine's first-wins needs it)
+        valid = np.ones(n, bool)
+        valid[[i for i, _, _ in rejects]] = False
+        valid_rows = np.flatnonzero(valid)
+        order = np.argsort(np.concatenate([rows, np.flatnonzero(slow & valid)]), kind="stable")
+        return _merge(self._batch(cols, []), batch, order, raws, valid_rows, keep_raw), rejects
+
+    def _typed_columns(
+        self, raws: Sequence[bytes | None], now_ms: int
+    ) -> tuple[np.ndarray, dict[str, Any]] | None:
+        """``_columns`` for the common configuration (binary models sharing flat field
+        names): msgspec parses each record straight into a typed row — the fields the
+        monitor reads, type-checked in C, every other field skipped unbuilt — so only
+        ranges and the model name are left to check, on numpy arrays."""
+        assert self._typed is not None
+        n = len(raws)
+        rows, ok = _typed_rows(self._typed.decode, raws, self.limits, _EMPTY_ROW)
+        names = list(map(_get_model, rows))
+        index = {name: self._by_name.get(name, -1) for name in set(names)}
+        model = np.fromiter(map(index.__getitem__, names), np.int16, n)
+        checks = model >= 0
+        if ok is not None:
+            checks &= ok
+        ts = np.fromiter(map(_get_ts, rows), np.int64, n)
+        score = np.fromiter(map(_get_score, rows), np.float64, n)
+        ids = list(map(_get_id, rows))
+        versions = list(map(_get_version, rows))
+        v_len = np.fromiter(map(len, versions), np.int64, n)
+        checks &= (ts >= 0) & (ts <= now_ms + self.limits.max_future_skew_ms)
+        checks &= (score >= 0.0) & (score <= 1.0)
+        checks &= np.fromiter(map(len, ids), np.int64, n) > 0
+        checks &= (v_len > 0) & (v_len <= MAX_VERSION_CHARS)
+        if set(map(_get_prediction, rows)) != {None}:
+            checks &= np.fromiter(map(_no_prediction, rows), bool, n)
+        thresholds = np.array([m.threshold for m in self.models] + [2.0])
+        decision = (score >= thresholds[model]).astype(np.int8)
+        fields = self._typed.type.__struct_fields__
+        feats = segs = []
+        if self.wants_extras:
+            feats = list(map(_get_features, rows)) if "features" in fields else [None] * n
+            segs = list(map(_get_segments, rows)) if "segments" in fields else [None] * n
+        keep = np.flatnonzero(checks)
+        if keep.shape[0] == 0:
+            return None
+        if keep.shape[0] < n:
+            take = keep.tolist()
+            ids = [ids[i] for i in take]
+            versions = [versions[i] for i in take]
+            if self.wants_extras:
+                feats = [feats[i] for i in take]
+                segs = [segs[i] for i in take]
+        cols = {
+            "ids": ids,
+            "ts": ts[keep],
+            "model": model[keep],
+            "version": versions,
+            "score": score[keep],
+            "decision": decision[keep],
+            "features": feats,
+            "segments": segs,
+        }
+        return keep, cols
+
+    def _columns(self, objs: list[Any], now_ms: int) -> tuple[np.ndarray, dict[str, Any]] | None:
+        """The rows the column checks clear (binary models, flat well-typed fields, the
+        per-record fast path's conditions) and their columns; None when no row can be."""
+        if len(self._model_getters) != 1:
+            return None
+        n = len(objs)
+        mask = _of_type(objs, dict)
+        if mask is not None:
+            objs = [o if ok else _EMPTY for o, ok in zip(objs, mask.tolist(), strict=True)]
+        names = list(map(self._model_getters[0][1], objs))
+        known = self._by_name
+        index = {name: known.get(name, -1) for name in set(map(_hashable, names))}
+        binary = [
+            i >= 0 and self.models[i].task == "binary" and _flat(self.models[i])
+            for i in index.values()
+        ]
+        if not any(binary):
+            return None
+        model = np.fromiter(map(index.__getitem__, map(_hashable, names)), np.int16, n)
+        for i in index.values():
+            if i >= 0 and not (self.models[i].task == "binary" and _flat(self.models[i])):
+                model[model == i] = -1  # not a column model: the per-record path
+        ok = model >= 0
+        if mask is not None:
+            ok &= mask
+        ids: list[Any] = [None] * n
+        ts = np.zeros(n, np.int64)
+        score = np.zeros(n, np.float64)
+        decision = np.zeros(n, np.int8)
+        versions: list[Any] = [None] * n
+        feats: list[Any] = [None] * n if self.wants_extras else []
+        segs: list[Any] = [None] * n if self.wants_extras else []
+        limit = now_ms + self.limits.max_future_skew_ms
+        for m in np.unique(model[ok]).tolist():
+            spec = self.models[m]
+            sel = np.flatnonzero(ok & (model == m))
+            whole = sel.shape[0] == n
+            sub = objs if whole else [objs[i] for i in sel.tolist()]
+            get_id, get_ts, get_version, get_score, get_pred = self._getters[m]
+            c_id = list(map(get_id, sub))
+            c_ts = list(map(get_ts, sub))
+            c_ver = list(map(get_version, sub))
+            c_score = list(map(get_score, sub))
+            id_str, ver_str, sc_float = (
+                _of_type(c_id, str),
+                _of_type(c_ver, str),
+                _of_type(c_score, float),
+            )
+            good = _and(_and(id_str, ver_str), sc_float)
+            good = _and(good, _of_type(list(map(get_pred, sub)), object))  # absent
+            t, fits = _int_column(c_ts, _of_type(c_ts, int))
+            good = _and(good, fits)
+            k = len(sub)
+            id_len = np.fromiter(map(len if id_str is None else _len, c_id), np.int64, k)
+            v_len = np.fromiter(map(len if ver_str is None else _len, c_ver), np.int64, k)
+            if sc_float is None:
+                sc = np.fromiter(c_score, np.float64, k)
+            else:
+                sc = np.fromiter((x if type(x) is float else -1.0 for x in c_score), np.float64, k)
+            checks = (t >= 0) & (t <= limit) & (sc >= 0.0) & (sc <= 1.0) & (id_len > 0)
+            checks &= (v_len > 0) & (v_len <= MAX_VERSION_CHARS)
+            if good is not None:
+                checks &= good
+            ok[sel[~checks]] = False
+            ts[sel] = t
+            score[sel] = sc
+            decision[sel] = sc >= spec.threshold
+            if whole:
+                ids, versions = c_id, c_ver
+            else:
+                for i, a, b in zip(sel.tolist(), c_id, c_ver, strict=True):
+                    ids[i], versions[i] = a, b
+            if self.wants_extras:
+                for out, get in ((feats, self._features[m]), (segs, self._segments[m])):
+                    if get is None:
+                        continue
+                    col = list(map(get, sub))
+                    if _of_type(col, dict) is not None:
+                        col = [x if type(x) is dict else None for x in col]
+                    if whole:
+                        out[:] = col
+                    else:
+                        for i, x in zip(sel.tolist(), col, strict=True):
+                            out[i] = x
+        rows = np.flatnonzero(ok)
+        if rows.shape[0] == 0:
+            return None
+        if rows.shape[0] < n:
+            take = rows.tolist()
+            ids = [ids[i] for i in take]
+            versions = [versions[i] for i in take]
+            if self.wants_extras:
+                feats = [feats[i] for i in take]
+                segs = [segs[i] for i in take]
+        cols = {
+            "ids": ids,
+            "ts": ts[rows],
+            "model": model[rows],
+            "version": versions,
+            "score": score[rows],
+            "decision": decision[rows],
+            "features": feats,
+            "segments": segs,
+        }
+        return rows, cols
+
+    def _batch(self, cols: dict[str, Any], kept: list[bytes | None]) -> PredictionBatch:
+        n = len(cols["ids"])
+        return PredictionBatch(
+            hash_ids(cols["ids"]),
+            cols["ts"],
+            cols["model"],
+            cols["version"],
+            cols["score"],
+            cols["decision"],
+            kept,
+            cols["features"],
+            cols["segments"],
+            np.full((n, self.n_proba), np.nan) if self.n_proba else None,
+            np.full(n, np.nan) if self.has_regression else None,
+            np.full(n, np.nan) if self.has_regression else None,
+        )
+
+    def _decode_rows(
+        self, raws: Sequence[bytes | None], indices: Sequence[int], now_ms: int, keep_raw: bool
+    ) -> tuple[PredictionBatch, list[tuple[int, str, str]]]:
+        """The per-record path over ``raws[i] for i in indices``; rejects keep the index."""
         ids: list[str] = []
         ts: list[int] = []
         model: list[int] = []
@@ -419,7 +725,8 @@ class PredictionDecoder:
         extras: list[tuple[int, Any]] = []  # (row, probabilities or interval)
         rejects: list[tuple[int, str, str]] = []
         one = self._one
-        for i, raw in enumerate(raws):
+        for i in indices:
+            raw = raws[i]
             try:
                 pid, t, m, v, s, d, f, x = one(raw, now_ms)
             except _Reject as rej:
@@ -466,6 +773,263 @@ class PredictionDecoder:
         return batch, rejects
 
 
+_EMPTY: dict[str, Any] = {}
+
+
+def _hashable(value: Any) -> Any:
+    """A model name as a dict key (unhashable JSON values stand for "not a name")."""
+    return value if type(value) is str else None
+
+
+def _len(value: Any) -> int:
+    return len(value) if type(value) is str else 0
+
+
+def _typed_rows(
+    parse: Callable[[bytes], Any], raws: Sequence[bytes | None], limits: DecodeLimits, empty: Any
+) -> tuple[list[Any], np.ndarray | None]:
+    """Typed rows of a batch and the mask of those parsed (None: all); ``empty`` stands in
+    for a row the typed parse refused, or whose unread bytes it could not vouch for."""
+    ok = None
+    try:
+        if max(map(len, raws), default=0) > limits.max_record_bytes:  # type: ignore[arg-type]
+            raise TypeError
+        rows = list(map(parse, raws))  # type: ignore[arg-type]
+    except (ValueError, TypeError, RecursionError):  # msgspec.DecodeError is a ValueError
+        rows, good = [], []
+        for raw in raws:
+            try:
+                if raw is None or len(raw) > limits.max_record_bytes:
+                    raise TypeError
+                rows.append(parse(raw))
+                good.append(True)
+            except (ValueError, TypeError, RecursionError):
+                rows.append(empty)
+                good.append(False)
+        ok = np.array(good, bool)
+    unchecked = _unchecked_by_skip(raws)
+    if unchecked is not None:
+        ok = ~unchecked if ok is None else ok & ~unchecked
+    return rows, ok
+
+
+def _typed_decoder(models: Sequence[ModelSpec]) -> Any:
+    """A msgspec decoder of the fields every configured model reads, when all models are
+    binary and name their fields alike at the top level; None otherwise."""
+    if not models or any(m.task != "binary" or not _flat(m) for m in models):
+        return None
+    first = models[0]
+
+    def paths(m: ModelSpec) -> tuple[str, ...]:
+        return (m.id_path, m.ts_path, m.model_path, m.version_path, m.score_path,
+                m.prediction_path, m.features_path, m.segments_path)  # fmt: skip
+
+    if any(paths(m) != paths(first) for m in models) or any("." in p for p in paths(first)):
+        return None
+    fields = ("id", "ts", "model", "version", "score", "prediction", "features", "segments")
+    # features and segments are built only when drift or slices read them; else skipped
+    extras: list[tuple[str, Any, None]] = []
+    names = {"id", "ts", "model", "version", "score", "prediction"}
+    if any(m.wants_features for m in models):
+        extras.append(("features", dict[str, Any] | None, None))
+        names.add("features")
+    if any(m.slices for m in models):
+        extras.append(("segments", dict[str, Any] | None, None))
+        names.add("segments")
+    row = msgspec.defstruct(
+        "Row",
+        [
+            ("id", str),
+            ("ts", Annotated[int, msgspec.Meta(ge=0, le=_MAX_TS_MS)]),
+            ("model", str),
+            ("version", str),
+            ("score", float),
+            ("prediction", Any, None),
+            *extras,
+        ],
+        rename={f: p for f, p in zip(fields, paths(first), strict=True) if f in names},
+    )
+    return msgspec.json.Decoder(row)
+
+
+_get_id = operator.attrgetter("id")
+_get_ts = operator.attrgetter("ts")
+_get_model = operator.attrgetter("model")
+_get_version = operator.attrgetter("version")
+_get_score = operator.attrgetter("score")
+_get_prediction = operator.attrgetter("prediction")
+
+
+_get_features = operator.attrgetter("features")
+_get_segments = operator.attrgetter("segments")
+
+
+class _EmptyRow:
+    """Stands in for a record the typed parse refused (it takes the per-record path)."""
+
+    id = version = model = ""
+    ts = -1
+    score = -1.0
+    prediction = features = segments = None
+
+
+_EMPTY_ROW = _EmptyRow()
+
+
+class _EmptyLabel:
+    """A label record the typed parse refused (it takes the per-record path)."""
+
+    id = ""
+    ts = -1
+    label = None
+
+
+_EMPTY_LABEL = _EmptyLabel()
+_get_label = operator.attrgetter("label")
+
+
+# a JSON escape of a UTF-16 surrogate (valid only in pairs; orjson checks, skipping doesn't)
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _unchecked_by_skip(raws: Sequence[bytes | None]) -> np.ndarray | None:
+    """Rows the typed parse may have accepted without looking at all of them: fields it
+    skips are not checked for invalid UTF-8 or lone surrogate escapes, which the
+    per-record path rejects anywhere in a record. None: no such row. (Nesting needs no
+    check: msgspec refuses depth ~1000 even in skipped fields, below orjson's 1024.)"""
+    if None in raws:  # (tombstones take the per-record path anyway)
+        raws = [b"" if r is None else r for r in raws]
+    joined = b"\n".join(raws)  # a newline never completes a UTF-8 sequence
+    out = None
+    if not joined.isascii():
+        try:
+            joined.decode("utf-8")
+        except UnicodeDecodeError:
+            out = np.fromiter(map(_not_utf8, raws), bool, len(raws))
+    if _SURROGATE_ESCAPE.search(joined) is not None:
+        esc = np.fromiter((_SURROGATE_ESCAPE.search(r) is not None for r in raws), bool)
+        out = esc if out is None else out | esc
+    return out
+
+
+def _not_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def _no_prediction(row: Any) -> bool:
+    return row.prediction is None
+
+
+def _numeric_block(features: Sequence[dict[str, Any] | None], names: Sequence[str]) -> np.ndarray:
+    """(n, F) float64 block of numeric features: a number where the record's feature is
+    a JSON number (a float's range), NaN otherwise — what drift's numeric cells take."""
+    n = len(features)
+    block = np.full((n, len(names)), np.nan)
+    if n == 0:
+        return block
+    if None not in features:
+        same = _same_layout(features, names)  # type: ignore[arg-type]
+        if same is not None:
+            present, values = same
+            block[:, present] = values
+            return block
+    dicts = features if None not in features else [f if f is not None else _EMPTY for f in features]
+    for j, name in enumerate(names):
+        column = list(map(operator.methodcaller("get", name), dicts))
+        if set(map(type, column)) <= _NUMBER_OR_NONE:
+            try:
+                block[:, j] = np.array(column, np.float64)  # None -> NaN
+                continue
+            except OverflowError:  # an integer beyond a float's range
+                pass
+        block[:, j] = np.fromiter(map(_finite_number, column), np.float64, n)
+    return block
+
+
+_NUMBER_OR_NONE = {float, int, type(None)}
+
+
+def _same_layout(
+    features: Sequence[dict[str, Any]], names: Sequence[str]
+) -> tuple[list[int], np.ndarray] | None:
+    """When every record lists the same feature keys in the same order (one producer's
+    records do), the wanted values of all rows come out in three C-level passes:
+    (block columns present, their values); None when the layout or types differ."""
+    layouts = set(map(tuple, map(dict.keys, features)))
+    if len(layouts) != 1:
+        return None
+    (layout,) = layouts
+    where = {k: i for i, k in enumerate(layout)}
+    present = [j for j, name in enumerate(names) if name in where]
+    if not present:
+        return [], np.empty((len(features), 0))
+    pick = operator.itemgetter(*[where[names[j]] for j in present])
+    rows = list(map(pick, map(tuple, map(dict.values, features))))
+    if len(present) == 1:
+        rows = [(x,) for x in rows]
+    if not set(map(type, chain.from_iterable(rows))) <= _NUMBER_OR_NONE:
+        return None
+    try:
+        return present, np.array(rows, np.float64).reshape(len(features), len(present))
+    except OverflowError:
+        return None
+
+
+def _finite_number(value: Any) -> float:
+    if type(value) is float:
+        return value
+    if type(value) is int:
+        try:
+            return float(value)
+        except OverflowError:
+            return math.nan
+    return math.nan
+
+
+def _flat(spec: ModelSpec) -> bool:
+    """Whether every field of the column path is a top-level key."""
+    paths = (spec.id_path, spec.ts_path, spec.version_path, spec.score_path, spec.prediction_path)
+    return not any("." in p for p in paths)
+
+
+def _merge(
+    fast: PredictionBatch,
+    slow: PredictionBatch,
+    order: np.ndarray,
+    raws: Sequence[bytes | None],
+    valid_rows: np.ndarray,
+    keep_raw: bool,
+) -> PredictionBatch:
+    """The rows of two batches in input order (``order`` sorts fast-then-slow rows)."""
+    take = order.tolist()
+
+    def rows(a: list[Any], b: list[Any]) -> list[Any]:
+        both = a + b
+        return [both[i] for i in take] if both else []
+
+    def arrays(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None or b is None else np.concatenate([a, b])[order]
+
+    return PredictionBatch(
+        np.concatenate([fast.keys, slow.keys])[order],
+        np.concatenate([fast.ts_ms, slow.ts_ms])[order],
+        np.concatenate([fast.model, slow.model])[order],
+        rows(fast.version, slow.version),
+        np.concatenate([fast.score, slow.score])[order],
+        np.concatenate([fast.decision, slow.decision])[order],
+        [raws[i] for i in valid_rows.tolist()] if keep_raw else [],
+        rows(fast.features, slow.features),
+        rows(fast.segments, slow.segments),
+        arrays(fast.proba, slow.proba),
+        arrays(fast.lower, slow.lower),
+        arrays(fast.upper, slow.upper),
+    )
+
+
 class LabelDecoder:
     """Decodes label records: ``{"id": ..., "ts": ..., "label": ...}`` (paths configurable)."""
 
@@ -483,10 +1047,143 @@ class LabelDecoder:
         self.known_label = known_label
         self.paths = (id_path, ts_path, label_path)
         self._get = (_getter(id_path), _getter(ts_path), _getter(label_path))
+        self._typed = None
+        if not any("." in p for p in self.paths):
+            row = msgspec.defstruct(
+                "LabelRow",
+                [
+                    ("id", str),
+                    ("ts", Annotated[int, msgspec.Meta(ge=0, lt=_MAX_TS_MS)]),
+                    ("label", int | str),
+                ],
+                rename={"id": id_path, "ts": ts_path, "label": label_path},
+            )
+            self._typed = msgspec.json.Decoder(row)
 
     def decode(
         self, raws: Sequence[bytes | None], now_ms: int, keep_raw: bool = True
     ) -> tuple[LabelBatch, list[tuple[int, str, str]]]:
+        """Decode a batch; returns the valid rows and ``(index, reason, detail)`` rejects."""
+        with _collector_paused():
+            return self._decode(raws, now_ms, keep_raw)
+
+    def _decode(
+        self, raws: Sequence[bytes | None], now_ms: int, keep_raw: bool
+    ) -> tuple[LabelBatch, list[tuple[int, str, str]]]:
+        n = len(raws)
+        if not n:
+            fast = None
+        elif self._typed is not None:
+            fast = self._typed_columns(raws, now_ms)
+        else:
+            fast = self._columns(_loads_all(raws, self.limits), now_ms)
+        if fast is None:
+            return self._decode_rows(raws, range(n), now_ms, keep_raw)
+        ok, ids, ts, labels, values = fast
+        if ok is None:
+            return LabelBatch(hash_ids(ids), ts, labels, list(raws) if keep_raw else [], values), []
+        # some rows need the per-record path: decode those, then put all in input order
+        slow_idx = np.flatnonzero(~ok).tolist()
+        slow, rejects = self._decode_rows(raws, slow_idx, now_ms, keep_raw=False)
+        rejected = np.zeros(n, bool)
+        rejected[[i for i, _, _ in rejects]] = True
+        fast_rows = np.flatnonzero(ok)
+        slow_rows = np.flatnonzero(~ok & ~rejected)
+        order = np.argsort(np.concatenate([fast_rows, slow_rows]), kind="stable")
+        take = order.tolist()
+        sel = fast_rows.tolist()
+        all_labels = [labels[i] for i in sel] + slow.label
+        all_ids = [ids[i] for i in sel]
+        keys = np.concatenate([hash_ids(all_ids), slow.keys])[order]
+        assert slow.value is not None
+        batch = LabelBatch(
+            keys,
+            np.concatenate([ts[fast_rows], slow.ts_ms])[order],
+            [all_labels[i] for i in take],
+            [raws[i] for i in np.flatnonzero(~rejected).tolist()] if keep_raw else [],
+            np.concatenate([values[fast_rows], slow.value])[order],
+        )
+        return batch, rejects
+
+    def _columns(
+        self, objs: list[Any], now_ms: int
+    ) -> tuple[np.ndarray | None, list[Any], np.ndarray, list[str], np.ndarray] | None:
+        """(rows cleared by the column checks — None: all —, ids, times, canonical labels,
+        label values) for a batch of flat, well-typed labels; None when none can be."""
+        if any("." in p for p in self.paths):
+            return None
+        ok = _of_type(objs, dict)
+        if ok is not None:
+            objs = [o if good else _EMPTY for o, good in zip(objs, ok.tolist(), strict=True)]
+        get_id, get_ts, get_label = self._get
+        ids = list(map(get_id, objs))
+        c_ts = list(map(get_ts, objs))
+        raw_labels = list(map(get_label, objs))
+        ok = _and(ok, id_str := _of_type(ids, str))
+        ts, fits = _int_column(c_ts, _of_type(c_ts, int))
+        return self._checked(_and(ok, fits), ids, id_str is None, ts, raw_labels, now_ms)
+
+    def _typed_columns(
+        self, raws: Sequence[bytes | None], now_ms: int
+    ) -> tuple[np.ndarray | None, list[Any], np.ndarray, list[str], np.ndarray] | None:
+        """``_columns`` with msgspec parsing each label straight into (id, ts, label)
+        typed rows (a label of another type than int or str takes the per-record path)."""
+        assert self._typed is not None
+        rows, ok = _typed_rows(self._typed.decode, raws, self.limits, _EMPTY_LABEL)
+        ids = list(map(_get_id, rows))
+        ts = np.fromiter(map(_get_ts, rows), np.int64, len(rows))
+        return self._checked(ok, ids, True, ts, list(map(_get_label, rows)), now_ms)
+
+    def _checked(
+        self,
+        ok: np.ndarray | None,
+        ids: list[Any],
+        all_str: bool,
+        ts: np.ndarray,
+        raw_labels: list[Any],
+        now_ms: int,
+    ) -> tuple[np.ndarray | None, list[Any], np.ndarray, list[str], np.ndarray] | None:
+        """Range checks and canonical labels (per distinct label) on the columns."""
+        n = len(ids)
+        limit = now_ms + self.limits.max_future_skew_ms
+        checks = (ts >= 0) & (ts <= limit) & (ts < _MAX_TS_MS)
+        checks &= np.fromiter(map(len if all_str else _len, ids), np.int64, n) > 0
+        # labels of one type (ints, or strings) are canonicalised per distinct value
+        kind = int if _of_type(raw_labels, int) is None else str
+        typed = _of_type(raw_labels, kind)
+        texts: dict[Any, tuple[str, float] | None] = {}
+        label_path = self.paths[2]
+        for value in set(raw_labels) if typed is None else set(compress(raw_labels, typed)):
+            try:
+                text = canonical_label(value, label_path)
+            except _Reject:
+                texts[value] = None
+                continue
+            number = label_number(value) if kind is int else math.nan
+            known = self.known_label(text, number) if self.known_label is not None else None
+            texts[value] = (text, number) if known is None else None
+        if typed is None and None not in texts.values():  # every label known: C-level maps
+            text_of = {v: p[0] for v, p in texts.items() if p is not None}
+            value_of = {v: p[1] for v, p in texts.items() if p is not None}
+            labels = list(map(text_of.__getitem__, raw_labels))
+            values = np.fromiter(map(value_of.__getitem__, raw_labels), np.float64, n)
+        else:
+            pairs = [texts.get(v) if type(v) is kind else None for v in raw_labels]
+            checks &= np.fromiter((p is not None for p in pairs), bool, n)
+            labels = [p[0] if p is not None else "" for p in pairs]
+            values = np.fromiter(
+                (p[1] if p is not None else math.nan for p in pairs), np.float64, n
+            )
+        if ok is not None:
+            checks &= ok
+        if not checks.any():
+            return None
+        return (None if checks.all() else checks), ids, ts, labels, values
+
+    def _decode_rows(
+        self, raws: Sequence[bytes | None], indices: Sequence[int], now_ms: int, keep_raw: bool
+    ) -> tuple[LabelBatch, list[tuple[int, str, str]]]:
+        """The per-record path over ``raws[i] for i in indices``; rejects keep the index."""
         ids: list[str] = []
         ts: list[int] = []
         labels: list[str] = []
@@ -496,7 +1193,8 @@ class LabelDecoder:
         get_id, get_ts, get_label = self._get
         id_path, ts_path, label_path = self.paths
         limits = self.limits
-        for i, raw in enumerate(raws):
+        for i in indices:
+            raw = raws[i]
             try:
                 obj = _parse_json(raw, limits)
                 pid = _parse_id(get_id(obj), id_path)

@@ -1,57 +1,129 @@
-"""JSONL file source for ``monitor replay``: the same pipeline, no Kafka."""
+"""JSONL file source for ``monitor replay``: the same pipeline, no Kafka.
+
+Files are read in large chunks and split into lines in C (``bytes.split``): no per-line
+Python object besides the line's own bytes, which the decoder needs anyway. A gzip file
+(recognised by its magic bytes, whatever its name) is decompressed on the fly.
+"""
 
 from __future__ import annotations
 
+import gzip
+import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
-from .pipeline import RawRecord
+from .pipeline import RawBatch, offset_key
 
 __all__ = ["JsonlReader", "interleave"]
 
+_CHUNK_BYTES = 4 * 1024 * 1024
+_GZIP_MAGIC = b"\x1f\x8b"
+# a line holding nothing but spaces, tabs or a CR: layout, not a record
+# (two patterns: a leading literal newline lets the regex engine skip ahead in C)
+_BLANK_LINE = re.compile(rb"\n[ \t\r]*\n")
+_BLANK_FIRST = re.compile(rb"[ \t\r]*\n")
+
 
 class JsonlReader:
-    """Reads a JSONL file in batches of raw lines; offset = line number (0-based)."""
+    """Reads a JSONL (or gzip-compressed JSONL) file in batches of raw lines; a record's
+    offset is its line number (0-based), blank lines are skipped."""
 
-    def __init__(self, path: Path, topic: str, batch_size: int = 10_000) -> None:
+    def __init__(self, path: Path, topic: str, batch_size: int = 20_000) -> None:
         self.path = Path(path)
         self.topic = topic
         self.batch_size = batch_size
         self.size = self.path.stat().st_size
-        self._fh = open(self.path, "rb")  # noqa: SIM115 - closed in close()/exhaustion
-        self._line = 0
+        self._raw: BinaryIO = open(self.path, "rb")  # noqa: SIM115 - closed in close()
+        self.compressed = self._raw.read(2) == _GZIP_MAGIC
+        self._raw.seek(0)
+        self._fh: BinaryIO = (
+            gzip.GzipFile(fileobj=self._raw, mode="rb") if self.compressed else self._raw  # type: ignore[assignment]
+        )
+        self._key = offset_key(topic, 0)
+        self._lines: list[bytes] = []  # split, not yet handed out
+        self._numbers: list[int] | None = None  # their line numbers when some were skipped
+        self._first = 0  # line number of self._lines[0] when _numbers is None
+        self._next_line = 0  # line number of the next line read from the file
+        self._tail = b""  # an incomplete last line of the previous chunk
+        self._eof = False
+        self.lines = 0  # non-blank lines handed out so far
         self.done = False
 
     @property
     def fraction(self) -> float:
-        return 1.0 if self.done or self.size == 0 else self._fh.tell() / self.size
+        return 1.0 if self.done or self.size == 0 else self.bytes_read / self.size
 
     @property
     def bytes_read(self) -> int:
-        return self.size if self.done else self._fh.tell()
+        """Bytes of the file (compressed, for gzip) read so far."""
+        return self.size if self.done else self._raw.tell()
 
-    def next_batch(self) -> list[RawRecord]:
-        out: list[RawRecord] = []
-        while len(out) < self.batch_size:
-            line = self._fh.readline()
-            if not line:
-                self.done = True
-                self._fh.close()
-                break
-            n = self._line
-            self._line += 1
-            line = line.rstrip(b"\r\n")
-            if not line.strip():
-                continue  # blank lines are layout, not records
-            out.append(RawRecord(line, self.topic, 0, n))
-        return out
+    def _fill(self) -> None:
+        """Read chunks until at least ``batch_size`` lines are buffered or the file ends."""
+        while len(self._lines) < self.batch_size and not self._eof:
+            chunk = self._fh.read(_CHUNK_BYTES)
+            if chunk:
+                data = self._tail + chunk
+                cut = data.rfind(b"\n") + 1
+                data, self._tail = data[:cut], data[cut:]
+                if data:
+                    self._append(data[:-1].split(b"\n"), data)
+            else:
+                self._eof = True
+                if self._tail:
+                    self._append([self._tail], self._tail + b"\n")
+                    self._tail = b""
+
+    def _append(self, lines: list[bytes], data: bytes) -> None:
+        """Buffer the lines of ``data`` (whole lines, each ending in a newline)."""
+        start = self._next_line
+        self._next_line += len(lines)
+        if b"\r" in data:
+            lines = [x[:-1] if x.endswith(b"\r") else x for x in lines]
+        blank = _BLANK_FIRST.match(data) is not None or _BLANK_LINE.search(data) is not None
+        if self._numbers is None and not blank:
+            if not self._lines:
+                self._first = start
+            self._lines.extend(lines)
+            return
+        # rare: blank lines to skip, so each kept line's number is listed
+        if self._numbers is None:
+            self._numbers = list(range(self._first, self._first + len(self._lines)))
+        for n, x in enumerate(lines, start):
+            if x.strip():
+                self._lines.append(x)
+                self._numbers.append(n)
+
+    def next_batch(self) -> RawBatch:
+        self._fill()
+        k = min(self.batch_size, len(self._lines))
+        values, self._lines = self._lines[:k], self._lines[k:]
+        if self._numbers is None:
+            numbers: list[int] | range = range(self._first, self._first + k)
+            self._first += k
+        else:
+            numbers, self._numbers = self._numbers[:k], self._numbers[k:]
+            if not self._numbers:
+                self._numbers = None
+                self._first = self._next_line - len(self._lines)
+        self.lines += k
+        if not self._lines and self._eof:
+            self.close()
+            self.done = True
+        topic = self.topic
+        nums = numbers
+        next_offsets = {self._key: nums[-1] + 1} if k else {}
+        return RawBatch(values, lambda i: (topic, 0, nums[i]), next_offsets)
 
     def close(self) -> None:
-        if not self._fh.closed:
-            self._fh.close()
+        if not self._raw.closed:
+            if self._fh is not self._raw:
+                self._fh.close()
+            self._raw.close()
 
 
-def interleave(a: JsonlReader, b: JsonlReader) -> Iterator[tuple[str, list[RawRecord]]]:
+def interleave(a: JsonlReader, b: JsonlReader) -> Iterator[tuple[str, RawBatch]]:
     """Batches from both files, advancing each by its share of bytes, so predictions and
     labels move forward together (as they would on two live topics)."""
     while not (a.done and b.done):

@@ -1,26 +1,98 @@
-"""Kafka source (kafka-python): both topics in one consumer group, polled in batches.
+"""Kafka sources: both topics in one consumer group, polled in batches.
 
-Offsets are owned by the engine's checkpoint, not by Kafka: on assignment we seek each
-partition to the offset stored with the restored state, so replaying after a crash
-re-applies exactly the records the state does not contain yet. Kafka commits happen
-only after a checkpoint, for lag visibility and for partitions we hold no state for.
+Offsets are owned by the checkpoint, not by Kafka: on assignment we seek each partition
+to the offset stored with the restored state, so replaying after a crash re-applies
+exactly the records the state does not contain yet. Kafka commits happen only after a
+checkpoint, for lag visibility and for partitions we hold no state for.
+
+Two client libraries sit behind one protocol, ``KafkaSource`` (``kafka.client``):
+kafka-python (pure Python, here) and confluent-kafka (librdkafka, ``confluent.py``),
+with the same semantics; docs/kafka.md maps the settings onto each.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from ..config import KafkaSettings
-from .pipeline import offset_key
+from ..state.positions import Resume, resume_position
+from .pipeline import RawBatch, offset_key
 
-__all__ = ["KafkaSource", "client_security", "consumer_config", "make_producer"]
+__all__ = [
+    "KafkaPythonSource",
+    "KafkaSource",
+    "client_security",
+    "consumer_config",
+    "make_producer",
+    "open_source",
+]
 
 log = logging.getLogger(__name__)
+
+StoredOffsets = Callable[[], dict[str, int]]
+# told when a checkpointed/current position is outside the log (state/positions.py)
+OnResume = Callable[[str, int, int, Resume], None]
+
+
+class KafkaSource(Protocol):
+    """What the daemon's consumer loop needs from a Kafka client."""
+
+    def poll(self, timeout_ms: int) -> dict[str, RawBatch]:
+        """One poll, split by kind ("predictions", "labels"); an empty dict when idle."""
+        ...
+
+    def assignment(self) -> set[tuple[str, int]]: ...
+
+    def connected(self) -> bool:
+        """Whether a broker connection is live (assignments outlive an outage)."""
+        ...
+
+    def lag(self) -> list[tuple[str, int, int]]:
+        """(topic, partition, messages behind the high watermark) per assigned partition."""
+        ...
+
+    def commit(self, offsets: dict[str, int]) -> None:
+        """Commit checkpointed offsets ("topic:partition" -> next offset) we are assigned."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def open_source(
+    k: KafkaSettings, stored_offsets: StoredOffsets, on_resume: OnResume | None = None
+) -> KafkaSource:
+    """The configured client's source; raises while the cluster cannot be reached.
+    ``on_resume`` (positions outside the log) is honoured by the kafka-python source;
+    librdkafka resets such positions itself per ``auto.offset.reset``."""
+    if k.client == "confluent":
+        from .confluent import ConfluentSource
+
+        return ConfluentSource(k, stored_offsets)
+    return KafkaPythonSource(k, stored_offsets, on_resume)
+
+
+def make_producer(k: KafkaSettings) -> Any:
+    """The dead-letter producer of the configured client (kafka-python's interface:
+    ``send(topic, value=, headers=)``, ``flush(timeout=)``, ``close(timeout=)``)."""
+    if k.client == "confluent":
+        from .confluent import ConfluentProducer
+
+        return ConfluentProducer(k)
+    return KafkaProducer(
+        bootstrap_servers=k.bootstrap_servers.split(","),
+        client_id=f"{k.client_id}-dead-letter",
+        acks="all",
+        linger_ms=50,
+        max_block_ms=10_000,  # a send never blocks the consumer loop for long
+        reconnect_backoff_max_ms=k.reconnect_backoff_max_ms,
+        bootstrap_timeout_ms=k.bootstrap_timeout_ms,
+        **client_security(k),
+    )
 
 
 def client_security(k: KafkaSettings) -> dict[str, Any]:
@@ -43,16 +115,6 @@ def client_security(k: KafkaSettings) -> dict[str, Any]:
     return out
 
 
-def make_producer(k: KafkaSettings) -> KafkaProducer:
-    return KafkaProducer(
-        bootstrap_servers=k.bootstrap_servers.split(","),
-        client_id=f"{k.client_id}-dead-letter",
-        acks="all",
-        linger_ms=50,
-        **client_security(k),
-    )
-
-
 def consumer_config(k: KafkaSettings) -> dict[str, Any]:
     """Everything the daemon's KafkaConsumer is built with (also the benchmark's baseline,
     so both sides consume with the same settings)."""
@@ -65,6 +127,7 @@ def consumer_config(k: KafkaSettings) -> dict[str, Any]:
         "max_poll_records": k.max_poll_records,
         "max_partition_fetch_bytes": k.max_partition_fetch_bytes,
         "fetch_max_bytes": k.fetch_max_bytes,
+        "fetch_max_wait_ms": k.fetch_max_wait_ms,
         "max_poll_interval_ms": k.max_poll_interval_ms,
         "session_timeout_ms": k.session_timeout_ms,
         "heartbeat_interval_ms": k.heartbeat_interval_ms,
@@ -75,37 +138,43 @@ def consumer_config(k: KafkaSettings) -> dict[str, Any]:
     }
 
 
-class KafkaSource:
-    def __init__(self, k: KafkaSettings, stored_offsets: Callable[[], dict[str, int]]) -> None:
+class KafkaPythonSource:
+    """``KafkaSource`` on kafka-python."""
+
+    def __init__(
+        self, k: KafkaSettings, stored_offsets: StoredOffsets, on_resume: OnResume | None = None
+    ) -> None:
         self.settings = k
+        self.on_resume = on_resume
+        self.unchecked: dict[TopicPartition, int] = {}  # seeks not range-checked yet
         self.kinds = {k.predictions_topic: "predictions", k.labels_topic: "labels"}
         self._stored_offsets = stored_offsets
         self.consumer = KafkaConsumer(**consumer_config(k))
         self.consumer.subscribe(topics=list(self.kinds), listener=_SeekOnAssign(self))
 
-    def assignment(self) -> set[TopicPartition]:
-        return set(self.consumer.assignment())
+    def assignment(self) -> set[tuple[str, int]]:
+        return {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
 
-    def poll(self, timeout_ms: int) -> dict[str, tuple[list[Any], dict[str, int]]]:
-        """One poll, split by kind: (ConsumerRecords, next offset per partition)."""
+    def poll(self, timeout_ms: int) -> dict[str, RawBatch]:
         batches = self.consumer.poll(
             timeout_ms=timeout_ms, max_records=self.settings.max_poll_records
         )
-        out: dict[str, tuple[list[Any], dict[str, int]]] = {
-            "predictions": ([], {}),
-            "labels": ([], {}),
-        }
+        if self.unchecked:
+            self._check_starts()
+        split: dict[str, tuple[list[Any], dict[str, int]]] = {}
         for tp, records in batches.items():
             if not records:
                 continue
-            records_of_kind, offsets = out[self.kinds[tp.topic]]
+            records_of_kind, offsets = split.setdefault(self.kinds[tp.topic], ([], {}))
             records_of_kind.extend(records)
             offsets[offset_key(tp.topic, tp.partition)] = records[-1].offset + 1
-        return out
+        return {
+            kind: RawBatch([r.value for r in records], _record_origin(records), offsets)
+            for kind, (records, offsets) in split.items()
+        }
 
     def connected(self) -> bool:
-        """Whether the client holds any broker connection (kafka-python's own
-        ``connection-count`` metric); assignments survive a broker outage, this does not."""
+        """kafka-python's own ``connection-count`` metric."""
         try:
             metrics = self.consumer.metrics()
         except Exception:
@@ -113,29 +182,53 @@ class KafkaSource:
         return any(v.get("connection-count", 0) > 0 for v in metrics.values())
 
     def lag(self) -> list[tuple[str, int, int]]:
-        """Messages behind the high watermark per assigned partition.
-
-        Uses the high watermark carried by fetch responses (``highwater``) rather than
+        """Uses the high watermark carried by fetch responses (``highwater``) rather than
         ``end_offsets()``: on some Kafka-protocol brokers (tansu) ``end_offsets`` returns
-        the start of the last record batch, not the end of the log.
-        """
+        the start of the last record batch, not the end of the log."""
         offsets = self._stored_offsets()
         out = []
-        for tp in sorted(self.assignment()):
+        for tp in sorted(self.consumer.assignment()):
             high = self.consumer.highwater(tp)
             if high is None:
                 continue  # no fetch response yet
+            self._check_position(tp, int(high))
             pos = offsets.get(offset_key(tp.topic, tp.partition))
             if pos is None:
                 pos = self.consumer.position(tp)
             out.append((tp.topic, tp.partition, max(0, int(high) - int(pos))))
         return out
 
+    def _check_starts(self) -> None:
+        """Checkpointed offsets below the log start (records deleted before we read
+        them) are reported; the high end is checked once a fetch has told the high
+        watermark (_check_position): some brokers' end_offsets() is the start of the
+        last batch. Not in the rebalance listener: it must not block."""
+        pending, self.unchecked = self.unchecked, {}
+        lows = self.consumer.beginning_offsets(list(pending))
+        for tp, off in pending.items():
+            resume = resume_position(off, lows.get(tp), None, self.settings.auto_offset_reset)
+            if resume.reason is None:
+                continue
+            if self.consumer.position(tp) < resume.offset:  # the client did not reset itself
+                self.consumer.seek(tp, resume.offset)
+            if self.on_resume is not None:
+                self.on_resume(tp.topic, tp.partition, off, resume)
+
+    def _check_position(self, tp: TopicPartition, high: int) -> None:
+        """A fetch position past the high watermark (topic recreated or truncated) is
+        reset per auto_offset_reset, never left waiting with a lag of 0."""
+        pos = int(self.consumer.position(tp))
+        if pos <= high:
+            return
+        low = int(self.consumer.beginning_offsets([tp]).get(tp, 0))
+        resume = resume_position(pos, low, high, self.settings.auto_offset_reset)
+        self.consumer.seek(tp, resume.offset)
+        if self.on_resume is not None:
+            self.on_resume(tp.topic, tp.partition, pos, resume)
+
     def commit(self, offsets: dict[str, int]) -> None:
-        """Commit checkpointed offsets for the partitions we are assigned."""
-        assigned = self.assignment()
         commit = {}
-        for tp in assigned:
+        for tp in self.consumer.assignment():
             off = offsets.get(offset_key(tp.topic, tp.partition))
             if off is not None:
                 commit[tp] = OffsetAndMetadata(off, "", -1)
@@ -146,8 +239,16 @@ class KafkaSource:
         self.consumer.close(autocommit=False)
 
 
+def _record_origin(records: list[Any]) -> Callable[[int], tuple[str, int, int]]:
+    def origin(i: int) -> tuple[str, int, int]:
+        r = records[i]
+        return r.topic, r.partition, r.offset
+
+    return origin
+
+
 class _SeekOnAssign(ConsumerRebalanceListener):
-    def __init__(self, source: KafkaSource) -> None:
+    def __init__(self, source: KafkaPythonSource) -> None:
         self.source = source
 
     def on_partitions_revoked(self, revoked: Any) -> None:
@@ -160,4 +261,5 @@ class _SeekOnAssign(ConsumerRebalanceListener):
             off = offsets.get(offset_key(tp.topic, tp.partition))
             if off is not None:
                 self.source.consumer.seek(tp, off)
+                self.source.unchecked[tp] = off  # range-checked after the poll
                 log.info("seek %s[%d] to checkpointed offset %d", tp.topic, tp.partition, off)

@@ -3,21 +3,33 @@
 Decoding (the expensive, per-record part) runs outside the engine lock; applying a
 decoded batch, counting rejections and advancing the source offsets happen together
 under it, so a checkpoint always pairs the state with exactly the offsets it covers.
+
+The offsets are the source side's: ``IngestPipeline.offsets`` ("topic:partition" -> next
+offset) is what the daemon writes into the checkpoint next to the engine's state and
+what the Kafka source seeks to on assignment.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..engine.core import Engine
 from ..engine.records import Rejection
 from .deadletter import DeadLetterSink
 from .decode import LabelDecoder, PredictionDecoder
 
-__all__ = ["IngestPipeline", "RawRecord", "SourceRecord", "offset_key"]
+__all__ = [
+    "IngestPipeline",
+    "RawBatch",
+    "RawRecord",
+    "SourceRecord",
+    "load_offsets",
+    "offset_key",
+]
 
 
 class SourceRecord(Protocol):
@@ -41,8 +53,38 @@ class RawRecord:
     offset: int = -1
 
 
+@dataclass(frozen=True, slots=True)
+class RawBatch:
+    """One kind's records of one poll, as the pipeline needs them: the values in a plain
+    list (no per-record objects on the way to the decoder), where a record came from
+    (asked only for the rejected ones) and the offset after the batch per partition."""
+
+    values: Sequence[bytes | None]
+    origin: Callable[[int], tuple[str, int, int]]  # index -> (topic, partition, offset)
+    next_offsets: Mapping[str, int]
+
+    @staticmethod
+    def of_records(
+        records: Sequence[SourceRecord], next_offsets: Mapping[str, int] | None = None
+    ) -> RawBatch:
+        def origin(i: int) -> tuple[str, int, int]:
+            r = records[i]
+            return r.topic, r.partition, r.offset
+
+        return RawBatch(
+            [r.value for r in records],
+            origin,
+            next_offsets if next_offsets is not None else _next_offsets(records),
+        )
+
+
 def offset_key(topic: str, partition: int) -> str:
     return f"{topic}:{partition}"
+
+
+def load_offsets(meta: Mapping[str, Any]) -> dict[str, int]:
+    """The source offsets stored in a checkpoint's metadata (``meta["offsets"]``)."""
+    return {str(k): int(v) for k, v in meta.get("offsets", {}).items()}
 
 
 class IngestPipeline:
@@ -54,6 +96,7 @@ class IngestPipeline:
         dead_letter: DeadLetterSink,
         clock_ms: Callable[[], int],
         lock: threading.RLock | None = None,
+        offsets: dict[str, int] | None = None,
     ) -> None:
         self.engine = engine
         self.predictions = predictions
@@ -61,11 +104,14 @@ class IngestPipeline:
         self.dead_letter = dead_letter
         self.clock_ms = clock_ms
         self.lock = lock or threading.RLock()
+        # next offset per "topic:partition" covered by the engine's state; changed only
+        # under ``lock`` together with the state (the caller may share the dict)
+        self.offsets: dict[str, int] = offsets if offsets is not None else {}
 
     def process(
         self,
         kind: str,
-        records: Sequence[SourceRecord],
+        records: Sequence[SourceRecord] | RawBatch,
         next_offsets: Mapping[str, int] | None = None,
     ) -> list[Rejection]:
         """Decode and apply one batch of ``kind`` ("predictions" or "labels").
@@ -73,43 +119,44 @@ class IngestPipeline:
         ``next_offsets`` ("topic:partition" -> offset after the batch) saves a pass over
         the records when the source knows them; otherwise they are derived here.
         """
+        if isinstance(records, RawBatch):
+            return self.process_batch(kind, records)
         if not records:
             return []
-        values = [r.value for r in records]
+        return self.process_batch(kind, RawBatch.of_records(records, next_offsets))
+
+    def process_batch(self, kind: str, batch: RawBatch) -> list[Rejection]:
+        """Decode and apply one ``RawBatch``; returns the rejections (dead-lettered)."""
+        values = batch.values
+        if not values:
+            return []
         now = self.clock_ms()
         if kind == "predictions":
-            batch, rejects = self.predictions.decode(values, now)
+            decoded, rejects = self.predictions.decode(values, now)
             apply = self.engine.apply_predictions
         elif kind == "labels":
-            batch, rejects = self.labels.decode(values, now)
+            decoded, rejects = self.labels.decode(values, now)
             apply = self.engine.apply_labels
         else:
             raise ValueError(f"unknown record kind {kind!r}")
         with self.lock:
-            late = apply(batch)  # type: ignore[arg-type]
-            for _, reason, _ in rejects:
-                self.engine.count_invalid(kind, reason)
-            offsets = self.engine.offsets
-            for key, off in (next_offsets or _next_offsets(records)).items():
+            late = apply(decoded)  # type: ignore[arg-type]
+            for reason, k in Counter(reason for _, reason, _ in rejects).items():
+                self.engine.count_invalid(kind, reason, k)
+            offsets = self.offsets
+            for key, off in batch.next_offsets.items():
                 if off > offsets.get(key, 0):
                     offsets[key] = off
-        out = [
-            Rejection(
-                reason,
-                detail,
-                records[i].value,
-                records[i].topic,
-                records[i].partition,
-                records[i].offset,
-            )
-            for i, reason, detail in rejects
-        ]
+        if not rejects and not late:
+            return []
+        origin = batch.origin
+        out = [Rejection(reason, detail, values[i], *origin(i)) for i, reason, detail in rejects]
         if late:
             rejected = {j for j, _, _ in rejects}
-            valid = [i for i in range(len(records)) if i not in rejected]
+            valid = [i for i in range(len(values)) if i not in rejected]
             for j, reason, detail in late:
-                r = records[valid[j]]
-                out.append(Rejection(reason, detail, r.value, r.topic, r.partition, r.offset))
+                i = valid[j]
+                out.append(Rejection(reason, detail, values[i], *origin(i)))
         self.dead_letter.write(out)
         return out
 

@@ -14,14 +14,19 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
+import re
 import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .lock import FILE_MODE, private_dir
 
 __all__ = [
     "FORMAT",
@@ -34,6 +39,13 @@ __all__ = [
 FORMAT = "model-monitor-checkpoint"
 FORMAT_VERSION = 1
 _META = "__meta__"
+log = logging.getLogger(__name__)
+MAX_FILE_BYTES = 16 * 2**30  # arrays are stored, not compressed: bytes read <= file size
+MAX_HEADER_BYTES = 256 * 2**20
+MAX_HEADER_DEPTH = 32  # the engine's own header nests about 6 deep
+_PLAIN_KINDS = "biuf"
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
 
 
 class CheckpointError(Exception):
@@ -58,7 +70,7 @@ class CheckpointStore:
     def write(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Path:
         """Atomically replace the checkpoint; raises OSError on a storage failure,
         leaving the previous checkpoint untouched."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        private_dir(self.directory)
         header = {
             "format": FORMAT,
             "version": FORMAT_VERSION,
@@ -72,7 +84,9 @@ class CheckpointStore:
                 raise TypeError(f"array {name!r} has dtype object; checkpoints hold plain data")
             payload[name] = arr
         try:
-            with open(self.tmp_path, "wb") as fh:
+            fd = os.open(self.tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+            with os.fdopen(fd, "wb") as fh:
+                os.fchmod(fd, FILE_MODE)  # a stale .tmp may predate the 0600 rule
                 np.savez(fh, **payload)
                 fh.flush()
                 os.fsync(fh.fileno())
@@ -86,18 +100,27 @@ class CheckpointStore:
             raise
         return self.path
 
-    def load(self) -> LoadedCheckpoint | None:
-        """The newest readable checkpoint, or None when there is none at all.
+    def load(
+        self, restore: Callable[[LoadedCheckpoint], None] | None = None
+    ) -> LoadedCheckpoint | None:
+        """The newest usable checkpoint, or None when there is none at all.
 
-        Raises CheckpointError when checkpoints exist but none can be used — the
-        daemon must not silently start from zero and double-count a replayed topic.
+        ``restore`` applies a candidate (e.g. to the engine) and raises CheckpointError
+        when its contents are impossible; the previous checkpoint is tried next. Raises
+        CheckpointError when checkpoints exist but none can be used — the daemon must
+        not silently start from zero and double-count a replayed topic.
         """
         problems: list[str] = []
         for path in (self.path, self.prev_path):
             if not path.exists():
                 continue
             try:
-                return read_checkpoint(path)
+                loaded = read_checkpoint(path)
+                if restore is not None:
+                    restore(loaded)
+                if problems:
+                    log.error("using %s: %s", path.name, "; ".join(problems))
+                return loaded
             except CheckpointError as err:
                 problems.append(f"{path.name}: {err}")
         if problems:
@@ -109,6 +132,19 @@ class CheckpointStore:
             )
         return None
 
+    def move_aside(self, reason: str) -> Path:
+        """Rename every checkpoint file to ``<name>.<reason>-<unix time>`` (kept for a
+        human to inspect, never read again); returns the new name of the newest."""
+        stamp = f"{reason}-{int(time.time())}"
+        moved = self.path
+        for path in (self.path, self.prev_path):
+            if path.exists():
+                target = path.with_name(f"{path.name}.{stamp}")
+                os.replace(path, target)
+                moved = target if path == self.path else moved
+        _fsync_dir(self.directory)
+        return moved
+
     def age_seconds(self, now: float) -> float | None:
         try:
             return max(0.0, now - self.path.stat().st_mtime)
@@ -117,29 +153,107 @@ class CheckpointStore:
 
 
 def read_checkpoint(path: Path) -> LoadedCheckpoint:
+    """Read and validate one checkpoint file; CheckpointError for anything unusable.
+
+    The file is untrusted input: every member's declared dtype and shape is checked
+    against its byte size *before* numpy allocates it, so a small file cannot make us
+    allocate gigabytes, and the header is schema-checked before anyone indexes into it.
+    """
     try:
-        with np.load(path, allow_pickle=False) as data:
-            if _META not in data.files:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise CheckpointError(f"{size} bytes is over the {MAX_FILE_BYTES}-byte limit")
+        with zipfile.ZipFile(path) as zf:
+            members = {_member_name(info): info for info in zf.infolist()}
+            if _META not in members:
                 raise CheckpointError("not a model-monitor checkpoint (no header)")
-            header = json.loads(bytes(data[_META]).decode())
-            if header.get("format") != FORMAT:
-                raise CheckpointError("not a model-monitor checkpoint")
-            version = header.get("version")
-            if not isinstance(version, int):
-                raise CheckpointError("checkpoint has no format version")
-            if version > FORMAT_VERSION:
-                raise CheckpointError(
-                    f"format version {version} was written by a newer model-monitor "
-                    f"(this one reads up to {FORMAT_VERSION}); upgrade, or move it aside"
-                )
-            if version < FORMAT_VERSION:
-                header = _migrate(header, version)
-            arrays = {name: data[name] for name in data.files if name != _META}
+            header = _read_header(zf, members.pop(_META))
+            arrays = {name: _read_array(zf, name, info) for name, info in members.items()}
     except CheckpointError:
         raise
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, UnicodeDecodeError) as err:
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, UnicodeDecodeError) as err:
         raise CheckpointError(f"unreadable ({type(err).__name__}: {err})") from None
-    return LoadedCheckpoint(path, header["engine"], arrays, float(header.get("written_at", 0)))
+    return LoadedCheckpoint(path, header["engine"], arrays, float(header["written_at"]))
+
+
+def _member_name(info: zipfile.ZipInfo) -> str:
+    if not info.filename.endswith(".npy"):
+        raise CheckpointError(f"unexpected member {info.filename!r}")
+    return info.filename[:-4]
+
+
+def _read_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> dict[str, Any]:
+    raw = _read_array(zf, _META, info)
+    if raw.dtype != np.uint8 or raw.ndim != 1 or raw.shape[0] > MAX_HEADER_BYTES:
+        raise CheckpointError("header is not a bounded byte string")
+    text = raw.tobytes().decode()
+    depth = _json_depth(text)
+    if depth > MAX_HEADER_DEPTH:
+        raise CheckpointError(f"header nests {depth} deep (limit {MAX_HEADER_DEPTH})")
+    header = json.loads(text)
+    if not isinstance(header, dict):
+        raise CheckpointError(f"header is a JSON {type(header).__name__}, not an object")
+    if header.get("format") != FORMAT:
+        raise CheckpointError("not a model-monitor checkpoint")
+    version = header.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise CheckpointError("checkpoint has no format version")
+    if version > FORMAT_VERSION:
+        raise CheckpointError(
+            f"format version {version} was written by a newer model-monitor "
+            f"(this one reads up to {FORMAT_VERSION}); upgrade, or move it aside"
+        )
+    if version < FORMAT_VERSION:
+        header = _migrate(header, version)
+    if not isinstance(header.get("engine"), dict):
+        raise CheckpointError("header lacks the engine state object")
+    written = header.get("written_at", 0)
+    if isinstance(written, bool) or not isinstance(written, int | float):
+        raise CheckpointError("header written_at is not a number")
+    header["written_at"] = float(written)
+    return header
+
+
+def _json_depth(text: str) -> int:
+    """Deepest ``[``/``{`` nesting, counted without parsing (json.loads recurses and
+    would raise RecursionError on 100k levels)."""
+    depth = deepest = 0
+    for ch in _BRACKETS.findall(_STRINGS.sub("", text)):
+        depth += 1 if ch in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def _read_array(zf: zipfile.ZipFile, name: str, info: zipfile.ZipInfo) -> np.ndarray:
+    """One member, refused unless it is an uncompressed plain numeric array whose
+    declared shape x itemsize is exactly the bytes the member holds."""
+    if info.compress_type != zipfile.ZIP_STORED:
+        raise CheckpointError(f"array {name!r} is compressed (checkpoints store arrays plainly)")
+    with zf.open(info) as fh:
+        version = np.lib.format.read_magic(fh)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+        else:
+            raise CheckpointError(f"array {name!r} has npy format {version}")
+        if dtype.kind not in _PLAIN_KINDS or dtype.fields is not None or dtype.subdtype:
+            raise CheckpointError(f"array {name!r} has dtype {dtype}, not plain numbers")
+        if fortran:
+            raise CheckpointError(f"array {name!r} is Fortran-ordered")
+        if not all(isinstance(d, int) and d >= 0 for d in shape):
+            raise CheckpointError(f"array {name!r} declares shape {shape}")
+        declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
+        held = info.file_size - fh.tell()
+        if declared != held:
+            raise CheckpointError(
+                f"array {name!r} declares {shape} {dtype} ({declared} bytes) but holds {held} bytes"
+            )
+        data = bytearray(held)  # writable, so the array needs no second copy
+        got = fh.readinto(data)
+    if got != held:
+        raise CheckpointError(f"array {name!r} is truncated")
+    return np.frombuffer(data, dtype).reshape(shape)
 
 
 def _migrate(header: dict[str, Any], version: int) -> dict[str, Any]:

@@ -97,10 +97,14 @@ def base_config(
     state: Mapping[str, Any] | None = None,
     kafka: Mapping[str, Any] | None = None,
     model: Mapping[str, Any] | None = None,
+    client: str = "kafka-python",
 ) -> dict[str, Any]:
-    """The configuration tests start from: fast group joins, port 0, one model "fraud"."""
+    """The configuration tests start from: fast group joins, port 0, one model "fraud";
+    ``client`` is ``kafka.client`` (tests that exercise it take the ``kafka_client``
+    fixture, which runs them once per client)."""
     cfg: dict[str, Any] = {
         "kafka": {
+            "client": client,
             "bootstrap_servers": bootstrap,
             "max_poll_interval_ms": 10_000,
             "session_timeout_ms": 6_000,
@@ -217,9 +221,10 @@ _SERVING = re.compile(r"serving /metrics on (https?://[0-9.]+:\d+)")
 class DaemonProcess:
     """``python -m monitor run -c CONFIG`` with its output in a log file."""
 
-    def __init__(self, config: Path, log_path: Path) -> None:
+    def __init__(self, config: Path, log_path: Path, env: Mapping[str, str] | None = None) -> None:
         self.config = config
         self.log_path = log_path
+        self.env = dict(env or {})  # added to the child's environment (e.g. libfaketime)
         self.proc: subprocess.Popen[bytes] | None = None
         self.url: str | None = None
         self._log_offset = 0  # where this incarnation's log starts
@@ -247,7 +252,7 @@ class DaemonProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=_child_env(),
+                env={**_child_env(), **self.env},
                 cwd=REPO,
             )
         self.url = None

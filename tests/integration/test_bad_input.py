@@ -101,7 +101,7 @@ _DROP = object()
 
 
 def test_every_bad_input_is_counted_dead_lettered_and_harmless(
-    broker: LocalBroker, tmp_path: Path
+    broker: LocalBroker, tmp_path: Path, kafka_client: str
 ) -> None:
     now_ms = int(time.time() * 1000)
     rng = np.random.default_rng(7)
@@ -135,6 +135,7 @@ def test_every_bad_input_is_counted_dead_lettered_and_harmless(
         base_config(
             broker.bootstrap,
             state,
+            client=kafka_client,
             windows=[{"size": WINDOW}],
             evaluation={"max_record_bytes": MAX_RECORD_BYTES},
         ),

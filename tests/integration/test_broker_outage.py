@@ -16,11 +16,14 @@ from .daemon_harness import DaemonProcess, base_config, encode, produce, wait_un
 pytestmark = pytest.mark.integration
 
 
-def test_broker_outage_flips_readiness_and_recovers(broker: LocalBroker, tmp_path: Path) -> None:
+def test_broker_outage_flips_readiness_and_recovers(
+    broker: LocalBroker, tmp_path: Path, kafka_client: str
+) -> None:
     broker.create_topics(["predictions", "labels"])
     cfg = base_config(
         broker.bootstrap,
         tmp_path / "state",
+        client=kafka_client,
         kafka={
             "reconnect_backoff_max_ms": 1000,
             "session_timeout_ms": 3000,

@@ -80,7 +80,7 @@ def kill_mid_write(daemon: DaemonProcess, store: CheckpointStore) -> dict[str, A
 
 
 def test_sigkill_during_checkpoint_write_restores_last_good_and_equals_oracle(
-    broker: LocalBroker, tmp_path: Path
+    broker: LocalBroker, tmp_path: Path, kafka_client: str
 ) -> None:
     now = int(time.time() * 1000)
     traffic = binary_traffic(
@@ -101,7 +101,7 @@ def test_sigkill_during_checkpoint_write_restores_last_good_and_equals_oracle(
     messages = [(t, str(r["id"]).encode(), encode(r)) for _, _, t, r in events]
     broker.create_topics(["predictions", "labels"])
     state = tmp_path / "state"
-    cfg = base_config(broker.bootstrap, state, windows=[{"size": WINDOW}],
+    cfg = base_config(broker.bootstrap, state, client=kafka_client, windows=[{"size": WINDOW}],
                       state={"checkpoint_interval": "1s"})  # fmt: skip
     daemon = DaemonProcess(write_config(tmp_path / "monitor.toml", cfg), tmp_path / "daemon.log")
     store = CheckpointStore(state)

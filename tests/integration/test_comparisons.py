@@ -40,10 +40,12 @@ def _stream(n: int, seed: int) -> tuple[list[dict], list[dict]]:
 
 
 def test_worse_canary_rolls_back_identical_does_not(
-    broker: LocalBroker, tmp_path: Path, promtool: str
+    broker: LocalBroker, tmp_path: Path, kafka_client: str, promtool: str
 ) -> None:
     preds, labels = _stream(16_000, 7)
-    cfg = base_config(broker.bootstrap, tmp_path / "state", windows=[{"size": "1h"}])
+    cfg = base_config(
+        broker.bootstrap, tmp_path / "state", client=kafka_client, windows=[{"size": "1h"}]
+    )
     common = {"model": "fraud", "control": "v1", "min_samples": 500, "horizon": 4000,
               "traffic_split": [2, 1]}  # fmt: skip
     cfg["comparisons"] = [

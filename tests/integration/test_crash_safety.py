@@ -84,7 +84,7 @@ def _restored_records(daemon: DaemonProcess) -> int:
 
 
 def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
-    broker: LocalBroker, tmp_path: Path
+    broker: LocalBroker, tmp_path: Path, kafka_client: str
 ) -> None:
     rng = np.random.default_rng(424242)
     now_ms = int(time.time() * 1000)
@@ -115,6 +115,7 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
         base_config(
             broker.bootstrap,
             state,
+            client=kafka_client,
             windows=[{"size": WINDOW}],
             state={"checkpoint_interval": "1s"},
         ),

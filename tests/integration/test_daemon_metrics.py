@@ -140,7 +140,7 @@ def _messages(items: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, tuple[
 
 
 def test_daemon_metrics_equal_sklearn_on_a_messy_stream(
-    broker: LocalBroker, tmp_path: Path
+    broker: LocalBroker, tmp_path: Path, kafka_client: str
 ) -> None:
     now_ms = int(time.time() * 1000)
     data = build_stream(seed=20240601, now_ms=now_ms)
@@ -158,6 +158,7 @@ def test_daemon_metrics_equal_sklearn_on_a_messy_stream(
         base_config(
             broker.bootstrap,
             state,
+            client=kafka_client,
             windows=[{"size": WINDOW}],
             join={"orphan_label_ttl": f"{ORPHAN_TTL_S // 60}m"},
         ),

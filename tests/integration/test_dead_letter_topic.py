@@ -15,12 +15,17 @@ from .daemon_harness import DaemonProcess, base_config, encode, produce, write_c
 pytestmark = pytest.mark.integration
 
 
-def test_rejects_go_to_the_dead_letter_topic(broker: LocalBroker, tmp_path: Path) -> None:
+def test_rejects_go_to_the_dead_letter_topic(
+    broker: LocalBroker, tmp_path: Path, kafka_client: str
+) -> None:
     from kafka import KafkaConsumer
 
     broker.create_topics(["predictions", "labels", "monitor-dlq"])
     cfg = base_config(
-        broker.bootstrap, tmp_path / "state", kafka={"dead_letter_topic": "monitor-dlq"}
+        broker.bootstrap,
+        tmp_path / "state",
+        client=kafka_client,
+        kafka={"dead_letter_topic": "monitor-dlq"},
     )
     daemon = DaemonProcess(write_config(tmp_path / "monitor.toml", cfg), tmp_path / "d.log")
     good = {

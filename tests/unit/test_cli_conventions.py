@@ -127,7 +127,7 @@ def test_bad_output_paths_fail_first_with_one_line(tmp_path: Path) -> None:
     assert proc.stderr.strip().count("\n") == 0 and "nodir" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
     preds, labels = tmp_path / "p.jsonl", tmp_path / "l.jsonl"
-    preds.write_text('{"id": "a", "ts": 1, "model": "fraud", "score": 0.5}\n')
+    preds.write_text('{"id": "a", "ts": 1, "model": "fraud", "version": "v1", "score": 0.5}\n')
     labels.write_text('{"id": "a", "ts": 2, "label": 1}\n')
     proc = run_cli(
         "replay", "-c", str(cfg), "--predictions", str(preds), "--labels", str(labels),
@@ -158,7 +158,7 @@ def test_closed_stdout_exits_quietly(tmp_path: Path) -> None:
 def test_replay_progress_uses_carriage_return_only_on_a_terminal(tmp_path: Path) -> None:
     cfg = _config(tmp_path, f'[state]\ndir = "{tmp_path}/state"\n' + CONFIG)
     preds, labels = tmp_path / "p.jsonl", tmp_path / "l.jsonl"
-    preds.write_text('{"id": "a", "ts": 1, "model": "fraud", "score": 0.5}\n')
+    preds.write_text('{"id": "a", "ts": 1, "model": "fraud", "version": "v1", "score": 0.5}\n')
     labels.write_text('{"id": "a", "ts": 2, "label": 1}\n')
     proc = run_cli("replay", "-c", str(cfg), "--predictions", str(preds), "--labels", str(labels))
     assert proc.returncode == 0, proc.stderr

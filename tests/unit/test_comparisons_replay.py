@@ -96,10 +96,16 @@ def test_sample_ratio_mismatch_invalidates(tmp_path: Path) -> None:
 
 
 def test_too_few_samples_is_continue_with_reason(tmp_path: Path) -> None:
+    # error_rate burn-in counts expected errors in the smaller arm, not rows
     preds, labels, _ = canary_stream(400, 4, 0.5, 3.0, 0.5)
-    c = run(tmp_path, preds, labels)
+    c = run(tmp_path, preds, labels, min_events=1000)
     assert c["decision"] == "continue"
-    assert "too few samples" in c["reason"]
+    assert "too few samples" in c["reason"] and "expected errors" in c["reason"]
+    # other losses keep min_samples rows per arm
+    (tmp_path / "ll").mkdir()
+    c = run(tmp_path / "ll", preds, labels, loss="log_loss")
+    assert c["decision"] == "continue"
+    assert "too few samples" in c["reason"] and "min_samples 500" in c["reason"]
 
 
 def test_shadow_mode_pairs_and_mcnemar(tmp_path: Path) -> None:
@@ -114,3 +120,16 @@ def test_shadow_mode_pairs_and_mcnemar(tmp_path: Path) -> None:
     assert abs(m["p_value"] - exact) < 1e-12
     assert c["decision"] == "rollback"  # truth: v2 is worse
     assert c["effect"] > 0
+
+
+def test_exact_bounded_sequence_through_the_engine(tmp_path: Path) -> None:
+    """sequence = "exact": Brier score of a clearly worse canary rolls back (exact
+    bounded-loss sequence), and shadow mode uses the exact paired sequence."""
+    preds, labels, _ = canary_stream(24_000, 6, 0.5, 3.0, 0.5)
+    c = run(tmp_path, preds, labels, loss="squared_error", sequence="exact")
+    assert c["decision"] == "rollback", c["reason"]
+    assert c["confidence_sequence"]["lower"] > 0
+    (tmp_path / "shadow").mkdir()
+    preds, labels, _ = canary_stream(6000, 7, 0.0, 3.0, 0.5, shadow=True)
+    c = run(tmp_path / "shadow", preds, labels, mode="shadow", sequence="exact")
+    assert c["decision"] == "rollback", c["reason"]

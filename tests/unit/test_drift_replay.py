@@ -100,7 +100,7 @@ def test_drift_families_in_the_exposition(tmp_path: Path) -> None:
     pipe = build_pipeline(settings, engine, FileDeadLetter(tmp_path / "dl.jsonl"))
     pipe.process("predictions", [RawRecord(line, "p") for line in pf.read_bytes().splitlines()])
     now = int(time.time() * 1000)
-    drift = engine.drift.evaluate(engine.wide.state(), engine.groups, 60_000, now)
+    drift = engine.drift.evaluate(engine.view(), now)
     snap = Snapshot(now, (), ops_state(engine), drift=drift)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(MonitorCollector(lambda: Published(snap, snap.ops)))
@@ -198,12 +198,12 @@ def test_live_reference_survives_a_restart(tmp_path: Path) -> None:
                 engine.load(meta, arrays)
                 pipe = build_pipeline(settings, engine, FileDeadLetter(tmp_path / "dl.jsonl"))
         engine.freeze_live_references()
-        view = engine.wide.state()
+        view = engine.wide[0].state()
         return engine, view
 
     one, view_one = run(None)
     for split in (2, 5):  # mid-bootstrap, after the reference became ready
         two, view_two = run(split)
-        assert view_two["m.drift0"].tolist() == view_one["m.drift0"].tolist()
+        assert view_two["m.drift"].tolist() == view_one["m.drift"].tolist()
         assert two.drift.frozen[0].tolist() == one.drift.frozen[0].tolist()
         assert two.drift.live_start == one.drift.live_start

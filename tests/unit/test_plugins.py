@@ -181,15 +181,7 @@ def test_plugins_on_metrics_and_failures_isolated(tmp_path: Path, monkeypatch) -
 
     counter: Counter[str] = Counter()
     results, _ = evaluate_all(
-        engine.buckets.state(),
-        engine.groups,
-        engine.models,
-        engine.buckets.width_ms,
-        now,
-        0.95,
-        engine.active_plugins,
-        counter,
-        engine.wide.state(),
+        engine.view(), engine.models, now, 0.95, engine.active_plugins, counter
     )
     engine.plugin_errors.update(counter)
     assert counter["broken_metrics"] >= 1

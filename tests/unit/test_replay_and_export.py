@@ -30,7 +30,7 @@ from sklearn.metrics import (
 )
 
 from monitor.config import settings_from_mapping
-from monitor.engine.evaluate import evaluate, ops_state
+from monitor.engine.evaluate import evaluate_all, ops_state
 from monitor.engine.snapshot import Snapshot
 from monitor.export.prometheus import MonitorCollector
 from monitor.export.published import Published, RuntimeStatus
@@ -130,8 +130,8 @@ def test_exposition_carries_metrics_intervals_and_operations(
     pipe.process("predictions", [RawRecord(orjson.dumps(p), "predictions") for p in preds])
     pipe.process("labels", [RawRecord(orjson.dumps(x), "labels") for x in labels])
     now = int(time.time() * 1000)
-    snap = Snapshot(now, evaluate(engine.buckets.state(), engine.groups, engine.models,
-                                  engine.buckets.width_ms, now), ops_state(engine))  # fmt: skip
+    results, _ = evaluate_all(engine.view(), engine.models, now)
+    snap = Snapshot(now, results, ops_state(engine))
     pub = Published(snap, snap.ops, RuntimeStatus(topics=(("predictions", "preds-topic"),),
                                                   consumer_lag=(("preds-topic", 0, 7),),
                                                   last_checkpoint_at=time.time() - 5))  # fmt: skip

@@ -66,15 +66,7 @@ def _feed(pipe: Any, kind: str, records: list[dict]) -> list:
 
 
 def _evaluate(engine: Engine) -> dict[tuple[str, str], dict[str, float]]:
-    results, _ = evaluate_all(
-        engine.buckets.state(),
-        engine.groups,
-        engine.models,
-        engine.buckets.width_ms,
-        NOW,
-        wide=engine.wide.state(),
-        tasks=engine.tasks.state(),
-    )
+    results, _ = evaluate_all(engine.view(), engine.models, NOW)
     return {(r.model, r.slice): {m.name: m.value for m in r.metrics} for r in results}
 
 
@@ -181,10 +173,7 @@ def test_a_degrading_regression_slice_shows_in_its_interval(tmp_path: Path) -> N
     preds, labels = _records(4000, seed=4, bad_region=25.0)
     _feed(pipe, "predictions", preds)
     _feed(pipe, "labels", labels)
-    results, _ = evaluate_all(
-        engine.buckets.state(), engine.groups, engine.models, engine.buckets.width_ms, NOW,
-        wide=engine.wide.state(), tasks=engine.tasks.state(),
-    )  # fmt: skip
+    results, _ = evaluate_all(engine.view(), engine.models, NOW)
 
     def by_slice(name: str) -> dict:
         return {

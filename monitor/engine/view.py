@@ -1,0 +1,41 @@
+"""A read-only picture of the engine's bucket stores: what evaluation reads.
+
+Evaluation is a pure function of this view, so the daemon can take it under its lock
+and compute outside it, and replay can take it without copying.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .windows import Tiers
+
+__all__ = ["Arrays", "StoreView"]
+
+Arrays = Mapping[str, np.ndarray]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreView:
+    """``buckets``: light counts per (group, bucket), every model and segment.
+    ``wide[m]``: model m's per-(version, bucket) matrices (fine score histograms,
+    drift cells, plugin statistics), rows keyed by the version's base group.
+    ``sliced[m]``: model m's per-(group, bucket) task matrices (coarse score
+    histograms, multiclass and regression statistics), every segment."""
+
+    width_ms: int
+    tiers: Tiers
+    groups: Sequence[tuple[int, str, tuple[str, ...]]]
+    buckets: Arrays
+    wide: Mapping[int, Arrays]
+    sliced: Mapping[int, Arrays]
+
+    def wide_matrix(self, m: int, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(group, bucket, matrix) of model m's wide matrix ``name``, or None."""
+        arrays = self.wide.get(m)
+        if arrays is None or f"m.{name}" not in arrays:
+            return None
+        return arrays["group"], arrays["bucket"], arrays[f"m.{name}"]

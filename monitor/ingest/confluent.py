@@ -1,0 +1,291 @@
+"""``KafkaSource`` on confluent-kafka (librdkafka): the fast client (``kafka.client =
+"confluent"``, ``pip install 'model-monitor[fast]'``).
+
+Same semantics as the kafka-python source: no auto-commit (offsets are committed only
+after a checkpoint), partitions start at their checkpointed offsets on assignment, lag
+is the fetch responses' high watermark minus the checkpointed position, readiness
+needs a broker connection that is up (librdkafka's statistics, once a second).
+
+librdkafka fetches in its own threads into a local queue; ``poll`` takes whatever is
+queued in one C call, so Python only touches each message to read its value.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, Message, Producer, TopicPartition
+
+from ..config import KafkaSettings
+from .pipeline import RawBatch, offset_key
+
+__all__ = ["ConfluentProducer", "ConfluentSource", "confluent_config", "confluent_security"]
+
+log = logging.getLogger(__name__)
+
+_value = Message.value
+_topic = Message.topic
+_partition = Message.partition
+_offset = Message.offset
+_error = Message.error
+
+_FILL_S = 0.005
+# librdkafka prefetch: up to a million messages / 256 MiB queued ahead of the pipeline
+_QUEUED_MIN_MESSAGES = 1_000_000
+_QUEUED_MAX_KBYTES = 256 * 1024
+
+
+def confluent_security(k: KafkaSettings) -> dict[str, Any]:
+    """The security settings as librdkafka properties (docs/kafka.md has the table)."""
+    out: dict[str, Any] = {"security.protocol": k.security_protocol}
+    if k.sasl_mechanism:
+        out["sasl.mechanism"] = k.sasl_mechanism
+        if k.sasl_username is not None:
+            out["sasl.username"] = k.sasl_username
+        password = k.resolved_sasl_password()
+        if password is not None:
+            out["sasl.password"] = password
+    if k.ssl_cafile:
+        out["ssl.ca.location"] = str(k.ssl_cafile)
+    if k.ssl_certfile:
+        out["ssl.certificate.location"] = str(k.ssl_certfile)
+    if k.ssl_keyfile:
+        out["ssl.key.location"] = str(k.ssl_keyfile)
+    if k.ssl_password is not None:
+        out["ssl.key.password"] = k.ssl_password.get_secret_value()
+    if k.security_protocol in ("SSL", "SASL_SSL"):
+        out["ssl.endpoint.identification.algorithm"] = "https" if k.ssl_check_hostname else "none"
+    return out
+
+
+def confluent_config(k: KafkaSettings) -> dict[str, Any]:
+    """The consumer's librdkafka properties (also the benchmark's baseline)."""
+    return {
+        "bootstrap.servers": k.bootstrap_servers,
+        "group.id": k.group_id,
+        "client.id": k.client_id,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": k.auto_offset_reset,
+        "max.partition.fetch.bytes": k.max_partition_fetch_bytes,
+        "fetch.max.bytes": k.fetch_max_bytes,
+        "fetch.wait.max.ms": k.fetch_max_wait_ms,
+        "queued.min.messages": _QUEUED_MIN_MESSAGES,
+        "queued.max.messages.kbytes": _QUEUED_MAX_KBYTES,
+        "max.poll.interval.ms": k.max_poll_interval_ms,
+        "session.timeout.ms": k.session_timeout_ms,
+        "heartbeat.interval.ms": k.heartbeat_interval_ms,
+        "reconnect.backoff.max.ms": k.reconnect_backoff_max_ms,
+        "socket.connection.setup.timeout.ms": max(1000, k.bootstrap_timeout_ms),
+        **confluent_security(k),
+        **k.extra_consumer_config,
+    }
+
+
+class ConfluentSource:
+    """``KafkaSource`` on confluent-kafka."""
+
+    def __init__(self, k: KafkaSettings, stored_offsets: Callable[[], dict[str, int]]) -> None:
+        self.settings = k
+        self.kinds = {k.predictions_topic: "predictions", k.labels_topic: "labels"}
+        self._stored_offsets = stored_offsets
+        self._up = False  # a broker connection is up (from the statistics)
+        self._lock = threading.Lock()  # callbacks run inside poll; readers elsewhere
+        self.consumer = Consumer(
+            {
+                **confluent_config(k),
+                "statistics.interval.ms": 1000,
+                "stats_cb": self._on_stats,
+                "error_cb": self._on_error,
+                "logger": logging.getLogger("monitor.ingest.rdkafka"),
+            }
+        )
+        # the group join happens inside poll(); on_assign seeks before any message
+        self.consumer.subscribe(
+            list(self.kinds), on_assign=self._on_assign, on_revoke=self._on_revoke
+        )
+
+    # -- callbacks (run inside consume/poll, on the consumer loop's thread) --------------
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.info("assigned %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in partitions))
+        offsets = self._stored_offsets()
+        for tp in partitions:
+            off = offsets.get(offset_key(tp.topic, tp.partition))
+            if off is not None:
+                tp.offset = off
+                log.info("seek %s[%d] to checkpointed offset %d", tp.topic, tp.partition, off)
+        consumer.assign(partitions)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.info("revoked %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in partitions))
+        consumer.unassign()
+
+    def _on_stats(self, stats_json: str) -> None:
+        stats = orjson.loads(stats_json)
+        up = any(b.get("state") == "UP" for b in stats.get("brokers", {}).values())
+        with self._lock:
+            self._up = up
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.code() == KafkaError._ALL_BROKERS_DOWN:
+            with self._lock:
+                self._up = False
+        log.warning("kafka: %s", err.str())
+
+    # -- KafkaSource ---------------------------------------------------------------------
+    def poll(self, timeout_ms: int) -> dict[str, RawBatch]:
+        n = self.settings.max_poll_records
+        msgs = self.consumer.consume(n, 0)  # what librdkafka has queued, at once
+        if not msgs:
+            first = self.consumer.poll(timeout_ms / 1000)  # wait for one, not for n
+            if first is None:
+                return {}
+            msgs = [first]
+        if len(msgs) < n:
+            # a few ms for the fetchers to fill the batch: each batch costs the pipeline
+            # a fixed amount (numpy passes, one engine apply), so fuller is cheaper
+            msgs += self.consumer.consume(n - len(msgs), _FILL_S)
+        if any(map(_error, msgs)):
+            msgs = self._drop_errors(msgs)
+            if not msgs:
+                return {}
+        topics = list(map(_topic, msgs))
+        values = list(map(_value, msgs))
+        # messages of one partition come in order: the last offset seen is the highest
+        partitions = zip(topics, map(_partition, msgs), strict=True)
+        last = dict(zip(partitions, map(_offset, msgs), strict=True))
+        kinds = self.kinds
+        present = {t for t, _ in last}
+        out: dict[str, RawBatch] = {}
+        for topic in present:
+            offsets = {offset_key(t, p): o + 1 for (t, p), o in last.items() if t == topic}
+            if len(present) == 1:
+                mine, vals = msgs, values
+            else:
+                mine = [m for m, t in zip(msgs, topics, strict=True) if t == topic]
+                vals = [v for v, t in zip(values, topics, strict=True) if t == topic]
+            out[kinds[topic]] = RawBatch(vals, _message_origin(mine), offsets)
+        return out
+
+    def _drop_errors(self, msgs: list[Message]) -> list[Message]:
+        keep = []
+        for m in msgs:
+            err = m.error()
+            if err is None:
+                keep.append(m)
+            elif err.code() != KafkaError._PARTITION_EOF:
+                log.warning("consume: %s", err.str())
+        return keep
+
+    def assignment(self) -> set[tuple[str, int]]:
+        return {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+
+    def connected(self) -> bool:
+        with self._lock:
+            return self._up
+
+    def lag(self) -> list[tuple[str, int, int]]:
+        """High watermarks as the last fetch responses reported them (``cached``: no
+        broker round trip), minus the checkpointed position."""
+        offsets = self._stored_offsets()
+        out = []
+        for tp in sorted(self.consumer.assignment(), key=lambda t: (t.topic, t.partition)):
+            _, high = self.consumer.get_watermark_offsets(tp, cached=True)
+            if high is None or high < 0:
+                continue  # no fetch response yet
+            pos = offsets.get(offset_key(tp.topic, tp.partition))
+            if pos is None:
+                (at,) = self.consumer.position([tp])
+                if at.offset == OFFSET_INVALID or at.offset < 0:
+                    continue
+                pos = at.offset
+            out.append((tp.topic, tp.partition, max(0, int(high) - int(pos))))
+        return out
+
+    def commit(self, offsets: dict[str, int]) -> None:
+        commit = []
+        for tp in self.consumer.assignment():
+            off = offsets.get(offset_key(tp.topic, tp.partition))
+            if off is not None:
+                commit.append(TopicPartition(tp.topic, tp.partition, off))
+        if commit:
+            self.consumer.commit(offsets=commit, asynchronous=False)
+
+    def close(self) -> None:
+        self.consumer.close()  # auto-commit is off: closing commits nothing
+
+
+def _message_origin(msgs: list[Message]) -> Callable[[int], tuple[str, int, int]]:
+    def origin(i: int) -> tuple[str, int, int]:
+        m = msgs[i]
+        return m.topic(), m.partition(), m.offset()
+
+    return origin
+
+
+class _Delivery:
+    """kafka-python's send future, as much of it as the dead-letter sink reads."""
+
+    __slots__ = ("error", "is_done")
+
+    def __init__(self) -> None:
+        self.is_done = False
+        self.error: str | None = None
+
+    def succeeded(self) -> bool:
+        return self.is_done and self.error is None
+
+
+class ConfluentProducer:
+    """The dead-letter producer on librdkafka, with kafka-python's producer interface
+    (what ``TopicDeadLetter`` calls): ``send`` returns a future-like delivery report, so a
+    record librdkafka could not deliver is spooled again by the sink, never lost."""
+
+    def __init__(self, k: KafkaSettings) -> None:
+        self.producer = Producer(
+            {
+                "bootstrap.servers": k.bootstrap_servers,
+                "client.id": f"{k.client_id}-dead-letter",
+                "acks": "all",
+                "linger.ms": 50,
+                "error_cb": lambda err: log.warning("dead-letter producer: %s", err.str()),
+                "logger": logging.getLogger("monitor.ingest.rdkafka"),
+                **confluent_security(k),
+            }
+        )
+
+    def partitions_for(self, topic: str) -> set[int]:
+        """Metadata of ``topic``; raises while no broker answers (connection check)."""
+        meta = self.producer.list_topics(topic, timeout=5)
+        t = meta.topics.get(topic)
+        if t is None or t.error is not None:
+            raise RuntimeError(f"no metadata for topic {topic}: {t.error if t else 'absent'}")
+        return set(t.partitions)
+
+    def send(self, topic: str, value: bytes | None, headers: list[tuple[str, bytes]]) -> _Delivery:
+        delivery = _Delivery()
+
+        def delivered(err: KafkaError | None, _msg: Message) -> None:
+            delivery.error = None if err is None else err.str()
+            delivery.is_done = True
+
+        while True:
+            try:
+                self.producer.produce(topic, value=value, headers=headers, on_delivery=delivered)
+                break
+            except BufferError:  # local queue full: let deliveries drain
+                self.producer.poll(0.1)
+        self.producer.poll(0)
+        return delivery
+
+    def flush(self, timeout: float) -> None:
+        left = self.producer.flush(timeout)
+        if left:
+            raise TimeoutError(f"{left} dead-letter record(s) not delivered within {timeout}s")
+
+    def close(self, timeout: float) -> None:
+        self.producer.flush(timeout)

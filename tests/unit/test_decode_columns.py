@@ -1,0 +1,278 @@
+"""The column decoder equals the per-record decoder, row for row.
+
+``PredictionDecoder.decode`` / ``LabelDecoder.decode`` clear most rows with column checks
+and send the rest through the per-record path (``_decode_rows``), which is the reference:
+for any mix of records, the batch (every column, in input order) and the rejections
+(index, reason, detail) must be exactly what the per-record path alone gives.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from monitor.engine.models import ModelSpec
+from monitor.engine.records import LabelBatch, PredictionBatch
+from monitor.ingest.decode import DecodeLimits, LabelDecoder, PredictionDecoder
+
+from .test_fuzz_decode import (
+    MAX_BYTES,
+    NOW,
+    SKEW_MS,
+    arbitrary,
+    bad_label,
+    bad_prediction,
+)
+
+LIMITS = DecodeLimits(MAX_BYTES, SKEW_MS)
+BINARY = ModelSpec("fraud", classes=("legit", "fraud"), positive_class="fraud", threshold=0.5)
+FEATURED = ModelSpec(
+    "fraud", classes=("legit", "fraud"), positive_class="fraud", threshold=0.3,
+    wants_features=True, slices=(("country",),),
+)  # fmt: skip
+MULTI = ModelSpec("kind", task="multiclass", classes=("a", "b", "c"))
+REGRESSION = ModelSpec("price", task="regression", classes=())
+DECODERS = [
+    PredictionDecoder([BINARY], LIMITS),
+    PredictionDecoder([FEATURED], LIMITS),
+    PredictionDecoder([FEATURED, MULTI, REGRESSION], LIMITS),
+]
+CLASSES = {"legit", "fraud", "0", "1", "a", "b", "c"}
+LABELS = [
+    LabelDecoder(LIMITS, known_label=lambda t, v: None if t in CLASSES else "unknown_class"),
+    LabelDecoder(LIMITS, known_label=lambda t, v: None if v == v or t in CLASSES else "wrong_type"),
+]
+FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# records shaped like production traffic, near every column check's edges
+edge_ts = st.sampled_from([0, -1, NOW, NOW + SKEW_MS, NOW + SKEW_MS + 1, 2**63, 2**64, 1.0, True])
+edge_score = st.sampled_from([0.0, 1.0, 0.5, 0.5, 0.3, 0.3, 1.0000001, -0.0, 1, 0, True, None, "x"])
+edge_id = st.sampled_from(["a", "", "b" * 300, 7, None, ["x"], "p1"])
+edge_version = st.sampled_from(["v1", "", "x" * 128, "x" * 129, 3, None, {"a": 1}])
+edge_model = st.sampled_from(["fraud", "kind", "price", "nope", 3, None, ["fraud"]])
+
+
+def _field(draw: st.DrawFn, usual: st.SearchStrategy[Any], edge: st.SearchStrategy[Any]) -> Any:
+    """Mostly a usual value, one time in eight an edge case."""
+    return draw(edge) if draw(st.integers(0, 7)) == 0 else draw(usual)
+
+
+@st.composite
+def traffic_prediction(draw: st.DrawFn) -> bytes:
+    rec: dict[str, Any] = {
+        "id": _field(draw, st.text(min_size=1, max_size=6), edge_id),
+        "ts": _field(draw, st.integers(0, NOW), edge_ts),
+        "model": _field(draw, st.just("fraud"), edge_model),
+        "version": _field(draw, st.sampled_from(["v1", "v2"]), edge_version),
+        "score": _field(
+            draw, st.one_of(st.floats(0.0, 1.0), st.sampled_from([0.3, 0.5])), edge_score
+        ),
+    }
+    if draw(st.integers(0, 7)) == 0:
+        rec["prediction"] = draw(st.sampled_from(["fraud", "a", 1, None, 2.5]))
+    if draw(st.integers(0, 7)) == 0:
+        rec["scores"] = {"a": 0.5, "b": 0.5}
+    if draw(st.booleans()):
+        rec["features"] = _field(
+            draw, st.dictionaries(st.sampled_from(["x", "y"]), st.floats(-2, 2)), st.just(1)
+        )
+    if draw(st.booleans()):
+        rec["segments"] = _field(draw, st.just({"country": "US"}), st.just([1]))
+    if draw(st.integers(0, 7)) == 0:
+        del rec[draw(st.sampled_from(list(rec)))]
+    return json.dumps(rec).encode()  # (orjson stops at 64-bit integers)
+
+
+@st.composite
+def traffic_label(draw: st.DrawFn) -> bytes:
+    rec: dict[str, Any] = {
+        "id": _field(draw, st.text(min_size=1, max_size=6), edge_id),
+        "ts": _field(draw, st.integers(0, NOW), edge_ts),
+        "label": _field(
+            draw,
+            st.one_of(st.integers(0, 2), st.sampled_from(["fraud", "legit", "TRUE", "nope"])),
+            st.sampled_from([True, 1.5, 10**30, None, "", [1]]),
+        ),
+    }
+    if draw(st.integers(0, 7)) == 0:
+        del rec[draw(st.sampled_from(list(rec)))]
+    return json.dumps(rec).encode()
+
+
+def _same(a: Any, b: Any) -> None:
+    for name in a.__slots__:
+        x, y = getattr(a, name), getattr(b, name)
+        if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+            assert x is not None and y is not None, name
+            assert x.dtype == y.dtype and x.shape == y.shape, name
+            np.testing.assert_array_equal(x, y, err_msg=name)
+        else:
+            assert x == y, name
+
+
+@FUZZ
+@given(
+    st.integers(0, len(DECODERS) - 1),
+    st.lists(
+        st.one_of(
+            traffic_prediction(),
+            traffic_prediction(),
+            traffic_prediction(),
+            arbitrary("predictions"),
+            bad_prediction().map(lambda x: x[1]),
+        ),
+        max_size=40,
+    ),
+    st.booleans(),
+)
+def test_prediction_columns_equal_rows(which: int, raws: list[bytes | None], keep: bool) -> None:
+    dec = DECODERS[which]
+    got, got_rejects = dec.decode(raws, NOW, keep_raw=keep)
+    want, want_rejects = dec._decode_rows(raws, range(len(raws)), NOW, keep)
+    assert isinstance(got, PredictionBatch)
+    assert got_rejects == want_rejects
+    _same(got, want)
+
+
+@FUZZ
+@given(
+    st.integers(0, len(LABELS) - 1),
+    st.lists(
+        st.one_of(
+            traffic_label(),
+            traffic_label(),
+            traffic_label(),
+            arbitrary("labels"),
+            bad_label().map(lambda x: x[1]),
+        ),
+        max_size=40,
+    ),
+)
+def test_label_columns_equal_rows(which: int, raws: list[bytes | None]) -> None:
+    dec = LABELS[which]
+    got, got_rejects = dec.decode(raws, NOW)
+    want, want_rejects = dec._decode_rows(raws, range(len(raws)), NOW, True)
+    assert isinstance(got, LabelBatch)
+    assert got_rejects == want_rejects
+    _same(got, want)
+
+
+def test_a_clean_batch_takes_the_column_path_whole() -> None:
+    """No row of a clean batch goes through the per-record path."""
+    raws = [
+        orjson.dumps({"id": f"p{i}", "ts": NOW - i, "model": "fraud", "version": "v1",
+                      "score": i / 100, "features": {"x": 1.0}, "segments": {"country": "US"}})
+        for i in range(100)
+    ]  # fmt: skip
+    dec = PredictionDecoder([FEATURED], LIMITS)
+    calls: list[int] = []
+    original = dec._one
+
+    def counting(raw: bytes | None, now_ms: int) -> Any:
+        calls.append(1)
+        return original(raw, now_ms)
+
+    dec._one = counting  # type: ignore[method-assign]
+    batch, rejects = dec.decode(raws, NOW)
+    assert len(batch) == 100 and not rejects and not calls
+    assert batch.decision.tolist() == [int(i / 100 >= 0.3) for i in range(100)]
+    assert batch.features[5] == {"x": 1.0} and batch.segments[5] == {"country": "US"}
+    raws[7] = b"{oops"
+    batch, rejects = dec.decode(raws, NOW)
+    assert len(batch) == 99 and [r[:2] for r in rejects] == [(7, "not_json")] and len(calls) == 1
+
+
+@FUZZ
+@given(
+    st.lists(
+        st.one_of(
+            st.none(),
+            st.dictionaries(
+                st.sampled_from(["x", "y", "z"]),
+                st.one_of(
+                    st.floats(allow_nan=False, allow_infinity=False),
+                    st.integers(-(10**20), 10**20),
+                    st.sampled_from([True, None, "1.5", [1], 10**400]),
+                ),
+            ),
+        ),
+        max_size=30,
+    )
+)
+def test_numeric_block_is_the_per_value_rule(features: list[dict[str, Any] | None]) -> None:
+    """A number where the feature is a JSON int or float (within a float's range), NaN
+    for anything else — the rule drift applies to a numeric feature value by value."""
+    raws = [
+        json.dumps({"id": f"p{i}", "ts": NOW, "model": "fraud", "version": "v1",
+                    "score": 0.5, **({"features": f} if f is not None else {})}).encode()
+        for i, f in enumerate(features)
+    ]  # fmt: skip
+    dec = PredictionDecoder([FEATURED], LIMITS, numeric_features=["y", "x", "w"])
+    batch, rejects = dec.decode(raws, NOW)
+    assert not rejects and batch.numeric_names == ("y", "x", "w")
+    assert batch.numeric is not None and batch.numeric.shape == (len(raws), 3)
+
+    def rule(v: Any) -> float:
+        if type(v) is float or (type(v) is int and abs(v) < 2**1000):
+            return float(v)
+        return float("nan")
+
+    want = np.array(
+        [[rule((f or {}).get(k)) for k in ("y", "x", "w")] for f in features], np.float64
+    ).reshape(len(features), 3)
+    np.testing.assert_array_equal(batch.numeric, want)
+
+
+def test_drift_counts_from_the_block_equal_the_per_record_lookup(tmp_path: Any) -> None:
+    """The engine's drift histograms are the same whether the numeric features come in
+    the decoded block or are looked up record by record."""
+    from monitor.config import settings_from_mapping
+    from monitor.drift.reference import ReferenceProfile
+    from monitor.ingest.deadletter import FileDeadLetter
+    from monitor.wiring import build_engine, build_pipeline
+
+    rng = np.random.default_rng(4)
+    ref = ReferenceProfile.from_columns(
+        numeric={"x": rng.normal(0, 1, 5000), "y": rng.normal(0, 1, 5000)},
+        categorical={"c": rng.choice(["a", "b"], 5000)},
+    )
+    (tmp_path / "ref.json").write_bytes(
+        orjson.dumps(ref.to_json(), option=orjson.OPT_SERIALIZE_NUMPY)
+    )
+    settings = settings_from_mapping(
+        {"models": [{"name": "fraud", "windows": [{"size": "1h"}],
+                     "drift": {"reference": str(tmp_path / "ref.json")}}]}
+    )  # fmt: skip
+    values = [1.5, -0.3, 7, None, "2", True, 2**62, 0.0]
+    raws = [
+        orjson.dumps({"id": f"p{i}", "ts": NOW - 1000 * i, "model": "fraud", "version": "v1",
+                      "score": float(rng.random()),
+                      "features": {"x": values[i % 8], "y": float(rng.normal()),
+                                   "c": ["a", "b", "z"][i % 3]}})
+        for i in range(2000)
+    ]  # fmt: skip
+    counts = []
+    for columns in (True, False):
+        engine = build_engine(settings)
+        pipe = build_pipeline(settings, engine, FileDeadLetter(tmp_path / "dl.jsonl"), lambda: NOW)
+        if not columns:
+            pipe.predictions.numeric_names = ()
+        else:
+            assert pipe.predictions.numeric_names == ("x", "y")
+        for lo in range(0, 2000, 500):
+            out = pipe.process("predictions", [_Raw(r) for r in raws[lo : lo + 500]])
+            assert out == []
+        (d,) = engine.drift.by_model.values()
+        counts.append(engine.wide.view()[f"m.{d.matrix}"].sum(axis=0))
+    assert counts[0].sum() > 0
+    np.testing.assert_array_equal(counts[0], counts[1])
+
+
+class _Raw:
+    def __init__(self, value: bytes) -> None:
+        self.value, self.topic, self.partition, self.offset = value, "p", 0, -1

@@ -1,0 +1,106 @@
+"""The engine's store layout: per-model wide rows (memory linear in the number of
+models) and the checkpoint format migration from format 1."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+from monitor.config import settings_from_mapping
+from monitor.engine.core import ENGINE_FORMAT, Engine, StateMismatch
+from monitor.engine.evaluate import evaluate_all
+from monitor.engine.models import ModelSpec, WindowSpec
+from monitor.engine.records import LabelBatch, PredictionBatch, hash_ids
+from monitor.ingest.deadletter import FileDeadLetter
+from monitor.ingest.pipeline import RawRecord
+from monitor.state.checkpoint import CheckpointStore
+from monitor.wiring import build_engine, build_pipeline
+
+from .data.make_engine_v1 import BASE, records
+
+V1 = Path(__file__).parent / "data" / "engine_v1"
+
+
+def _fleet(n_models: int) -> Engine:
+    """``n_models`` binary models, each fed the very same traffic (2 versions, 1 hour)."""
+    models = [ModelSpec(f"m{i}", windows=(WindowSpec("1h", 3_600_000),)) for i in range(n_models)]
+    engine = Engine(models, 60_000, 10**12, 10**12, 10**6, 10**6)
+    rng = np.random.default_rng(3)
+    n = 3000
+    ts = BASE + np.sort(rng.integers(0, 3_600_000, n)).astype(np.int64)
+    score = rng.random(n)
+    y = (rng.random(n) < score).astype(int)
+    for m in range(n_models):
+        keys = hash_ids([f"{m}-{i}" for i in range(n)])
+        version = [f"v{i % 2}" for i in range(n)]
+        batch = PredictionBatch(keys, ts, np.full(n, m, np.int16), version, score,
+                                (score >= 0.5).astype(np.int8))  # fmt: skip
+        engine.apply_predictions(batch)
+        engine.apply_labels(LabelBatch(keys, ts + 5, [str(v) for v in y]))
+    return engine
+
+
+def test_wide_rows_hold_only_their_models_statistics() -> None:
+    one, ten = _fleet(1), _fleet(10)
+    for m, store in ten.wide.items():
+        assert [k for k in store.view() if k.startswith("m.")] == ["m.scores"], m
+    # every model has the same rows as the lone model: memory is exactly linear
+    assert one.store_bytes()["wide"] > 0
+    assert ten.store_bytes()["wide"] == 10 * one.store_bytes()["wide"]
+    # and its statistics are the lone model's
+    v_one, v_ten = one.view(), ten.view()
+    for m in range(10):
+        assert np.array_equal(v_ten.wide[m]["m.scores"], v_one.wide[0]["m.scores"])
+
+
+def _fresh_and_migrated(tmp_path: Path) -> tuple[Engine, Engine]:
+    settings = settings_from_mapping(json.loads((V1 / "config.json").read_text()))
+    fresh = build_engine(settings)
+    pipe = build_pipeline(settings, fresh, FileDeadLetter(tmp_path / "dl.jsonl"))
+    preds, labels = records()
+    pipe.process("predictions", [RawRecord(orjson.dumps(r), "predictions") for r in preds])
+    pipe.process("labels", [RawRecord(orjson.dumps(r), "labels") for r in labels])
+    loaded = CheckpointStore(V1).load()
+    assert loaded is not None and "engine_format" not in loaded.meta  # really format 1
+    migrated = build_engine(settings)
+    migrated.load(loaded.meta, loaded.arrays)
+    return fresh, migrated
+
+
+def test_format_1_checkpoint_migrates_to_identical_results(tmp_path: Path) -> None:
+    fresh, migrated = _fresh_and_migrated(tmp_path)
+    now = BASE + 3_600_000
+    got, _ = evaluate_all(migrated.view(), migrated.models, now)
+    want, _ = evaluate_all(fresh.view(), fresh.models, now)
+    # format 1 had no per-slice score histograms: a binary segment slice restored from it
+    # has the confusion-based metrics only, until new traffic fills its histograms
+    restored_slices = [r for r in got if r.model == "fraud" and r.slice != "all"]
+    assert restored_slices and all(r.reliability == () for r in restored_slices)
+    score_names = {"roc_auc", "pr_auc", "log_loss", "brier", "ece", "ece_equal_mass", "mce"}
+    for r in want:
+        if r.model == "fraud" and r.slice != "all":
+            kept = tuple(m for m in r.metrics if m.name not in score_names)
+            want = tuple(replace(x, metrics=kept, reliability=()) if x is r else x for x in want)
+    assert repr(got) == repr(want)  # (NaN-safe equality: metrics without samples)
+    names = {(r.model, r.slice): {m.name for m in r.metrics} for r in got}
+    assert ("fraud", "country=de") in names and ("demand", "all") in names
+    assert {"accuracy"} <= names["topic", "all"] and {"mae"} & names["demand", "all"]
+    # the fine score histograms came across too (they feed slice "all" AUC)
+    assert np.array_equal(migrated.view().wide[0]["m.scores"], fresh.view().wide[0]["m.scores"])
+    meta, _ = migrated.state()
+    assert meta["engine_format"] == ENGINE_FORMAT
+
+
+def test_newer_format_is_refused_with_a_clear_message(tmp_path: Path) -> None:
+    fresh, _ = _fresh_and_migrated(tmp_path)
+    meta, arrays = fresh.state()
+    meta["engine_format"] = ENGINE_FORMAT + 1
+    with pytest.raises(StateMismatch, match="newer model-monitor"):
+        build_engine(settings_from_mapping(json.loads((V1 / "config.json").read_text()))).load(
+            meta, arrays
+        )
