@@ -279,6 +279,9 @@ BinaryMetric = Literal[
     "calibration_p_value",
     "ece_equal_mass",
     "mce",
+    "ks_statistic",
+    "gini",
+    "gain",  # cumulative gain and lift per `gain_fractions`: gain_at_10, lift_at_10, ...
 ]
 BINARY_METRICS: tuple[str, ...] = get_args(BinaryMetric)
 
@@ -320,6 +323,7 @@ RegressionMetric = Literal[
     "pinball",  # one per `quantiles` entry: pinball_q0_9, ...
     "interval_coverage",
     "interval_width",
+    "mase",  # needs a scale: `mase_scale` or the drift reference's naive MAE
 ]
 REGRESSION_METRICS: tuple[str, ...] = get_args(RegressionMetric)
 TASK_METRICS: dict[str, tuple[str, ...]] = {
@@ -403,6 +407,9 @@ class ModelSettings(_Section):
     huber_delta: float = Field(1.0, gt=0)  # regression Huber loss
     quantiles: tuple[Annotated[float, Field(gt=0, lt=1)], ...] = (0.1, 0.5, 0.9)  # pinball
     mase_season: int = Field(1, ge=1)  # regression: seasonal period of MASE's naive forecast
+    mase_scale: float | None = Field(None, gt=0)  # regression: MASE scale (else from baseline)
+    # binary: fractions of rows (top scores) at which cumulative gain and lift are exported
+    gain_fractions: tuple[Annotated[float, Field(gt=0, le=1)], ...] = (0.1, 0.2, 0.5)
     costs: CostSettings | None = None  # threshold economics (binary)
     windows: tuple[WindowSettings, ...] = (WindowSettings(size=3600.0),)
     drift: DriftSettings | None = None
@@ -580,7 +587,9 @@ class AlertingSettings(_Section):
 
 def model_metric_names(model: ModelSettings) -> frozenset[str]:
     """Names a model's configured metrics are exported under ("fbeta" -> f2, f0_5...)."""
-    return exported_metric_names(model.metric_names, model.fbeta, model.quantiles)
+    return exported_metric_names(
+        model.metric_names, model.fbeta, model.quantiles, model.gain_fractions
+    )
 
 
 def _slo_problems(settings: Settings) -> list[str]:

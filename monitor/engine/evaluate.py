@@ -17,7 +17,7 @@ import numpy as np
 from ..plugins import MetricPlugin
 from ..stats.binary import BinaryLayout, clt_mean
 from ..stats.multiclass import MulticlassLayout
-from ..stats.regression import RegressionLayout
+from ..stats.regression import RegressionLayout, mase
 from ..stats.results import MetricValue
 from ..stats.scores import ReliabilityBin, ScoreLayout, ValueMatrix
 from .models import SCORE_METRICS, ModelSpec, exported_metric_names
@@ -281,7 +281,9 @@ class _Catalog:
         self.scores = scores
         self.score_layout = ScoreLayout(bins=spec.score_bins)
         self.slice_layout = spec.slice_score_layout
-        wanted = exported_metric_names(spec.metrics, spec.fbeta, spec.quantiles)
+        wanted = exported_metric_names(
+            spec.metrics, spec.fbeta, spec.quantiles, spec.gain_fractions
+        )
         self.wanted = wanted
         self.needs_scores = bool(wanted & SCORE_METRICS) or spec.costs is not None
         self.task_layout: MulticlassLayout | RegressionLayout | None = None
@@ -316,7 +318,10 @@ class _Catalog:
             confusion = tuple(int(x) for x in layout.confusion(vec).ravel())
             return metrics, confusion, ()
         assert isinstance(layout, RegressionLayout)
-        metrics = tuple(mv for mv in layout.metrics(vec, confidence) if mv.name in self.wanted)
+        values = layout.metrics(vec, confidence)
+        if self.spec.mase_scale is not None:
+            values.append(mase(values[0], self.spec.mase_scale))  # values[0] is MAE
+        metrics = tuple(mv for mv in values if mv.name in self.wanted)
         excluded = tuple(sorted(layout.excluded(vec).items()))
         return metrics, (), excluded
 
@@ -346,6 +351,8 @@ class _Catalog:
                 values += slice_score_metrics(layout, vec, confidence)
             else:
                 values += layout.metrics(vec, confidence)
+            values += [layout.ks_statistic(vec), layout.gini(vec, confidence)]
+            values += layout.gains(vec, self.spec.gain_fractions, confidence)
             reliability = tuple(layout.reliability(vec, confidence))
         metrics = tuple(mv for mv in values if mv.name in self.wanted)
         if self.plugins and rows.shape[0]:

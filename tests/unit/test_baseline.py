@@ -149,3 +149,12 @@ def test_regression_baseline_stores_the_seasonal_naive_scale_of_mase(tmp_path: P
     assert data["naive_mae"] == pytest.approx(expected, rel=1e-12)
     assert "MASE scale" in proc.stderr
     assert ReferenceProfile.from_json(data).naive_mae == pytest.approx(expected, rel=1e-12)
+    # the engine's MASE scale comes from that profile, unless a constant is configured
+    from monitor.config import load_settings
+    from monitor.wiring import model_spec
+
+    assert model_spec(load_settings(cfg).models[0]).mase_scale == pytest.approx(expected)
+    cfg.write_text(cfg.read_text().replace("mase_season = 24", "mase_season = 12"))
+    assert model_spec(load_settings(cfg).models[0]).mase_scale is None  # other season
+    cfg.write_text(cfg.read_text().replace("mase_season = 12", "mase_scale = 2.5"))
+    assert model_spec(load_settings(cfg).models[0]).mase_scale == 2.5
