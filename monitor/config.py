@@ -32,6 +32,7 @@ from pydantic_settings.exceptions import SettingsError
 
 from .durations import format_duration, parse_duration
 from .engine.models import exported_metric_names
+from .stats.estimation import ESTIMATED_METRICS
 
 __all__ = [
     "ConfigError",
@@ -348,6 +349,15 @@ class CostSettings(_Section):
     tn: float = 0.0
 
 
+class EstimationSettings(_Section):
+    """Label-free performance estimates (CBPE) of a binary model (docs/statistics.md)."""
+
+    # the estimate is flagged unreliable when the debiased ECE of the labelled rows (the
+    # model version's longest window) exceeds this
+    max_ece: float = Field(0.05, gt=0, lt=1)
+    bins: int = Field(256, ge=16, le=4096)  # score bins per (version, bucket) of predictions
+
+
 class DriftSettings(_Section):
     """Drift of features and scores against a reference profile (docs/drift.md)."""
 
@@ -414,6 +424,7 @@ class ModelSettings(_Section):
     windows: tuple[WindowSettings, ...] = (WindowSettings(size=3600.0),)
     drift: DriftSettings | None = None
     slices: tuple[SliceSettings, ...] = ()
+    estimation: EstimationSettings | None = None  # binary: estimated_* before labels arrive
 
     @property
     def metric_names(self) -> tuple[str, ...]:
@@ -445,6 +456,8 @@ class ModelSettings(_Section):
                 raise ValueError("class names must be non-empty")
         if self.task != "binary" and self.costs is not None:
             raise ValueError("costs (threshold economics) apply to binary models only")
+        if self.task != "binary" and self.estimation is not None:
+            raise ValueError("estimation (CBPE) applies to binary models only")
         labels = [w.label for w in self.windows]
         if len(set(labels)) != len(labels):
             raise ValueError(f"window names must be unique, got {labels}")
@@ -587,9 +600,12 @@ class AlertingSettings(_Section):
 
 def model_metric_names(model: ModelSettings) -> frozenset[str]:
     """Names a model's configured metrics are exported under ("fbeta" -> f2, f0_5...)."""
-    return exported_metric_names(
+    names = exported_metric_names(
         model.metric_names, model.fbeta, model.quantiles, model.gain_fractions
     )
+    if model.estimation is not None:  # SLOs may opt into the label-free estimates
+        names |= {f"estimated_{m}" for m in ESTIMATED_METRICS}
+    return names
 
 
 def _slo_problems(settings: Settings) -> list[str]:

@@ -50,6 +50,8 @@ def model_spec(m: ModelSettings) -> ModelSpec:
         huber_delta=m.huber_delta,
         quantiles=tuple(m.quantiles),
         mase_scale=_mase_scale(m),
+        estimation_bins=0 if m.estimation is None else m.estimation.bins,
+        max_ece=0.05 if m.estimation is None else m.estimation.max_ece,
         gain_fractions=tuple(m.gain_fractions),
         costs=None if m.costs is None else (m.costs.tp, m.costs.fp, m.costs.fn, m.costs.tn),
         id_path=f.id,

@@ -99,6 +99,8 @@ class ModelSpec:
     wants_features: bool = False  # decode the features object (drift is configured)
     segments_path: str = "segments"
     slices: tuple[SliceSpec, ...] = ()  # segment slices (empty: slice "all" only)
+    estimation_bins: int = 0  # binary CBPE: score bins of all predictions (0: off)
+    max_ece: float = 0.05  # CBPE flagged unreliable above this debiased ECE
 
     @property
     def slice_dimensions(self) -> tuple[str, ...]:
@@ -118,6 +120,13 @@ class ModelSpec:
         if not (wanted & SCORE_METRICS) and self.costs is None:
             return None
         return ScoreLayout(bins=self.slice_score_bins, logit_range=SLICE_LOGIT_RANGE)
+
+    @property
+    def estimation_layout(self) -> ScoreLayout | None:
+        """Bins of the prediction-time score histograms CBPE reads (None: no estimation)."""
+        if self.task != "binary" or self.estimation_bins <= 0:
+            return None
+        return ScoreLayout(bins=self.estimation_bins, logit_range=SLICE_LOGIT_RANGE)
 
     @property
     def horizon_ms(self) -> int:

@@ -38,7 +38,14 @@ from .common import NAN, wald
 from .results import MetricValue
 from .scores import roc_auc_from_hist
 
-__all__ = ["ESTIMATED_METRICS", "Estimate", "cbpe", "cbpe_top_label", "estimated_name"]
+__all__ = [
+    "ESTIMATED_METRICS",
+    "Estimate",
+    "cbpe",
+    "cbpe_split",
+    "cbpe_top_label",
+    "estimated_name",
+]
 
 ESTIMATED_METRICS = ("accuracy", "precision", "recall", "f1", "roc_auc")
 
@@ -84,17 +91,47 @@ def cbpe(
     """
     count = np.asarray(count, dtype=np.float64)
     sp = np.asarray(sum_p, dtype=np.float64)
+    positive = np.arange(count.shape[0]) >= threshold_bin
+    return cbpe_split(
+        np.where(positive, count, 0.0),
+        np.where(positive, sp, 0.0),
+        np.where(positive, 0.0, count),
+        np.where(positive, 0.0, sp),
+        confidence,
+        ece,
+        max_ece,
+    )
+
+
+def cbpe_split(
+    count_pos: np.ndarray,
+    sum_p_pos: np.ndarray,
+    count_neg: np.ndarray,
+    sum_p_neg: np.ndarray,
+    confidence: float = 0.95,
+    ece: float | None = None,
+    max_ece: float = 0.05,
+) -> Estimate:
+    """:func:`cbpe` from per-bin (count, Σp) of the rows *decided* positive and negative.
+
+    The engine keeps the two apart at prediction time, so the expected cells are exact for
+    any decision rule (an explicit ``prediction``, a threshold inside a bin)."""
+    c_pos, s_pos = np.asarray(count_pos, np.float64), np.asarray(sum_p_pos, np.float64)
+    c_neg, s_neg = np.asarray(count_neg, np.float64), np.asarray(sum_p_neg, np.float64)
+    count, sp = c_pos + c_neg, s_pos + s_neg
     n = float(count.sum())
     rows = round(n)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mean_p = np.where(count > 0, sp / np.where(count > 0, count, 1.0), 0.0)
-    var_b = sp * (1.0 - mean_p)  # Σ p(1 − p) per bin, p ≈ p̄_b inside the bin
-    hi = slice(threshold_bin, None)
-    lo = slice(0, threshold_bin)
-    tp, fn = float(sp[hi].sum()), float(sp[lo].sum())
-    n_pp = float(count[hi].sum())
-    tn = float(count[lo].sum()) - fn
-    v_tp, v_fn = float(var_b[hi].sum()), float(var_b[lo].sum())
+
+    def var(c: np.ndarray, s: np.ndarray) -> np.ndarray:  # Σ p(1 − p), p ≈ p̄ in a bin
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean = np.where(c > 0, s / np.where(c > 0, c, 1.0), 0.0)
+        return s * (1.0 - mean)
+
+    tp, fn = float(s_pos.sum()), float(s_neg.sum())
+    n_pp = float(c_pos.sum())
+    tn = float(c_neg.sum()) - fn
+    v_tp, v_fn = float(var(c_pos, s_pos).sum()), float(var(c_neg, s_neg).sum())
+    var_b = var(count, sp)
     out: list[MetricValue] = []
     # accuracy = (TP + n_pn − FN)/n: Var = (V_TP + V_FN)/n²
     acc = (tp + tn) / n if n > 0 else NAN

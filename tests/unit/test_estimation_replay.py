@@ -1,0 +1,87 @@
+"""Label-free estimates (CBPE) through `monitor replay` while most labels have not arrived:
+the estimate equals the formula on every prediction's score, sits near the accuracy the
+labels later show, and a miscalibrated model is flagged."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import orjson
+import pytest
+
+from monitor.config import settings_from_mapping
+from monitor.replay import replay
+from monitor.stats.estimation import cbpe_split
+from monitor.stats.scores import ScoreLayout
+
+N, LABELED = 6_000, 2_000
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
+    tmp = tmp_path_factory.mktemp("cbpe")
+    rng = np.random.default_rng(29)
+    start = int(time.time() * 1000) - 3_600_000
+    preds, labels = [], []
+    truth: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for model, power in (("calibrated", 1.0), ("overconfident", 3.0)):
+        p = 1 / (1 + np.exp(-rng.normal(-0.4, 2.0, N)))
+        y = (rng.random(N) < p**power).astype(int)
+        truth[model] = (p, y)
+        for i in range(N):
+            rid = f"{model}-{i}"
+            preds.append({"id": rid, "ts": start + i * 400, "model": model, "version": "v1",
+                          "score": float(p[i])})  # fmt: skip
+            if i < LABELED:  # the rest are still waiting for their labels
+                labels.append({"id": rid, "ts": start + i * 400 + 900, "label": int(y[i])})
+    pf, lf = tmp / "p.jsonl", tmp / "l.jsonl"
+    pf.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in preds))
+    lf.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in labels))
+    models = [
+        {"name": name, "estimation": {"max_ece": 0.03, "bins": 256}}
+        for name in ("calibrated", "overconfident")
+    ]
+    settings = settings_from_mapping({"state": {"dir": str(tmp / "state")}, "models": models})
+    return replay(settings, pf, lf, progress=None), truth
+
+
+def _metrics(report: dict, model: str) -> dict:
+    (res,) = [
+        r
+        for r in report["results"]
+        if r["model"] == model and r["window"] == "all" and r["slice"] == "all"
+    ]
+    assert res["predictions"] == N and res["labeled"] == LABELED
+    return res["metrics"]
+
+
+def test_estimates_cover_every_prediction_before_its_label(run: tuple[dict, dict]) -> None:
+    report, truth = run
+    m = _metrics(report, "calibrated")
+    p, y = truth["calibrated"]
+    layout = ScoreLayout(bins=256, logit_range=8.0)
+    b = layout.bin_of(p)
+    pos = p >= 0.5
+    count_pos = np.bincount(b[pos], minlength=256).astype(float)
+    sp_pos = np.bincount(b[pos], weights=p[pos], minlength=256)
+    count_neg = np.bincount(b[~pos], minlength=256).astype(float)
+    sp_neg = np.bincount(b[~pos], weights=p[~pos], minlength=256)
+    expected = cbpe_split(count_pos, sp_pos, count_neg, sp_neg, ece=0.0).by_name()
+    for name in ("accuracy", "precision", "recall", "f1", "roc_auc"):
+        got = m[f"estimated_{name}"]
+        assert got["value"] == pytest.approx(expected[f"estimated_{name}"].value, rel=1e-9)
+        assert got["ci_lower"] < got["value"] < got["ci_upper"]
+    assert m["estimate_reliable"]["value"] == 1.0
+    # what the labels will show once they all arrive (not known to the monitor yet)
+    realized = float(np.mean(pos == (y > 0)))
+    est = m["estimated_accuracy"]
+    assert est["ci_lower"] <= realized <= est["ci_upper"]
+    assert m["accuracy"]["value"] == pytest.approx(np.mean(pos[:LABELED] == (y[:LABELED] > 0)))
+
+
+def test_a_miscalibrated_model_is_flagged(run: tuple[dict, dict]) -> None:
+    report, _ = run
+    m = _metrics(report, "overconfident")
+    assert m["estimate_reliable"]["value"] == 0.0
+    assert "max_ece 0.03" in m["estimated_accuracy"]["interval_note"]
