@@ -220,12 +220,13 @@ def test_every_dashboard_query_returns_data(
             "drift": {"reference": str(_reference(tmp_path / "baseline.json")),
                       "min_samples": 100},
             "slices": [{"dimensions": ["country"], "top_k": 5, "min_samples": 20}],
+            "estimation": {"max_ece": 0.2},
         },
     )  # fmt: skip
     config["models"] += [
         {"name": "triage", "task": "multiclass", "classes": ["a", "b", "c"],
          "windows": list(WINDOWS)},
-        {"name": "eta", "task": "regression", "windows": list(WINDOWS)},
+        {"name": "eta", "task": "regression", "windows": list(WINDOWS), "mase_scale": 2.0},
     ]  # fmt: skip
     config["comparisons"] = [
         {"name": "canary", "model": "fraud", "control": "v1", "treatment": "v2",
