@@ -616,6 +616,7 @@ def _slo_problems(settings: Settings) -> list[str]:
         problems.append(f"slos: SLO name {dupe!r} is used more than once")
     models = {m.name: (i, m) for i, m in enumerate(settings.models)}
     builtin = {name for catalog in TASK_METRICS.values() for name in catalog}
+    builtin |= {f"estimated_{m}" for m in ESTIMATED_METRICS}  # need [models.estimation]
     for i, slo in enumerate(settings.slos):
         where = f"slos[{i}]"
         if slo.model not in models:

@@ -85,3 +85,55 @@ def test_a_miscalibrated_model_is_flagged(run: tuple[dict, dict]) -> None:
     m = _metrics(report, "overconfident")
     assert m["estimate_reliable"]["value"] == 0.0
     assert "max_ece 0.03" in m["estimated_accuracy"]["interval_note"]
+
+
+def test_estimates_survive_a_checkpoint_round_trip() -> None:
+    """The prediction-time histograms are engine state: restored, the same estimate."""
+    from monitor.engine.core import Engine
+    from monitor.engine.models import ModelSpec, WindowSpec
+    from monitor.engine.records import PredictionBatch, hash_ids
+
+    spec = ModelSpec("m", windows=(WindowSpec("1h", 3_600_000),), estimation_bins=64)
+    rng = np.random.default_rng(4)
+    n = 500
+    p = rng.random(n)
+    now = int(time.time() * 1000)
+    batch = PredictionBatch(
+        hash_ids([f"k{i}" for i in range(n)]),
+        np.full(n, now - 60_000, np.int64),
+        np.zeros(n, np.int16),
+        ["v1"] * n,
+        p,
+        (p >= 0.5).astype(np.int8),
+    )
+
+    def engine() -> Engine:
+        return Engine([spec], 60_000, 3_600_000, 3_600_000, 10_000, 10_000)
+
+    first = engine()
+    first.apply_predictions(batch)
+    meta, arrays = first.state()
+    second = engine()
+    second.load(meta, arrays)
+
+    def estimate(e: Engine) -> float:
+        (res,) = [r for r in e.snapshot(now).results if r.slice == "all"]
+        (mv,) = [m for m in res.metrics if m.name == "estimated_accuracy"]
+        return mv.value
+
+    expected = float(np.mean(np.where(p >= 0.5, p, 1 - p)))
+    assert estimate(first) == pytest.approx(expected, rel=1e-12)
+    assert estimate(second) == estimate(first)
+
+
+def test_slos_may_opt_into_estimated_metrics(tmp_path) -> None:
+    from monitor.config import ConfigError
+
+    slo = {"name": "est", "model": "m", "metric": "estimated_accuracy", "window": "1h",
+           "objective": 0.8, "direction": "above", "confidence": "point"}  # fmt: skip
+    base = {"state": {"dir": str(tmp_path)}, "slos": [slo]}
+    settings_from_mapping(
+        {**base, "models": [{"name": "m", "windows": [{"size": "1h"}], "estimation": {}}]}
+    )
+    with pytest.raises(ConfigError, match="estimated_accuracy"):
+        settings_from_mapping({**base, "models": [{"name": "m", "windows": [{"size": "1h"}]}]})
