@@ -268,7 +268,7 @@ def test_drift_counts_from_the_block_equal_the_per_record_lookup(tmp_path: Any) 
             out = pipe.process("predictions", [_Raw(r) for r in raws[lo : lo + 500]])
             assert out == []
         (d,) = engine.drift.by_model.values()
-        counts.append(engine.wide.view()[f"m.{d.matrix}"].sum(axis=0))
+        counts.append(engine.wide[0].view()[f"m.{d.matrix}"].sum(axis=0))
     assert counts[0].sum() > 0
     np.testing.assert_array_equal(counts[0], counts[1])
 

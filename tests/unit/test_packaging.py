@@ -48,7 +48,7 @@ def test_metadata_has_classifiers_and_urls() -> None:
 def test_constraints_pin_every_runtime_dependency_within_its_range() -> None:
     pins = _pins()
     extras = PYPROJECT["optional-dependencies"]
-    for spec in [*PYPROJECT["dependencies"], *extras["parquet"]]:
+    for spec in [*PYPROJECT["dependencies"], *extras["parquet"], *extras["fast"]]:
         req = Requirement(spec)
         name = canonicalize_name(req.name)
         assert name in pins, f"{req.name} is not pinned in constraints.txt"
