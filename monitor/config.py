@@ -332,6 +332,9 @@ TASK_METRICS: dict[str, tuple[str, ...]] = {
     "multiclass": MULTICLASS_METRICS,
     "regression": REGRESSION_METRICS,
 }
+# specialist metrics exported only when listed in `metrics` (credit scoring: 8 more series
+# per slice and window, which a fleet with many slices should not pay for by default)
+OPT_IN_METRICS = frozenset({"ks_statistic", "gini", "gain"})
 # losses a version comparison can use, per task (docs/comparisons.md)
 TASK_LOSSES: dict[str, tuple[str, ...]] = {
     "binary": ("error_rate", "log_loss", "squared_error", "absolute_error"),
@@ -428,8 +431,10 @@ class ModelSettings(_Section):
 
     @property
     def metric_names(self) -> tuple[str, ...]:
-        """The configured metrics, or the task's whole catalog."""
-        return self.metrics if self.metrics is not None else TASK_METRICS[self.task]
+        """The configured metrics, or the task's catalog without the opt-in ones."""
+        if self.metrics is not None:
+            return self.metrics
+        return tuple(m for m in TASK_METRICS[self.task] if m not in OPT_IN_METRICS)
 
     @model_validator(mode="after")
     def _check(self) -> ModelSettings:

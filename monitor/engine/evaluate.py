@@ -20,7 +20,13 @@ from ..stats.estimation import cbpe_split
 from ..stats.multiclass import MulticlassLayout
 from ..stats.regression import RegressionLayout, mase
 from ..stats.results import MetricValue
-from ..stats.scores import ReliabilityBin, ScoreLayout, ValueMatrix, ece_debiased_from_bins
+from ..stats.scores import (
+    ReliabilityBin,
+    ScoreLayout,
+    ValueMatrix,
+    ece_debiased_from_bins,
+    gini_from_auc,
+)
 from .models import SCORE_METRICS, ModelSpec, exported_metric_names
 from .slice_scores import slice_score_metrics
 from .snapshot import Economics, FairnessGap, OpsState, WindowResult
@@ -295,6 +301,7 @@ class _Catalog:
         )
         self.wanted = wanted
         self.needs_scores = bool(wanted & SCORE_METRICS) or spec.costs is not None
+        self.credit = bool(wanted & {"ks_statistic", "gini", "gain"})
         self.task_layout: MulticlassLayout | RegressionLayout | None = None
         if spec.task == "multiclass":
             self.task_layout = MulticlassLayout(
@@ -415,8 +422,10 @@ class _Catalog:
                 values += slice_score_metrics(layout, vec, confidence)
             else:
                 values += layout.metrics(vec, confidence)
-            values += [layout.ks_statistic(vec), layout.gini(vec, confidence)]
-            values += layout.gains(vec, self.spec.gain_fractions, confidence)
+            if self.credit:  # opt-in (config OPT_IN_METRICS)
+                auc = next(mv for mv in values if mv.name == "roc_auc")
+                values += [layout.ks_statistic(vec), gini_from_auc(auc)]
+                values += layout.gains(vec, self.spec.gain_fractions, confidence)
             reliability = tuple(layout.reliability(vec, confidence))
         metrics = tuple(mv for mv in values if mv.name in self.wanted)
         if self.plugins and rows.shape[0]:

@@ -43,6 +43,7 @@ __all__ = [
     "ece_debiased_from_bins",
     "ece_from_bins",
     "gain_name",
+    "gini_from_auc",
     "ks_from_hist",
     "roc_auc_from_hist",
 ]
@@ -159,6 +160,13 @@ def ks_from_hist(neg: np.ndarray, pos: np.ndarray) -> tuple[float, float]:
     gap = np.abs(np.cumsum(pos) / n_pos - np.cumsum(neg) / n_neg)
     bound = float(max(np.max(pos) / n_pos, np.max(neg) / n_neg))
     return float(np.max(gap)), bound
+
+
+def gini_from_auc(auc: MetricValue) -> MetricValue:
+    """Gini = 2·AUC − 1 with the AUC interval's end points mapped (a monotone transform)."""
+    return MetricValue(
+        "gini", 2 * auc.value - 1, 2 * auc.lower - 1, 2 * auc.upper - 1, auc.n, auc.method, auc.note
+    )
 
 
 def gain_name(fraction: float, stem: str = "gain") -> str:
@@ -477,16 +485,7 @@ class ScoreLayout:
         self, vec: np.ndarray, confidence: float = 0.95, method: str = "delong"
     ) -> MetricValue:
         """Gini (accuracy ratio) = 2·AUC − 1, the interval mapped from AUC's (monotone)."""
-        auc = self.roc_auc(vec, confidence, method)
-        return MetricValue(
-            "gini",
-            2 * auc.value - 1,
-            2 * auc.lower - 1,
-            2 * auc.upper - 1,
-            auc.n,
-            auc.method,
-            auc.note,
-        )
+        return gini_from_auc(self.roc_auc(vec, confidence, method))
 
     def gains(
         self,

@@ -41,6 +41,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
                 {
                     "name": "risk",
                     "gain_fractions": [0.1, 0.3],
+                    "metrics": ["roc_auc", "ks_statistic", "gini", "gain"],
                     "slices": [{"dimensions": ["region"], "min_samples": 10}],
                 }
             ],
