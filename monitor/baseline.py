@@ -10,6 +10,7 @@ flattened, so a profile can be built from logged traffic as well as from a train
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from .drift.reference import (
     ReferenceProfile,
 )
 from .ingest.decode import canonical_label
+from .stats.regression import naive_mae_scale
 
 __all__ = ["BaselineError", "build_baseline", "read_table"]
 
@@ -139,10 +141,35 @@ def build_baseline(settings: Settings, path: Path, model: str | None = None) -> 
         if texts:
             counts = pd.Series(texts).value_counts(normalize=True)
             prior = {str(k): float(v) for k, v in counts.items()}
+    naive_mae = None
+    if m.task == "regression" and label_col in frame.columns:
+        naive_mae = _naive_mae(frame, label_col, f.ts, m.mase_season)
     profile = ReferenceProfile(
-        features=tuple(features), score=score, label_prior=prior, n=len(frame)
+        features=tuple(features),
+        score=score,
+        label_prior=prior,
+        n=len(frame),
+        naive_mae=naive_mae,
+        naive_season=m.mase_season,
     )
     return BaselineSummary(profile, len(frame), tuple(numeric), tuple(categorical))
+
+
+def _naive_mae(frame: pd.DataFrame, target: str, ts: str, season: int) -> float | None:
+    """MASE's scale: in-sample MAE of the seasonal naive forecast of the target, in time
+    order (by the ``ts`` column when present, else file order); None when undefined."""
+    rows = frame
+    if ts in frame.columns:
+        when = frame[ts]
+        key = (
+            pd.to_numeric(when, errors="coerce")
+            if _is_numeric(when)
+            else pd.to_datetime(when, errors="coerce", utc=True)
+        )
+        rows = frame.assign(_order=key).sort_values("_order", kind="stable")
+    y = pd.to_numeric(rows[target], errors="coerce").to_numpy(np.float64)
+    scale = naive_mae_scale(y[np.isfinite(y)], season)
+    return scale if math.isfinite(scale) and scale > 0 else None
 
 
 def _label_text(value: Any) -> str | None:

@@ -289,7 +289,12 @@ def _baseline(args: argparse.Namespace) -> int:
         f"{len(summary.numeric)} numeric {list(summary.numeric)}, "
         f"{len(summary.categorical)} categorical {list(summary.categorical)}"
         + (", prediction score" if summary.profile.score is not None else "")
-        + (", label prior" if summary.profile.label_prior else ""),
+        + (", label prior" if summary.profile.label_prior else "")
+        + (
+            f", MASE scale {summary.profile.naive_mae:.6g} (season {summary.profile.naive_season})"
+            if summary.profile.naive_mae is not None
+            else ""
+        ),
         file=sys.stderr,
     )
     return EXIT_OK

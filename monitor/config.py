@@ -32,6 +32,7 @@ from pydantic_settings.exceptions import SettingsError
 
 from .durations import format_duration, parse_duration
 from .engine.models import exported_metric_names
+from .stats.estimation import ESTIMATED_METRICS
 
 __all__ = [
     "ConfigError",
@@ -284,6 +285,9 @@ BinaryMetric = Literal[
     "calibration_p_value",
     "ece_equal_mass",
     "mce",
+    "ks_statistic",
+    "gini",
+    "gain",  # cumulative gain and lift per `gain_fractions`: gain_at_10, lift_at_10, ...
 ]
 BINARY_METRICS: tuple[str, ...] = get_args(BinaryMetric)
 
@@ -325,6 +329,7 @@ RegressionMetric = Literal[
     "pinball",  # one per `quantiles` entry: pinball_q0_9, ...
     "interval_coverage",
     "interval_width",
+    "mase",  # needs a scale: `mase_scale` or the drift reference's naive MAE
 ]
 REGRESSION_METRICS: tuple[str, ...] = get_args(RegressionMetric)
 TASK_METRICS: dict[str, tuple[str, ...]] = {
@@ -332,6 +337,9 @@ TASK_METRICS: dict[str, tuple[str, ...]] = {
     "multiclass": MULTICLASS_METRICS,
     "regression": REGRESSION_METRICS,
 }
+# specialist metrics exported only when listed in `metrics` (credit scoring: 8 more series
+# per slice and window, which a fleet with many slices should not pay for by default)
+OPT_IN_METRICS = frozenset({"ks_statistic", "gini", "gain"})
 # losses a version comparison can use, per task (docs/comparisons.md)
 TASK_LOSSES: dict[str, tuple[str, ...]] = {
     "binary": ("error_rate", "log_loss", "squared_error", "absolute_error"),
@@ -347,6 +355,15 @@ class CostSettings(_Section):
     fp: float = 0.0
     fn: float = 0.0
     tn: float = 0.0
+
+
+class EstimationSettings(_Section):
+    """Label-free performance estimates (CBPE) of a binary model (docs/statistics.md)."""
+
+    # the estimate is flagged unreliable when the debiased ECE of the labelled rows (the
+    # model version's longest window) exceeds this
+    max_ece: float = Field(0.05, gt=0, lt=1)
+    bins: int = Field(256, ge=16, le=4096)  # score bins per (version, bucket) of predictions
 
 
 class DriftSettings(_Section):
@@ -407,15 +424,22 @@ class ModelSettings(_Section):
     calibration_bins: int = Field(10, ge=2, le=100)  # multiclass top-label ECE bins
     huber_delta: float = Field(1.0, gt=0)  # regression Huber loss
     quantiles: tuple[Annotated[float, Field(gt=0, lt=1)], ...] = (0.1, 0.5, 0.9)  # pinball
+    mase_season: int = Field(1, ge=1)  # regression: seasonal period of MASE's naive forecast
+    mase_scale: float | None = Field(None, gt=0)  # regression: MASE scale (else from baseline)
+    # binary: fractions of rows (top scores) at which cumulative gain and lift are exported
+    gain_fractions: tuple[Annotated[float, Field(gt=0, le=1)], ...] = (0.1, 0.2, 0.5)
     costs: CostSettings | None = None  # threshold economics (binary)
     windows: tuple[WindowSettings, ...] = (WindowSettings(size=3600.0),)
     drift: DriftSettings | None = None
     slices: tuple[SliceSettings, ...] = ()
+    estimation: EstimationSettings | None = None  # binary: estimated_* before labels arrive
 
     @property
     def metric_names(self) -> tuple[str, ...]:
-        """The configured metrics, or the task's whole catalog."""
-        return self.metrics if self.metrics is not None else TASK_METRICS[self.task]
+        """The configured metrics, or the task's catalog without the opt-in ones."""
+        if self.metrics is not None:
+            return self.metrics
+        return tuple(m for m in TASK_METRICS[self.task] if m not in OPT_IN_METRICS)
 
     @model_validator(mode="after")
     def _check(self) -> ModelSettings:
@@ -442,6 +466,8 @@ class ModelSettings(_Section):
                 raise ValueError("class names must be non-empty")
         if self.task != "binary" and self.costs is not None:
             raise ValueError("costs (threshold economics) apply to binary models only")
+        if self.task != "binary" and self.estimation is not None:
+            raise ValueError("estimation (CBPE) applies to binary models only")
         labels = [w.label for w in self.windows]
         if len(set(labels)) != len(labels):
             raise ValueError(f"window names must be unique, got {labels}")
@@ -584,7 +610,12 @@ class AlertingSettings(_Section):
 
 def model_metric_names(model: ModelSettings) -> frozenset[str]:
     """Names a model's configured metrics are exported under ("fbeta" -> f2, f0_5...)."""
-    return exported_metric_names(model.metric_names, model.fbeta, model.quantiles)
+    names = exported_metric_names(
+        model.metric_names, model.fbeta, model.quantiles, model.gain_fractions
+    )
+    if model.estimation is not None:  # SLOs may opt into the label-free estimates
+        names |= {f"estimated_{m}" for m in ESTIMATED_METRICS}
+    return names
 
 
 def _slo_problems(settings: Settings) -> list[str]:
@@ -595,6 +626,7 @@ def _slo_problems(settings: Settings) -> list[str]:
         problems.append(f"slos: SLO name {dupe!r} is used more than once")
     models = {m.name: (i, m) for i, m in enumerate(settings.models)}
     builtin = {name for catalog in TASK_METRICS.values() for name in catalog}
+    builtin |= {f"estimated_{m}" for m in ESTIMATED_METRICS}  # need [models.estimation]
     for i, slo in enumerate(settings.slos):
         where = f"slos[{i}]"
         if slo.model not in models:

@@ -137,9 +137,12 @@ def _summary(daemon: Any, producer: StoryProducer, out: TextIO) -> None:
         for r in shown:
             ms = {m.name: m for m in r.metrics}
             acc, rec = ms.get("accuracy"), ms.get("recall")
+            est, ok = ms.get("estimated_accuracy"), ms.get("estimate_reliable")
+            flag = "" if ok is None or ok.value == 1.0 else " (unreliable)"
             lines.append(
                 f"  {r.model}/{r.version:3s} window {r.window:{wide}s} n={r.labeled:6d} "
                 f"coverage {r.coverage:5.1%}  accuracy {_interval(acc)}  recall {_interval(rec)}"
+                f"  estimated accuracy {_interval(est)}{flag}"
             )
         for c in snap.comparisons:
             lines.append(f"  comparison {c.name}: {_comparison_line(c)}")
@@ -246,6 +249,8 @@ def run_demo(
                         "windows": [{"size": "1m"}, {"size": "1m", "delay": "20s"}, {"size": "5m"}],
                         "drift": {"reference": str(reference), "windows": ["1m"]},
                         "slices": [{"dimensions": ["device"], "min_samples": 50}],
+                        # CBPE: accuracy estimated from the scores while labels lag
+                        "estimation": {"max_ece": 0.05},
                     }
                 ],
             },

@@ -49,6 +49,10 @@ def model_spec(m: ModelSettings) -> ModelSpec:
         calibration_bins=m.calibration_bins,
         huber_delta=m.huber_delta,
         quantiles=tuple(m.quantiles),
+        mase_scale=_mase_scale(m),
+        estimation_bins=0 if m.estimation is None else m.estimation.bins,
+        max_ece=0.05 if m.estimation is None else m.estimation.max_ece,
+        gain_fractions=tuple(m.gain_fractions),
         costs=None if m.costs is None else (m.costs.tp, m.costs.fp, m.costs.fn, m.costs.tn),
         id_path=f.id,
         ts_path=f.ts,
@@ -64,6 +68,27 @@ def model_spec(m: ModelSettings) -> ModelSpec:
         segments_path=f.segments,
         slices=tuple(SliceSpec(s.dimensions, s.top_k, s.min_samples) for s in m.slices),
     )
+
+
+def _mase_scale(m: ModelSettings) -> float | None:
+    """MASE's scale: the configured constant, else the naive MAE ``monitor baseline`` stored
+    in the model's drift reference (same ``mase_season``); None when there is neither (an
+    unreadable reference is reported by :func:`drift_specs`)."""
+    if m.task != "regression":
+        return None
+    if m.mase_scale is not None:
+        return m.mase_scale
+    if m.drift is None or m.drift.reference is None:
+        return None
+    from .drift.reference import ReferenceProfile
+
+    try:
+        profile = ReferenceProfile.from_json(orjson.loads(Path(m.drift.reference).read_bytes()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if profile.naive_mae is None or profile.naive_season != m.mase_season:
+        return None
+    return profile.naive_mae
 
 
 def model_specs(settings: Settings) -> tuple[ModelSpec, ...]:

@@ -369,13 +369,17 @@ class ReferenceProfile:
     """Everything drift detection needs to know about the reference, and nothing more.
 
     ``label_prior`` (class -> share) is the reference label distribution, for label-prior
-    drift once labels arrive. ``n`` is the number of reference rows.
+    drift once labels arrive. ``n`` is the number of reference rows. ``naive_mae`` is the
+    in-sample MAE of the seasonal naive forecast of a regression target (period
+    ``naive_season``), the scale of MASE (:func:`monitor.stats.regression.naive_mae_scale`).
     """
 
     features: tuple[FeatureReference, ...]
     score: NumericReference | None
     label_prior: dict[str, float] | None
     n: int
+    naive_mae: float | None = None
+    naive_season: int = 1
 
     def __post_init__(self) -> None:
         names = [f.name for f in self.features]
@@ -440,7 +444,7 @@ class ReferenceProfile:
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON-compatible dict (floats round-trip exactly through ``json``)."""
-        return {
+        out: dict[str, Any] = {
             "format": REFERENCE_FORMAT,
             "version": REFERENCE_VERSION,
             "n": self.n,
@@ -448,6 +452,10 @@ class ReferenceProfile:
             "score": None if self.score is None else self.score.to_json(),
             "label_prior": None if self.label_prior is None else dict(self.label_prior),
         }
+        if self.naive_mae is not None:  # optional: profiles without it read as before
+            out["naive_mae"] = self.naive_mae
+            out["naive_season"] = self.naive_season
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ReferenceProfile:
@@ -470,4 +478,6 @@ class ReferenceProfile:
             score=None if score is None else NumericReference.from_json(score),
             label_prior=None if prior is None else {str(k): float(v) for k, v in prior.items()},
             n=int(data["n"]),
+            naive_mae=None if data.get("naive_mae") is None else float(data["naive_mae"]),
+            naive_season=int(data.get("naive_season", 1)),
         )

@@ -154,6 +154,12 @@ class Engine:
             for i, m in enumerate(self.models)
             if (layout := m.slice_score_layout) is not None
         }
+        # prediction-time score histograms, split by decision, for label-free estimates
+        self.est_layouts = {
+            i: layout
+            for i, m in enumerate(self.models)
+            if (layout := m.estimation_layout) is not None
+        }
         self._task = np.array([_TASKS[m.task] for m in self.models], np.int8)
         self._all_binary = bool((self._task == 0).all())
         # multiclass and regression statistics per (group, bucket): slices get every metric
@@ -253,6 +259,8 @@ class Engine:
         d = self.drift.by_model.get(m)
         if d is not None:
             out[d.matrix] = d.width
+        if m in self.est_layouts:  # [count, Σp] x [decided negative, decided positive]
+            out["est"] = (4 * self.est_layouts[m].bins, np.float64)
         if m in self.score_layouts:
             out["scores"] = (self.score_layouts[m].width, np.float64)
             for plugin in self.plugins:  # plugins see binary outcomes
@@ -533,6 +541,8 @@ class Engine:
         self.buckets.add_predictions(g, ts)
         if self.drift.by_model or self.drift.bootstrap:
             self._count_drift(batch, new, g, ts)
+        if self.est_layouts:
+            self._count_estimation(batch, new, g, ts)
         self._count_arms(g, ts)
         tmin, tmax = int(ts.min()), int(ts.max())
         self.pred_watermark_ms = max(self.pred_watermark_ms, tmax)
@@ -612,6 +622,26 @@ class Engine:
         if column in table.columns:
             return table.col(column)[rows]
         return np.full(rows.shape[0], np.nan)
+
+    def _count_estimation(
+        self, batch: PredictionBatch, new: np.ndarray, g: np.ndarray, ts: np.ndarray
+    ) -> None:
+        """Count and Σp per score bin of every new scored prediction, apart by decision
+        (the histogram CBPE estimates from, labels or not; monitor.stats.estimation)."""
+        model = batch.model[new]
+        score = batch.score[new]
+        for m, layout in self.est_layouts.items():
+            sel = np.flatnonzero((model == m) & ~np.isnan(score))
+            if sel.shape[0] == 0:
+                continue
+            store = self.wide[m]
+            rows = store.rows_for(self._base_group[g[sel]], ts[sel])
+            p = np.clip(score[sel], 0.0, 1.0)
+            b = layout.bins
+            col = layout.bin_of(p) + 2 * b * (batch.decision[new[sel]] > 0)
+            matrix = store.matrix("est")
+            np.add.at(matrix, (rows, col), 1.0)
+            np.add.at(matrix, (rows, col + b), p)
 
     def _count_drift(
         self, batch: PredictionBatch, new: np.ndarray, g: np.ndarray, ts: np.ndarray

@@ -16,10 +16,17 @@ import numpy as np
 
 from ..plugins import MetricPlugin
 from ..stats.binary import BinaryLayout, clt_mean
+from ..stats.estimation import cbpe_split
 from ..stats.multiclass import MulticlassLayout
-from ..stats.regression import RegressionLayout
+from ..stats.regression import RegressionLayout, mase
 from ..stats.results import MetricValue
-from ..stats.scores import ReliabilityBin, ScoreLayout, ValueMatrix
+from ..stats.scores import (
+    ReliabilityBin,
+    ScoreLayout,
+    ValueMatrix,
+    ece_debiased_from_bins,
+    gini_from_auc,
+)
 from .models import SCORE_METRICS, ModelSpec, exported_metric_names
 from .slice_scores import slice_score_metrics
 from .snapshot import Economics, FairnessGap, OpsState, WindowResult
@@ -72,9 +79,12 @@ def evaluate_all(
             wide.get("m.scores"),
             [(p, wide[f"m.p_{p.name}"]) for p in plugins if f"m.p_{p.name}" in wide],
             plugin_errors,
+            wide.get("m.est"),
         )
         empty = np.empty(0, np.int64)
         w_group, w_bucket = wide.get("group", empty), wide.get("bucket", empty)
+        if catalog.est is not None:
+            catalog.measure_calibration(view, now_ms, w_group, w_bucket, base, m)
         tasks = view.sliced.get(m, _EMPTY)
         task_matrix = tasks.get(_SLICED_MATRIX[spec.task])
         dims = spec.slice_dimensions
@@ -186,6 +196,8 @@ class _Window:
             metrics, reliability, economics = self.catalog.compute(
                 c, wide_rows, self.confidence, coarse
             )
+            if slice_label == "all" and self.catalog.est is not None:
+                metrics += self.catalog.estimates(version, wide_rows, self.confidence)
             extra = {
                 "confusion": (int(c[0]), int(c[1]), int(c[2]), int(c[3])),
                 "reliability": reliability,
@@ -273,17 +285,23 @@ class _Catalog:
         scores: np.ndarray | None,
         plugins: Sequence[tuple[MetricPlugin, np.ndarray]] = (),
         plugin_errors: Counter[str] | None = None,
+        est: np.ndarray | None = None,
     ) -> None:
         self.spec = spec
         self.plugins = plugins
         self.plugin_errors = plugin_errors if plugin_errors is not None else Counter()
         self.binary = BinaryLayout(betas=spec.fbeta)
         self.scores = scores
+        self.est = est if spec.estimation_layout is not None else None
+        self.ece: dict[str, float] = {}  # version -> debiased ECE over the longest window
         self.score_layout = ScoreLayout(bins=spec.score_bins)
         self.slice_layout = spec.slice_score_layout
-        wanted = exported_metric_names(spec.metrics, spec.fbeta, spec.quantiles)
+        wanted = exported_metric_names(
+            spec.metrics, spec.fbeta, spec.quantiles, spec.gain_fractions
+        )
         self.wanted = wanted
         self.needs_scores = bool(wanted & SCORE_METRICS) or spec.costs is not None
+        self.credit = bool(wanted & {"ks_statistic", "gini", "gain"})
         self.task_layout: MulticlassLayout | RegressionLayout | None = None
         if spec.task == "multiclass":
             self.task_layout = MulticlassLayout(
@@ -291,6 +309,61 @@ class _Catalog:
             )
         elif spec.task == "regression":
             self.task_layout = RegressionLayout(spec.huber_delta, tuple(spec.quantiles))
+
+    def measure_calibration(
+        self,
+        view: StoreView,
+        now_ms: int,
+        w_group: np.ndarray,
+        w_bucket: np.ndarray,
+        base: dict[tuple[int, str], int],
+        m: int,
+    ) -> None:
+        """Debiased ECE of each version's labelled rows over the model's longest window:
+        the calibration CBPE's estimates rest on (older labels vouch for newer windows)."""
+        self.ece = {}
+        if self.scores is None:
+            return
+        longest = max(self.spec.windows, key=lambda w: w.size_ms + w.delay_ms)
+        lo, hi = view.tiers.window(now_ms, longest.size_ms, longest.delay_ms)
+        sel = np.flatnonzero((w_bucket >= lo) & (w_bucket <= hi))
+        layout = self.score_layout
+        for (model, version), gid in base.items():
+            if model != m:
+                continue
+            rows = sel[w_group[sel] == gid]
+            if rows.shape[0] == 0:
+                continue
+            count, sp, sy = layout.calibration(_sum_rows(self.scores, rows))
+            if count.sum() > 0:
+                self.ece[version] = ece_debiased_from_bins(count, sp, sy).value
+
+    def estimates(
+        self, version: str, rows: np.ndarray, confidence: float
+    ) -> tuple[MetricValue, ...]:
+        """CBPE estimates of every scored prediction in the window's wide ``rows``, with
+        ``estimate_reliable`` (1/0) — flagged, with the reason in each note, when the
+        version's measured calibration is worse than ``max_ece`` or not measured."""
+        if self.est is None or rows.shape[0] == 0:
+            return ()
+        vec = _sum_rows(self.est, rows)
+        b = vec.shape[0] // 4
+        if vec[:b].sum() + vec[2 * b : 3 * b].sum() <= 0:
+            return ()
+        est = cbpe_split(
+            vec[2 * b : 3 * b],
+            vec[3 * b :],
+            vec[:b],
+            vec[b : 2 * b],
+            confidence,
+            self.ece.get(version),
+            self.spec.max_ece,
+        )
+        flag = MetricValue(
+            "estimate_reliable", float(est.reliable), math.nan, math.nan, est.rows, "none",
+            est.reason,
+        )  # fmt: skip
+        return (*est.metrics, flag)
 
     def task_empty(self) -> np.ndarray:
         assert self.task_layout is not None
@@ -316,7 +389,10 @@ class _Catalog:
             confusion = tuple(int(x) for x in layout.confusion(vec).ravel())
             return metrics, confusion, ()
         assert isinstance(layout, RegressionLayout)
-        metrics = tuple(mv for mv in layout.metrics(vec, confidence) if mv.name in self.wanted)
+        values = layout.metrics(vec, confidence)
+        if self.spec.mase_scale is not None:
+            values.append(mase(values[0], self.spec.mase_scale))  # values[0] is MAE
+        metrics = tuple(mv for mv in values if mv.name in self.wanted)
         excluded = tuple(sorted(layout.excluded(vec).items()))
         return metrics, (), excluded
 
@@ -346,6 +422,10 @@ class _Catalog:
                 values += slice_score_metrics(layout, vec, confidence)
             else:
                 values += layout.metrics(vec, confidence)
+            if self.credit:  # opt-in (config OPT_IN_METRICS)
+                auc = next(mv for mv in values if mv.name == "roc_auc")
+                values += [layout.ks_statistic(vec), gini_from_auc(auc)]
+                values += layout.gains(vec, self.spec.gain_fractions, confidence)
             reliability = tuple(layout.reliability(vec, confidence))
         metrics = tuple(mv for mv in values if mv.name in self.wanted)
         if self.plugins and rows.shape[0]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..stats.binary import fbeta_name
 from ..stats.regression import pinball_name
-from ..stats.scores import ScoreLayout
+from ..stats.scores import ScoreLayout, gain_name
 
 __all__ = [
     "ComparisonSpec",
@@ -23,7 +23,7 @@ __all__ = [
 SCORE_METRICS = frozenset(
     {
         "roc_auc", "pr_auc", "pr_auc_debiased", "log_loss", "brier", "ece", "ece_debiased",
-        "calibration_p_value", "ece_equal_mass", "mce",
+        "calibration_p_value", "ece_equal_mass", "mce", "ks_statistic", "gini", "gain",
     }
 )  # fmt: skip
 # Per-slice histograms span logits ±8 (scores 0.0003..0.9997): the slice's bins are
@@ -32,11 +32,17 @@ SLICE_LOGIT_RANGE = 8.0
 
 
 def exported_metric_names(
-    metrics: Iterable[str], fbeta: Iterable[float], quantiles: Iterable[float]
+    metrics: Iterable[str],
+    fbeta: Iterable[float],
+    quantiles: Iterable[float],
+    gain_fractions: Iterable[float] = (),
 ) -> frozenset[str]:
     """The names configured metrics are exported under: "fbeta" stands for f2, f0_5, ...
-    (one per beta) and "pinball" for pinball_q0_1, ... (one per quantile)."""
+    (one per beta), "pinball" for pinball_q0_1, ... (one per quantile) and "gain" for
+    gain_at_10, lift_at_10, ... (one pair per gain fraction)."""
     names = set(metrics)
+    if "gain" in names:
+        names |= {gain_name(f, stem) for f in gain_fractions for stem in ("gain", "lift")}
     if "fbeta" in names:
         names |= {fbeta_name(b) for b in fbeta}
     if "pinball" in names:
@@ -77,6 +83,8 @@ class ModelSpec:
     calibration_bins: int = 10  # multiclass top-label calibration
     huber_delta: float = 1.0  # regression
     quantiles: tuple[float, ...] = (0.1, 0.5, 0.9)  # regression pinball losses
+    mase_scale: float | None = None  # regression: MASE = MAE / scale (None: no MASE)
+    gain_fractions: tuple[float, ...] = (0.1, 0.2, 0.5)  # binary cumulative gain / lift
     costs: tuple[float, float, float, float] | None = None  # value of (tp, fp, fn, tn)
     id_path: str = "id"
     ts_path: str = "ts"
@@ -91,6 +99,8 @@ class ModelSpec:
     wants_features: bool = False  # decode the features object (drift is configured)
     segments_path: str = "segments"
     slices: tuple[SliceSpec, ...] = ()  # segment slices (empty: slice "all" only)
+    estimation_bins: int = 0  # binary CBPE: score bins of all predictions (0: off)
+    max_ece: float = 0.05  # CBPE flagged unreliable above this debiased ECE
 
     @property
     def slice_dimensions(self) -> tuple[str, ...]:
@@ -102,12 +112,21 @@ class ModelSpec:
         """The coarser score histogram kept per (segment, bucket) so every exported slice
         of a binary model gets ROC/PR-AUC, log loss, Brier and calibration; None when the
         model has no slices or asks for no score metric."""
-        wanted = exported_metric_names(self.metrics, self.fbeta, self.quantiles)
+        wanted = exported_metric_names(
+            self.metrics, self.fbeta, self.quantiles, self.gain_fractions
+        )
         if self.task != "binary" or not self.slices:
             return None
         if not (wanted & SCORE_METRICS) and self.costs is None:
             return None
         return ScoreLayout(bins=self.slice_score_bins, logit_range=SLICE_LOGIT_RANGE)
+
+    @property
+    def estimation_layout(self) -> ScoreLayout | None:
+        """Bins of the prediction-time score histograms CBPE reads (None: no estimation)."""
+        if self.task != "binary" or self.estimation_bins <= 0:
+            return None
+        return ScoreLayout(bins=self.estimation_bins, logit_range=SLICE_LOGIT_RANGE)
 
     @property
     def horizon_ms(self) -> int:

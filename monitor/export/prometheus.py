@@ -51,6 +51,8 @@ _HELP = {
     "calibration_p_value": "Calibration test p-value (Hosmer-Lemeshow chi-square over bins)",
     "ece_equal_mass": "Expected calibration error, 10 equal-mass bins",
     "mce": "Maximum calibration error over the equal-width bins",
+    "ks_statistic": "Kolmogorov-Smirnov distance between positive and negative scores",
+    "gini": "Gini coefficient (accuracy ratio) = 2 AUC - 1",
     # multiclass
     "precision_macro": "Unweighted mean of per-class precision (classes present)",
     "precision_micro": "Micro-averaged precision (equals accuracy for single-label)",
@@ -75,6 +77,7 @@ _HELP = {
     "huber": "Mean Huber loss (configured delta)",
     "interval_coverage": "Share of targets inside the predicted [lower, upper] interval",
     "interval_width": "Mean width of the predicted interval",
+    "mase": "Mean absolute scaled error: MAE / in-sample seasonal naive MAE",
 }
 
 
@@ -182,6 +185,13 @@ class MonitorCollector(Collector):
                     if name.startswith("pinball_q"):
                         doc = "Mean pinball (quantile) loss at quantile " + name[9:].replace(
                             "_", "."
+                        )
+                    elif name.startswith(("gain_at_", "lift_at_")):
+                        pct = name[8:].replace("_", ".")
+                        doc = (
+                            f"Share of positives among the top {pct}% scores"
+                            if name[0] == "g"
+                            else f"Cumulative gain at the top {pct}% scores / {pct}%"
                         )
                 else:  # per-class multiclass metric: precision[cat] -> {class="cat"}
                     key, extra, family = [*labels, cls], ("class",), f"mlmon_class_{name}"

@@ -50,7 +50,7 @@ from .common import as_index as _as_index
 from .common import ratio as _ratio
 from .results import MetricValue
 
-__all__ = ["RegressionLayout", "pinball_name"]
+__all__ = ["RegressionLayout", "mase", "naive_mae_scale", "pinball_name"]
 
 _BASE = 29
 
@@ -74,6 +74,37 @@ HEAVY_TAIL_NOTE = (
 def pinball_name(q: float) -> str:
     """``pinball_q0_9`` for q = 0.9 (same dot rule as ``f0_5``)."""
     return "pinball_q" + f"{q:g}".replace(".", "_")
+
+
+def naive_mae_scale(y: np.ndarray, season: int = 1) -> float:
+    """In-sample MAE of the seasonal naive forecast ŷ_t = y_{t−m}: mean_t |y_t − y_{t−m}|.
+
+    The denominator of MASE (Hyndman & Koehler 2006, "Another look at measures of forecast
+    accuracy"), computed once on the training target in time order (``monitor baseline``).
+    NaN when the series has no more than ``season`` values; 0 for a constant series (then
+    MASE is undefined, :func:`mase` returns NaN).
+    """
+    if season < 1:
+        raise ValueError("mase season must be >= 1")
+    v = np.asarray(y, dtype=np.float64)
+    if v.size <= season:
+        return NAN
+    return float(np.mean(np.abs(v[season:] - v[:-season])))
+
+
+def mase(mae: MetricValue, scale: float) -> MetricValue:
+    """Mean absolute scaled error = MAE / scale, the interval MAE's divided by the scale.
+
+    The scale is a constant fixed before the window (training data or configuration), so
+    dividing the end points of MAE's CLT interval by it keeps its coverage exactly. Scale-free
+    and defined when targets touch zero, unlike MAPE; < 1 means better than the in-sample
+    naive forecast. MAE's interval notes (small windows) carry over.
+    """
+    if not (math.isfinite(scale) and scale > 0):
+        return MetricValue("mase", NAN, NAN, NAN, mae.n, mae.method, "mase scale is not > 0")
+    return MetricValue(
+        "mase", mae.value / scale, mae.lower / scale, mae.upper / scale, mae.n, mae.method, mae.note
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,9 @@ __all__ = [
     "calibration_test",
     "ece_debiased_from_bins",
     "ece_from_bins",
+    "gain_name",
+    "gini_from_auc",
+    "ks_from_hist",
     "roc_auc_from_hist",
 ]
 
@@ -139,6 +142,36 @@ def average_precision_from_hist(neg: np.ndarray, pos: np.ndarray, offset: float 
         ok = (tp + fp > 0) & (pos > 0)
         precision = np.where(ok, tp / np.where(ok, tp + fp, 1.0), 0.0)
     return float(pos @ precision) / n_pos
+
+
+def ks_from_hist(neg: np.ndarray, pos: np.ndarray) -> tuple[float, float]:
+    """Two-sample Kolmogorov–Smirnov statistic of positive vs negative scores: (D, bound).
+
+    D = max_t |F⁺(t) − F⁻(t)| over the bin edges t, F the class's empirical CDF below t
+    (the credit-scoring "KS", Siddiqi 2006, ch. 9). Each edge is a real threshold, so
+    D <= D_exact (``scipy.stats.ks_2samp``); inside bin j the CDFs move by at most pos_j/P and
+    neg_j/N, so D_exact <= D + bound with bound = max_j max(pos_j/P, neg_j/N).
+    """
+    neg = np.asarray(neg, dtype=np.float64)
+    pos = np.asarray(pos, dtype=np.float64)
+    n_pos, n_neg = float(pos.sum()), float(neg.sum())
+    if n_pos <= 0 or n_neg <= 0:
+        return NAN, NAN
+    gap = np.abs(np.cumsum(pos) / n_pos - np.cumsum(neg) / n_neg)
+    bound = float(max(np.max(pos) / n_pos, np.max(neg) / n_neg))
+    return float(np.max(gap)), bound
+
+
+def gini_from_auc(auc: MetricValue) -> MetricValue:
+    """Gini = 2·AUC − 1 with the AUC interval's end points mapped (a monotone transform)."""
+    return MetricValue(
+        "gini", 2 * auc.value - 1, 2 * auc.lower - 1, 2 * auc.upper - 1, auc.n, auc.method, auc.note
+    )
+
+
+def gain_name(fraction: float, stem: str = "gain") -> str:
+    """``gain_at_10`` for the top 10 % (fraction 0.1); ``lift_at_2_5`` for 0.025."""
+    return f"{stem}_at_" + f"{100 * fraction:g}".replace(".", "_")
 
 
 def ece_from_bins(
@@ -432,6 +465,72 @@ class ScoreLayout:
         """Worst-case |histogram AUC − exact AUC| for this window (see roc_auc_from_hist)."""
         neg, pos, _ = self.histograms(vec)
         return roc_auc_from_hist(neg, pos)[3]
+
+    def ks_statistic(self, vec: np.ndarray) -> MetricValue:
+        """KS statistic between the class score distributions (:func:`ks_from_hist`).
+
+        No interval: D's sampling distribution under the alternative has no closed form
+        at histogram granularity; the value is a monitoring signal (credit scorecards read
+        its level), while AUC/Gini carry the intervals. n is the number of scored rows."""
+        neg, pos, _ = self.histograms(vec)
+        d, _ = ks_from_hist(neg, pos)
+        return MetricValue("ks_statistic", d, NAN, NAN, round(float(neg.sum() + pos.sum())), "none")
+
+    def ks_bound(self, vec: np.ndarray) -> float:
+        """Worst-case D_exact − D for this window (see :func:`ks_from_hist`)."""
+        neg, pos, _ = self.histograms(vec)
+        return ks_from_hist(neg, pos)[1]
+
+    def gini(
+        self, vec: np.ndarray, confidence: float = 0.95, method: str = "delong"
+    ) -> MetricValue:
+        """Gini (accuracy ratio) = 2·AUC − 1, the interval mapped from AUC's (monotone)."""
+        return gini_from_auc(self.roc_auc(vec, confidence, method))
+
+    def gains(
+        self,
+        vec: np.ndarray,
+        fractions: tuple[float, ...] = (0.1, 0.2, 0.5),
+        confidence: float = 0.95,
+    ) -> list[MetricValue]:
+        """Cumulative gain and lift at each fraction f of rows taken by descending score.
+
+        gain(f) = share of all positives among the top f·n rows (the cumulative gains chart,
+        Berry & Linoff 2004); lift(f) = gain(f)/f (1 = no better than random). A bin cut by
+        the f·n boundary contributes its positives pro rata — the expectation under random
+        order of its tied scores, as for ranking ties. Interval: Wilson on the captured
+        positives out of P (conditional on the cut; the cut's own randomness is ignored),
+        lift's is gain's divided by f. Withheld below ``MIN_SCORE_CLASS_COUNT`` of a class.
+        """
+        neg, pos, _ = self.histograms(vec)
+        neg, pos = neg[::-1], pos[::-1]
+        cnt = neg + pos
+        n, n_pos = float(cnt.sum()), float(pos.sum())
+        reason = class_count_reason(n_pos, float(neg.sum()), MIN_SCORE_CLASS_COUNT)
+        before = np.cumsum(cnt) - cnt
+        out: list[MetricValue] = []
+        for f in fractions:
+            if n <= 0 or n_pos <= 0:
+                captured = NAN
+            else:
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    taken = np.clip((f * n - before) / np.where(cnt > 0, cnt, 1.0), 0.0, 1.0)
+                captured = float(pos @ taken)
+            gain = _ratio(gain_name(f), captured, n_pos, confidence)
+            gain = withheld(gain, reason) if reason and gain.defined else gain
+            out.append(gain)
+            out.append(
+                MetricValue(
+                    gain_name(f, "lift"),
+                    gain.value / f,
+                    gain.lower / f,
+                    gain.upper / f,
+                    gain.n,
+                    "wilson",
+                    gain.note,
+                )
+            )
+        return out
 
     def pr_auc(self, vec: np.ndarray, confidence: float = 0.95) -> MetricValue:
         """Average precision (sklearn semantics at bin granularity), logit interval.

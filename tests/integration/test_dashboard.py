@@ -27,6 +27,7 @@ import numpy as np
 import orjson
 import pytest
 
+from monitor.config import BINARY_METRICS
 from monitor.drift.reference import ReferenceProfile
 from monitor.localbroker import LocalBroker
 from monitor.synthetic import binary_traffic
@@ -220,12 +221,14 @@ def test_every_dashboard_query_returns_data(
             "drift": {"reference": str(_reference(tmp_path / "baseline.json")),
                       "min_samples": 100},
             "slices": [{"dimensions": ["country"], "top_k": 5, "min_samples": 20}],
+            "estimation": {"max_ece": 0.2},
+            "metrics": list(BINARY_METRICS),  # the catalog and the opt-in credit statistics
         },
     )  # fmt: skip
     config["models"] += [
         {"name": "triage", "task": "multiclass", "classes": ["a", "b", "c"],
          "windows": list(WINDOWS)},
-        {"name": "eta", "task": "regression", "windows": list(WINDOWS)},
+        {"name": "eta", "task": "regression", "windows": list(WINDOWS), "mase_scale": 2.0},
     ]  # fmt: skip
     config["comparisons"] = [
         {"name": "canary", "model": "fraud", "control": "v1", "treatment": "v2",

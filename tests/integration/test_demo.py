@@ -143,6 +143,8 @@ def test_demo_runs_serves_metrics_and_cleans_up(tmp_path: Path) -> None:
     assert scraped is not None, f"never scraped {url}/metrics\n{logs()}"
     assert scraped.get("mlmon_consuming") == 1.0, scraped.text
     assert scraped.find("mlmon_accuracy", model="fraud", slice="all"), scraped.text
+    # ... and the label-free estimate beside it, over every prediction (labels lag)
+    assert scraped.find("mlmon_estimated_accuracy", model="fraud", slice="all"), scraped.text
     assert scraped.total("mlmon_records_total", topic="predictions") > 0, scraped.text
 
     # It started a tansu broker as a child, and nothing it started survives it.
@@ -173,6 +175,7 @@ def test_demo_runs_serves_metrics_and_cleans_up(tmp_path: Path) -> None:
     cols = {line.index(" n=") for line in rows}
     assert len(cols) == 1, f"summary columns not aligned ({cols}):\n{stdout[-2000:]}"
     assert "DRIFT in __score__" not in stdout and "__score__ (" not in stdout
+    assert re.search(r"estimated accuracy 0\.\d{3} \[", stdout), stdout[-2000:]
 
 
 def test_sigkilled_demo_leaves_no_broker(tmp_path: Path) -> None:

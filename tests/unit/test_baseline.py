@@ -120,3 +120,41 @@ def test_parquet_without_pyarrow_names_the_extra(tmp_path: Path, config: Path) -
     assert "model-monitor[parquet]" in proc.stderr and "pyarrow" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "o.json").exists()
+
+
+def test_regression_baseline_stores_the_seasonal_naive_scale_of_mase(tmp_path: Path) -> None:
+    """Rows out of time order: the scale is computed in `ts` order with the configured
+    season, and the profile round-trips it."""
+    from monitor.drift.reference import ReferenceProfile
+
+    rng = np.random.default_rng(3)
+    t = np.arange(500)
+    y = 20 + 5 * np.sin(2 * np.pi * t / 24) + rng.normal(0, 1, t.size)
+    ts = (1_700_000_000_000 + t * 3_600_000).astype(np.int64)
+    order = rng.permutation(t.size)
+    pd.DataFrame({"ts": ts[order], "hour": t[order] % 24, "label": y[order]}).to_csv(
+        tmp_path / "train.csv", index=False
+    )
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        '[[models]]\nname = "load"\ntask = "regression"\nmase_season = 24\n'
+        f'[models.drift]\nreference = "{tmp_path}/ref.json"\n'
+    )
+    out = tmp_path / "ref.json"
+    proc = _run("-c", str(cfg), "--input", str(tmp_path / "train.csv"), "--output", str(out))
+    assert proc.returncode == 0, proc.stderr
+    expected = np.mean(np.abs(y[24:] - y[:-24]))
+    data = json.loads(out.read_text())
+    assert data["naive_season"] == 24
+    assert data["naive_mae"] == pytest.approx(expected, rel=1e-12)
+    assert "MASE scale" in proc.stderr
+    assert ReferenceProfile.from_json(data).naive_mae == pytest.approx(expected, rel=1e-12)
+    # the engine's MASE scale comes from that profile, unless a constant is configured
+    from monitor.config import load_settings
+    from monitor.wiring import model_spec
+
+    assert model_spec(load_settings(cfg).models[0]).mase_scale == pytest.approx(expected)
+    cfg.write_text(cfg.read_text().replace("mase_season = 24", "mase_season = 12"))
+    assert model_spec(load_settings(cfg).models[0]).mase_scale is None  # other season
+    cfg.write_text(cfg.read_text().replace("mase_season = 12", "mase_scale = 2.5"))
+    assert model_spec(load_settings(cfg).models[0]).mase_scale == 2.5

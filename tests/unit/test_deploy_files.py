@@ -649,6 +649,8 @@ def exporter_metric_names() -> set[str]:
     metric of the task catalogs in monitor.config."""
     import monitor.config as config
     from monitor.stats.binary import fbeta_name
+    from monitor.stats.estimation import ESTIMATED_METRICS
+    from monitor.stats.scores import gain_name
 
     tree = ast.parse((REPO / "monitor/export/prometheus.py").read_text())
     names: set[str] = set()
@@ -696,8 +698,10 @@ def exporter_metric_names() -> set[str]:
     for attr in ("BINARY_METRICS", "MULTICLASS_METRICS", "REGRESSION_METRICS"):
         catalog |= set(getattr(config, attr, ()))
     # configuration words that stand for several exported names
-    catalog -= {"fbeta", "per_class", "pinball"}
+    catalog -= {"fbeta", "per_class", "pinball", "gain"}
     catalog |= {fbeta_name(b) for b in betas}
+    catalog |= {gain_name(f, stem) for f in (0.1, 0.2, 0.5) for stem in ("gain", "lift")}
+    catalog |= {f"estimated_{m}" for m in ESTIMATED_METRICS} | {"estimate_reliable"}
     for metric in catalog:
         names |= {f"mlmon_{metric}", f"mlmon_{metric}_ci_lower", f"mlmon_{metric}_ci_upper"}
     return names
@@ -771,7 +775,10 @@ def test_grafana_dashboard_variables_and_metrics(tmp_path: Path) -> None:
                    "mlmon_checkpoint_age_seconds", "mlmon_pending_predictions",
                    "mlmon_slo_breached", "mlmon_f1_macro", "mlmon_f1_macro_ci_lower",
                    "mlmon_confusion_matrix", "mlmon_mae", "mlmon_mae_ci_upper", "mlmon_rmse",
-                   "mlmon_r2", "mlmon_interval_coverage"):  # fmt: skip
+                   "mlmon_r2", "mlmon_interval_coverage", "mlmon_estimated_accuracy",
+                   "mlmon_estimated_accuracy_ci_lower", "mlmon_estimate_reliable",
+                   "mlmon_ks_statistic", "mlmon_gini", "mlmon_gain_at_10",
+                   "mlmon_mase"):  # fmt: skip
         assert family in used_names, f"no panel shows {family}"
     for title, expr in exprs:
         for name in OPERATIONAL:

@@ -14,7 +14,7 @@ import pytest
 from monitor.config import settings_from_mapping
 from monitor.engine.core import ENGINE_FORMAT, Engine, StateMismatch
 from monitor.engine.evaluate import evaluate_all
-from monitor.engine.models import SCORE_METRICS, ModelSpec, WindowSpec
+from monitor.engine.models import SCORE_METRICS, ModelSpec, WindowSpec, exported_metric_names
 from monitor.engine.records import LabelBatch, PredictionBatch, hash_ids
 from monitor.ingest.deadletter import FileDeadLetter
 from monitor.ingest.pipeline import RawRecord
@@ -81,7 +81,8 @@ def test_format_1_checkpoint_migrates_to_identical_results(tmp_path: Path) -> No
     # has the confusion-based metrics only, until new traffic fills its histograms
     restored_slices = [r for r in got if r.model == "fraud" and r.slice != "all"]
     assert restored_slices and all(r.reliability == () for r in restored_slices)
-    score_names = SCORE_METRICS
+    # the score metrics as exported ("gain" stands for gain_at_10, lift_at_10, ...)
+    score_names = exported_metric_names(SCORE_METRICS, (), (), ModelSpec("x").gain_fractions)
     for r in want:
         if r.model == "fraud" and r.slice != "all":
             kept = tuple(m for m in r.metrics if m.name not in score_names)

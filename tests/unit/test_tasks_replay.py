@@ -32,6 +32,7 @@ from monitor.replay import replay
 CLASSES = [f"c{k}" for k in range(10)]
 QUANTILES = (0.1, 0.9)
 HUBER = 2.0
+MASE_SCALE = 7.5
 
 
 def _stream(n: int, seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict]:
@@ -103,6 +104,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
                     "task": "regression",
                     "huber_delta": HUBER,
                     "quantiles": list(QUANTILES),
+                    "mase_scale": MASE_SCALE,
                     "slices": [{"dimensions": ["region"], "min_samples": 10}],
                 },
             ],
@@ -196,6 +198,7 @@ def _regression_expected(rows: list[tuple]) -> dict[str, float]:
         ),
         "interval_coverage": float(np.mean((lo <= y) & (y <= hi))),
         "interval_width": float(np.mean(hi - lo)),
+        "mase": float(np.mean(np.abs(e))) / MASE_SCALE,
     }
     for q in QUANTILES:
         out["pinball_q" + f"{q:g}".replace(".", "_")] = mean_pinball_loss(y, f, alpha=q)
