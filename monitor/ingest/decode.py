@@ -555,7 +555,7 @@ class PredictionDecoder:
         checks &= (score >= 0.0) & (score <= 1.0)
         checks &= np.fromiter(map(len, ids), np.int64, n) > 0
         checks &= (v_len > 0) & (v_len <= MAX_VERSION_CHARS)
-        if set(map(_get_prediction, rows)) != {None}:
+        if any(p is not None for p in map(_get_prediction, rows)):  # any type, even a list
             checks &= np.fromiter(map(_no_prediction, rows), bool, n)
         thresholds = np.array([m.threshold for m in self.models] + [2.0])
         decision = (score >= thresholds[model]).astype(np.int8)

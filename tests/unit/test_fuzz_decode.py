@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from monitor.config import Settings, settings_from_mapping
@@ -428,6 +428,10 @@ def check_rejections(out: list[tuple[str, str]]) -> None:
 
 @FUZZ
 @given(st.lists(arbitrary("predictions"), max_size=25), st.lists(arbitrary("labels"), max_size=25))
+@example(  # found by this test: an unhashable "prediction" crashed the typed column path
+    [b'{"id": "id0", "ts": 0, "model": "fraud", "version": "v1", "score": 0.0, "prediction": []}'],
+    [],
+)
 def test_nothing_escapes_the_ingest_path(
     preds: list[bytes | None], labels: list[bytes | None]
 ) -> None:
