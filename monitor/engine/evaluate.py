@@ -114,6 +114,7 @@ def evaluate_all(
             )
             emit = win.emit
             none = np.empty(0, np.int64)
+            pending_gaps: list[tuple[str, str, list[tuple[str, _Pending]]]] = []
             for version, members in versions.items():
                 base_gid = base.get((m, version), -1)
                 emit(version, "all", members, wide_sel[w_group[wide_sel] == base_gid])
@@ -125,7 +126,7 @@ def evaluate_all(
                             continue  # the version's base group carries no segment
                         key = tuple(groups[gid][2][i] for i in idx)
                         parts.setdefault(key, []).append(gid)
-                    shown: list[tuple[str, WindowResult]] = []
+                    shown: list[tuple[str, _Pending]] = []
                     for key, part in sorted(parts.items()):
                         if labeled[part].sum() < sl.min_samples:
                             continue  # too few labeled samples to say anything
@@ -136,8 +137,33 @@ def evaluate_all(
                         if r is not None:
                             shown.append((key[0], r))
                     if spec.task == "binary" and len(sl.dimensions) == 1 and len(shown) >= 2:
-                        gaps.extend(_fairness(spec.name, version, w.label, sl.dimensions[0], shown))
+                        pending_gaps.append((version, sl.dimensions[0], shown))
+            win.flush()
+            for version, dimension, shown in pending_gaps:
+                done = [(value, p.result) for value, p in shown if p.result is not None]
+                gaps.extend(_fairness(spec.name, version, w.label, dimension, done))
     return tuple(results), tuple(gaps)
+
+
+class _Pending:
+    """A window result whose binary catalog is computed with its model window's others
+    (:meth:`BinaryLayout.metrics_many`); ``result`` is set by :meth:`_Window.flush`."""
+
+    __slots__ = ("members", "n_lab", "n_pred", "result", "slice_label", "version", "wide_rows")
+
+    def __init__(
+        self,
+        version: str,
+        slice_label: str,
+        members: list[int],
+        wide_rows: np.ndarray,
+        n_pred: int,
+        n_lab: int,
+    ) -> None:
+        self.version, self.slice_label = version, slice_label
+        self.members, self.wide_rows = members, wide_rows
+        self.n_pred, self.n_lab = n_pred, n_lab
+        self.result: WindowResult | None = None
 
 
 class _Window:
@@ -165,58 +191,78 @@ class _Window:
         self.sel, self.g = sel, g
         self.predicted, self.labeled, self.conf = predicted, labeled, conf
         self.confidence, self.out = confidence, out
+        self.pending: list[_Pending] = []
 
     def emit(
         self, version: str, slice_label: str, members: list[int], wide_rows: np.ndarray
-    ) -> WindowResult | None:
+    ) -> _Pending | None:
+        """Queue a binary result for :meth:`flush`, or append a multiclass/regression one."""
         n_pred = int(self.predicted[members].sum())
         n_lab = int(self.labeled[members].sum())
         if n_pred == 0 and n_lab == 0:
             return None
-        extra: dict[str, Any]
+        pending = _Pending(version, slice_label, members, wide_rows, n_pred, n_lab)
         if self.spec.task == "binary":
-            c = self.conf[members].sum(axis=0)
+            self.pending.append(pending)
+            return pending
+        self._finish(pending, self._task_extra(members))
+        return pending
+
+    def flush(self) -> None:
+        """Compute the queued binary results, their confusion catalogs in one batch."""
+        if not self.pending:
+            return
+        confs = np.stack([self.conf[p.members].sum(axis=0) for p in self.pending])
+        binary = self.catalog.binary.metrics_many(confs.astype(np.float64), self.confidence)
+        for p, c, values in zip(self.pending, confs.tolist(), binary, strict=True):
             # slice "all" reads the version's fine histograms; a segment slice the sum of
             # its segments' coarser ones
             coarse = (
-                self.task_sums[members].sum(axis=0)
-                if slice_label != "all" and self.task_sums is not None
+                self.task_sums[p.members].sum(axis=0)
+                if p.slice_label != "all" and self.task_sums is not None
                 else None
             )
             metrics, reliability, economics = self.catalog.compute(
-                c, wide_rows, self.confidence, coarse
+                np.asarray(c), values, p.wide_rows, self.confidence, coarse
             )
             extra = {
+                "metrics": metrics,
                 "confusion": (int(c[0]), int(c[1]), int(c[2]), int(c[3])),
                 "reliability": reliability,
                 "economics": economics,
             }
-        else:  # multiclass / regression: the merged task statistics of the members
-            vec = (
-                self.task_sums[members].sum(axis=0)
-                if self.task_sums is not None
-                else self.catalog.task_empty()
-            )
-            metrics, confusion, excluded = self.catalog.compute_task(vec, self.confidence)
-            extra = {
-                "class_confusion": confusion,
-                "classes": tuple(self.spec.classes) if confusion else (),
-                "excluded": excluded,
-            }
-        result = WindowResult(
+            self._finish(p, extra)
+        self.pending = []
+
+    def _finish(self, p: _Pending, extra: dict[str, Any]) -> None:
+        p.result = WindowResult(
             model=self.spec.name,
-            version=version,
+            version=p.version,
             window=self.label,
-            slice=slice_label,
+            slice=p.slice_label,
             start_ms=self.start_ms,
             end_ms=self.end_ms,
-            predictions=n_pred,
-            labeled=n_lab,
-            metrics=metrics,
+            predictions=p.n_pred,
+            labeled=p.n_lab,
+            metrics=extra.pop("metrics"),
             **extra,
         )
-        self.out.append(result)
-        return result
+        self.out.append(p.result)
+
+    def _task_extra(self, members: list[int]) -> dict[str, Any]:
+        """Multiclass / regression: the merged task statistics of the members."""
+        vec = (
+            self.task_sums[members].sum(axis=0)
+            if self.task_sums is not None
+            else self.catalog.task_empty()
+        )
+        metrics, confusion, excluded = self.catalog.compute_task(vec, self.confidence)
+        return {
+            "metrics": metrics,
+            "class_confusion": confusion,
+            "classes": tuple(self.spec.classes) if confusion else (),
+            "excluded": excluded,
+        }
 
 
 def _fairness(
@@ -323,14 +369,15 @@ class _Catalog:
     def compute(
         self,
         conf: np.ndarray,
+        binary: list[MetricValue],
         rows: np.ndarray,
         confidence: float,
         coarse: np.ndarray | None = None,
     ) -> tuple[tuple[MetricValue, ...], tuple[ReliabilityBin, ...], Economics | None]:
-        """Binary metrics of merged confusion counts, plus the score-based ones from the
-        fine histogram rows ``rows`` (slice "all") or the summed coarse vector ``coarse``
-        (segment slices)."""
-        values = self.binary.metrics(conf.astype(np.float64), confidence)
+        """The binary catalog ``binary`` of merged confusion counts ``conf`` (computed in a
+        batch by the caller), plus the score-based metrics from the fine histogram rows
+        ``rows`` (slice "all") or the summed coarse vector ``coarse`` (segment slices)."""
+        values = list(binary)
         reliability: tuple[ReliabilityBin, ...] = ()
         economics = None
         vec = None
