@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from scipy.sparse import csr_matrix
 
 from ..plugins import MetricPlugin
 from ..stats.binary import BinaryLayout, clt_mean
@@ -440,11 +441,14 @@ class _Catalog:
 
 
 def _sum_rows(matrix: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Sum of some rows of a wide matrix without copying them (a 0/1 weight vector times
-    the matrix: BLAS reads each row once; fancy indexing would copy them all first)."""
-    weights = np.zeros(matrix.shape[0], matrix.dtype)
-    weights[rows] = 1
-    return weights @ matrix
+    """Sum of some rows of a wide matrix without copying them and without reading the
+    others (a sparse 0/1 selector times the matrix; a dense weight vector would stream
+    the whole store, fancy indexing would copy the rows first)."""
+    selector = csr_matrix(
+        (np.ones(rows.shape[0]), (np.zeros(rows.shape[0], np.intp), rows)),
+        shape=(1, matrix.shape[0]),
+    )
+    return np.asarray(selector @ matrix).reshape(matrix.shape[1])
 
 
 # the per-(group, bucket) matrix of each task in the model's sliced store
@@ -454,15 +458,15 @@ _SLICED_MATRIX = {"binary": "m.scores", "multiclass": "m.mc", "regression": "m.r
 def _group_sums(
     group: np.ndarray, matrix: np.ndarray, rows: np.ndarray, n_groups: int
 ) -> np.ndarray:
-    """Per-group sums of some rows of a matrix (rows sorted by group, one reduceat)."""
-    out = np.zeros((n_groups, matrix.shape[1]))
+    """Per-group sums of some rows of a matrix: a sparse (group × row) 0/1 matrix times
+    the store, so the selected rows are read in place, never copied (a 7-day window of
+    per-slice histograms is hundreds of MB)."""
     if rows.shape[0] == 0:
-        return out
-    order = np.argsort(group, kind="stable")
-    g = group[order]
-    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    out[g[starts]] = np.add.reduceat(matrix[rows[order]], starts, axis=0)
-    return out
+        return np.zeros((n_groups, matrix.shape[1]))
+    selector = csr_matrix(
+        (np.ones(rows.shape[0]), (group, rows)), shape=(n_groups, matrix.shape[0])
+    )
+    return np.asarray(selector @ matrix)
 
 
 _NAN3 = (float("nan"),) * 3
