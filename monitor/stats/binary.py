@@ -147,7 +147,13 @@ class BinaryLayout:
         mcc_v, kappa_v = _mcc_value(tn, fp, fn, tp), _kappa_value(tn, fp, fn, tp)
         rows_d = np.rint(d).astype(np.int64).tolist()
         values, lows, highs = value.tolist(), lo.tolist(), hi.tolist()
-        extra = [b for b in (self.betas if betas is None else betas) if b != 1.0]
+        all_betas = [1.0, *(b for b in (self.betas if betas is None else betas) if b != 1.0)]
+        reasons = [
+            class_count_reason(p, q) for p, q in zip(pos.tolist(), neg.tolist(), strict=True)
+        ]
+        drawn = [i for i, r in enumerate(reasons) if n[i] > 0 and not r]
+        bounds = _posterior_bounds(c[drawn], all_betas, confidence) if drawn else {}
+        slot = {row: j for j, row in enumerate(drawn)}
         out: list[list[MetricValue]] = []
         for i, (tn_i, fp_i, fn_i, tp_i) in enumerate(c.tolist()):
             row = [
@@ -155,23 +161,52 @@ class BinaryLayout:
                             "wilson")
                 for j in range(9)
             ]  # fmt: skip
-            reason = class_count_reason(tp_i + fn_i, tn_i + fp_i)
-            total = tn_i + fp_i + fn_i + tp_i
-            draws = (
-                confusion_posterior(np.array([tn_i, fp_i, fn_i, tp_i]))
-                if total > 0 and not reason
-                else None
-            )
-            row.append(fbeta(tp_i, fp_i, fn_i, 1.0, confidence, tn_i, draws))
-            for beta in extra:
-                row.append(fbeta(tp_i, fp_i, fn_i, beta, confidence, tn_i, draws))
-            row.append(balanced_accuracy(tp_i, fp_i, fn_i, tn_i, confidence, draws, reason))
-            row.append(hmean_class_accuracy(tp_i, fp_i, fn_i, tn_i, confidence, draws, reason))
-            n_i = round(total)
-            row.append(_mcc_result(float(mcc_v[i]), n_i, confidence, draws, reason))
-            row.append(_kappa_result(float(kappa_v[i]), n_i, confidence, draws, reason))
+            reason, at = reasons[i], slot.get(i, -1)
+            n_i = round(tn_i + fp_i + fn_i + tp_i)
+            n_f = round(tp_i + fp_i + fn_i)
+            named = [(fbeta_name(b), _fbeta_value(tp_i, fp_i, fn_i, b), n_f) for b in all_betas]
+            named += [
+                ("balanced_accuracy", _balanced_value(tp_i, fp_i, fn_i, tn_i), n_i),
+                ("hmean_class_accuracy", _hmean_value(tp_i, fp_i, fn_i, tn_i), n_i),
+                ("mcc", float(mcc_v[i]), n_i),
+                ("cohen_kappa", float(kappa_v[i]), n_i),
+            ]
+            for name, v, n_m in named:
+                b = (bounds[name][0][at], bounds[name][1][at]) if at >= 0 else None
+                row.append(_posterior_result(name, v, b, n_m, reason))
             out.append(row)
         return out
+
+
+def _posterior_bounds(
+    counts: np.ndarray, betas: Sequence[float], confidence: float
+) -> dict[str, tuple[list[float], list[float]]]:
+    """Equal-tailed posterior bounds of every posterior metric, for rows of counts.
+
+    Each row's draws come from its own seeded :func:`confusion_posterior` (so a row's
+    interval never depends on the batch); the metric samples and their order statistics
+    are then computed for all rows at once — the same arithmetic as the one-window path."""
+    draws = np.stack([confusion_posterior(row) for row in counts])  # (rows, draws, 4)
+    samples = {fbeta_name(b): _fbeta_of(draws, b) for b in betas}
+    samples["balanced_accuracy"] = _balanced_of(draws)
+    samples["hmean_class_accuracy"] = _hmean_of(draws)
+    samples["mcc"] = _mcc_of(draws)
+    samples["cohen_kappa"] = _kappa_of(draws)
+    return {name: _equal_tailed_rows(s, confidence) for name, s in samples.items()}
+
+
+def _equal_tailed_rows(samples: np.ndarray, confidence: float) -> tuple[list[float], list[float]]:
+    """:func:`_equal_tailed` of each row of a (rows, draws) matrix: one partition for the
+    rows whose draws are all finite, the one-row path for the others."""
+    alpha = 1.0 - confidence
+    size = samples.shape[1]
+    k_lo = math.floor(alpha / 2.0 * (size - 1))
+    k_hi = math.ceil((1.0 - alpha / 2.0) * (size - 1))
+    part = np.partition(samples, (k_lo, k_hi), axis=1)
+    lo, hi = part[:, k_lo].tolist(), part[:, k_hi].tolist()
+    for r in np.flatnonzero(~np.isfinite(samples).all(axis=1)).tolist():
+        lo[r], hi[r] = _equal_tailed(samples[r], confidence)
+    return lo, hi
 
 
 _RATIO_NAMES = (
@@ -227,11 +262,18 @@ def _posterior_value(
 
     The interval is widened to contain the point value if needed (the plug-in of a ratio
     can sit at a bound, e.g. F1 = 0 with TP = 0, where every posterior draw is > 0)."""
+    bounds = _equal_tailed(samples, confidence) if samples is not None else None
+    return _posterior_result(name, value, bounds, n, reason)
+
+
+def _posterior_result(
+    name: str, value: float, bounds: tuple[float, float] | None, n: int, reason: str
+) -> MetricValue:
     if not math.isfinite(value):
         return MetricValue(name, value, NAN, NAN, n, "jeffreys")
-    if reason or samples is None:
+    if reason or bounds is None:
         return MetricValue(name, value, NAN, NAN, n, "jeffreys", reason or "no data")
-    lo, hi = _equal_tailed(samples, confidence)
+    lo, hi = bounds
     return MetricValue(name, value, min(lo, value), max(hi, value), n, "jeffreys")
 
 
@@ -248,7 +290,7 @@ def _equal_tailed(samples: np.ndarray, confidence: float) -> tuple[float, float]
 
 
 def _cells(draws: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    return draws[:, _TN], draws[:, _FP], draws[:, _FN], draws[:, _TP]
+    return draws[..., _TN], draws[..., _FP], draws[..., _FN], draws[..., _TP]
 
 
 def fbeta(
@@ -268,11 +310,9 @@ def fbeta(
     ``tn`` is given). n = TP+FP+FN. ``draws``: a posterior sample already drawn for these
     counts (:meth:`BinaryLayout.metrics` shares one across its metrics).
     """
-    b2 = beta * beta
-    d = (1 + b2) * tp + b2 * fn + fp
     n = round(tp + fp + fn)
     name = fbeta_name(beta)
-    value = (1 + b2) * tp / d if d > 0 else NAN
+    value = _fbeta_value(tp, fp, fn, beta)
     negatives = math.inf if tn is None else tn + fp
     reason = class_count_reason(tp + fn, negatives)
     samples = None
@@ -281,6 +321,12 @@ def fbeta(
             draws = confusion_posterior(np.array([0.0 if tn is None else tn, fp, fn, tp]))
         samples = _fbeta_of(draws, beta)
     return _posterior_value(name, value, samples, n, confidence, reason)
+
+
+def _fbeta_value(tp: float, fp: float, fn: float, beta: float) -> float:
+    b2 = beta * beta
+    d = (1 + b2) * tp + b2 * fn + fp
+    return (1 + b2) * tp / d if d > 0 else NAN
 
 
 def _fbeta_of(draws: np.ndarray, beta: float) -> np.ndarray:
@@ -304,13 +350,19 @@ def balanced_accuracy(
     Jeffreys binomial intervals, combined by sampling instead of a Wald sum.
     """
     n = round(tp + fp + fn + tn)
-    pos, neg = tp + fn, tn + fp
-    value = (tp / pos + tn / neg) / 2 if pos > 0 and neg > 0 else NAN
-    samples = None
-    if draws is not None:
-        tn_, fp_, fn_, tp_ = _cells(draws)
-        samples = (tp_ / (tp_ + fn_) + tn_ / (tn_ + fp_)) / 2
+    value = _balanced_value(tp, fp, fn, tn)
+    samples = _balanced_of(draws) if draws is not None else None
     return _posterior_value("balanced_accuracy", value, samples, n, confidence, reason)
+
+
+def _balanced_value(tp: float, fp: float, fn: float, tn: float) -> float:
+    pos, neg = tp + fn, tn + fp
+    return (tp / pos + tn / neg) / 2 if pos > 0 and neg > 0 else NAN
+
+
+def _balanced_of(draws: np.ndarray) -> np.ndarray:
+    tn_, fp_, fn_, tp_ = _cells(draws)
+    return (tp_ / (tp_ + fn_) + tn_ / (tn_ + fp_)) / 2
 
 
 def hmean_class_accuracy(
@@ -328,17 +380,23 @@ def hmean_class_accuracy(
     accuracy does.
     """
     n = round(tp + fp + fn + tn)
-    pos, neg = tp + fn, tn + fp
-    value = NAN
-    if pos > 0 and neg > 0:
-        tpr, tnr = tp / pos, tn / neg
-        value = 2 * tpr * tnr / (tpr + tnr) if tpr + tnr > 0 else 0.0
-    samples = None
-    if draws is not None:
-        tn_, fp_, fn_, tp_ = _cells(draws)
-        tpr_s, tnr_s = tp_ / (tp_ + fn_), tn_ / (tn_ + fp_)
-        samples = 2 * tpr_s * tnr_s / (tpr_s + tnr_s)
+    value = _hmean_value(tp, fp, fn, tn)
+    samples = _hmean_of(draws) if draws is not None else None
     return _posterior_value("hmean_class_accuracy", value, samples, n, confidence, reason)
+
+
+def _hmean_value(tp: float, fp: float, fn: float, tn: float) -> float:
+    pos, neg = tp + fn, tn + fp
+    if pos <= 0 or neg <= 0:
+        return NAN
+    tpr, tnr = tp / pos, tn / neg
+    return 2 * tpr * tnr / (tpr + tnr) if tpr + tnr > 0 else 0.0
+
+
+def _hmean_of(draws: np.ndarray) -> np.ndarray:
+    tn_, fp_, fn_, tp_ = _cells(draws)
+    tpr_s, tnr_s = tp_ / (tp_ + fn_), tn_ / (tn_ + fp_)
+    return 2 * tpr_s * tnr_s / (tpr_s + tnr_s)
 
 
 def _mcc_value(tn: np.ndarray, fp: np.ndarray, fn: np.ndarray, tp: np.ndarray) -> np.ndarray:
@@ -365,24 +423,28 @@ def _kappa_value(tn: np.ndarray, fp: np.ndarray, fn: np.ndarray, tp: np.ndarray)
 def _mcc_result(
     value: float, n: int, confidence: float, draws: np.ndarray | None, reason: str
 ) -> MetricValue:
-    samples = None
-    if draws is not None:
-        tn_, fp_, fn_, tp_ = _cells(draws)
-        den = np.sqrt((tp_ + fp_) * (tp_ + fn_) * (tn_ + fp_) * (tn_ + fn_))
-        samples = (tp_ * tn_ - fp_ * fn_) / den
+    samples = _mcc_of(draws) if draws is not None else None
     return _posterior_value("mcc", value, samples, n, confidence, reason)
+
+
+def _mcc_of(draws: np.ndarray) -> np.ndarray:
+    tn_, fp_, fn_, tp_ = _cells(draws)
+    den = np.sqrt((tp_ + fp_) * (tp_ + fn_) * (tn_ + fp_) * (tn_ + fn_))
+    return (tp_ * tn_ - fp_ * fn_) / den
 
 
 def _kappa_result(
     value: float, n: int, confidence: float, draws: np.ndarray | None, reason: str
 ) -> MetricValue:
-    samples = None
-    if draws is not None:
-        tn_, fp_, fn_, tp_ = _cells(draws)
-        po = tp_ + tn_
-        pe = (tp_ + fp_) * (tp_ + fn_) + (tn_ + fn_) * (tn_ + fp_)
-        samples = (po - pe) / (1 - pe)
+    samples = _kappa_of(draws) if draws is not None else None
     return _posterior_value("cohen_kappa", value, samples, n, confidence, reason)
+
+
+def _kappa_of(draws: np.ndarray) -> np.ndarray:
+    tn_, fp_, fn_, tp_ = _cells(draws)
+    po = tp_ + tn_
+    pe = (tp_ + fp_) * (tp_ + fn_) + (tn_ + fn_) * (tn_ + fp_)
+    return (po - pe) / (1 - pe)
 
 
 def mcc(

@@ -160,7 +160,14 @@ def test_metrics_many_equals_each_window_alone() -> None:
     posterior draws), whatever else is in the batch; Wilson ratios and MCC/kappa equal
     the per-window helpers they replace."""
     from monitor.stats.agreement import kappa_with_se, mcc_with_se
-    from monitor.stats.common import ratio
+    from monitor.stats.binary import (
+        balanced_accuracy,
+        cohen_kappa,
+        confusion_posterior,
+        fbeta,
+        mcc,
+    )
+    from monitor.stats.common import class_count_reason, ratio
 
     rng = np.random.default_rng(3)
     conf = rng.integers(0, 60, (80, 4)).astype(np.float64)
@@ -178,10 +185,28 @@ def test_metrics_many_equals_each_window_alone() -> None:
                 assert (math.isnan(u) and math.isnan(v)) or u == v, x.name
         tn, fp, fn, tp = row
         by = _by_name(got)
+        reason = class_count_reason(tp + fn, tn + fp)
+        has_draws = not reason and tn + fp + fn + tp > 0
+        draws = confusion_posterior(np.array([tn, fp, fn, tp])) if has_draws else None
         acc = ratio("accuracy", tp + tn, tn + fp + fn + tp, 0.95)
         assert (by["accuracy"].lower, by["accuracy"].upper) == (acc.lower, acc.upper) or (
             math.isnan(acc.lower) and math.isnan(by["accuracy"].lower)
         )
+        # the one-metric functions (their own posterior draw) agree exactly
+        one = {
+            "f2": fbeta(tp, fp, fn, 2.0, 0.95, tn),
+            "mcc": mcc(tp, fp, fn, tn, 0.95, draws, reason),
+            "cohen_kappa": cohen_kappa(tp, fp, fn, tn, 0.95, draws, reason),
+            "balanced_accuracy": balanced_accuracy(tp, fp, fn, tn, 0.95, draws, reason),
+        }
+        for name, mv in one.items():
+            got_mv = by[name]
+            for u, v in (
+                (got_mv.value, mv.value),
+                (got_mv.lower, mv.lower),
+                (got_mv.upper, mv.upper),
+            ):
+                assert (math.isnan(u) and math.isnan(v)) or u == v, name
         cm = np.array([[tn, fp], [fn, tp]])
         for name, oracle in (("mcc", mcc_with_se(cm)[0]), ("cohen_kappa", kappa_with_se(cm)[0])):
             v = by[name].value
