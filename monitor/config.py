@@ -418,7 +418,7 @@ class ModelSettings(_Section):
     metrics: tuple[str, ...] | None = None
     fbeta: tuple[Annotated[float, Field(gt=0)], ...] = (2.0, 0.5)
     score_bins: int = Field(2048, ge=16, le=8192)  # fine score bins: AUC resolution vs memory
-    slice_score_bins: int = Field(256, ge=16, le=2048)  # per-slice score bins (binary, slices)
+    slice_score_bins: int = Field(128, ge=16, le=2048)  # per-slice score bins (binary, slices)
     max_versions: int = Field(20, ge=1, le=10_000)  # live versions; more are rejected
     version_idle_ttl: PositiveSeconds = 7 * 86400.0  # idle versions retire after this
     calibration_bins: int = Field(10, ge=2, le=100)  # multiclass top-label ECE bins

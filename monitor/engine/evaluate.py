@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from scipy.sparse import csr_matrix
 
 from ..plugins import MetricPlugin
 from ..stats.binary import BinaryLayout, clt_mean
@@ -124,6 +125,7 @@ def evaluate_all(
             )
             emit = win.emit
             none = np.empty(0, np.int64)
+            pending_gaps: list[tuple[str, str, list[tuple[str, _Pending]]]] = []
             for version, members in versions.items():
                 base_gid = base.get((m, version), -1)
                 emit(version, "all", members, wide_sel[w_group[wide_sel] == base_gid])
@@ -135,7 +137,7 @@ def evaluate_all(
                             continue  # the version's base group carries no segment
                         key = tuple(groups[gid][2][i] for i in idx)
                         parts.setdefault(key, []).append(gid)
-                    shown: list[tuple[str, WindowResult]] = []
+                    shown: list[tuple[str, _Pending]] = []
                     for key, part in sorted(parts.items()):
                         if labeled[part].sum() < sl.min_samples:
                             continue  # too few labeled samples to say anything
@@ -146,8 +148,33 @@ def evaluate_all(
                         if r is not None:
                             shown.append((key[0], r))
                     if spec.task == "binary" and len(sl.dimensions) == 1 and len(shown) >= 2:
-                        gaps.extend(_fairness(spec.name, version, w.label, sl.dimensions[0], shown))
+                        pending_gaps.append((version, sl.dimensions[0], shown))
+            win.flush()
+            for version, dimension, shown in pending_gaps:
+                done = [(value, p.result) for value, p in shown if p.result is not None]
+                gaps.extend(_fairness(spec.name, version, w.label, dimension, done))
     return tuple(results), tuple(gaps)
+
+
+class _Pending:
+    """A window result whose binary catalog is computed with its model window's others
+    (:meth:`BinaryLayout.metrics_many`); ``result`` is set by :meth:`_Window.flush`."""
+
+    __slots__ = ("members", "n_lab", "n_pred", "result", "slice_label", "version", "wide_rows")
+
+    def __init__(
+        self,
+        version: str,
+        slice_label: str,
+        members: list[int],
+        wide_rows: np.ndarray,
+        n_pred: int,
+        n_lab: int,
+    ) -> None:
+        self.version, self.slice_label = version, slice_label
+        self.members, self.wide_rows = members, wide_rows
+        self.n_pred, self.n_lab = n_pred, n_lab
+        self.result: WindowResult | None = None
 
 
 class _Window:
@@ -175,60 +202,80 @@ class _Window:
         self.sel, self.g = sel, g
         self.predicted, self.labeled, self.conf = predicted, labeled, conf
         self.confidence, self.out = confidence, out
+        self.pending: list[_Pending] = []
 
     def emit(
         self, version: str, slice_label: str, members: list[int], wide_rows: np.ndarray
-    ) -> WindowResult | None:
+    ) -> _Pending | None:
+        """Queue a binary result for :meth:`flush`, or append a multiclass/regression one."""
         n_pred = int(self.predicted[members].sum())
         n_lab = int(self.labeled[members].sum())
         if n_pred == 0 and n_lab == 0:
             return None
-        extra: dict[str, Any]
+        pending = _Pending(version, slice_label, members, wide_rows, n_pred, n_lab)
         if self.spec.task == "binary":
-            c = self.conf[members].sum(axis=0)
+            self.pending.append(pending)
+            return pending
+        self._finish(pending, self._task_extra(members))
+        return pending
+
+    def flush(self) -> None:
+        """Compute the queued binary results, their confusion catalogs in one batch."""
+        if not self.pending:
+            return
+        confs = np.stack([self.conf[p.members].sum(axis=0) for p in self.pending])
+        binary = self.catalog.binary.metrics_many(confs.astype(np.float64), self.confidence)
+        for p, c, values in zip(self.pending, confs.tolist(), binary, strict=True):
             # slice "all" reads the version's fine histograms; a segment slice the sum of
             # its segments' coarser ones
             coarse = (
-                self.task_sums[members].sum(axis=0)
-                if slice_label != "all" and self.task_sums is not None
+                self.task_sums[p.members].sum(axis=0)
+                if p.slice_label != "all" and self.task_sums is not None
                 else None
             )
             metrics, reliability, economics = self.catalog.compute(
-                c, wide_rows, self.confidence, coarse
+                np.asarray(c), values, p.wide_rows, self.confidence, coarse
             )
             if slice_label == "all" and self.catalog.est is not None:
                 metrics += self.catalog.estimates(version, wide_rows, self.confidence)
             extra = {
+                "metrics": metrics,
                 "confusion": (int(c[0]), int(c[1]), int(c[2]), int(c[3])),
                 "reliability": reliability,
                 "economics": economics,
             }
-        else:  # multiclass / regression: the merged task statistics of the members
-            vec = (
-                self.task_sums[members].sum(axis=0)
-                if self.task_sums is not None
-                else self.catalog.task_empty()
-            )
-            metrics, confusion, excluded = self.catalog.compute_task(vec, self.confidence)
-            extra = {
-                "class_confusion": confusion,
-                "classes": tuple(self.spec.classes) if confusion else (),
-                "excluded": excluded,
-            }
-        result = WindowResult(
+            self._finish(p, extra)
+        self.pending = []
+
+    def _finish(self, p: _Pending, extra: dict[str, Any]) -> None:
+        p.result = WindowResult(
             model=self.spec.name,
-            version=version,
+            version=p.version,
             window=self.label,
-            slice=slice_label,
+            slice=p.slice_label,
             start_ms=self.start_ms,
             end_ms=self.end_ms,
-            predictions=n_pred,
-            labeled=n_lab,
-            metrics=metrics,
+            predictions=p.n_pred,
+            labeled=p.n_lab,
+            metrics=extra.pop("metrics"),
             **extra,
         )
-        self.out.append(result)
-        return result
+        self.out.append(p.result)
+
+    def _task_extra(self, members: list[int]) -> dict[str, Any]:
+        """Multiclass / regression: the merged task statistics of the members."""
+        vec = (
+            self.task_sums[members].sum(axis=0)
+            if self.task_sums is not None
+            else self.catalog.task_empty()
+        )
+        metrics, confusion, excluded = self.catalog.compute_task(vec, self.confidence)
+        return {
+            "metrics": metrics,
+            "class_confusion": confusion,
+            "classes": tuple(self.spec.classes) if confusion else (),
+            "excluded": excluded,
+        }
 
 
 def _fairness(
@@ -399,14 +446,15 @@ class _Catalog:
     def compute(
         self,
         conf: np.ndarray,
+        binary: list[MetricValue],
         rows: np.ndarray,
         confidence: float,
         coarse: np.ndarray | None = None,
     ) -> tuple[tuple[MetricValue, ...], tuple[ReliabilityBin, ...], Economics | None]:
-        """Binary metrics of merged confusion counts, plus the score-based ones from the
-        fine histogram rows ``rows`` (slice "all") or the summed coarse vector ``coarse``
-        (segment slices)."""
-        values = self.binary.metrics(conf.astype(np.float64), confidence)
+        """The binary catalog ``binary`` of merged confusion counts ``conf`` (computed in a
+        batch by the caller), plus the score-based metrics from the fine histogram rows
+        ``rows`` (slice "all") or the summed coarse vector ``coarse`` (segment slices)."""
+        values = list(binary)
         reliability: tuple[ReliabilityBin, ...] = ()
         economics = None
         vec = None
@@ -473,11 +521,14 @@ class _Catalog:
 
 
 def _sum_rows(matrix: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Sum of some rows of a wide matrix without copying them (a 0/1 weight vector times
-    the matrix: BLAS reads each row once; fancy indexing would copy them all first)."""
-    weights = np.zeros(matrix.shape[0], matrix.dtype)
-    weights[rows] = 1
-    return weights @ matrix
+    """Sum of some rows of a wide matrix without copying them and without reading the
+    others (a sparse 0/1 selector times the matrix; a dense weight vector would stream
+    the whole store, fancy indexing would copy the rows first)."""
+    selector = csr_matrix(
+        (np.ones(rows.shape[0]), (np.zeros(rows.shape[0], np.intp), rows)),
+        shape=(1, matrix.shape[0]),
+    )
+    return np.asarray(selector @ matrix).reshape(matrix.shape[1])
 
 
 # the per-(group, bucket) matrix of each task in the model's sliced store
@@ -487,15 +538,15 @@ _SLICED_MATRIX = {"binary": "m.scores", "multiclass": "m.mc", "regression": "m.r
 def _group_sums(
     group: np.ndarray, matrix: np.ndarray, rows: np.ndarray, n_groups: int
 ) -> np.ndarray:
-    """Per-group sums of some rows of a matrix (rows sorted by group, one reduceat)."""
-    out = np.zeros((n_groups, matrix.shape[1]))
+    """Per-group sums of some rows of a matrix: a sparse (group × row) 0/1 matrix times
+    the store, so the selected rows are read in place, never copied (a 7-day window of
+    per-slice histograms is hundreds of MB)."""
     if rows.shape[0] == 0:
-        return out
-    order = np.argsort(group, kind="stable")
-    g = group[order]
-    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    out[g[starts]] = np.add.reduceat(matrix[rows[order]], starts, axis=0)
-    return out
+        return np.zeros((n_groups, matrix.shape[1]))
+    selector = csr_matrix(
+        (np.ones(rows.shape[0]), (group, rows)), shape=(n_groups, matrix.shape[0])
+    )
+    return np.asarray(selector @ matrix)
 
 
 _NAN3 = (float("nan"),) * 3

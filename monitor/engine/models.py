@@ -77,7 +77,7 @@ class ModelSpec:
     metrics: tuple[str, ...] = ("accuracy", "precision", "recall", "f1")
     fbeta: tuple[float, ...] = (2.0, 0.5)
     score_bins: int = 2048
-    slice_score_bins: int = 256  # per-slice histograms (logit range ±8), slices only
+    slice_score_bins: int = 128  # per-slice histograms (logit range ±8), slices only
     max_versions: int = 20  # live versions at once; predictions of more are rejected
     version_idle_ttl_ms: int = 7 * 86_400_000  # no traffic this long: the version retires
     calibration_bins: int = 10  # multiclass top-label calibration

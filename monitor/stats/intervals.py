@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 from scipy import stats
@@ -30,10 +31,12 @@ def wilson_interval(
     0 and 1 and for small n (Brown, Cai & DasGupta 2001), exactly where a failing
     slice lives. Where ``trials == 0`` the interval is NaN: there is nothing to say.
     """
-    k = np.asarray(successes, dtype=np.float64)
-    n = np.asarray(trials, dtype=np.float64)
     z = z_value(confidence)
     z2 = z * z
+    if np.ndim(successes) == 0 and np.ndim(trials) == 0:
+        return _wilson_scalar(float(successes), float(trials), z, z2)  # type: ignore[arg-type]
+    k = np.asarray(successes, dtype=np.float64)
+    n = np.asarray(trials, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         p = k / n
         denom = 1.0 + z2 / n
@@ -48,3 +51,18 @@ def wilson_interval(
     lower = np.where(empty, np.nan, lower)
     upper = np.where(empty, np.nan, upper)
     return lower, upper
+
+
+def _wilson_scalar(k: float, n: float, z: float, z2: float) -> tuple[np.ndarray, np.ndarray]:
+    """The same arithmetic for one proportion in plain floats (a tick computes thousands:
+    NumPy's per-call overhead was ~50 µs of each); equal to the array path, tested."""
+    if n <= 0:
+        return np.float64(np.nan), np.float64(np.nan)  # type: ignore[return-value]
+    p = k / n
+    denom = 1.0 + z2 / n
+    centre = (p + z2 / (2.0 * n)) / denom
+    spread = p * (1.0 - p) / n + z2 / (4.0 * n * n)
+    half = z * math.sqrt(spread) / denom if spread >= 0 else math.nan
+    lower = 0.0 if k <= 0 else min(max(centre - half, 0.0), 1.0)
+    upper = 1.0 if k >= n else min(max(centre + half, 0.0), 1.0)
+    return np.float64(lower), np.float64(upper)  # type: ignore[return-value]

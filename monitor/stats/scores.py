@@ -594,22 +594,14 @@ class ScoreLayout:
         """Equal-width reliability diagram points (empty bins have NaN means)."""
         count, sp, sy = self.calibration(vec)
         lo, hi = wilson_interval(sy, count, confidence)
-        edges = np.linspace(0.0, 1.0, self.calibration_bins + 1)
-        out = []
-        for b in range(self.calibration_bins):
-            c = float(count[b])
-            out.append(
-                ReliabilityBin(
-                    float(edges[b]),
-                    float(edges[b + 1]),
-                    round(c),
-                    sp[b] / c if c > 0 else NAN,
-                    sy[b] / c if c > 0 else NAN,
-                    float(lo[b]),
-                    float(hi[b]),
-                )
-            )
-        return out
+        edges = np.linspace(0.0, 1.0, self.calibration_bins + 1).tolist()
+        # plain floats: this runs for every exported window, ~10 bins each
+        rows = zip(count.tolist(), sp.tolist(), sy.tolist(), lo.tolist(), hi.tolist(), strict=True)
+        return [
+            ReliabilityBin(edges[b], edges[b + 1], round(c), s_p / c if c > 0 else NAN,
+                           s_y / c if c > 0 else NAN, lo_b, hi_b)
+            for b, (c, s_p, s_y, lo_b, hi_b) in enumerate(rows)
+        ]  # fmt: skip
 
     def _ev_all(
         self, vec: np.ndarray, values: ValueMatrix, confidence: float

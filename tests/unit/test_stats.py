@@ -103,3 +103,21 @@ def test_f1_interval_coverage(_: int) -> None:
         f1 = {m.name: m for m in LAYOUT.metrics(rng.multinomial(500, probs).astype(float))}["f1"]
         hits += f1.lower <= true_f1 <= f1.upper
     assert 0.93 <= hits / reps <= 0.97
+
+
+def test_wilson_scalar_path_equals_array_path() -> None:
+    """One proportion takes a plain-float path; it must give the array path's bounds."""
+    from monitor.stats.intervals import wilson_interval
+
+    rng = np.random.default_rng(1)
+    n = rng.integers(0, 200, 2000).astype(np.float64)
+    k = np.floor(rng.random(2000) * (n + 1))
+    k[:50], k[50:100] = n[:50], 0.0
+    for conf in (0.9, 0.95):
+        lo, hi = wilson_interval(k, n, conf)
+        for i in range(k.size):
+            a, b = wilson_interval(float(k[i]), float(n[i]), conf)
+            if n[i] == 0:
+                assert np.isnan(a) and np.isnan(b) and np.isnan(lo[i])
+            else:
+                assert (a, b) == (lo[i], hi[i])

@@ -153,3 +153,61 @@ def test_empty_and_degenerate_windows_are_nan_not_errors() -> None:
 
 def test_fbeta_names() -> None:
     assert fbeta_name(2.0) == "f2" and fbeta_name(0.5) == "f0_5" and fbeta_name(1) == "f1"
+
+
+def test_metrics_many_equals_each_window_alone() -> None:
+    """The batch path gives each row exactly its single-window result (same seeded
+    posterior draws), whatever else is in the batch; Wilson ratios and MCC/kappa equal
+    the per-window helpers they replace."""
+    from monitor.stats.agreement import kappa_with_se, mcc_with_se
+    from monitor.stats.binary import (
+        balanced_accuracy,
+        cohen_kappa,
+        confusion_posterior,
+        fbeta,
+        mcc,
+    )
+    from monitor.stats.common import class_count_reason, ratio
+
+    rng = np.random.default_rng(3)
+    conf = rng.integers(0, 60, (80, 4)).astype(np.float64)
+    conf[:5] = [[0, 0, 0, 0], [30, 0, 0, 0], [0, 0, 0, 25], [12, 0, 0, 11], [0, 9, 7, 0]]
+    conf[5:20] *= rng.integers(0, 2, (15, 4))  # empty cells and margins
+    many = LAYOUT.metrics_many(conf)
+    assert len(many) == conf.shape[0]
+    for row, got in zip(conf, many, strict=True):
+        alone = LAYOUT.metrics(row)
+        assert [(m.name, m.n, m.method, m.note) for m in got] == [
+            (m.name, m.n, m.method, m.note) for m in alone
+        ]
+        for x, y in zip(got, alone, strict=True):
+            for u, v in ((x.value, y.value), (x.lower, y.lower), (x.upper, y.upper)):
+                assert (math.isnan(u) and math.isnan(v)) or u == v, x.name
+        tn, fp, fn, tp = row
+        by = _by_name(got)
+        reason = class_count_reason(tp + fn, tn + fp)
+        has_draws = not reason and tn + fp + fn + tp > 0
+        draws = confusion_posterior(np.array([tn, fp, fn, tp])) if has_draws else None
+        acc = ratio("accuracy", tp + tn, tn + fp + fn + tp, 0.95)
+        assert (by["accuracy"].lower, by["accuracy"].upper) == (acc.lower, acc.upper) or (
+            math.isnan(acc.lower) and math.isnan(by["accuracy"].lower)
+        )
+        # the one-metric functions (their own posterior draw) agree exactly
+        one = {
+            "f2": fbeta(tp, fp, fn, 2.0, 0.95, tn),
+            "mcc": mcc(tp, fp, fn, tn, 0.95, draws, reason),
+            "cohen_kappa": cohen_kappa(tp, fp, fn, tn, 0.95, draws, reason),
+            "balanced_accuracy": balanced_accuracy(tp, fp, fn, tn, 0.95, draws, reason),
+        }
+        for name, mv in one.items():
+            got_mv = by[name]
+            for u, v in (
+                (got_mv.value, mv.value),
+                (got_mv.lower, mv.lower),
+                (got_mv.upper, mv.upper),
+            ):
+                assert (math.isnan(u) and math.isnan(v)) or u == v, name
+        cm = np.array([[tn, fp], [fn, tp]])
+        for name, oracle in (("mcc", mcc_with_se(cm)[0]), ("cohen_kappa", kappa_with_se(cm)[0])):
+            v = by[name].value
+            assert (math.isnan(v) and math.isnan(oracle)) or v == pytest.approx(oracle, abs=1e-12)
