@@ -236,8 +236,8 @@ class _Window:
             metrics, reliability, economics = self.catalog.compute(
                 np.asarray(c), values, p.wide_rows, self.confidence, coarse
             )
-            if slice_label == "all" and self.catalog.est is not None:
-                metrics += self.catalog.estimates(version, wide_rows, self.confidence)
+            if p.slice_label == "all" and self.catalog.est is not None:
+                metrics += self.catalog.estimates(p.version, p.wide_rows, self.confidence)
             extra = {
                 "metrics": metrics,
                 "confusion": (int(c[0]), int(c[1]), int(c[2]), int(c[3])),

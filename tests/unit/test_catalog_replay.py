@@ -11,6 +11,7 @@ import pytest
 from scipy.stats import ks_2samp
 
 from monitor.config import settings_from_mapping
+from monitor.engine.models import SLICE_LOGIT_RANGE, ModelSpec
 from monitor.replay import replay
 from monitor.stats.scores import ScoreLayout
 
@@ -67,7 +68,8 @@ def test_ks_gini_and_gain_through_replay(run: tuple[dict, dict], slice_: str) ->
     p = np.array([r[0] for r in rows])
     y = np.array([r[1] for r in rows], dtype=float)
     # slice "all" reads the fine histogram, a segment slice its coarse one (logit ±8)
-    layout = ScoreLayout() if slice_ == "all" else ScoreLayout(bins=256, logit_range=8.0)
+    coarse = ScoreLayout(bins=ModelSpec("risk").slice_score_bins, logit_range=SLICE_LOGIT_RANGE)
+    layout = ScoreLayout() if slice_ == "all" else coarse
     vec = layout.empty()
     layout.add(vec, y, p)
     exact = ks_2samp(p[y == 1], p[y == 0]).statistic

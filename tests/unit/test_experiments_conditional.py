@@ -55,7 +55,8 @@ def test_cs_bounds_are_the_roots_of_the_boundary(k1: int, k0: int, c: float) -> 
         assert lo <= k1 / (k1 + k0) <= hi
     for bound, edge in ((lo, 0.0), (hi, 1.0)):
         if bound != edge:
-            assert float(beta_mixture_log_lr(k1, k0, a, b, bound)) == pytest.approx(level, abs=1e-6)
+            # the root finder stops within its x-tolerance: the boundary holds to ~1e-5
+            assert float(beta_mixture_log_lr(k1, k0, a, b, bound)) == pytest.approx(level, abs=1e-5)
     # inside the sequence the martingale is below 1/α
     mid = 0.5 * (lo + hi)
     assert float(beta_mixture_log_lr(k1, k0, a, b, mid)) < level
