@@ -1,7 +1,8 @@
 """Immutable evaluation results: what exporters, the API and reports read.
 
-A small closed set of frozen dataclasses (STYLE.md rule 7); computation never renders,
-so Prometheus names and JSON layouts live in the adapters.
+A small closed set of frozen dataclasses, never nested dicts, so every reader sees the
+same typed shapes; computation never renders, so Prometheus names and JSON layouts live
+in the adapters.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Mergeable loss moments: the sufficient statistic behind a difference in mean loss.
 
 ``(n, Σx, Σx²)`` is all that a comparison of means with plug-in variances needs, and it
-merges by plain addition (DESIGN.md §6 "Mergeable statistics"): buckets, windows and
+merges by plain addition (mergeable statistics, docs/design.md): buckets, windows and
 instances combine without re-reading events, and ``merge(a, b)`` describes ``a ∪ b``.
 
 Numerics: the variance is computed as ``(Σx² - n·mean²) / (n - 1)``, which loses relative

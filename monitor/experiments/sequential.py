@@ -29,7 +29,7 @@ sequences" (Ann. Statist. 49(2)), with ``ρ² = τ²`` — which is the boundary
 to sample means with plug-in variances. So the p-value and the interval are two readings of
 one test (``p ≤ α`` ⇔ ``θ₀ ∉ CS``). We chose the mSPRT formulation because it gives the
 p-value that the dashboards export and the interval that the decisions need from one
-formula, and it is the method the product's design names (DESIGN.md §6, §10).
+formula, and it is the method docs/comparisons.md documents (Johari et al. 2017).
 
 Assumptions (document them wherever a decision is shown):
 
