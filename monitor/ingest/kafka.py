@@ -20,10 +20,13 @@ from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, Topic
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.structs import OffsetAndMetadata
 
+from .. import kafka_compat
 from ..config import KafkaSettings
 from ..scale.assignor import CoPartitionAssignor, warn_unpaired
 from ..state.positions import Resume, resume_position
 from .pipeline import RawBatch, offset_key
+
+kafka_compat.install()
 
 __all__ = [
     "KafkaPythonSource",

@@ -32,6 +32,10 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient
 from kafka.errors import TopicAlreadyExistsError
 
+from .. import kafka_compat
+
+kafka_compat.install()
+
 __all__ = ["WHOLE", "KafkaStateStore", "StoredState", "state_topic"]
 
 log = logging.getLogger(__name__)

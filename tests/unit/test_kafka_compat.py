@@ -1,0 +1,105 @@
+"""kafka-python 3 compiles protocol decoders lazily and, without a lock, two threads
+decoding the same response type for the first time can cache a decoder that fails for
+every later response (seen in CI: a daemon that could never bootstrap). The race window is
+widened deterministically by slowing the code generator down."""
+
+from __future__ import annotations
+
+import io
+import struct
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kafka.protocol.metadata.api_versions import ApiVersionsResponse
+from kafka.protocol.schemas.fields.struct import StructField
+
+from monitor import kafka_compat
+
+# an ApiVersions v4 response body: error 0, no api keys, throttle 0, no tagged fields
+BODY = struct.pack(">hii", 0, 0, 0) + b"\x00" * 20
+
+
+def _decode() -> Any:
+    return ApiVersionsResponse[4].decode(io.BytesIO(BODY), version=4)
+
+
+SECOND_COMPILING = threading.Event()
+FIRST_DONE = threading.Event()
+
+
+@pytest.fixture
+def slow_codegen(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Order the two threads so the first finishes compiling while the second is mid-way:
+    the first waits (briefly: under the lock the second cannot get there) until the second
+    has started, and the second waits until the first has decoded."""
+    emit = StructField.emit_decode_from
+
+    def ordered(self: StructField, ctx: Any, var_name: str, *args: Any, **kwargs: Any) -> Any:
+        if var_name == "obj":
+            if threading.current_thread().name == "first":
+                SECOND_COMPILING.wait(0.5)
+            elif threading.current_thread().name == "second":
+                SECOND_COMPILING.set()
+                FIRST_DONE.wait(5.0)
+        return emit(self, ctx, var_name, *args, **kwargs)
+
+    monkeypatch.setattr(StructField, "emit_decode_from", ordered)
+    struct_field = ApiVersionsResponse._struct
+    saved_cache = dict(struct_field._compiled_encoders)
+    saved_class = struct_field._data_class
+    yield
+    struct_field._compiled_encoders.clear()
+    struct_field._compiled_encoders.update(saved_cache)
+    struct_field._data_class = saved_class
+
+
+def _race() -> list[BaseException]:
+    """Two threads decode a never-compiled response type at once; return their errors."""
+    ApiVersionsResponse._struct._compiled_encoders.clear()
+    SECOND_COMPILING.clear()
+    FIRST_DONE.clear()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            _decode()
+        except Exception as exc:  # the race's symptom is any decode failure
+            errors.append(exc)
+        finally:
+            if threading.current_thread().name == "first":
+                FIRST_DONE.set()
+
+    first = threading.Thread(target=run, name="first")
+    second = threading.Thread(target=run, name="second")
+    first.start()
+    second.start()
+    first.join()
+    second.join()
+    return errors
+
+
+def _unguarded(monkeypatch: pytest.MonkeyPatch) -> None:
+    inner = StructField.compiled_decode_from
+    monkeypatch.setattr(StructField, "compiled_decode_from", getattr(inner, "__wrapped__", inner))
+
+
+def test_the_race_poisons_the_decoder_without_the_lock(
+    slow_codegen: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shows the failure is real in the pinned kafka-python, so the next test means something."""
+    _unguarded(monkeypatch)
+    _race()
+    with pytest.raises(TypeError, match="not a type object"):
+        _decode()
+
+
+def test_install_serialises_compilation(slow_codegen: None) -> None:
+    assert kafka_compat.install()
+    assert kafka_compat.install()  # idempotent
+    errors = _race()
+    assert errors == []
+    decoded = _decode()
+    assert decoded.error_code == 0
+    assert type(decoded).__name__ == "ApiVersionsResponse"
