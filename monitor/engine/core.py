@@ -44,6 +44,7 @@ from .drift import DriftTracker
 from .evaluate import evaluate_all
 from .models import ComparisonSpec, DriftSpec, ModelSpec
 from .records import ID_HASH, LabelBatch, PredictionBatch
+from .result_cache import ResultCache
 from .segments import SegmentFolder
 from .snapshot import DelayHistogram, OpsState, Snapshot, WindowResult
 from .state_checks import check_state
@@ -251,6 +252,8 @@ class Engine:
         self.pred_watermark_ms = _NO_TS
         self.label_watermark_ms = _NO_TS
         self.event_clock = EventWatermark()  # robust watermark, retention edge (clock.py)
+        # window results of the last evaluation, reused while their counts do not change
+        self.result_cache = ResultCache()
         self._min_pred_ts = _NO_TS
         self._min_orphan_ts = _NO_TS
 
@@ -1243,7 +1246,7 @@ class Engine:
             plugins = self.active_plugins
         errors: Counter[str] = Counter()
         results, fairness = evaluate_all(
-            view, models or self.models, now_ms, confidence, plugins, errors
+            view, models or self.models, now_ms, confidence, plugins, errors, self.result_cache
         )
         with guard:
             comparisons = self.look_comparisons(

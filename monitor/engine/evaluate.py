@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +29,8 @@ from ..stats.scores import (
     gini_from_auc,
 )
 from .models import SCORE_METRICS, ModelSpec, exported_metric_names
-from .slice_scores import slice_score_metrics
+from .result_cache import ResultCache, digest
+from .slice_scores import SliceScores, slice_score_metrics_many
 from .snapshot import Economics, FairnessGap, OpsState, WindowResult
 from .view import StoreView
 
@@ -48,6 +49,7 @@ def evaluate_all(
     confidence: float = 0.95,
     plugins: Sequence[MetricPlugin] = (),
     plugin_errors: Counter[str] | None = None,
+    cache: ResultCache | None = None,
 ) -> tuple[tuple[WindowResult, ...], tuple[FairnessGap, ...]]:
     """Window results and the fairness gaps across each single-dimension slice.
 
@@ -58,7 +60,27 @@ def evaluate_all(
     (every slice).
 
     Plugin metrics are computed per window too; a plugin that raises is counted in
-    ``plugin_errors`` and its metrics are left out of that result."""
+    ``plugin_errors`` and its metrics are left out of that result. ``cache`` (the
+    engine's) lends this pass the binary catalogs and slice score metrics of the windows
+    whose counts have not changed since the last pass (:mod:`.result_cache`)."""
+    if cache is not None:
+        cache.begin()
+    try:
+        return _evaluate(view, models, now_ms, confidence, plugins, plugin_errors, cache)
+    finally:
+        if cache is not None:
+            cache.end()
+
+
+def _evaluate(
+    view: StoreView,
+    models: Sequence[ModelSpec],
+    now_ms: int,
+    confidence: float,
+    plugins: Sequence[MetricPlugin],
+    plugin_errors: Counter[str] | None,
+    cache: ResultCache | None,
+) -> tuple[tuple[WindowResult, ...], tuple[FairnessGap, ...]]:
     results: list[WindowResult] = []
     gaps: list[FairnessGap] = []
     groups = view.groups
@@ -122,6 +144,7 @@ def evaluate_all(
                 confidence,
                 results,
                 task_sums,
+                cache,
             )
             emit = win.emit
             none = np.empty(0, np.int64)
@@ -195,7 +218,9 @@ class _Window:
         confidence: float,
         out: list[WindowResult],
         task_sums: np.ndarray | None = None,
+        cache: ResultCache | None = None,
     ) -> None:
+        self.cache = cache
         self.spec, self.catalog, self.label = spec, catalog, label
         self.task_sums = task_sums
         self.start_ms, self.end_ms = start_ms, end_ms
@@ -223,18 +248,34 @@ class _Window:
         """Compute the queued binary results, their confusion catalogs in one batch."""
         if not self.pending:
             return
-        confs = np.stack([self.conf[p.members].sum(axis=0) for p in self.pending])
-        binary = self.catalog.binary.metrics_many(confs.astype(np.float64), self.confidence)
-        for p, c, values in zip(self.pending, confs.tolist(), binary, strict=True):
-            # slice "all" reads the version's fine histograms; a segment slice the sum of
-            # its segments' coarser ones
-            coarse = (
-                self.task_sums[p.members].sum(axis=0)
-                if p.slice_label != "all" and self.task_sums is not None
-                else None
-            )
+        confs = _member_sums(self.conf, [p.members for p in self.pending])
+        catalog = self.catalog
+        binary = _cached_rows(
+            self.cache,
+            confs.astype(np.float64),
+            ("binary", catalog.binary.betas, self.confidence),
+            lambda rows: catalog.binary.metrics_many(rows, self.confidence),
+        )
+        # slice "all" reads the version's fine histograms; a segment slice the sum of its
+        # segments' coarser ones, whose score metrics are computed here in one batch
+        coarse: list[np.ndarray | None] = [None] * len(self.pending)
+        scored: list[SliceScores | None] = [None] * len(self.pending)
+        layout = self.catalog.slice_layout
+        if self.task_sums is not None and layout is not None:
+            at = [i for i, p in enumerate(self.pending) if p.slice_label != "all"]
+            if at:
+                vecs = _member_sums(self.task_sums, [self.pending[i].members for i in at])
+                batch = _cached_rows(
+                    self.cache,
+                    vecs,
+                    ("slice", layout.bins, layout.logit_range, self.confidence),
+                    lambda rows: slice_score_metrics_many(layout, rows, self.confidence),
+                )
+                for j, i in enumerate(at):
+                    coarse[i], scored[i] = vecs[j], batch[j]
+        for k, (p, c, values) in enumerate(zip(self.pending, confs, binary, strict=True)):
             metrics, reliability, economics = self.catalog.compute(
-                np.asarray(c), values, p.wide_rows, self.confidence, coarse
+                c, values, p.wide_rows, self.confidence, coarse[k], scored[k]
             )
             if p.slice_label == "all" and self.catalog.est is not None:
                 metrics += self.catalog.estimates(p.version, p.wide_rows, self.confidence)
@@ -450,10 +491,12 @@ class _Catalog:
         rows: np.ndarray,
         confidence: float,
         coarse: np.ndarray | None = None,
+        scored: SliceScores | None = None,
     ) -> tuple[tuple[MetricValue, ...], tuple[ReliabilityBin, ...], Economics | None]:
         """The binary catalog ``binary`` of merged confusion counts ``conf`` (computed in a
         batch by the caller), plus the score-based metrics from the fine histogram rows
-        ``rows`` (slice "all") or the summed coarse vector ``coarse`` (segment slices)."""
+        ``rows`` (slice "all") or the summed coarse vector ``coarse`` (segment slices;
+        ``scored``: its score metrics, already computed in a batch)."""
         values = list(binary)
         reliability: tuple[ReliabilityBin, ...] = ()
         economics = None
@@ -467,14 +510,18 @@ class _Catalog:
             vec = None
         if vec is not None:
             if layout is self.slice_layout:
-                values += slice_score_metrics(layout, vec, confidence)
+                if scored is None:
+                    scored = slice_score_metrics_many(layout, vec[np.newaxis, :], confidence)[0]
+                assert scored is not None
+                values += scored[0]
+                reliability = scored[1]
             else:
                 values += layout.metrics(vec, confidence)
+                reliability = tuple(layout.reliability(vec, confidence))
             if self.credit:  # opt-in (config OPT_IN_METRICS)
                 auc = next(mv for mv in values if mv.name == "roc_auc")
                 values += [layout.ks_statistic(vec), gini_from_auc(auc)]
                 values += layout.gains(vec, self.spec.gain_fractions, confidence)
-            reliability = tuple(layout.reliability(vec, confidence))
         metrics = tuple(mv for mv in values if mv.name in self.wanted)
         if self.plugins and rows.shape[0]:
             metrics += tuple(self._plugin_metrics(rows, confidence))
@@ -518,6 +565,41 @@ class _Catalog:
             return Economics(deployed, float("nan"), MetricValue("expected_value", *_NAN3, 0))
         best = layout.best_threshold(vec, ValueMatrix(v_tp, v_fp, v_fn, v_tn), confidence)
         return Economics(deployed, best.threshold, best.value)
+
+
+def _cached_rows(
+    cache: ResultCache | None,
+    rows: np.ndarray,
+    context: tuple[Any, ...],
+    compute: Callable[[np.ndarray], list[Any]],
+) -> list[Any]:
+    """``compute(rows)``, reusing the result of every row whose bytes (and ``context``:
+    what else the result depends on) an earlier or this pass already computed."""
+    if cache is None:
+        return compute(rows)
+    keys = [digest(row, context) for row in rows]
+    out = [cache.get(k) for k in keys]
+    todo: dict[bytes, list[int]] = {}
+    for i, value in enumerate(out):
+        if value is None:
+            todo.setdefault(keys[i], []).append(i)
+    if todo:
+        fresh = compute(rows[[at[0] for at in todo.values()]])
+        for (key, at), value in zip(todo.items(), fresh, strict=True):
+            cache.put(key, value)
+            for i in at:
+                out[i] = value
+    return out
+
+
+def _member_sums(matrix: np.ndarray, members: Sequence[list[int]]) -> np.ndarray:
+    """(len(members), width): row i is the sum of ``matrix``'s rows ``members[i]`` (a
+    segment slice of one dimension is one group, so usually a plain gather)."""
+    if all(len(m) == 1 for m in members):
+        return matrix[[m[0] for m in members]]
+    flat = np.fromiter((g for m in members for g in m), np.intp)
+    starts = np.cumsum([0] + [len(m) for m in members[:-1]])
+    return np.add.reduceat(matrix[flat], starts, axis=0)
 
 
 def _sum_rows(matrix: np.ndarray, rows: np.ndarray) -> np.ndarray:
