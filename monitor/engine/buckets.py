@@ -18,7 +18,7 @@ import numpy as np
 
 from .windows import Tiers
 
-__all__ = ["BucketStore"]
+__all__ = ["BucketStore", "CopyPlan"]
 
 _BUCKET_BITS = 36  # bucket index < 2**36 (over 2000 years of 1 s buckets)
 _GROUP_SHIFT = np.int64(_BUCKET_BITS + 2)  # then 2 bits of tier (0 base, 1 hour, 2 day)
@@ -26,6 +26,23 @@ _MIN_ROWS = 8
 _FIXED = {"group": ((), np.int32), "bucket": ((), np.int64), "tier": ((), np.int8),
           "predicted": ((), np.int64), "labeled": ((), np.int64),
           "confusion": ((4,), np.int64)}  # fmt: skip
+
+
+class CopyPlan:
+    """A copy of a store's rows in progress (:meth:`BucketStore.begin_copy`)."""
+
+    __slots__ = ("copied", "generation", "n", "patched", "source")
+
+    def __init__(self, n: int, generation: int, source: dict[str, np.ndarray]) -> None:
+        self.n, self.generation, self.source = n, generation, source
+        self.copied: dict[str, np.ndarray] | None = None
+        self.patched = 0
+
+    def copy(self) -> None:
+        """The bulk copy, outside the lock (NumPy copies without holding the GIL, so the
+        writer runs meanwhile; rows it changes are re-copied by ``finish_copy``)."""
+        self.copied = {name: arr.copy() for name, arr in self.source.items()}
+        self.source = {}
 
 
 class BucketStore:
@@ -48,6 +65,11 @@ class BucketStore:
         self._n = 0
         self._cap = _MIN_ROWS  # grows by doubling: an idle store stays small
         self._cols = {k: np.zeros((self._cap, *sh), dt) for k, (sh, dt) in self._shapes.items()}
+        # copy-out bookkeeping (:meth:`begin_copy`): rows written since the copy began, and
+        # a counter of changes that move or drop rows (the copy then starts over)
+        self._dirty = np.zeros(self._cap, bool)
+        self.generation = 0
+        self._open_copies = 0
 
     def __len__(self) -> int:
         return self._n
@@ -67,6 +89,7 @@ class BucketStore:
             return
         self._shapes[key] = ((int(width),), dtype)
         self._cols[key] = np.zeros((self._cap, int(width)), dtype)
+        self.generation += 1
 
     def matrix(self, name: str) -> np.ndarray:
         """Rows in use of matrix ``name`` (a view: in-place adds reach the store)."""
@@ -88,6 +111,7 @@ class BucketStore:
             if row is None:
                 row = self._new_row(key)
             urows[i] = row
+        self._dirty[urows] = True  # every write to a row comes through here first
         return urows[inverse.reshape(-1)]
 
     def _tiered(self, bidx: np.ndarray) -> np.ndarray:
@@ -166,6 +190,7 @@ class BucketStore:
             self._index[key] = row
             self._cols["bucket"][row] = key & ((1 << _BUCKET_BITS) - 1)
             self._cols["tier"][row] = (key >> _BUCKET_BITS) & 3
+        self.generation += 1
         gone = src[add]
         if gone.shape[0]:
             keep = np.ones(n, bool)
@@ -187,6 +212,7 @@ class BucketStore:
 
     def _shrink(self, cap: int) -> None:
         self._cols = {name: col[:cap].copy() for name, col in self._cols.items()}
+        self._dirty = self._dirty[:cap].copy()
         self._cap = cap
 
     def _grow(self, cap: int) -> None:
@@ -194,6 +220,9 @@ class BucketStore:
             new = np.zeros((cap, *old.shape[1:]), old.dtype)
             new[: self._n] = old[: self._n]
             self._cols[name] = new
+        dirty = np.zeros(cap, bool)
+        dirty[: self._n] = self._dirty[: self._n]
+        self._dirty = dirty
         self._cap = cap
 
     def add_predictions(self, group: np.ndarray, ts_ms: np.ndarray) -> None:
@@ -241,6 +270,46 @@ class BucketStore:
     def state(self) -> dict[str, np.ndarray]:
         return {k: v.copy() for k, v in self.view().items()}
 
+    def begin_copy(self) -> CopyPlan:
+        """Start a copy of the rows in use that the caller makes *without* holding the
+        writer's lock (:meth:`CopyPlan.copy`), then completes under it
+        (:meth:`finish_copy`). Call under the lock.
+
+        Why: a fleet's stores are hundreds of MB; copying them under the engine lock
+        stalled ingestion for the whole copy. The writer keeps writing meanwhile; every
+        row it touches is marked (:meth:`rows_for`), and :meth:`finish_copy` re-copies
+        just those rows and the new ones — the read-copy-update pattern with a dirty map
+        instead of versions (McKenney & Slingwine 1998)."""
+        if self._open_copies == 0:  # another copy in progress needs its marks kept
+            self._dirty[:] = False
+        self._open_copies += 1
+        return CopyPlan(self._n, self.generation, self.view())
+
+    def finish_copy(self, plan: CopyPlan) -> dict[str, np.ndarray]:
+        """The copy as of now (call under the lock): rows written since
+        :meth:`begin_copy` re-copied, rows added appended; a plain copy if rows moved or
+        were dropped meanwhile (roll-up, retention, restore: none run in the writer's
+        normal path). Every plan must be finished (or :meth:`abandon_copy`-ed)."""
+        self._open_copies = max(0, self._open_copies - 1)
+        if plan.copied is None or plan.generation != self.generation:
+            return self.state()
+        n0 = plan.n
+        rows = np.flatnonzero(self._dirty[:n0])
+        out: dict[str, np.ndarray] = {}
+        for name, live in self.view().items():
+            if name not in plan.copied:  # a matrix registered meanwhile (generation moved)
+                return self.state()
+            copied = plan.copied[name]
+            if rows.shape[0]:
+                copied[rows] = live[rows]
+            out[name] = np.concatenate([copied, live[n0:]]) if self._n > n0 else copied
+        plan.patched = int(rows.shape[0]) + (self._n - n0)
+        return out
+
+    def abandon_copy(self) -> None:
+        """A plan that will not be finished (its pass failed)."""
+        self._open_copies = max(0, self._open_copies - 1)
+
     def load(self, state: Mapping[str, np.ndarray]) -> None:
         n = np.asarray(state["group"]).shape[0]
         cols = {}
@@ -272,6 +341,8 @@ class BucketStore:
             cols[name] = arr
         self._cap = max(_MIN_ROWS, n)
         self._n = n
+        self._dirty = np.zeros(self._cap, bool)
+        self.generation += 1
         self._cols = {}
         for name, arr in cols.items():
             full = np.zeros((self._cap, *arr.shape[1:]), arr.dtype)

@@ -24,6 +24,7 @@ Join semantics (docs/semantics.md):
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -254,6 +255,9 @@ class Engine:
         self.event_clock = EventWatermark()  # robust watermark, retention edge (clock.py)
         # window results of the last evaluation, reused while their counts do not change
         self.result_cache = ResultCache()
+        # seconds the last snapshot held the caller's lock, per section (before the copy,
+        # finishing it, the comparison looks)
+        self.lock_holds_s: tuple[float, ...] = ()
         self._min_pred_ts = _NO_TS
         self._min_orphan_ts = _NO_TS
 
@@ -288,11 +292,16 @@ class Engine:
         self.tiers = self.tiers.advanced(now_ms, self._fine_ms, self._hour_ms)
         return sum(st.roll_up(self.tiers) for st in self._stores())
 
-    def view(self, copy: bool = True) -> StoreView:
+    def view(
+        self, copy: bool = True, copies: dict[int, dict[str, np.ndarray]] | None = None
+    ) -> StoreView:
         """The stores evaluation reads; ``copy=False`` shares the arrays (replay, tests:
-        valid until the next mutation)."""
+        valid until the next mutation); ``copies``: finished copies by ``id(store)``
+        (:meth:`snapshot`)."""
 
         def take(store: BucketStore) -> dict[str, np.ndarray]:
+            if copies is not None:
+                return copies[id(store)]
             return store.state() if copy else store.view()
 
         return StoreView(
@@ -1227,27 +1236,44 @@ class Engine:
         """The immutable snapshot at ``now_ms`` — the one path for the daemon and replay.
 
         Under ``lock`` (the daemon's; none in replay): retention (or, with
-        ``retain=False``, only freezing and roll-up, as replay keeps everything), a copy
-        of the stores and counters. Outside it: every window, slice, fairness gap and
-        drift test. Under it again: one look of each comparison (sticky state) and the
-        plugin error counts. ``models`` may add windows (replay's ``all``); retention
-        runs at ``retain_at_ms`` (default ``now_ms``: the daemon passes the earlier of the
-        clock and the event watermark, engine/clock.py)."""
+        ``retain=False``, only freezing and roll-up, as replay keeps everything). Outside
+        it: the bulk copy of the stores, ingestion going on (:meth:`BucketStore.begin_copy`).
+        Under it again: the rows written meanwhile re-copied, and the counters. Outside:
+        every window, slice, fairness gap and drift test. Under it once more: one look of
+        each comparison (sticky state) and the plugin error counts; ``lock_holds_s``
+        keeps how long each section held the lock. ``models`` may add windows (replay's
+        ``all``); retention runs at ``retain_at_ms`` (default ``now_ms``: the daemon passes
+        the earlier of the clock and the event watermark, engine/clock.py)."""
         guard = lock if lock is not None else nullcontext()
+        held = time.perf_counter()
         with guard:
             if retain:
                 self.retain(now_ms if retain_at_ms is None else retain_at_ms)
             else:
                 self.freeze_live_references()
                 self.roll_up(now_ms)
-            view = self.view(copy=lock is not None)
+            plans = [(st, st.begin_copy()) for st in self._stores()] if lock is not None else []
+        holds = [time.perf_counter() - held]
+        try:
+            for _, plan in plans:  # the bulk copy, while ingestion goes on
+                plan.copy()
+        except BaseException:
+            for st, _ in plans:
+                st.abandon_copy()
+            raise
+        held = time.perf_counter()
+        with guard:
+            copies = {id(st): st.finish_copy(plan) for st, plan in plans}
+            view = self.view(copy=False, copies=copies if plans else None)
             ops = self.ops()
             unseen = {k: list(v) for k, v in self.unseen_examples.items()}
             plugins = self.active_plugins
+        holds.append(time.perf_counter() - held)
         errors: Counter[str] = Counter()
         results, fairness = evaluate_all(
             view, models or self.models, now_ms, confidence, plugins, errors, self.result_cache
         )
+        held = time.perf_counter()
         with guard:
             comparisons = self.look_comparisons(
                 results, now_ms if look_at_ms is None else look_at_ms, not_ready, confidence
@@ -1255,6 +1281,8 @@ class Engine:
             self.plugin_errors.update(errors)
             if errors:
                 ops = self.ops()
+        holds.append(time.perf_counter() - held)
+        self.lock_holds_s = tuple(holds)
         drift = self.drift.evaluate(view, now_ms, models, unseen=unseen)
         return Snapshot(
             at_ms=now_ms if at_ms is None else at_ms,
