@@ -1584,13 +1584,81 @@ def _vm_kb(field: str) -> int:
     return 0
 
 
+def _fleet_events(
+    rng: np.random.Generator,
+    n: int,
+    n_models: int,
+    n_versions: int,
+    n_slices: int,
+    t0: int,
+    t1: int,
+    prefix: str,
+) -> tuple[list[PredictionBatch], list[LabelBatch], list[int]]:
+    """``n`` scored binary events in time order over [t0, t1), as engine batches of at most
+    20,000 events and 10 minutes (the last event time of each batch alongside)."""
+    ts = np.sort(rng.integers(t0, t1, n)).astype(np.int64)
+    model = rng.integers(0, n_models, n).astype(np.int16)
+    version = rng.integers(0, n_versions, n)
+    segment = rng.integers(0, n_slices, n)
+    y = (rng.random(n) < 0.3).astype(np.int8)
+    score = 1 / (1 + np.exp(-(2.0 * (y - 0.5) + rng.normal(size=n) - 0.8)))
+    labeled = rng.random(n) < 0.9
+    vnames = [f"v{v}" for v in range(n_versions)]
+    snames = [{"segment": f"s{v}"} for v in range(n_slices)]
+    keys = hash_ids([f"{prefix}{i}" for i in range(n)])
+    edges = np.searchsorted(ts, np.arange(t0, t1 + 600_000, 600_000))
+    bounds = sorted({0, n, *edges.tolist(), *range(0, n, 20_000)})
+    preds, labels, last = [], [], []
+    for lo, hi in itertools.pairwise(bounds):
+        if hi <= lo:
+            continue
+        sl = slice(lo, hi)
+        preds.append(
+            PredictionBatch(keys[sl], ts[sl], model[sl], [vnames[v] for v in version[sl]],
+                            score[sl], (score[sl] >= 0.5).astype(np.int8),
+                            segments=[snames[v] for v in segment[sl]])
+        )  # fmt: skip
+        lab = np.flatnonzero(labeled[sl]) + lo
+        labels.append(LabelBatch(keys[lab], ts[lab] + 60_000, [str(v) for v in y[lab]]))
+        last.append(int(ts[hi - 1]))
+    return preds, labels, last
+
+
+def _ingest(
+    engine: Engine, lock: Any, preds: list[PredictionBatch], labels: list[LabelBatch]
+) -> tuple[float, list[float]]:
+    """Apply batches as the consumer loop does (under the engine lock); returns the
+    elapsed seconds and each batch's wait for the lock."""
+    waits = []
+    started = time.perf_counter()
+    for p, lab in zip(preds, labels, strict=True):
+        asked = time.perf_counter()
+        with lock:
+            waits.append(time.perf_counter() - asked)
+            engine.apply_predictions(p)
+            engine.apply_labels(lab)
+    return time.perf_counter() - started, waits
+
+
 def fleet_child(
-    n_models: int, n_versions: int, n_slices: int, n_events: int, score_metrics: bool, reps: int
+    n_models: int,
+    n_versions: int,
+    n_slices: int,
+    n_events: int,
+    score_metrics: bool,
+    reps: int,
+    extra: bool = False,
 ) -> dict[str, float]:
     """One fleet configuration in a fresh process: feed ``n_events`` over 7 days in time
     order (rolling the tiers every simulated 10 minutes, as evaluations would), then time
-    evaluation ticks. Returns memory and timing figures."""
-    from monitor.engine.evaluate import evaluate_all
+    evaluation ticks through ``Engine.snapshot`` under a lock, as the daemon runs them:
+    the first (nothing reusable), one with nothing new, and one after 1,000 new events.
+    With ``extra``: the /metrics page (rendered once, then served from cache) and
+    ingestion throughput with evaluation ticking in another thread vs without."""
+    from prometheus_client.registry import CollectorRegistry
+
+    from monitor.export.exposition import Exposition
+    from monitor.export.published import Published
 
     day_ms = 86_400_000
     metrics = None if score_metrics else ["accuracy", "precision", "recall", "f1"]
@@ -1603,54 +1671,96 @@ def fleet_child(
     rss0 = _vm_kb("VmRSS")
     rng = np.random.default_rng(17)
     now = 1_700_000_000_000
-    ts = np.sort(rng.integers(now - 7 * day_ms, now, n_events)).astype(np.int64)
-    model = rng.integers(0, n_models, n_events).astype(np.int16)
-    version = rng.integers(0, n_versions, n_events)
-    segment = rng.integers(0, n_slices, n_events)
-    y = (rng.random(n_events) < 0.3).astype(np.int8)
-    score = 1 / (1 + np.exp(-(2.0 * (y - 0.5) + rng.normal(size=n_events) - 0.8)))
-    labeled = rng.random(n_events) < 0.9
-    vnames = [f"v{v}" for v in range(n_versions)]
-    snames = [{"segment": f"s{v}"} for v in range(n_slices)]
-    keys = hash_ids([f"e{i}" for i in range(n_events)])
-    # batches of at most 20,000 events and 10 minutes, rolling up after each 10 minutes
-    edges = np.searchsorted(ts, np.arange(int(ts[0]), now + 600_000, 600_000))
-    bounds = sorted({0, n_events, *edges.tolist(), *range(0, n_events, 20_000)})
+    shape = (n_models, n_versions, n_slices)
+    preds, labels, last = _fleet_events(rng, n_events, *shape, now - 7 * day_ms, now, "e")
     fed = time.perf_counter()
-    for lo, hi in itertools.pairwise(bounds):
-        sl = slice(lo, hi)
-        engine.apply_predictions(
-            PredictionBatch(keys[sl], ts[sl], model[sl], [vnames[v] for v in version[sl]],
-                            score[sl], (score[sl] >= 0.5).astype(np.int8),
-                            segments=[snames[v] for v in segment[sl]])
-        )  # fmt: skip
-        lab = np.flatnonzero(labeled[sl]) + lo
-        engine.apply_labels(LabelBatch(keys[lab], ts[lab] + 60_000, [str(v) for v in y[lab]]))
-        if hi in edges or hi == n_events:
-            engine.retain(int(ts[hi - 1]))
+    for p, lab, t in zip(preds, labels, last, strict=True):
+        engine.apply_predictions(p)
+        engine.apply_labels(lab)
+        engine.retain(t)
     feed_s = time.perf_counter() - fed
+    del preds, labels
     engine.retain(now)
-    ticks, copies = [], []
-    for _ in range(reps):
+    lock = threading.RLock()
+
+    def tick(at: int) -> tuple[float, Any]:
         t0 = time.perf_counter()
-        engine.retain(now)
-        view = engine.view()
-        t1 = time.perf_counter()
-        evaluate_all(view, engine.models, now)
-        engine.drift.evaluate(view, now)
-        ticks.append(time.perf_counter() - t0)
-        copies.append(t1 - t0)
-        del view
+        snap = engine.snapshot(at, lock=lock)
+        return time.perf_counter() - t0, snap
+
+    cold_s, snap = tick(now)
+    cold_holds = engine.lock_holds_s
+    same, changed, holds = [], [], list(cold_holds)
+    for r in range(reps):
+        dt, snap = tick(now)
+        same.append(dt)
+        holds += engine.lock_holds_s
+        new_p, new_l, _ = _fleet_events(rng, 1_000, *shape, now - 300_000, now, f"n{r}-")
+        for p, lab in zip(new_p, new_l, strict=True):
+            engine.apply_predictions(p)
+            engine.apply_labels(lab)
+        dt, snap = tick(now)
+        changed.append(dt)
+        holds += engine.lock_holds_s
     stores = engine.store_bytes()
     state_bytes = stores["buckets"] + stores["wide"] + stores["sliced"]
-    return {
+    out = {
         "models": n_models, "versions": n_versions, "slices": n_slices, "events": n_events,
         "state_mb": state_bytes / 1e6, "join_mb": stores["join"] / 1e6,
         "rss_mb": _vm_kb("VmRSS") / 1024, "peak_rss_mb": _vm_kb("VmHWM") / 1024,
-        "baseline_rss_mb": rss0 / 1024, "tick_s": median(ticks), "copy_s": median(copies),
-        "feed_s": feed_s, "rows": float(len(engine.buckets)),
+        "baseline_rss_mb": rss0 / 1024, "tick_s": median(same), "changed_tick_s": median(changed),
+        "cold_tick_s": cold_s, "lock_max_s": max(holds), "feed_s": feed_s,
+        "rows": float(len(engine.buckets)), "results": float(len(snap.results)),
         "per_model_version_day_mb": state_bytes / 1e6 / (n_models * n_versions * 7),
     }  # fmt: skip
+    if not extra:
+        return out
+    # /metrics: rendered once per evaluation, a scrape serves the cached bytes
+    published = Published(snapshot=snap, ops=snap.ops)
+    exposition = Exposition(lambda: published, CollectorRegistry())
+    t0 = time.perf_counter()
+    exposition.refresh()
+    out["render_s"] = time.perf_counter() - t0
+    scrapes, gz = [], []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        page = exposition.page()
+        scrapes.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        exposition.page(gzip=True)
+        gz.append(time.perf_counter() - t0)
+    out.update(scrape_s=median(scrapes), scrape_gzip_s=median(gz), page_mb=len(page) / 1e6)
+    # ingestion with and without evaluation ticking every INGEST_TICK_S in another thread
+    n_stream = max(20_000, n_events // 10)
+    streams = [
+        _fleet_events(rng, n_stream, *shape, now - 3_600_000, now, f"s{i}-")[:2] for i in range(3)
+    ]
+    stop = threading.Event()
+    tick_holds: list[float] = []
+
+    def evaluator() -> None:
+        while not stop.wait(INGEST_TICK_S):
+            engine.snapshot(now, lock=lock)
+            tick_holds.extend(engine.lock_holds_s)
+
+    alone_a, waits_a = _ingest(engine, lock, *streams[0])
+    thread = threading.Thread(target=evaluator, daemon=True)
+    thread.start()
+    with_eval, waits = _ingest(engine, lock, *streams[1])
+    stop.set()
+    thread.join()
+    alone_b, waits_b = _ingest(engine, lock, *streams[2])
+    alone = (alone_a + alone_b) / 2
+    out.update(
+        ingest_alone_eps=n_stream / alone, ingest_with_eval_eps=n_stream / with_eval,
+        ingest_ticks=float(len(tick_holds) // 3), ingest_wait_max_s=max(waits),
+        ingest_wait_alone_max_s=max(waits_a + waits_b),
+        ingest_hold_max_s=max(tick_holds, default=0.0), stream_events=float(n_stream),
+    )  # fmt: skip
+    return out
+
+
+INGEST_TICK_S = 2.0  # evaluation interval while measuring ingestion (the default is 10 s)
 
 
 def _in_child(*args: Any) -> dict[str, float]:
@@ -1660,39 +1770,65 @@ def _in_child(*args: Any) -> dict[str, float]:
         return pool.apply(fleet_child, args)
 
 
-def bench_fleet(n_events: int, scale_events: int, reps: int) -> list[Result]:
+def bench_fleet(
+    n_events: int, scale_events: int, reps: int, scale_slices: tuple[int, ...] = (100, 1000)
+) -> list[Result]:
     """A fleet: 10 models × 3 versions × 100 slices, windows 5m/1h/1d/7d, ``n_events``
     over 7 days, each configuration in a fresh process (RSS is its own). The baseline is
     the same fleet with one model; the scaling table varies models and slices."""
     log(f"fleet: 10 models x 3 versions x 100 slices, {n_events:,} events")
     one = _in_child(1, 3, 100, n_events // 10, True, reps)
-    fleet = _in_child(10, 3, 100, n_events, True, reps)
+    fleet = _in_child(10, 3, 100, n_events, True, reps, True)
     plain = _in_child(10, 3, 100, n_events, False, reps)
-    table = [_in_child(m, 3, s, scale_events, True, 1) for m in (1, 10, 50) for s in (100, 1000)]
+    table = [_in_child(m, 3, s, scale_events, True, 1) for s in scale_slices for m in (1, 10, 50)]
     notes = [
         "fleet with score metrics (default catalog, per-slice score histograms): "
         f"state {fleet['state_mb']:.0f} MB, RSS {fleet['rss_mb']:.0f} MB "
         f"(peak {fleet['peak_rss_mb']:.0f}), {fleet['rows']:,.0f} light rows, "
-        f"view copy {fleet['copy_s']:.3f} s of a {fleet['tick_s']:.3f} s tick",
+        f"{fleet['results']:,.0f} window results",
+        f"  ticks (Engine.snapshot under a lock): first {fleet['cold_tick_s']:.3f} s, "
+        f"nothing new {fleet['tick_s']:.3f} s, after 1,000 new events "
+        f"{fleet['changed_tick_s']:.3f} s; longest lock hold {fleet['lock_max_s'] * 1e3:.1f} ms",
+        f"  /metrics: {fleet['page_mb']:.1f} MB page rendered once in {fleet['render_s']:.2f} s "
+        f"per evaluation; a scrape from cache {fleet['scrape_s'] * 1e3:.1f} ms "
+        f"(gzip {fleet['scrape_gzip_s'] * 1e3:.1f} ms)",
+        f"  ingestion of {fleet['stream_events']:,.0f} events, evaluation every "
+        f"{INGEST_TICK_S:g} s in another thread ({fleet['ingest_ticks']:.0f} ticks): "
+        f"{fleet['ingest_with_eval_eps']:,.0f} ev/s vs {fleet['ingest_alone_eps']:,.0f} ev/s "
+        f"alone; longest wait for the lock {fleet['ingest_wait_max_s'] * 1e3:.1f} ms "
+        f"(alone {fleet['ingest_wait_alone_max_s'] * 1e3:.1f} ms), longest evaluation hold "
+        f"{fleet['ingest_hold_max_s'] * 1e3:.1f} ms",
         "fleet without score metrics (confusion catalog): "
         f"state {plain['state_mb']:.0f} MB, RSS {plain['rss_mb']:.0f} MB, "
-        f"tick {plain['tick_s']:.3f} s, {plain['per_model_version_day_mb']:.2f} MB per "
-        "model-version-day",
+        f"tick {plain['tick_s']:.3f} s (first {plain['cold_tick_s']:.3f} s), "
+        f"{plain['per_model_version_day_mb']:.2f} MB per model-version-day",
         f"one model, {n_events // 10:,} events (baseline): state {one['state_mb']:.0f} MB, "
-        f"tick {one['tick_s']:.3f} s",
-        f"scaling ({scale_events:,} events, 3 versions, score metrics): models x slices -> "
-        "state MB / RSS MB / tick s",
+        f"tick {one['tick_s']:.3f} s (first {one['cold_tick_s']:.3f} s)",
+        f"scaling ({scale_events:,} events over 7 days, 3 versions, score metrics): "
+        "models x slices -> state MB / RSS MB / first tick s / tick after 1,000 events s "
+        "(ratio to 1 model of the same slices)",
     ]
-    notes += [
-        f"  {r['models']:>3.0f} x {r['slices']:>4.0f}: {r['state_mb']:8.0f} / "
-        f"{r['rss_mb']:6.0f} / {r['tick_s']:.3f}"
-        for r in table
-    ]
+    for r in table:
+        base = next(b for b in table if b["models"] == 1 and b["slices"] == r["slices"])
+        notes.append(
+            f"  {r['models']:>3.0f} x {r['slices']:>4.0f}: {r['state_mb']:6.0f} / "
+            f"{r['rss_mb']:5.0f} / {r['cold_tick_s']:6.3f} / {r['changed_tick_s']:6.3f}   "
+            f"(state {r['state_mb'] / base['state_mb']:.1f}x, first tick "
+            f"{r['cold_tick_s'] / base['cold_tick_s']:.1f}x)"
+        )
     return [
         Result("g", "fleet steady RSS", "MB", fleet["rss_mb"], one["rss_mb"],
                "1 model, 1/10 the events", 1024, "absolute", False, notes=notes),
-        Result("g", "fleet evaluation tick", "s", fleet["tick_s"], one["tick_s"],
-               "1 model, 1/10 the events", 1.0, "absolute", False),
+        Result("g", "fleet evaluation tick (after 1,000 events)", "s", fleet["changed_tick_s"],
+               one["changed_tick_s"], "1 model, 1/10 the events", 1.0, "absolute", False),
+        Result("g", "fleet evaluation tick (first)", "s", fleet["cold_tick_s"],
+               one["cold_tick_s"], "1 model, 1/10 the events", 1.0, "absolute", False),
+        Result("g", "fleet longest engine-lock hold", "s", fleet["lock_max_s"],
+               one["lock_max_s"], "1 model, 1/10 the events", 0.01, "absolute", False),
+        Result("g", "fleet /metrics scrape (cached)", "s", fleet["scrape_s"], fleet["render_s"],
+               "rendering the page", 0.3, "absolute", False),
+        Result("g", "ingestion while evaluating", "ev/s", fleet["ingest_with_eval_eps"],
+               fleet["ingest_alone_eps"], "no evaluation", 0.9, "ratio", True),
         Result("g", "state per model-version-day", "MB", fleet["per_model_version_day_mb"],
                one["per_model_version_day_mb"], "1 model", 5.0, "absolute", False),
     ]  # fmt: skip
@@ -1754,7 +1890,10 @@ def main(argv: list[str] | None = None) -> int:
         if "g" in only:
             results.extend(
                 bench_fleet(
-                    100_000 if args.quick else 1_000_000, 20_000 if args.quick else 200_000, reps
+                    100_000 if args.quick else 1_000_000,
+                    20_000 if args.quick else 200_000,
+                    reps,
+                    (100,) if args.quick else (100, 1000),
                 )
             )
     finally:
