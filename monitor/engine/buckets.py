@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+from scipy.sparse import csr_matrix
 
 from .windows import Tiers
 
-__all__ = ["BucketStore", "CopyPlan"]
+__all__ = ["BucketStore", "CopyPlan", "SumPlan", "window_group_sums"]
 
 _BUCKET_BITS = 36  # bucket index < 2**36 (over 2000 years of 1 s buckets)
 _GROUP_SHIFT = np.int64(_BUCKET_BITS + 2)  # then 2 bits of tier (0 base, 1 hour, 2 day)
@@ -43,6 +44,54 @@ class CopyPlan:
         writer runs meanwhile; rows it changes are re-copied by ``finish_copy``)."""
         self.copied = {name: arr.copy() for name, arr in self.source.items()}
         self.source = {}
+
+
+def window_group_sums(
+    group: np.ndarray,
+    bucket: np.ndarray,
+    matrix: np.ndarray,
+    bounds: tuple[int, int],
+    n_groups: int,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """Per-group sums of the rows of ``matrix`` whose bucket is in the inclusive
+    ``bounds`` (added into ``out`` when given): a sparse (group × row) 0/1 selector times
+    the rows, so they are read in place, never copied."""
+    lo, hi = bounds
+    rows = np.flatnonzero((bucket >= lo) & (bucket <= hi))
+    if out is None:
+        out = np.zeros((n_groups, matrix.shape[1]))
+    if rows.shape[0]:
+        selector = csr_matrix(
+            (np.ones(rows.shape[0]), (group[rows], rows)), shape=(n_groups, matrix.shape[0])
+        )
+        out += selector @ matrix
+    return out
+
+
+class SumPlan:
+    """Window sums of one matrix of a store, computed a chunk of rows at a time with the
+    writer's lock held only per chunk (:meth:`BucketStore.begin_sums`).
+
+    Why: a fleet's per-segment histograms are a GB; copying them for each evaluation cost
+    as much time as the evaluation and doubled memory, and holding the lock while reading
+    them all stalled ingestion. Rows the writer changes after their chunk was summed are
+    corrected at the end from an undo copy taken before the write (write-ahead of the old
+    value, as in a database's undo log); rows added meanwhile are added then."""
+
+    __slots__ = ("bounds", "done", "generation", "matrix", "n", "n_groups", "sums", "undo")
+
+    def __init__(
+        self, matrix: str, bounds: list[tuple[int, int]], n: int, n_groups: int, generation: int
+    ) -> None:
+        self.matrix, self.bounds, self.n, self.n_groups = matrix, bounds, n, n_groups
+        self.generation = generation
+        self.done = 0  # rows [0, done) summed
+        self.sums: list[np.ndarray] | None = None
+        self.undo: dict[int, np.ndarray] = {}
+
+
+_SUM_CHUNK_BYTES = 16 << 20  # rows summed per lock hold: ~16 MB of matrix, a few ms
 
 
 class BucketStore:
@@ -70,6 +119,7 @@ class BucketStore:
         self._dirty = np.zeros(self._cap, bool)
         self.generation = 0
         self._open_copies = 0
+        self._sum_plans: list[SumPlan] = []
 
     def __len__(self) -> int:
         return self._n
@@ -112,6 +162,8 @@ class BucketStore:
                 row = self._new_row(key)
             urows[i] = row
         self._dirty[urows] = True  # every write to a row comes through here first
+        for plan in self._sum_plans:  # keep the old value of rows already summed
+            self._save_undo(plan, urows)
         return urows[inverse.reshape(-1)]
 
     def _tiered(self, bidx: np.ndarray) -> np.ndarray:
@@ -305,6 +357,66 @@ class BucketStore:
             out[name] = np.concatenate([copied, live[n0:]]) if self._n > n0 else copied
         plan.patched = int(rows.shape[0]) + (self._n - n0)
         return out
+
+    # -- window sums outside one long lock hold ------------------------------------------
+    def begin_sums(self, matrix: str, bounds: list[tuple[int, int]], n_groups: int) -> SumPlan:
+        """Plan the per-group sums of matrix ``matrix`` over each window of ``bounds``
+        (inclusive bucket ranges); call under the lock, then :meth:`sum_chunk` (each call
+        under the lock) until it returns False, then :meth:`finish_sums` under it."""
+        plan = SumPlan(f"m.{matrix}", list(bounds), self._n, n_groups, self.generation)
+        self._sum_plans.append(plan)
+        return plan
+
+    def sum_chunk(self, plan: SumPlan) -> bool:
+        """Sum the plan's next chunk of rows; False when every row it covers is summed
+        (or rows moved meanwhile: :meth:`finish_sums` then sums afresh)."""
+        if plan.generation != self.generation or plan.done >= plan.n:
+            return False
+        col = self._cols[plan.matrix]
+        step = max(1, _SUM_CHUNK_BYTES // max(1, col.itemsize * col.shape[1]))
+        lo, hi = plan.done, min(plan.n, plan.done + step)
+        if plan.sums is None:
+            plan.sums = [np.zeros((plan.n_groups, col.shape[1])) for _ in plan.bounds]
+        group, bucket = self.group[lo:hi], self.bucket[lo:hi]
+        for sums, b in zip(plan.sums, plan.bounds, strict=True):
+            window_group_sums(group, bucket, col[lo:hi], b, plan.n_groups, sums)
+        plan.done = hi
+        return plan.done < plan.n
+
+    def finish_sums(self, plan: SumPlan, n_groups: int) -> list[np.ndarray]:
+        """The plan's window sums as of now (call under the lock), with ``n_groups`` rows
+        (groups added meanwhile included)."""
+        if plan in self._sum_plans:
+            self._sum_plans.remove(plan)
+        col = self._cols[plan.matrix][: self._n]
+        group, bucket = self.group, self.bucket
+        if plan.generation != self.generation or plan.sums is None:
+            return [window_group_sums(group, bucket, col, b, n_groups) for b in plan.bounds]
+        sums = [np.pad(x, ((0, n_groups - x.shape[0]), (0, 0))) for x in plan.sums]
+        # rows changed after their chunk was summed: swap the summed (old) value for the
+        # current one; rows not yet summed when the plan ended and new rows: add them
+        changed = np.fromiter(plan.undo, np.int64, len(plan.undo))
+        old = np.stack(list(plan.undo.values())) if plan.undo else np.zeros((0, col.shape[1]))
+        rest = np.arange(plan.done, self._n)
+        for x, (lo, hi) in zip(sums, plan.bounds, strict=True):
+            if changed.shape[0]:
+                inside = (bucket[changed] >= lo) & (bucket[changed] <= hi)
+                np.add.at(x, group[changed[inside]], col[changed[inside]] - old[inside])
+            if rest.shape[0]:
+                window_group_sums(group[rest], bucket[rest], col[rest], (lo, hi), n_groups, x)
+        return sums
+
+    def abandon_sums(self, plan: SumPlan) -> None:
+        if plan in self._sum_plans:
+            self._sum_plans.remove(plan)
+
+    def _save_undo(self, plan: SumPlan, rows: np.ndarray) -> None:
+        if plan.generation != self.generation:
+            return
+        col = self._cols[plan.matrix]
+        for r in rows[rows < plan.done].tolist():
+            if r not in plan.undo:
+                plan.undo[r] = col[r].copy()
 
     def abandon_copy(self) -> None:
         """A plan that will not be finished (its pass failed)."""

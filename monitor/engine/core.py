@@ -38,7 +38,7 @@ from ..plugins import JoinedRows
 from ..stats.multiclass import MulticlassLayout
 from ..stats.regression import RegressionLayout
 from ..stats.scores import ScoreLayout
-from .buckets import BucketStore
+from .buckets import BucketStore, SumPlan, window_group_sums
 from .clock import EventWatermark
 from .comparisons import ComparisonResult, ComparisonTracker
 from .drift import DriftTracker
@@ -255,8 +255,8 @@ class Engine:
         self.event_clock = EventWatermark()  # robust watermark, retention edge (clock.py)
         # window results of the last evaluation, reused while their counts do not change
         self.result_cache = ResultCache()
-        # seconds the last snapshot held the caller's lock, per section (before the copy,
-        # finishing it, the comparison looks)
+        # seconds the last snapshot held the caller's lock, per section: retention, the
+        # longest window-sum chunk, finishing the copy, the comparison looks
         self.lock_holds_s: tuple[float, ...] = ()
         self._min_pred_ts = _NO_TS
         self._min_orphan_ts = _NO_TS
@@ -293,10 +293,14 @@ class Engine:
         return sum(st.roll_up(self.tiers) for st in self._stores())
 
     def view(
-        self, copy: bool = True, copies: dict[int, dict[str, np.ndarray]] | None = None
+        self,
+        copy: bool = True,
+        copies: dict[int, dict[str, np.ndarray]] | None = None,
+        window_sums: dict[tuple[int, int, int], np.ndarray] | None = None,
     ) -> StoreView:
         """The stores evaluation reads; ``copy=False`` shares the arrays (replay, tests:
-        valid until the next mutation); ``copies``: finished copies by ``id(store)``
+        valid until the next mutation); ``copies``: finished copies by ``id(store)``;
+        ``window_sums``: the sliced stores as per-window group sums instead of rows
         (:meth:`snapshot`)."""
 
         def take(store: BucketStore) -> dict[str, np.ndarray]:
@@ -310,8 +314,49 @@ class Engine:
             groups=tuple(self.groups),
             buckets=take(self.buckets),
             wide={m: take(st) for m, st in self.wide.items() if len(st)},
-            sliced={m: take(st) for m, st in self.sliced.items() if len(st)},
+            sliced={}
+            if window_sums is not None
+            else {m: take(st) for m, st in self.sliced.items() if len(st)},
+            window_sums=window_sums or {},
         )
+
+    def _window_bounds(
+        self, models: Sequence[ModelSpec], m: int, now_ms: int
+    ) -> list[tuple[int, int]]:
+        """The bucket ranges of model m's windows at ``now_ms`` (as evaluation places them)."""
+        spec = models[m] if m < len(models) else self.models[m]
+        return sorted({self.tiers.window(now_ms, w.size_ms, w.delay_ms) for w in spec.windows})
+
+    def _begin_window_sums(
+        self, models: Sequence[ModelSpec], now_ms: int
+    ) -> list[tuple[int, BucketStore, SumPlan, list[tuple[int, int]]]]:
+        """Window sums of each sliced store, to be computed a chunk per lock hold."""
+        out = []
+        for m, store in self.sliced.items():
+            name = next(iter(self._sliced_matrices(m)))
+            bounds = self._window_bounds(models, m, now_ms)
+            out.append((m, store, store.begin_sums(name, bounds, len(self.groups)), bounds))
+        return out
+
+    def _finish_window_sums(
+        self,
+        sums: list[tuple[int, BucketStore, SumPlan, list[tuple[int, int]]]],
+        models: Sequence[ModelSpec],
+        now_ms: int,
+    ) -> dict[tuple[int, int, int], np.ndarray]:
+        out: dict[tuple[int, int, int], np.ndarray] = {}
+        for m, store, plan, bounds in sums:
+            done = store.finish_sums(plan, len(self.groups))
+            if self._window_bounds(models, m, now_ms) != bounds:  # the tiers moved meanwhile
+                bounds = self._window_bounds(models, m, now_ms)
+                name = next(iter(self._sliced_matrices(m)))
+                col = store.matrix(name)
+                done = [
+                    window_group_sums(store.group, store.bucket, col, b, len(self.groups))
+                    for b in bounds
+                ]
+            out.update({(m, lo, hi): x for (lo, hi), x in zip(bounds, done, strict=True)})
+        return out
 
     def store_bytes(self) -> dict[str, int]:
         """Allocated bytes per store kind (sizing, benchmarks)."""
@@ -1252,19 +1297,35 @@ class Engine:
             else:
                 self.freeze_live_references()
                 self.roll_up(now_ms)
-            plans = [(st, st.begin_copy()) for st in self._stores()] if lock is not None else []
+            copied = [self.buckets, *self.wide.values()]
+            plans = [(st, st.begin_copy()) for st in copied] if lock is not None else []
+            sums = (
+                self._begin_window_sums(models or self.models, now_ms) if lock is not None else []
+            )
         holds = [time.perf_counter() - held]
         try:
             for _, plan in plans:  # the bulk copy, while ingestion goes on
                 plan.copy()
+            for _, store, sum_plan, _ in sums:  # window sums a chunk per lock hold
+                more = True
+                while more:
+                    held = time.perf_counter()
+                    with guard:
+                        more = store.sum_chunk(sum_plan)
+                    holds.append(time.perf_counter() - held)
         except BaseException:
             for st, _ in plans:
                 st.abandon_copy()
+            for _, store, sum_plan, _ in sums:
+                store.abandon_sums(sum_plan)
             raise
         held = time.perf_counter()
         with guard:
             copies = {id(st): st.finish_copy(plan) for st, plan in plans}
-            view = self.view(copy=False, copies=copies if plans else None)
+            window_sums = (
+                self._finish_window_sums(sums, models or self.models, now_ms) if sums else None
+            )
+            view = self.view(copy=False, copies=copies if plans else None, window_sums=window_sums)
             ops = self.ops()
             unseen = {k: list(v) for k, v in self.unseen_examples.items()}
             plugins = self.active_plugins
@@ -1282,7 +1343,7 @@ class Engine:
             if errors:
                 ops = self.ops()
         holds.append(time.perf_counter() - held)
-        self.lock_holds_s = tuple(holds)
+        self.lock_holds_s = (holds[0], max(holds[1:-2], default=0.0), *holds[-2:])
         drift = self.drift.evaluate(view, now_ms, models, unseen=unseen)
         return Snapshot(
             at_ms=now_ms if at_ms is None else at_ms,

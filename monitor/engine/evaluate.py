@@ -28,6 +28,7 @@ from ..stats.scores import (
     ece_debiased_from_bins,
     gini_from_auc,
 )
+from .buckets import window_group_sums
 from .models import SCORE_METRICS, ModelSpec, exported_metric_names
 from .result_cache import ResultCache, digest
 from .slice_scores import SliceScores, slice_score_metrics_many
@@ -124,11 +125,12 @@ def _evaluate(
             conf = np.zeros((n_groups, 4), np.int64)
             np.add.at(conf, g, buckets["confusion"][sel])
             wide_sel = np.flatnonzero((w_bucket >= lo) & (w_bucket <= hi))
-            task_sums = None
-            if task_matrix is not None:
+            task_sums = view.window_sums.get((m, lo, hi))
+            if task_sums is not None and task_sums.shape[0] < n_groups:
+                task_sums = np.pad(task_sums, ((0, n_groups - task_sums.shape[0]), (0, 0)))
+            elif task_sums is None and task_matrix is not None:
                 t_group, t_bucket = tasks["group"], tasks["bucket"]
-                t_sel = np.flatnonzero((t_bucket >= lo) & (t_bucket <= hi))
-                task_sums = _group_sums(t_group[t_sel], task_matrix, t_sel, n_groups)
+                task_sums = window_group_sums(t_group, t_bucket, task_matrix, (lo, hi), n_groups)
 
             win = _Window(
                 spec,
@@ -615,20 +617,6 @@ def _sum_rows(matrix: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 # the per-(group, bucket) matrix of each task in the model's sliced store
 _SLICED_MATRIX = {"binary": "m.scores", "multiclass": "m.mc", "regression": "m.rg"}
-
-
-def _group_sums(
-    group: np.ndarray, matrix: np.ndarray, rows: np.ndarray, n_groups: int
-) -> np.ndarray:
-    """Per-group sums of some rows of a matrix: a sparse (group × row) 0/1 matrix times
-    the store, so the selected rows are read in place, never copied (a 7-day window of
-    per-slice histograms is hundreds of MB)."""
-    if rows.shape[0] == 0:
-        return np.zeros((n_groups, matrix.shape[1]))
-    selector = csr_matrix(
-        (np.ones(rows.shape[0]), (group, rows)), shape=(n_groups, matrix.shape[0])
-    )
-    return np.asarray(selector @ matrix)
 
 
 _NAN3 = (float("nan"),) * 3

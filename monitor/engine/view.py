@@ -7,7 +7,7 @@ and compute outside it, and replay can take it without copying.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -32,6 +32,9 @@ class StoreView:
     buckets: Arrays
     wide: Mapping[int, Arrays]
     sliced: Mapping[int, Arrays]
+    # (model, first bucket, last bucket) -> per-group sums of the model's sliced matrix
+    # over that window, in place of ``sliced[m]`` (the daemon's snapshot: Engine.snapshot)
+    window_sums: Mapping[tuple[int, int, int], np.ndarray] = field(default_factory=dict)
 
     def wide_matrix(self, m: int, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """(group, bucket, matrix) of model m's wide matrix ``name``, or None."""
