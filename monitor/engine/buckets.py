@@ -51,19 +51,21 @@ def window_group_sums(
     bucket: np.ndarray,
     matrix: np.ndarray,
     bounds: tuple[int, int],
-    n_groups: int,
+    index: np.ndarray,
+    size: int,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
     """Per-group sums of the rows of ``matrix`` whose bucket is in the inclusive
-    ``bounds`` (added into ``out`` when given): a sparse (group × row) 0/1 selector times
-    the rows, so they are read in place, never copied."""
+    ``bounds``, group g summed into row ``index[g]`` of a (``size`` × width) result
+    (added into ``out`` when given): a sparse 0/1 selector times the rows, so they are
+    read in place, never copied."""
     lo, hi = bounds
     rows = np.flatnonzero((bucket >= lo) & (bucket <= hi))
     if out is None:
-        out = np.zeros((n_groups, matrix.shape[1]))
+        out = np.zeros((size, matrix.shape[1]))
     if rows.shape[0]:
         selector = csr_matrix(
-            (np.ones(rows.shape[0]), (group[rows], rows)), shape=(n_groups, matrix.shape[0])
+            (np.ones(rows.shape[0]), (index[group[rows]], rows)), shape=(size, matrix.shape[0])
         )
         out += selector @ matrix
     return out
@@ -79,12 +81,19 @@ class SumPlan:
     corrected at the end from an undo copy taken before the write (write-ahead of the old
     value, as in a database's undo log); rows added meanwhile are added then."""
 
-    __slots__ = ("bounds", "done", "generation", "matrix", "n", "n_groups", "sums", "undo")
+    __slots__ = ("bounds", "done", "generation", "index", "matrix", "n", "size", "sums", "undo")
 
     def __init__(
-        self, matrix: str, bounds: list[tuple[int, int]], n: int, n_groups: int, generation: int
+        self,
+        matrix: str,
+        bounds: list[tuple[int, int]],
+        n: int,
+        index: np.ndarray,
+        size: int,
+        generation: int,
     ) -> None:
-        self.matrix, self.bounds, self.n, self.n_groups = matrix, bounds, n, n_groups
+        self.matrix, self.bounds, self.n = matrix, bounds, n
+        self.index, self.size = index, size  # group -> row of the sums, rows
         self.generation = generation
         self.done = 0  # rows [0, done) summed
         self.sums: list[np.ndarray] | None = None
@@ -359,11 +368,14 @@ class BucketStore:
         return out
 
     # -- window sums outside one long lock hold ------------------------------------------
-    def begin_sums(self, matrix: str, bounds: list[tuple[int, int]], n_groups: int) -> SumPlan:
+    def begin_sums(
+        self, matrix: str, bounds: list[tuple[int, int]], index: np.ndarray, size: int
+    ) -> SumPlan:
         """Plan the per-group sums of matrix ``matrix`` over each window of ``bounds``
-        (inclusive bucket ranges); call under the lock, then :meth:`sum_chunk` (each call
-        under the lock) until it returns False, then :meth:`finish_sums` under it."""
-        plan = SumPlan(f"m.{matrix}", list(bounds), self._n, n_groups, self.generation)
+        (inclusive bucket ranges), group g into row ``index[g]`` of ``size``; call under
+        the lock, then :meth:`sum_chunk` (each call under the lock) until it returns
+        False, then :meth:`finish_sums` under it."""
+        plan = SumPlan(f"m.{matrix}", list(bounds), self._n, index, size, self.generation)
         self._sum_plans.append(plan)
         return plan
 
@@ -376,23 +388,26 @@ class BucketStore:
         step = max(1, _SUM_CHUNK_BYTES // max(1, col.itemsize * col.shape[1]))
         lo, hi = plan.done, min(plan.n, plan.done + step)
         if plan.sums is None:
-            plan.sums = [np.zeros((plan.n_groups, col.shape[1])) for _ in plan.bounds]
+            plan.sums = [np.zeros((plan.size, col.shape[1])) for _ in plan.bounds]
         group, bucket = self.group[lo:hi], self.bucket[lo:hi]
         for sums, b in zip(plan.sums, plan.bounds, strict=True):
-            window_group_sums(group, bucket, col[lo:hi], b, plan.n_groups, sums)
+            window_group_sums(group, bucket, col[lo:hi], b, plan.index, plan.size, sums)
         plan.done = hi
         return plan.done < plan.n
 
-    def finish_sums(self, plan: SumPlan, n_groups: int) -> list[np.ndarray]:
-        """The plan's window sums as of now (call under the lock), with ``n_groups`` rows
-        (groups added meanwhile included)."""
+    def finish_sums(self, plan: SumPlan, index: np.ndarray, size: int) -> list[np.ndarray]:
+        """The plan's window sums as of now (call under the lock), group g in row
+        ``index[g]`` of ``size`` — the plan's ``index`` extended by the groups added
+        meanwhile (appended rows)."""
         if plan in self._sum_plans:
             self._sum_plans.remove(plan)
         col = self._cols[plan.matrix][: self._n]
         group, bucket = self.group, self.bucket
         if plan.generation != self.generation or plan.sums is None:
-            return [window_group_sums(group, bucket, col, b, n_groups) for b in plan.bounds]
-        sums = [np.pad(x, ((0, n_groups - x.shape[0]), (0, 0))) for x in plan.sums]
+            return [window_group_sums(group, bucket, col, b, index, size) for b in plan.bounds]
+        sums = plan.sums
+        if size > plan.size:
+            sums = [np.pad(x, ((0, size - plan.size), (0, 0))) for x in sums]
         # rows changed after their chunk was summed: swap the summed (old) value for the
         # current one; rows not yet summed when the plan ended and new rows: add them
         changed = np.fromiter(plan.undo, np.int64, len(plan.undo))
@@ -401,9 +416,10 @@ class BucketStore:
         for x, (lo, hi) in zip(sums, plan.bounds, strict=True):
             if changed.shape[0]:
                 inside = (bucket[changed] >= lo) & (bucket[changed] <= hi)
-                np.add.at(x, group[changed[inside]], col[changed[inside]] - old[inside])
+                at = index[group[changed[inside]]]
+                np.add.at(x, at, col[changed[inside]] - old[inside])
             if rest.shape[0]:
-                window_group_sums(group[rest], bucket[rest], col[rest], (lo, hi), n_groups, x)
+                window_group_sums(group[rest], bucket[rest], col[rest], (lo, hi), index, size, x)
         return sums
 
     def abandon_sums(self, plan: SumPlan) -> None:

@@ -335,8 +335,18 @@ class Engine:
         for m, store in self.sliced.items():
             name = next(iter(self._sliced_matrices(m)))
             bounds = self._window_bounds(models, m, now_ms)
-            out.append((m, store, store.begin_sums(name, bounds, len(self.groups)), bounds))
+            index, size = self._model_index_of_groups(m)
+            out.append((m, store, store.begin_sums(name, bounds, index, size), bounds))
         return out
+
+    def _model_index_of_groups(self, m: int) -> tuple[np.ndarray, int]:
+        """(group -> row among model m's groups, -1 for other models' groups; how many):
+        window sums hold a row per group of the model only."""
+        self._sync_groups()
+        gids = np.flatnonzero(self._group_model == m)
+        index = np.full(len(self.groups), -1, np.intp)
+        index[gids] = np.arange(gids.shape[0])
+        return index, int(gids.shape[0])
 
     def _finish_window_sums(
         self,
@@ -346,13 +356,14 @@ class Engine:
     ) -> dict[tuple[int, int, int], np.ndarray]:
         out: dict[tuple[int, int, int], np.ndarray] = {}
         for m, store, plan, bounds in sums:
-            done = store.finish_sums(plan, len(self.groups))
+            index, size = self._model_index_of_groups(m)
+            done = store.finish_sums(plan, index, size)
             if self._window_bounds(models, m, now_ms) != bounds:  # the tiers moved meanwhile
                 bounds = self._window_bounds(models, m, now_ms)
                 name = next(iter(self._sliced_matrices(m)))
                 col = store.matrix(name)
                 done = [
-                    window_group_sums(store.group, store.bucket, col, b, len(self.groups))
+                    window_group_sums(store.group, store.bucket, col, b, index, size)
                     for b in bounds
                 ]
             out.update({(m, lo, hi): x for (lo, hi), x in zip(bounds, done, strict=True)})

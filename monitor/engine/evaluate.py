@@ -116,6 +116,8 @@ def _evaluate(
         for gid in gids.tolist():
             versions.setdefault(groups[gid][1], []).append(gid)
         in_model = group_model[b_group] == m
+        local = np.full(n_groups, -1, np.intp)  # group -> row of the model's task sums
+        local[gids] = np.arange(gids.shape[0])
         for w in spec.windows:
             lo, hi = view.tiers.window(now_ms, w.size_ms, w.delay_ms)
             sel = np.flatnonzero(in_model & (b_bucket >= lo) & (b_bucket <= hi))
@@ -125,12 +127,13 @@ def _evaluate(
             conf = np.zeros((n_groups, 4), np.int64)
             np.add.at(conf, g, buckets["confusion"][sel])
             wide_sel = np.flatnonzero((w_bucket >= lo) & (w_bucket <= hi))
+            # the model's task statistics per group (a row per group of the model)
             task_sums = view.window_sums.get((m, lo, hi))
-            if task_sums is not None and task_sums.shape[0] < n_groups:
-                task_sums = np.pad(task_sums, ((0, n_groups - task_sums.shape[0]), (0, 0)))
-            elif task_sums is None and task_matrix is not None:
+            if task_sums is None and task_matrix is not None:
                 t_group, t_bucket = tasks["group"], tasks["bucket"]
-                task_sums = window_group_sums(t_group, t_bucket, task_matrix, (lo, hi), n_groups)
+                task_sums = window_group_sums(
+                    t_group, t_bucket, task_matrix, (lo, hi), local, gids.shape[0]
+                )
 
             win = _Window(
                 spec,
@@ -147,6 +150,7 @@ def _evaluate(
                 results,
                 task_sums,
                 cache,
+                local,
             )
             emit = win.emit
             none = np.empty(0, np.int64)
@@ -221,8 +225,10 @@ class _Window:
         out: list[WindowResult],
         task_sums: np.ndarray | None = None,
         cache: ResultCache | None = None,
+        local: np.ndarray | None = None,
     ) -> None:
         self.cache = cache
+        self.local = local  # group -> row of task_sums
         self.spec, self.catalog, self.label = spec, catalog, label
         self.task_sums = task_sums
         self.start_ms, self.end_ms = start_ms, end_ms
@@ -266,7 +272,11 @@ class _Window:
         if self.task_sums is not None and layout is not None:
             at = [i for i, p in enumerate(self.pending) if p.slice_label != "all"]
             if at:
-                vecs = _member_sums(self.task_sums, [self.pending[i].members for i in at])
+                assert self.local is not None
+                local = self.local
+                vecs = _member_sums(
+                    self.task_sums, [local[self.pending[i].members].tolist() for i in at]
+                )
                 batch = _cached_rows(
                     self.cache,
                     vecs,
@@ -308,8 +318,8 @@ class _Window:
     def _task_extra(self, members: list[int]) -> dict[str, Any]:
         """Multiclass / regression: the merged task statistics of the members."""
         vec = (
-            self.task_sums[members].sum(axis=0)
-            if self.task_sums is not None
+            self.task_sums[self.local[members]].sum(axis=0)
+            if self.task_sums is not None and self.local is not None
             else self.catalog.task_empty()
         )
         metrics, confusion, excluded = self.catalog.compute_task(vec, self.confidence)

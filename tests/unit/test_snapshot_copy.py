@@ -110,7 +110,9 @@ def _fresh_sums(store: BucketStore, bounds: list[tuple[int, int]], n_groups: int
     from monitor.engine.buckets import window_group_sums
 
     return [
-        window_group_sums(store.group, store.bucket, store.matrix("scores"), b, n_groups)
+        window_group_sums(
+            store.group, store.bucket, store.matrix("scores"), b, np.arange(n_groups), n_groups
+        )
         for b in bounds
     ]
 
@@ -126,13 +128,13 @@ def test_window_sums_by_chunks_equal_sums_of_the_final_rows(monkeypatch) -> None
     for _ in range(10):
         _write(store, rng, 30, 60)
     bounds = [(0, 59), (30, 59), (55, 59), (100, 200)]
-    plan = store.begin_sums("scores", bounds, 30)
+    plan = store.begin_sums("scores", bounds, np.arange(30), 30)
     chunks = 0
     while store.sum_chunk(plan):
         chunks += 1
         _write(store, rng, 40, 70)  # old rows (summed or not), new rows, new groups
     assert chunks > 3 and plan.undo
-    got = store.finish_sums(plan, 40)
+    got = store.finish_sums(plan, np.arange(40), 40)
     for a, b in zip(got, _fresh_sums(store, bounds, 40), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
 
@@ -143,9 +145,9 @@ def test_window_sums_after_a_roll_up_are_summed_afresh() -> None:
     for _ in range(10):
         _write(store, rng, 5, 200)
     bounds = [(0, 199)]
-    plan = store.begin_sums("scores", bounds, 5)
+    plan = store.begin_sums("scores", bounds, np.arange(5), 5)
     store.sum_chunk(plan)
     assert store.roll_up(store.tiers.advanced(200 * WIDTH, 2 * 3_600_000, 8 * 86_400_000)) > 0
     assert not store.sum_chunk(plan)
-    got = store.finish_sums(plan, 5)
+    got = store.finish_sums(plan, np.arange(5), 5)
     np.testing.assert_allclose(got[0], _fresh_sums(store, bounds, 5)[0], rtol=1e-12)
