@@ -589,9 +589,12 @@ def _cached_rows(
     what else the result depends on) an earlier or this pass already computed."""
     if cache is None:
         return compute(rows)
-    keys = [digest(row, context) for row in rows]
+    if rows.shape[1] <= 8:  # a few counts: the bytes themselves are a cheaper key
+        keys: list[Any] = [(row, context) for row in map(bytes, rows)]
+    else:
+        keys = [digest(row, context) for row in rows]
     out = [cache.get(k) for k in keys]
-    todo: dict[bytes, list[int]] = {}
+    todo: dict[Any, list[int]] = {}
     for i, value in enumerate(out):
         if value is None:
             todo.setdefault(keys[i], []).append(i)

@@ -12,6 +12,7 @@ already references.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
@@ -43,8 +44,8 @@ class ResultCache:
     because an entry is a pure function of its key."""
 
     def __init__(self) -> None:
-        self._now: dict[bytes, Any] = {}
-        self._before: dict[bytes, Any] = {}
+        self._now: dict[Any, Any] = {}
+        self._before: dict[Any, Any] = {}
         self.hits = 0
         self.misses = 0
 
@@ -58,7 +59,7 @@ class ResultCache:
     def end(self) -> None:
         self._before = {}
 
-    def get(self, key: bytes) -> Any:
+    def get(self, key: Hashable) -> Any:
         value = self._now.get(key)
         if value is None:
             value = self._before.pop(key, None)
@@ -70,5 +71,5 @@ class ResultCache:
             self.hits += 1
         return value
 
-    def put(self, key: bytes, value: Any) -> None:
+    def put(self, key: Hashable, value: Any) -> None:
         self._now[key] = value
