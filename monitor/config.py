@@ -15,7 +15,7 @@ import re
 import stat
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -31,6 +31,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from pydantic_settings.exceptions import SettingsError
 
 from .durations import format_duration, parse_duration
+from .engine.metric_registry import opt_in_metrics, task_metrics
 from .engine.models import exported_metric_names
 from .stats.estimation import ESTIMATED_METRICS
 
@@ -259,87 +260,17 @@ class WindowSettings(_Section):
         return size if self.delay == 0 else f"{size}_delay{format_duration(self.delay)}"
 
 
-BinaryMetric = Literal[
-    "accuracy",
-    "error_rate",
-    "precision",
-    "recall",
-    "specificity",
-    "fpr",
-    "fnr",
-    "f1",
-    "fbeta",
-    "balanced_accuracy",
-    "hmean_class_accuracy",
-    "mcc",
-    "cohen_kappa",
-    "prevalence",
-    "predicted_positive_rate",
-    "roc_auc",
-    "pr_auc",
-    "pr_auc_debiased",
-    "log_loss",
-    "brier",
-    "ece",
-    "ece_debiased",
-    "calibration_p_value",
-    "ece_equal_mass",
-    "mce",
-    "ks_statistic",
-    "gini",
-    "gain",  # cumulative gain and lift per `gain_fractions`: gain_at_10, lift_at_10, ...
-]
-BINARY_METRICS: tuple[str, ...] = get_args(BinaryMetric)
-
-MulticlassMetric = Literal[
-    "accuracy",
-    "error_rate",
-    "precision_macro",
-    "precision_micro",
-    "precision_weighted",
-    "recall_macro",
-    "recall_micro",
-    "recall_weighted",
-    "f1_macro",
-    "f1_micro",
-    "f1_weighted",
-    "per_class",  # precision, recall and F1 of every class (the `class` label)
-    "cohen_kappa",
-    "cohen_kappa_linear",
-    "cohen_kappa_quadratic",
-    "mcc",
-    "log_loss",
-    "brier",
-    "ece",
-    "ece_debiased",
-    "calibration_p_value",
-]
-MULTICLASS_METRICS: tuple[str, ...] = get_args(MulticlassMetric)
-
-RegressionMetric = Literal[
-    "mae",
-    "mse",
-    "rmse",
-    "r2",
-    "mean_error",
-    "mape",
-    "smape",
-    "male",
-    "huber",
-    "pinball",  # one per `quantiles` entry: pinball_q0_9, ...
-    "interval_coverage",
-    "interval_width",
-    "mase",  # needs a scale: `mase_scale` or the drift reference's naive MAE
-]
-REGRESSION_METRICS: tuple[str, ...] = get_args(RegressionMetric)
+# the task catalogs come from the one metric registry (monitor/engine/metric_registry.py)
+BINARY_METRICS: tuple[str, ...] = task_metrics("binary")
+MULTICLASS_METRICS: tuple[str, ...] = task_metrics("multiclass")
+REGRESSION_METRICS: tuple[str, ...] = task_metrics("regression")
 TASK_METRICS: dict[str, tuple[str, ...]] = {
     "binary": BINARY_METRICS,
     "multiclass": MULTICLASS_METRICS,
     "regression": REGRESSION_METRICS,
 }
-# specialist metrics exported only when listed in `metrics` (credit scoring: 8 more series
-# per slice and window, which a fleet with many slices should not pay for by default)
-OPT_IN_METRICS = frozenset({"ks_statistic", "gini", "gain"})
+# specialist metrics exported only when listed in `metrics` (the registry's opt_in)
+OPT_IN_METRICS = opt_in_metrics()
 # losses a version comparison can use, per task (docs/comparisons.md)
 TASK_LOSSES: dict[str, tuple[str, ...]] = {
     "binary": ("error_rate", "log_loss", "squared_error", "absolute_error"),

@@ -9,6 +9,7 @@ from typing import Any
 from ..stats.binary import fbeta_name
 from ..stats.regression import pinball_name
 from ..stats.scores import ScoreLayout, gain_name
+from .metric_registry import score_metrics
 
 __all__ = [
     "ComparisonSpec",
@@ -20,12 +21,7 @@ __all__ = [
 ]
 
 # Binary metrics computed from score histograms (the rest need only the confusion counts).
-SCORE_METRICS = frozenset(
-    {
-        "roc_auc", "pr_auc", "pr_auc_debiased", "log_loss", "brier", "ece", "ece_debiased",
-        "calibration_p_value", "ece_equal_mass", "mce", "ks_statistic", "gini", "gain",
-    }
-)  # fmt: skip
+SCORE_METRICS = score_metrics()
 # Per-slice histograms span logits ±8 (scores 0.0003..0.9997): the slice's bins are
 # spent where scores are, and the rare scores beyond fall into the two end bins.
 SLICE_LOGIT_RANGE = 8.0

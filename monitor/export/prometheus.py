@@ -20,65 +20,12 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from ..engine.metric_registry import help_text
 from .published import Published
 
 __all__ = ["QUALITY_LABELS", "MonitorCollector"]
 
 QUALITY_LABELS = ("model", "version", "window", "slice")
-
-_HELP = {
-    "accuracy": "Share of labeled predictions that were correct",
-    "error_rate": "Share of labeled predictions that were wrong",
-    "precision": "TP / (TP + FP): share of predicted positives that are positive",
-    "recall": "TP / (TP + FN): share of actual positives that were predicted positive",
-    "specificity": "TN / (TN + FP): share of actual negatives predicted negative",
-    "fpr": "FP / (FP + TN): false positive rate",
-    "fnr": "FN / (FN + TP): false negative rate",
-    "f1": "Harmonic mean of precision and recall",
-    "balanced_accuracy": "Mean of recall and specificity",
-    "hmean_class_accuracy": "Harmonic mean of recall and specificity",
-    "mcc": "Matthews correlation coefficient",
-    "cohen_kappa": "Cohen's kappa: agreement beyond chance",
-    "prevalence": "Share of labeled predictions that are positive in truth",
-    "predicted_positive_rate": "Share of labeled predictions predicted positive",
-    "roc_auc": "Area under the ROC curve (score histograms; DeLong interval)",
-    "pr_auc": "Average precision (area under the precision-recall curve)",
-    "pr_auc_debiased": "Average precision with mid-rank precisions (less small-sample bias)",
-    "log_loss": "Mean log loss of the scores",
-    "brier": "Mean squared error of the scores (Brier score)",
-    "ece": "Expected calibration error, 10 equal-width bins (plug-in, biased upward)",
-    "ece_debiased": "ECE minus the expected ECE of a calibrated model (about 0 if calibrated)",
-    "calibration_p_value": "Calibration test p-value (Hosmer-Lemeshow chi-square over bins)",
-    "ece_equal_mass": "Expected calibration error, 10 equal-mass bins",
-    "mce": "Maximum calibration error over the equal-width bins",
-    "ks_statistic": "Kolmogorov-Smirnov distance between positive and negative scores",
-    "gini": "Gini coefficient (accuracy ratio) = 2 AUC - 1",
-    # multiclass
-    "precision_macro": "Unweighted mean of per-class precision (classes present)",
-    "precision_micro": "Micro-averaged precision (equals accuracy for single-label)",
-    "precision_weighted": "Per-class precision weighted by true support",
-    "recall_macro": "Unweighted mean of per-class recall (classes present)",
-    "recall_micro": "Micro-averaged recall (equals accuracy for single-label)",
-    "recall_weighted": "Per-class recall weighted by true support",
-    "f1_macro": "Unweighted mean of per-class F1 (classes present)",
-    "f1_micro": "Micro-averaged F1 (equals accuracy for single-label)",
-    "f1_weighted": "Per-class F1 weighted by true support",
-    "cohen_kappa_linear": "Cohen's kappa with linear disagreement weights (ordinal classes)",
-    "cohen_kappa_quadratic": "Cohen's kappa with quadratic disagreement weights",
-    # regression
-    "mae": "Mean absolute error",
-    "mse": "Mean squared error",
-    "rmse": "Root mean squared error",
-    "r2": "Coefficient of determination R^2",
-    "mean_error": "Mean of prediction minus target (bias; > 0 over-predicts)",
-    "mape": "Mean absolute percentage error (zero targets excluded, see mlmon_excluded_rows)",
-    "smape": "Symmetric mean absolute percentage error, 2|e|/(|y|+|yhat|)",
-    "male": "Mean absolute log error |log1p(yhat) - log1p(y)|",
-    "huber": "Mean Huber loss (configured delta)",
-    "interval_coverage": "Share of targets inside the predicted [lower, upper] interval",
-    "interval_width": "Mean width of the predicted interval",
-    "mase": "Mean absolute scaled error: MAE / in-sample seasonal naive MAE",
-}
 
 
 def _split_class(name: str) -> tuple[str, str | None]:
@@ -181,7 +128,7 @@ class MonitorCollector(Collector):
                 name, cls = _split_class(m.name)
                 if cls is None:
                     key, extra, family = labels, (), f"mlmon_{name}"
-                    doc = _HELP.get(name, name)
+                    doc = help_text(name)
                     if name.startswith("pinball_q"):
                         doc = "Mean pinball (quantile) loss at quantile " + name[9:].replace(
                             "_", "."

@@ -1,0 +1,46 @@
+"""One metric registry: configuration catalogs, score-metric selection and Prometheus
+help texts all come from it, and a new task can register its own metrics."""
+
+from __future__ import annotations
+
+import pytest
+
+from monitor import config
+from monitor.engine import metric_registry as reg
+from monitor.engine.models import SCORE_METRICS
+
+
+def test_config_catalogs_are_the_registry() -> None:
+    for task in ("binary", "multiclass", "regression"):
+        assert config.TASK_METRICS[task] == reg.task_metrics(task)
+        assert len(set(reg.task_metrics(task))) == len(reg.task_metrics(task))
+    assert config.OPT_IN_METRICS == {"ks_statistic", "gini", "gain"}
+    assert {"roc_auc", "log_loss", "ece", "gain"} <= SCORE_METRICS
+    assert not SCORE_METRICS & {"accuracy", "f1", "mcc", "mae"}
+
+
+def test_every_metric_has_help() -> None:
+    for task in ("binary", "multiclass", "regression"):
+        for name in reg.task_metrics(task):
+            assert reg.help_text(name) not in ("", name), name
+
+
+def test_unknown_metric_names_the_catalog() -> None:
+    with pytest.raises(Exception, match="roc_auc"):
+        config.settings_from_mapping({"models": [{"name": "m", "metrics": ["nope"]}]})
+
+
+def test_prometheus_help_comes_from_the_registry() -> None:
+    from monitor.export import prometheus
+
+    assert not hasattr(prometheus, "_HELP")
+    assert prometheus.help_text is reg.help_text
+
+
+def test_a_new_task_registers_its_metrics() -> None:
+    reg.register(reg.MetricInfo("test_ndcg_probe", frozenset({"test-task"}), "NDCG probe"))
+    reg.register(reg.MetricInfo("accuracy", frozenset({"test-task"}), "ignored: known"))
+    assert reg.task_metrics("test-task") == ("test_ndcg_probe", "accuracy")
+    assert reg.help_text("accuracy") == "Share of labeled predictions that were correct"
+    assert "test-task" in reg.metric_info("accuracy").tasks  # type: ignore[union-attr]
+    assert "test_ndcg_probe" not in reg.task_metrics("binary")
