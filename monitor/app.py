@@ -127,6 +127,7 @@ class Daemon:
         ev = self.settings.evaluation
         engine = build_engine(self.settings)
         engine.event_clock = EventWatermark(ev.watermark_samples, ev.watermark_quantile)
+        engine.label_clock = EventWatermark(ev.watermark_samples, ev.watermark_quantile)
         return engine
 
     # -- published state (readers) ---------------------------------------------------

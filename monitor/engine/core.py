@@ -253,6 +253,7 @@ class Engine:
         self.pred_watermark_ms = _NO_TS
         self.label_watermark_ms = _NO_TS
         self.event_clock = EventWatermark()  # robust watermark, retention edge (clock.py)
+        self.label_clock = EventWatermark()  # the label stream's robust progress (TTLs)
         # window results of the last evaluation, reused while their counts do not change
         self.result_cache = ResultCache()
         # seconds the last snapshot held the caller's lock, per section: retention, the
@@ -1062,6 +1063,7 @@ class Engine:
         codes = self._label_code(batch.label)
         values = batch.value if batch.value is not None else np.full(n, np.nan)
         self.label_watermark_ms = max(self.label_watermark_ms, int(batch.ts_ms.max()))
+        self.label_clock.observe(batch.ts_ms)
         order = np.argsort(batch.keys, kind="stable")
         sk = batch.keys[order]
         starts = np.ones(n, bool)
@@ -1157,21 +1159,18 @@ class Engine:
 
     # -- bounds ----------------------------------------------------------------------
     def _expire_and_evict(self) -> None:
+        # Each side waits on the other stream's robust progress, not its maximum: one
+        # far-future record must not expire everything that waits (below 100 recent
+        # records the quantile says little: the maximum rules)
         if self.label_watermark_ms != _NO_TS:
-            cutoff = self.label_watermark_ms - self.label_ttl_ms
+            cutoff = _robust_mark(self.label_watermark_ms, self.label_clock) - self.label_ttl_ms
             if self._min_pred_ts != _NO_TS and self._min_pred_ts < cutoff:
                 self._drop_predictions(self.preds.col("ts") < cutoff, "expired_prediction")
         excess = len(self.preds) - self.max_pending
         if excess > 0:
             self._drop_predictions(self._oldest(self.preds, excess), "evicted_prediction")
         if self.pred_watermark_ms != _NO_TS:
-            # orphan labels wait on the prediction stream's robust progress, not its
-            # maximum: one far-future prediction must not expire every waiting label
-            # (below 100 recent predictions the quantile says little: the maximum rules)
-            robust = self.event_clock.current(min_samples=100)
-            mark = (
-                self.pred_watermark_ms if robust == _NO_TS else min(self.pred_watermark_ms, robust)
-            )
+            mark = _robust_mark(self.pred_watermark_ms, self.event_clock)
             cutoff = mark - self.orphan_label_ttl_ms
             if self._min_orphan_ts != _NO_TS and self._min_orphan_ts < cutoff:
                 self._drop_orphans(self.orphans.col("ts") < cutoff, "expired_orphan_label")
@@ -1386,6 +1385,7 @@ class Engine:
             "tiers": [self.tiers.hour_from, self.tiers.day_from],
             "label_watermark_ms": self.label_watermark_ms,
             "event_clock": self.event_clock.state(),
+            "label_clock": self.label_clock.state(),
             "paired": {name: v.tolist() for name, v in sorted(self.paired.items())},
             "arms": {
                 name: {
@@ -1488,6 +1488,7 @@ class Engine:
         self.pred_watermark_ms = int(meta["pred_watermark_ms"])
         self.label_watermark_ms = int(meta["label_watermark_ms"])
         self.event_clock.load(meta.get("event_clock"))
+        self.label_clock.load(meta.get("label_clock"))  # absent before: rebuilt from labels
         self.paired = {str(k): np.asarray(v, np.float64) for k, v in meta.get("paired", {}).items()}
         if any(v.shape != (5,) for v in self.paired.values()):
             raise StateMismatch("paired comparison statistics have the wrong shape")
@@ -1618,6 +1619,14 @@ def _with_columns(
         if name not in state and np.dtype(dtype).kind == "f":
             state[name] = np.full(n, np.nan, dtype)
     return state
+
+
+def _robust_mark(maximum: int, clock: EventWatermark) -> int:
+    """How far a stream has got for TTLs: its robust quantile (``EventWatermark.current``
+    over at least 100 recent records), never beyond its maximum; the maximum alone while
+    fewer records were seen."""
+    robust = clock.current(min_samples=100)
+    return maximum if robust == _NO_TS else min(maximum, robust)
 
 
 def _live_min(table: KeyedTable) -> int:

@@ -20,7 +20,6 @@ are reported as such (Wilson). Interval methods are given per function.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -251,8 +250,3 @@ def _per_class_f1(cm: np.ndarray, k: int, name: str, confidence: float) -> Metri
     tn = float(cm.sum()) - tp - fp - fn
     mv = fbeta(tp, fp, fn, 1.0, confidence, tn)
     return MetricValue(name, mv.value, mv.lower, mv.upper, mv.n, mv.method, mv.note)
-
-
-def labels_of(layout: MulticlassLayout) -> Sequence[str]:
-    """The class names a layout reports per-class metrics under."""
-    return [layout.label(k) for k in range(layout.n_classes)]

@@ -14,7 +14,7 @@ def test_config_catalogs_are_the_registry() -> None:
     for task in ("binary", "multiclass", "regression"):
         assert config.TASK_METRICS[task] == reg.task_metrics(task)
         assert len(set(reg.task_metrics(task))) == len(reg.task_metrics(task))
-    assert config.OPT_IN_METRICS == {"ks_statistic", "gini", "gain"}
+    assert {"ks_statistic", "gini", "gain"} == config.OPT_IN_METRICS
     assert {"roc_auc", "log_loss", "ece", "gain"} <= SCORE_METRICS
     assert not SCORE_METRICS & {"accuracy", "f1", "mcc", "mae"}
 
