@@ -254,22 +254,37 @@ class BucketStore:
         self.generation += 1
         gone = src[add]
         if gone.shape[0]:
-            keep = np.ones(n, bool)
-            keep[gone] = False
-            kept = np.flatnonzero(keep)
-            for col in self._cols.values():
-                col[: kept.shape[0]] = col[kept]
-                col[kept.shape[0] : n] = 0  # freed rows must be zero when reused
-            self._n = int(kept.shape[0])
-            index_keys = (
-                (self.group.astype(np.int64) << _GROUP_SHIFT)
-                | (self.tier.astype(np.int64) << _BUCKET_BITS)
-                | self.bucket
-            )
-            self._index = {int(k): i for i, k in enumerate(index_keys.tolist())}
-            if self._n * 4 < self._cap and self._cap > _MIN_ROWS:  # give memory back
-                self._shrink(max(_MIN_ROWS, 2 * self._n))
+            self._remove_rows(gone)
         return int(gone.shape[0])
+
+    def _keys(self, rows: np.ndarray) -> np.ndarray:
+        cols = self._cols
+        return (
+            (cols["group"][rows].astype(np.int64) << _GROUP_SHIFT)
+            | (cols["tier"][rows].astype(np.int64) << _BUCKET_BITS)
+            | cols["bucket"][rows]
+        )
+
+    def _remove_rows(self, gone: np.ndarray) -> None:
+        """Forget rows: the last rows move into the holes (O(removed) rows touched, not a
+        rewrite of the store — this runs under the engine lock), freed rows are zeroed."""
+        n = self._n
+        gone = np.unique(gone)
+        for key in self._keys(gone).tolist():
+            del self._index[key]
+        n_new = n - int(gone.shape[0])
+        holes = gone[gone < n_new]
+        tail = np.arange(n_new, n)
+        movers = tail[~np.isin(tail, gone)]
+        for col in self._cols.values():
+            col[holes] = col[movers]
+            col[n_new:n] = 0  # freed rows must be zero when reused
+        self._n = n_new
+        for key, row in zip(self._keys(holes).tolist(), holes.tolist(), strict=True):
+            self._index[key] = row
+        self.generation += 1
+        if self._n * 4 < self._cap and self._cap > _MIN_ROWS:  # give memory back
+            self._shrink(max(_MIN_ROWS, 2 * self._n))
 
     def _shrink(self, cap: int) -> None:
         self._cols = {name: col[:cap].copy() for name, col in self._cols.items()}
@@ -325,7 +340,7 @@ class BucketStore:
         keep = self.bucket + self.span() > bucket_idx
         dropped = int(self._n - np.count_nonzero(keep))
         if dropped:
-            self.load({k: v[keep] for k, v in self.view().items()})
+            self._remove_rows(np.flatnonzero(~keep))
         return dropped
 
     def state(self) -> dict[str, np.ndarray]:

@@ -151,3 +151,46 @@ def test_window_sums_after_a_roll_up_are_summed_afresh() -> None:
     assert not store.sum_chunk(plan)
     got = store.finish_sums(plan, np.arange(5), 5)
     np.testing.assert_allclose(got[0], _fresh_sums(store, bounds, 5)[0], rtol=1e-12)
+
+
+def _as_rows(store: BucketStore) -> dict[tuple[int, int, int], tuple[float, ...]]:
+    v = store.view()
+    return {
+        (int(g), int(t), int(b)): (int(p), int(lab), *c.tolist(), *m.tolist())
+        for g, t, b, p, lab, c, m in zip(
+            v["group"], v["tier"], v["bucket"], v["predicted"], v["labeled"],
+            v["confusion"], v["m.scores"], strict=True,
+        )
+    }  # fmt: skip
+
+
+def test_roll_up_and_retention_move_only_the_rows_they_remove() -> None:
+    """Rows removed by a roll-up or a drop are filled from the end of the store: the rows
+    equal the old rows summed into their hour/day rows minus the dropped ones, the index
+    stays right, freed rows are zero, and later writes find their rows."""
+    rng = np.random.default_rng(7)
+    store = _store()
+    for _ in range(30):
+        _write(store, rng, 6, 400)
+    before = _as_rows(store)
+    tiers = store.tiers.advanced(400 * WIDTH, 2 * 3_600_000, 8 * 86_400_000)
+    assert store.roll_up(tiers) > 0
+    assert store.drop_before(120) > 0
+    expected: dict[tuple[int, int, int], np.ndarray] = {}
+    for (g, _, b), values in before.items():
+        t = tiers.tier_of(b)
+        start = b - b % tiers.span(t)
+        if start + tiers.span(t) <= 120:
+            continue  # dropped
+        key = (g, t, start)
+        expected[key] = expected.get(key, 0) + np.array(values, dtype=np.float64)
+    got = _as_rows(store)
+    assert got.keys() == expected.keys()
+    for key, values in expected.items():
+        np.testing.assert_allclose(got[key], values, rtol=1e-12)
+    keys = store._keys(np.arange(len(store))).tolist()
+    assert store._index == {k: i for i, k in enumerate(keys)}
+    assert not store._cols["m.scores"][len(store) :].any()
+    # writes after the removal land in the right rows
+    rows = store.rows_for(np.array([2]), np.array([399 * WIDTH]))
+    assert store._keys(rows).tolist() == [(2 << 38) | 399]
