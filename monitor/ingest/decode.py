@@ -327,9 +327,13 @@ class PredictionDecoder:
         models: Sequence[ModelSpec],
         limits: DecodeLimits,
         numeric_features: Sequence[str] = (),
+        feature_objects: bool = True,
     ) -> None:
         """``numeric_features``: the numeric drift features to decode into a float block
-        (``PredictionBatch.numeric``) instead of leaving them to per-record lookups."""
+        (``PredictionBatch.numeric``) instead of leaving them to per-record lookups.
+        ``feature_objects``: whether the engine also needs each record's features object
+        (categorical drift features, a live reference's bootstrap); when it does not, the
+        block is all a batch carries and the typed parse builds no dictionary at all."""
         self.models = list(models)
         self.limits = limits
         self._by_name = {m.name: i for i, m in enumerate(self.models)}
@@ -354,7 +358,10 @@ class PredictionDecoder:
         self.wants_extras = any(m.wants_features or m.slices for m in models)
         wants_features = any(m.wants_features for m in models)
         self.numeric_names = tuple(dict.fromkeys(numeric_features)) if wants_features else ()
-        self._typed = _typed_decoder(self.models)
+        self.feature_objects = wants_features and (feature_objects or not self.numeric_names)
+        self._typed, self._typed_block = _typed_decoder(
+            self.models, () if self.feature_objects else self.numeric_names
+        )
 
     def _model_of(self, obj: dict[str, Any]) -> int:
         seen = None
@@ -496,11 +503,16 @@ class PredictionDecoder:
     ) -> tuple[PredictionBatch, list[tuple[int, str, str]]]:
         """Decode a batch; returns the valid rows and ``(index, reason, detail)`` rejects."""
         with _collector_paused():
-            batch, rejects = self._decode(raws, now_ms, keep_raw)
-        if self.numeric_names:
-            block = _numeric_block(batch.features, self.numeric_names)
-            batch = replace(batch, numeric=block, numeric_names=self.numeric_names)
-        return batch, rejects
+            return self._decode(raws, now_ms, keep_raw)
+
+    def _finish(self, batch: PredictionBatch) -> PredictionBatch:
+        """The numeric block of a batch decoded with features objects (and the objects
+        dropped when the engine does not read them)."""
+        if not self.numeric_names or batch.numeric is not None:
+            return batch
+        block = _numeric_block(batch.features, self.numeric_names)
+        features = batch.features if self.feature_objects else []
+        return replace(batch, numeric=block, numeric_names=self.numeric_names, features=features)
 
     def _decode(
         self, raws: Sequence[bytes | None], now_ms: int, keep_raw: bool
@@ -513,22 +525,24 @@ class PredictionDecoder:
         else:
             fast = self._columns(_loads_all(raws, self.limits), now_ms)
         if fast is None:
-            return self._decode_rows(raws, range(n), now_ms, keep_raw)
+            batch, rejects = self._decode_rows(raws, range(n), now_ms, keep_raw)
+            return self._finish(batch), rejects
         rows, cols = fast
         if rows.shape[0] == n:  # the common case: the whole batch in columns
-            return self._batch(cols, list(raws) if keep_raw else []), []
+            return self._finish(self._batch(cols, list(raws) if keep_raw else [])), []
         slow = np.ones(n, bool)
         slow[rows] = False
         batch, rejects = self._decode_rows(raws, np.flatnonzero(slow).tolist(), now_ms, keep_raw)
         if len(batch) == 0:
             kept = [raws[i] for i in rows.tolist()] if keep_raw else []
-            return self._batch(cols, kept), rejects
+            return self._finish(self._batch(cols, kept)), rejects
         # both paths gave rows: back into input order (the engine's first-wins needs it)
         valid = np.ones(n, bool)
         valid[[i for i, _, _ in rejects]] = False
         valid_rows = np.flatnonzero(valid)
         order = np.argsort(np.concatenate([rows, np.flatnonzero(slow & valid)]), kind="stable")
-        return _merge(self._batch(cols, []), batch, order, raws, valid_rows, keep_raw), rejects
+        fast_batch, slow_batch = self._finish(self._batch(cols, [])), self._finish(batch)
+        return _merge(fast_batch, slow_batch, order, raws, valid_rows, keep_raw), rejects
 
     def _typed_columns(
         self, raws: Sequence[bytes | None], now_ms: int
@@ -560,9 +574,14 @@ class PredictionDecoder:
         thresholds = np.array([m.threshold for m in self.models] + [2.0])
         decision = (score >= thresholds[model]).astype(np.int8)
         fields = self._typed.type.__struct_fields__
-        feats = segs = []
-        if self.wants_extras:
+        feats: list[Any] = []
+        segs: list[Any] = []
+        block = None
+        if self._typed_block is not None:
+            block = _struct_block(list(map(_get_features, rows)), self._typed_block)
+        elif self.wants_extras:
             feats = list(map(_get_features, rows)) if "features" in fields else [None] * n
+        if self.wants_extras:
             segs = list(map(_get_segments, rows)) if "segments" in fields else [None] * n
         keep = np.flatnonzero(checks)
         if keep.shape[0] == 0:
@@ -571,9 +590,8 @@ class PredictionDecoder:
             take = keep.tolist()
             ids = [ids[i] for i in take]
             versions = [versions[i] for i in take]
-            if self.wants_extras:
-                feats = [feats[i] for i in take]
-                segs = [segs[i] for i in take]
+            feats = [feats[i] for i in take] if feats else feats
+            segs = [segs[i] for i in take] if segs else segs
         cols = {
             "ids": ids,
             "ts": ts[keep],
@@ -583,6 +601,7 @@ class PredictionDecoder:
             "decision": decision[keep],
             "features": feats,
             "segments": segs,
+            "numeric": None if block is None else block[keep],
         }
         return keep, cols
 
@@ -707,6 +726,8 @@ class PredictionDecoder:
             np.full((n, self.n_proba), np.nan) if self.n_proba else None,
             np.full(n, np.nan) if self.has_regression else None,
             np.full(n, np.nan) if self.has_regression else None,
+            cols.get("numeric"),
+            self.numeric_names if cols.get("numeric") is not None else (),
         )
 
     def _decode_rows(
@@ -813,11 +834,16 @@ def _typed_rows(
     return rows, ok
 
 
-def _typed_decoder(models: Sequence[ModelSpec]) -> Any:
+def _typed_decoder(
+    models: Sequence[ModelSpec], block_names: Sequence[str]
+) -> tuple[Any, tuple[int, Any] | None]:
     """A msgspec decoder of the fields every configured model reads, when all models are
-    binary and name their fields alike at the top level; None otherwise."""
+    binary and name their fields alike at the top level; None otherwise. With
+    ``block_names`` the features object is parsed into a struct of those numeric features
+    (others skipped), returned as (width, the struct of an absent object) for
+    ``_struct_block``."""
     if not models or any(m.task != "binary" or not _flat(m) for m in models):
-        return None
+        return None, None
     first = models[0]
 
     def paths(m: ModelSpec) -> tuple[str, ...]:
@@ -825,12 +851,24 @@ def _typed_decoder(models: Sequence[ModelSpec]) -> Any:
                 m.prediction_path, m.features_path, m.segments_path)  # fmt: skip
 
     if any(paths(m) != paths(first) for m in models) or any("." in p for p in paths(first)):
-        return None
+        return None, None
     fields = ("id", "ts", "model", "version", "score", "prediction", "features", "segments")
     # features and segments are built only when drift or slices read them; else skipped
-    extras: list[tuple[str, Any, None]] = []
+    extras: list[tuple[str, Any, Any]] = []
     names = {"id", "ts", "model", "version", "score", "prediction"}
-    if any(m.wants_features for m in models):
+    block = None
+    if block_names:
+        # JSON numbers (ints too) become floats, null and absence NaN; any other value
+        # fails the record's typed parse, and the per-record path gives it NaN
+        numbers = msgspec.defstruct(
+            "Numeric",
+            [(f"x{j}", float | None, math.nan) for j in range(len(block_names))],
+            rename={f"x{j}": name for j, name in enumerate(block_names)},
+        )
+        extras.append(("features", numbers | None, None))
+        names.add("features")
+        block = (len(block_names), numbers())
+    elif any(m.wants_features for m in models):
         extras.append(("features", dict[str, Any] | None, None))
         names.add("features")
     if any(m.slices for m in models):
@@ -849,7 +887,21 @@ def _typed_decoder(models: Sequence[ModelSpec]) -> Any:
         ],
         rename={f: p for f, p in zip(fields, paths(first), strict=True) if f in names},
     )
-    return msgspec.json.Decoder(row)
+    return msgspec.json.Decoder(row), block
+
+
+def _struct_block(feats: list[Any], layout: tuple[int, Any]) -> np.ndarray:
+    """(n, F) float64 block of the typed parse's numeric feature structs (None: no
+    features object, or a row the typed parse refused)."""
+    width, empty = layout
+    n = len(feats)
+    if None in feats:
+        feats = [empty if f is None else f for f in feats]
+    rows = list(map(msgspec.structs.astuple, feats))
+    try:
+        return np.fromiter(chain.from_iterable(rows), np.float64, n * width).reshape(n, width)
+    except TypeError:  # a JSON null among them: NaN
+        return np.array(rows, np.float64).reshape(n, width)
 
 
 _get_id = operator.attrgetter("id")
@@ -1027,6 +1079,8 @@ def _merge(
         arrays(fast.proba, slow.proba),
         arrays(fast.lower, slow.lower),
         arrays(fast.upper, slow.upper),
+        arrays(fast.numeric, slow.numeric),
+        fast.numeric_names,
     )
 
 
