@@ -864,6 +864,7 @@ def _typed_decoder(
             "Numeric",
             [(f"x{j}", float | None, math.nan) for j in range(len(block_names))],
             rename={f"x{j}": name for j, name in enumerate(block_names)},
+            gc=False,
         )
         extras.append(("features", numbers | None, None))
         names.add("features")
@@ -886,6 +887,7 @@ def _typed_decoder(
             *extras,
         ],
         rename={f: p for f, p in zip(fields, paths(first), strict=True) if f in names},
+        gc=False,  # parsed JSON holds no reference cycle: no tracking to pay for
     )
     return msgspec.json.Decoder(row), block
 
@@ -1111,6 +1113,7 @@ class LabelDecoder:
                     ("label", int | str),
                 ],
                 rename={"id": id_path, "ts": ts_path, "label": label_path},
+                gc=False,
             )
             self._typed = msgspec.json.Decoder(row)
 

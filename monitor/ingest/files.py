@@ -23,6 +23,7 @@ _GZIP_MAGIC = b"\x1f\x8b"
 # (two patterns: a leading literal newline lets the regex engine skip ahead in C)
 _BLANK_LINE = re.compile(rb"\n[ \t\r]*\n")
 _BLANK_FIRST = re.compile(rb"[ \t\r]*\n")
+_AFTER_NEWLINE = (b"\n\n", b"\n ", b"\n\t", b"\n\r")
 
 
 class JsonlReader:
@@ -81,7 +82,11 @@ class JsonlReader:
         self._next_line += len(lines)
         if b"\r" in data:
             lines = [x[:-1] if x.endswith(b"\r") else x for x in lines]
-        blank = _BLANK_FIRST.match(data) is not None or _BLANK_LINE.search(data) is not None
+        # a blank line follows a newline with a newline, space, tab or CR: four C-level
+        # substring scans clear the usual chunk before any regex runs
+        blank = _BLANK_FIRST.match(data) is not None or (
+            any(x in data for x in _AFTER_NEWLINE) and _BLANK_LINE.search(data) is not None
+        )
         if self._numbers is None and not blank:
             if not self._lines:
                 self._first = start
