@@ -72,12 +72,11 @@ def open_source(
     k: KafkaSettings, stored_offsets: StoredOffsets, on_resume: OnResume | None = None
 ) -> KafkaSource:
     """The configured client's source; raises while the cluster cannot be reached.
-    ``on_resume`` (positions outside the log) is honoured by the kafka-python source;
-    librdkafka resets such positions itself per ``auto.offset.reset``."""
+    ``on_resume`` is told of positions outside the log (both clients)."""
     if k.client == "confluent":
         from .confluent import ConfluentSource
 
-        return ConfluentSource(k, stored_offsets)
+        return ConfluentSource(k, stored_offsets, on_resume)
     return KafkaPythonSource(k, stored_offsets, on_resume)
 
 
