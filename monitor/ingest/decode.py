@@ -960,7 +960,7 @@ def _unchecked_by_skip(raws: Sequence[bytes | None]) -> np.ndarray | None:
             joined.decode("utf-8")
         except UnicodeDecodeError:
             out = np.fromiter(map(_not_utf8, raws), bool, len(raws))
-    if _SURROGATE_ESCAPE.search(joined) is not None:
+    if b"\\" in joined and _SURROGATE_ESCAPE.search(joined) is not None:  # (memchr first)
         esc = np.fromiter((_SURROGATE_ESCAPE.search(r) is not None for r in raws), bool)
         out = esc if out is None else out | esc
     return out
