@@ -32,6 +32,7 @@ from ..config import KafkaSettings
 from ..scale.assignor import warn_unpaired
 from ..state.positions import Resume, resume_position
 from .pipeline import RawBatch, offset_key
+from .security import librdkafka_security as confluent_security
 
 __all__ = ["ConfluentProducer", "ConfluentSource", "confluent_config", "confluent_security"]
 
@@ -47,29 +48,6 @@ _FILL_S = 0.005
 # librdkafka prefetch: up to a million messages / 256 MiB queued ahead of the pipeline
 _QUEUED_MIN_MESSAGES = 1_000_000
 _QUEUED_MAX_KBYTES = 256 * 1024
-
-
-def confluent_security(k: KafkaSettings) -> dict[str, Any]:
-    """The security settings as librdkafka properties (docs/kafka.md has the table)."""
-    out: dict[str, Any] = {"security.protocol": k.security_protocol}
-    if k.sasl_mechanism:
-        out["sasl.mechanism"] = k.sasl_mechanism
-        if k.sasl_username is not None:
-            out["sasl.username"] = k.sasl_username
-        password = k.resolved_sasl_password()
-        if password is not None:
-            out["sasl.password"] = password
-    if k.ssl_cafile:
-        out["ssl.ca.location"] = str(k.ssl_cafile)
-    if k.ssl_certfile:
-        out["ssl.certificate.location"] = str(k.ssl_certfile)
-    if k.ssl_keyfile:
-        out["ssl.key.location"] = str(k.ssl_keyfile)
-    if k.ssl_password is not None:
-        out["ssl.key.password"] = k.ssl_password.get_secret_value()
-    if k.security_protocol in ("SSL", "SASL_SSL"):
-        out["ssl.endpoint.identification.algorithm"] = "https" if k.ssl_check_hostname else "none"
-    return out
 
 
 def confluent_config(k: KafkaSettings) -> dict[str, Any]:

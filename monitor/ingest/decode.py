@@ -565,10 +565,8 @@ class PredictionDecoder:
         ids = list(map(_get_id, rows))
         versions = list(map(_get_version, rows))
         v_len = np.fromiter(map(len, versions), np.int64, n)
-        checks &= (ts >= 0) & (ts <= now_ms + self.limits.max_future_skew_ms)
-        checks &= (score >= 0.0) & (score <= 1.0)
-        checks &= np.fromiter(map(len, ids), np.int64, n) > 0
-        checks &= (v_len > 0) & (v_len <= MAX_VERSION_CHARS)
+        id_len = np.fromiter(map(len, ids), np.int64, n)
+        checks &= self._in_range(ts, score, id_len, v_len, now_ms)
         if any(p is not None for p in map(_get_prediction, rows)):  # any type, even a list
             checks &= np.fromiter(map(_no_prediction, rows), bool, n)
         thresholds = np.array([m.threshold for m in self.models] + [2.0])
@@ -583,27 +581,21 @@ class PredictionDecoder:
             feats = list(map(_get_features, rows)) if "features" in fields else [None] * n
         if self.wants_extras:
             segs = list(map(_get_segments, rows)) if "segments" in fields else [None] * n
-        keep = np.flatnonzero(checks)
-        if keep.shape[0] == 0:
-            return None
-        if keep.shape[0] < n:
-            take = keep.tolist()
-            ids = [ids[i] for i in take]
-            versions = [versions[i] for i in take]
-            feats = [feats[i] for i in take] if feats else feats
-            segs = [segs[i] for i in take] if segs else segs
-        cols = {
-            "ids": ids,
-            "ts": ts[keep],
-            "model": model[keep],
-            "version": versions,
-            "score": score[keep],
-            "decision": decision[keep],
-            "features": feats,
-            "segments": segs,
-            "numeric": None if block is None else block[keep],
-        }
-        return keep, cols
+        return _kept(checks, ids, ts, model, versions, score, decision, feats, segs, block)
+
+    def _in_range(
+        self,
+        ts: np.ndarray,
+        score: np.ndarray,
+        id_len: np.ndarray,
+        v_len: np.ndarray,
+        now_ms: int,
+    ) -> np.ndarray:
+        """The per-record fast path's range conditions, on columns (both column paths)."""
+        limit = now_ms + self.limits.max_future_skew_ms
+        checks = (ts >= 0) & (ts <= limit) & (score >= 0.0) & (score <= 1.0) & (id_len > 0)
+        checks &= (v_len > 0) & (v_len <= MAX_VERSION_CHARS)
+        return checks
 
     def _columns(self, objs: list[Any], now_ms: int) -> tuple[np.ndarray, dict[str, Any]] | None:
         """The rows the column checks clear (binary models, flat well-typed fields, the
@@ -637,7 +629,6 @@ class PredictionDecoder:
         versions: list[Any] = [None] * n
         feats: list[Any] = [None] * n if self.wants_extras else []
         segs: list[Any] = [None] * n if self.wants_extras else []
-        limit = now_ms + self.limits.max_future_skew_ms
         for m in np.unique(model[ok]).tolist():
             spec = self.models[m]
             sel = np.flatnonzero(ok & (model == m))
@@ -664,8 +655,7 @@ class PredictionDecoder:
                 sc = np.fromiter(c_score, np.float64, k)
             else:
                 sc = np.fromiter((x if type(x) is float else -1.0 for x in c_score), np.float64, k)
-            checks = (t >= 0) & (t <= limit) & (sc >= 0.0) & (sc <= 1.0) & (id_len > 0)
-            checks &= (v_len > 0) & (v_len <= MAX_VERSION_CHARS)
+            checks = self._in_range(t, sc, id_len, v_len, now_ms)
             if good is not None:
                 checks &= good
             ok[sel[~checks]] = False
@@ -689,27 +679,7 @@ class PredictionDecoder:
                     else:
                         for i, x in zip(sel.tolist(), col, strict=True):
                             out[i] = x
-        rows = np.flatnonzero(ok)
-        if rows.shape[0] == 0:
-            return None
-        if rows.shape[0] < n:
-            take = rows.tolist()
-            ids = [ids[i] for i in take]
-            versions = [versions[i] for i in take]
-            if self.wants_extras:
-                feats = [feats[i] for i in take]
-                segs = [segs[i] for i in take]
-        cols = {
-            "ids": ids,
-            "ts": ts[rows],
-            "model": model[rows],
-            "version": versions,
-            "score": score[rows],
-            "decision": decision[rows],
-            "features": feats,
-            "segments": segs,
-        }
-        return rows, cols
+        return _kept(ok, ids, ts, model, versions, score, decision, feats, segs, None)
 
     def _batch(self, cols: dict[str, Any], kept: list[bytes | None]) -> PredictionBatch:
         n = len(cols["ids"])
@@ -795,6 +765,42 @@ class PredictionDecoder:
 
 
 _EMPTY: dict[str, Any] = {}
+
+
+def _kept(
+    ok: np.ndarray,
+    ids: list[Any],
+    ts: np.ndarray,
+    model: np.ndarray,
+    versions: list[Any],
+    score: np.ndarray,
+    decision: np.ndarray,
+    feats: list[Any],
+    segs: list[Any],
+    block: np.ndarray | None,
+) -> tuple[np.ndarray, dict[str, Any]] | None:
+    """The rows a column path cleared (``ok``) and their columns; None when none is."""
+    keep = np.flatnonzero(ok)
+    if keep.shape[0] == 0:
+        return None
+    if keep.shape[0] < ok.shape[0]:
+        take = keep.tolist()
+        ids = [ids[i] for i in take]
+        versions = [versions[i] for i in take]
+        feats = [feats[i] for i in take] if feats else feats
+        segs = [segs[i] for i in take] if segs else segs
+    cols = {
+        "ids": ids,
+        "ts": ts[keep],
+        "model": model[keep],
+        "version": versions,
+        "score": score[keep],
+        "decision": decision[keep],
+        "features": feats,
+        "segments": segs,
+        "numeric": None if block is None else block[keep],
+    }
+    return keep, cols
 
 
 def _hashable(value: Any) -> Any:
