@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from itertools import compress
 from typing import Any
 
 import orjson
@@ -178,9 +179,9 @@ class ConfluentSource:
             offsets = {offset_key(t, p): o + 1 for (t, p), o in last.items() if t == topic}
             if len(present) == 1:
                 mine, vals = msgs, values
-            else:
-                mine = [m for m, t in zip(msgs, topics, strict=True) if t == topic]
-                vals = [v for v, t in zip(values, topics, strict=True) if t == topic]
+            else:  # C-level passes: a selector, then two compresses
+                sel = list(map(topic.__eq__, topics))
+                mine, vals = list(compress(msgs, sel)), list(compress(values, sel))
             out[kinds[topic]] = RawBatch(vals, _message_origin(mine), offsets)
         return out
 

@@ -863,15 +863,14 @@ def _typed_decoder(
     extras: list[tuple[str, Any, Any]] = []
     names = {"id", "ts", "model", "version", "score", "prediction"}
     block = None
-    if block_names:
-        # JSON numbers (ints too) become floats, null and absence NaN; any other value
-        # fails the record's typed parse, and the per-record path gives it NaN
-        numbers = msgspec.defstruct(
-            "Numeric",
-            [(f"x{j}", float | None, math.nan) for j in range(len(block_names))],
-            rename={f"x{j}": name for j, name in enumerate(block_names)},
-            gc=False,
-        )
+    # JSON numbers (ints too) become floats, null and absence NaN; any other value fails
+    # the record's typed parse, and the per-record path gives it NaN
+    numbers = _struct(
+        "Numeric",
+        [(f"x{j}", float | None, math.nan) for j in range(len(block_names))],
+        {f"x{j}": name for j, name in enumerate(block_names)},
+    )
+    if block_names and numbers is not None:
         extras.append(("features", numbers | None, None))
         names.add("features")
         block = (len(block_names), numbers())
@@ -881,7 +880,7 @@ def _typed_decoder(
     if any(m.slices for m in models):
         extras.append(("segments", dict[str, Any] | None, None))
         names.add("segments")
-    row = msgspec.defstruct(
+    row = _struct(
         "Row",
         [
             ("id", str),
@@ -892,10 +891,22 @@ def _typed_decoder(
             ("prediction", Any, None),
             *extras,
         ],
-        rename={f: p for f, p in zip(fields, paths(first), strict=True) if f in names},
-        gc=False,  # parsed JSON holds no reference cycle: no tracking to pay for
+        {f: p for f, p in zip(fields, paths(first), strict=True) if f in names},
     )
+    if row is None:
+        return None, None
     return msgspec.json.Decoder(row), block
+
+
+def _struct(name: str, fields: list[Any], rename: dict[str, str]) -> Any:
+    """A msgspec struct type reading the JSON names ``rename`` gives; None when msgspec
+    refuses one of them (a quote, a backslash, a control character): the untyped paths
+    then decode those records. Untracked by the cyclic collector: parsed JSON holds no
+    reference cycle."""
+    try:
+        return msgspec.defstruct(name, fields, rename=rename, gc=False)
+    except ValueError:
+        return None
 
 
 def _struct_block(feats: list[Any], layout: tuple[int, Any]) -> np.ndarray:
@@ -1110,17 +1121,16 @@ class LabelDecoder:
         self.paths = (id_path, ts_path, label_path)
         self._get = (_getter(id_path), _getter(ts_path), _getter(label_path))
         self._typed = None
-        if not any("." in p for p in self.paths):
-            row = msgspec.defstruct(
-                "LabelRow",
-                [
-                    ("id", str),
-                    ("ts", Annotated[int, msgspec.Meta(ge=0, lt=_MAX_TS_MS)]),
-                    ("label", int | str),
-                ],
-                rename={"id": id_path, "ts": ts_path, "label": label_path},
-                gc=False,
-            )
+        row = _struct(
+            "LabelRow",
+            [
+                ("id", str),
+                ("ts", Annotated[int, msgspec.Meta(ge=0, lt=_MAX_TS_MS)]),
+                ("label", int | str),
+            ],
+            {"id": id_path, "ts": ts_path, "label": label_path},
+        )
+        if row is not None and not any("." in p for p in self.paths):
             self._typed = msgspec.json.Decoder(row)
 
     def decode(

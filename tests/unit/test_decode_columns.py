@@ -294,3 +294,22 @@ def test_drift_counts_from_the_block_equal_the_per_record_lookup(
 class _Raw:
     def __init__(self, value: bytes) -> None:
         self.value, self.topic, self.partition, self.offset = value, "p", 0, -1
+
+
+def test_names_msgspec_cannot_rename_to_take_the_untyped_paths() -> None:
+    """A feature or field name with a quote or a control character (msgspec refuses to
+    rename to those) leaves the decoders on their untyped paths, with the same results."""
+    raws = [
+        json.dumps({"id": f"p{i}", "ts": NOW, "model": "fraud", "version": "v1",
+                    "score": 0.5, "features": {'a"b': i, "x\n": 2.5}}).encode()
+        for i in range(5)
+    ]  # fmt: skip
+    dec = PredictionDecoder(
+        [FEATURED], LIMITS, numeric_features=['a"b', "x\n"], feature_objects=False
+    )
+    batch, rejects = dec.decode(raws, NOW)
+    assert not rejects and batch.numeric is not None and batch.features == []
+    np.testing.assert_array_equal(batch.numeric, [[float(i), 2.5] for i in range(5)])
+    labels = LabelDecoder(LIMITS, id_path='i"d', known_label=lambda t, v: None)
+    got, rejects = labels.decode([json.dumps({'i"d': "p1", "ts": NOW, "label": 1}).encode()], NOW)
+    assert not rejects and got.label == ["1"] and labels._typed is None
