@@ -227,7 +227,12 @@ def build_pipeline(
 
     return IngestPipeline(
         engine,
-        PredictionDecoder(specs, limits, engine.drift.numeric_features()),
+        PredictionDecoder(
+            specs,
+            limits,
+            engine.drift.numeric_features(),
+            feature_objects=engine.drift.reads_feature_objects(),
+        ),
         LabelDecoder(limits, lf.id, lf.ts, lf.label, known_label=known_label),
         dead_letter,
         clock_ms,

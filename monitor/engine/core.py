@@ -397,13 +397,21 @@ class Engine:
                 rows = np.flatnonzero(model == m)
                 if rows.shape[0] == 0:
                     continue
-                segs = [segments[i] if segments else None for i in rows.tolist()]
-                for i, key in zip(rows.tolist(), folder.fold(segs), strict=True):
+                if not segments:
+                    segs: list[dict[str, Any] | None] = [None] * rows.shape[0]
+                elif rows.shape[0] == n:
+                    segs = segments
+                else:
+                    segs = [segments[i] for i in rows.tolist()]
+                codes, keys = folder.fold(segs)
+                remap = np.empty(len(keys), np.int64)
+                for j, key in enumerate(keys):
                     code = seen.get(key)
                     if code is None:
                         code = seen[key] = len(seg_keys)
                         seg_keys.append(key)
-                    seg_codes[i] = code
+                    remap[j] = code
+                seg_codes[rows] = remap[codes]
         vcodes, vuniq = pd.factorize(np.asarray(version, dtype=object))
         nv, ns = len(vuniq), len(seg_keys)
         combined = (model.astype(np.int64) * nv + vcodes) * ns + seg_codes

@@ -397,6 +397,13 @@ class DriftTracker:
             }
         )
 
+    def reads_feature_objects(self) -> bool:
+        """Whether drift reads records' features objects beyond ``numeric_features``
+        (a categorical feature, a live reference's bootstrap sample)."""
+        return bool(self.bootstrap) or any(
+            not isinstance(r, NumericReference) for d in self.by_model.values() for r in d.refs
+        )
+
     def untracked_features(self) -> dict[str, int]:
         """Feature values left out of live references, per model name (cumulative)."""
         counts = dict(self.untracked)

@@ -16,8 +16,13 @@ Values that are not scalars (objects, arrays) are ``__other__``.
 
 from __future__ import annotations
 
+import operator
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
+import pandas as pd
 
 from .models import ModelSpec
 
@@ -25,6 +30,7 @@ __all__ = ["MISSING", "OTHER", "SegmentFolder"]
 
 OTHER = "__other__"
 MISSING = "__none__"
+Key = tuple[str, ...]
 
 
 class SegmentFolder:
@@ -35,14 +41,19 @@ class SegmentFolder:
         }
         self.counts: dict[str, dict[str, int]] = {d: {} for d in self.dimensions}
 
-    def fold(self, segments: Sequence[dict[str, Any] | None]) -> list[tuple[str, ...]]:
-        """Segment key per row (updates the frequency counters first)."""
-        columns = []
+    def fold(self, segments: Sequence[dict[str, Any] | None]) -> tuple[np.ndarray, list[Key]]:
+        """Segment key per row, as a code per row into the batch's distinct keys (in the
+        order rows first show them); updates the frequency counters first. Only distinct
+        values touch Python: the rows are mapped in C-level passes."""
+        n = len(segments)
+        combined = np.zeros(n, np.int64)
+        distinct: list[list[str]] = []  # per dimension: folded values by code
         for d in self.dimensions:
-            values = [_text(s.get(d)) if isinstance(s, dict) else MISSING for s in segments]
+            values = _texts(segments, d)
+            seen = Counter(values)  # first-seen order, as counting row by row would give
             counts = self.counts[d]
-            for v in values:
-                counts[v] = counts.get(v, 0) + 1
+            for v, c in seen.items():
+                counts[v] = counts.get(v, 0) + c
             k = self.top_k[d]
             # stable sorts by count only: among equal counts the first seen stays ahead
             if len(counts) > 10 * k:
@@ -50,8 +61,24 @@ class SegmentFolder:
                 self.counts[d] = counts = dict(keep)
             top = {v for v, _ in sorted(counts.items(), key=lambda kv: -kv[1])[:k]}
             top.add(MISSING)
-            columns.append([v if v in top else OTHER for v in values])
-        return list(zip(*columns, strict=True)) if columns else [()] * len(segments)
+            code_of: dict[str, int] = {}
+            folded: dict[str, int] = {}
+            for v in seen:
+                f = v if v in top else OTHER
+                code_of[v] = folded.setdefault(f, len(folded))
+            combined = combined * len(folded) + np.fromiter(
+                map(code_of.__getitem__, values), np.int64, n
+            )
+            distinct.append(list(folded))
+        codes, firsts = pd.factorize(combined)
+        keys = []
+        for c in firsts.tolist():
+            parts = []
+            for names in reversed(distinct):
+                c, r = divmod(c, len(names))
+                parts.append(names[r])
+            keys.append(tuple(reversed(parts)))
+        return codes.astype(np.int64, copy=False), keys
 
     def state(self) -> dict[str, dict[str, int]]:
         return {d: dict(c) for d, c in self.counts.items()}
@@ -59,6 +86,18 @@ class SegmentFolder:
     def load(self, state: dict[str, dict[str, int]]) -> None:
         for d in self.dimensions:
             self.counts[d] = {str(k): int(v) for k, v in state.get(d, {}).items()}
+
+
+def _texts(segments: Sequence[dict[str, Any] | None], d: str) -> list[str]:
+    """The text of dimension ``d`` of every row (``MISSING`` when absent)."""
+    if set(map(type, segments)) == {dict}:
+        raw = list(map(operator.methodcaller("get", d), segments))
+    else:
+        raw = [s.get(d) if isinstance(s, dict) else None for s in segments]
+    if set(map(type, raw)) <= {str, type(None)}:  # the usual case: one _text per value
+        text_of = {v: _text(v) for v in set(raw)}
+        return list(map(text_of.__getitem__, raw))
+    return list(map(_text, raw))
 
 
 def _text(value: Any) -> str:

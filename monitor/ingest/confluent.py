@@ -15,14 +15,25 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from itertools import compress
 from typing import Any
 
 import orjson
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_INVALID,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from ..config import KafkaSettings
 from ..scale.assignor import warn_unpaired
+from ..state.positions import Resume, resume_position
 from .pipeline import RawBatch, offset_key
+from .security import librdkafka_security as confluent_security
 
 __all__ = ["ConfluentProducer", "ConfluentSource", "confluent_config", "confluent_security"]
 
@@ -38,29 +49,6 @@ _FILL_S = 0.005
 # librdkafka prefetch: up to a million messages / 256 MiB queued ahead of the pipeline
 _QUEUED_MIN_MESSAGES = 1_000_000
 _QUEUED_MAX_KBYTES = 256 * 1024
-
-
-def confluent_security(k: KafkaSettings) -> dict[str, Any]:
-    """The security settings as librdkafka properties (docs/kafka.md has the table)."""
-    out: dict[str, Any] = {"security.protocol": k.security_protocol}
-    if k.sasl_mechanism:
-        out["sasl.mechanism"] = k.sasl_mechanism
-        if k.sasl_username is not None:
-            out["sasl.username"] = k.sasl_username
-        password = k.resolved_sasl_password()
-        if password is not None:
-            out["sasl.password"] = password
-    if k.ssl_cafile:
-        out["ssl.ca.location"] = str(k.ssl_cafile)
-    if k.ssl_certfile:
-        out["ssl.certificate.location"] = str(k.ssl_certfile)
-    if k.ssl_keyfile:
-        out["ssl.key.location"] = str(k.ssl_keyfile)
-    if k.ssl_password is not None:
-        out["ssl.key.password"] = k.ssl_password.get_secret_value()
-    if k.security_protocol in ("SSL", "SASL_SSL"):
-        out["ssl.endpoint.identification.algorithm"] = "https" if k.ssl_check_hostname else "none"
-    return out
 
 
 def confluent_config(k: KafkaSettings) -> dict[str, Any]:
@@ -93,10 +81,19 @@ def confluent_config(k: KafkaSettings) -> dict[str, Any]:
 class ConfluentSource:
     """``KafkaSource`` on confluent-kafka."""
 
-    def __init__(self, k: KafkaSettings, stored_offsets: Callable[[], dict[str, int]]) -> None:
+    def __init__(
+        self,
+        k: KafkaSettings,
+        stored_offsets: Callable[[], dict[str, int]],
+        on_resume: Callable[[str, int, int, Resume], None] | None = None,
+    ) -> None:
         self.settings = k
         self.kinds = {k.predictions_topic: "predictions", k.labels_topic: "labels"}
         self._stored_offsets = stored_offsets
+        self.on_resume = on_resume
+        # (topic, partition) -> next offset to hand out (assigned or after the last handed)
+        self._position: dict[tuple[str, int], int] = {}
+        self.unchecked: dict[tuple[str, int], int] = {}  # assigned offsets, low end unchecked
         self._up = False  # a broker connection is up (from the statistics)
         self._lock = threading.Lock()  # callbacks run inside poll; readers elsewhere
         self.consumer = Consumer(
@@ -122,11 +119,16 @@ class ConfluentSource:
             off = offsets.get(offset_key(tp.topic, tp.partition))
             if off is not None:
                 tp.offset = off
+                self._position[tp.topic, tp.partition] = off
+                self.unchecked[tp.topic, tp.partition] = off  # range-checked after the poll
                 log.info("seek %s[%d] to checkpointed offset %d", tp.topic, tp.partition, off)
         consumer.assign(partitions)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.info("revoked %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in partitions))
+        for tp in partitions:
+            self._position.pop((tp.topic, tp.partition), None)
+            self.unchecked.pop((tp.topic, tp.partition), None)
         consumer.unassign()
 
     def _on_stats(self, stats_json: str) -> None:
@@ -145,8 +147,12 @@ class ConfluentSource:
     def poll(self, timeout_ms: int) -> dict[str, RawBatch]:
         n = self.settings.max_poll_records
         msgs = self.consumer.consume(n, 0)  # what librdkafka has queued, at once
+        if self.unchecked:
+            self._check_starts()
         if not msgs:
             first = self.consumer.poll(timeout_ms / 1000)  # wait for one, not for n
+            if self.unchecked:
+                self._check_starts()
             if first is None:
                 return {}
             msgs = [first]
@@ -163,6 +169,9 @@ class ConfluentSource:
         # messages of one partition come in order: the last offset seen is the highest
         partitions = zip(topics, map(_partition, msgs), strict=True)
         last = dict(zip(partitions, map(_offset, msgs), strict=True))
+        position = self._position
+        for tp, o in last.items():
+            position[tp] = o + 1
         kinds = self.kinds
         present = {t for t, _ in last}
         out: dict[str, RawBatch] = {}
@@ -170,11 +179,53 @@ class ConfluentSource:
             offsets = {offset_key(t, p): o + 1 for (t, p), o in last.items() if t == topic}
             if len(present) == 1:
                 mine, vals = msgs, values
-            else:
-                mine = [m for m, t in zip(msgs, topics, strict=True) if t == topic]
-                vals = [v for v, t in zip(values, topics, strict=True) if t == topic]
+            else:  # C-level passes: a selector, then two compresses
+                sel = list(map(topic.__eq__, topics))
+                mine, vals = list(compress(msgs, sel)), list(compress(values, sel))
             out[kinds[topic]] = RawBatch(vals, _message_origin(mine), offsets)
         return out
+
+    def _check_starts(self) -> None:
+        """Checkpointed offsets below the log start (records deleted before we read them)
+        are reported; the high end is checked against the fetch responses' high watermark
+        (``_check_position``, from ``lag``): some brokers' end-offset answer is the start
+        of the last batch, not the end of the log (kafka.py's source does the same)."""
+        pending, self.unchecked = self.unchecked, {}
+        for (topic, partition), off in pending.items():
+            tp = TopicPartition(topic, partition)
+            try:
+                low, _ = self.consumer.get_watermark_offsets(tp, timeout=2.0, cached=False)
+            except KafkaException as err:  # (no broker answers: the loop must not stall)
+                log.warning("%s[%d]: log start unknown, not checked: %s", topic, partition, err)
+                continue
+            resume = resume_position(off, int(low), None, self.settings.auto_offset_reset)
+            if resume.reason is None:
+                continue
+            try:
+                self._resume(topic, partition, off, resume)
+            except KafkaException as err:  # a seek before the fetcher started: next poll
+                log.debug("%s[%d]: seek deferred: %s", topic, partition, err)
+                self.unchecked.setdefault((topic, partition), off)
+
+    def _check_position(self, tp: TopicPartition, high: int) -> None:
+        """A position past the high watermark (topic recreated or truncated) is reset per
+        auto_offset_reset, never left waiting with a lag of 0."""
+        pos = self._position.get((tp.topic, tp.partition))
+        if pos is None or pos <= high:
+            return
+        low, _ = self.consumer.get_watermark_offsets(tp, timeout=2.0, cached=False)
+        resume = resume_position(pos, int(low), high, self.settings.auto_offset_reset)
+        self._resume(tp.topic, tp.partition, pos, resume)
+
+    def _resume(self, topic: str, partition: int, was: int, resume: Resume) -> None:
+        """Move a partition to ``resume.offset`` (forward unless librdkafka's own reset is
+        already past it; back from beyond the end) and tell the daemon."""
+        pos = self._position.get((topic, partition), -1)
+        if pos < resume.offset or resume.reason == "offset_beyond_end":
+            self.consumer.seek(TopicPartition(topic, partition, resume.offset))
+            self._position[topic, partition] = resume.offset
+        if self.on_resume is not None:
+            self.on_resume(topic, partition, was, resume)
 
     def _drop_errors(self, msgs: list[Message]) -> list[Message]:
         keep = []
@@ -202,6 +253,7 @@ class ConfluentSource:
             _, high = self.consumer.get_watermark_offsets(tp, cached=True)
             if high is None or high < 0:
                 continue  # no fetch response yet
+            self._check_position(tp, int(high))
             pos = offsets.get(offset_key(tp.topic, tp.partition))
             if pos is None:
                 (at,) = self.consumer.position([tp])

@@ -327,9 +327,13 @@ class PredictionDecoder:
         models: Sequence[ModelSpec],
         limits: DecodeLimits,
         numeric_features: Sequence[str] = (),
+        feature_objects: bool = True,
     ) -> None:
         """``numeric_features``: the numeric drift features to decode into a float block
-        (``PredictionBatch.numeric``) instead of leaving them to per-record lookups."""
+        (``PredictionBatch.numeric``) instead of leaving them to per-record lookups.
+        ``feature_objects``: whether the engine also needs each record's features object
+        (categorical drift features, a live reference's bootstrap); when it does not, the
+        block is all a batch carries and the typed parse builds no dictionary at all."""
         self.models = list(models)
         self.limits = limits
         self._by_name = {m.name: i for i, m in enumerate(self.models)}
@@ -354,7 +358,10 @@ class PredictionDecoder:
         self.wants_extras = any(m.wants_features or m.slices for m in models)
         wants_features = any(m.wants_features for m in models)
         self.numeric_names = tuple(dict.fromkeys(numeric_features)) if wants_features else ()
-        self._typed = _typed_decoder(self.models)
+        self.feature_objects = wants_features and (feature_objects or not self.numeric_names)
+        self._typed, self._typed_block = _typed_decoder(
+            self.models, () if self.feature_objects else self.numeric_names
+        )
 
     def _model_of(self, obj: dict[str, Any]) -> int:
         seen = None
@@ -496,11 +503,16 @@ class PredictionDecoder:
     ) -> tuple[PredictionBatch, list[tuple[int, str, str]]]:
         """Decode a batch; returns the valid rows and ``(index, reason, detail)`` rejects."""
         with _collector_paused():
-            batch, rejects = self._decode(raws, now_ms, keep_raw)
-        if self.numeric_names:
-            block = _numeric_block(batch.features, self.numeric_names)
-            batch = replace(batch, numeric=block, numeric_names=self.numeric_names)
-        return batch, rejects
+            return self._decode(raws, now_ms, keep_raw)
+
+    def _finish(self, batch: PredictionBatch) -> PredictionBatch:
+        """The numeric block of a batch decoded with features objects (and the objects
+        dropped when the engine does not read them)."""
+        if not self.numeric_names or batch.numeric is not None:
+            return batch
+        block = _numeric_block(batch.features, self.numeric_names)
+        features = batch.features if self.feature_objects else []
+        return replace(batch, numeric=block, numeric_names=self.numeric_names, features=features)
 
     def _decode(
         self, raws: Sequence[bytes | None], now_ms: int, keep_raw: bool
@@ -513,22 +525,24 @@ class PredictionDecoder:
         else:
             fast = self._columns(_loads_all(raws, self.limits), now_ms)
         if fast is None:
-            return self._decode_rows(raws, range(n), now_ms, keep_raw)
+            batch, rejects = self._decode_rows(raws, range(n), now_ms, keep_raw)
+            return self._finish(batch), rejects
         rows, cols = fast
         if rows.shape[0] == n:  # the common case: the whole batch in columns
-            return self._batch(cols, list(raws) if keep_raw else []), []
+            return self._finish(self._batch(cols, list(raws) if keep_raw else [])), []
         slow = np.ones(n, bool)
         slow[rows] = False
         batch, rejects = self._decode_rows(raws, np.flatnonzero(slow).tolist(), now_ms, keep_raw)
         if len(batch) == 0:
             kept = [raws[i] for i in rows.tolist()] if keep_raw else []
-            return self._batch(cols, kept), rejects
+            return self._finish(self._batch(cols, kept)), rejects
         # both paths gave rows: back into input order (the engine's first-wins needs it)
         valid = np.ones(n, bool)
         valid[[i for i, _, _ in rejects]] = False
         valid_rows = np.flatnonzero(valid)
         order = np.argsort(np.concatenate([rows, np.flatnonzero(slow & valid)]), kind="stable")
-        return _merge(self._batch(cols, []), batch, order, raws, valid_rows, keep_raw), rejects
+        fast_batch, slow_batch = self._finish(self._batch(cols, [])), self._finish(batch)
+        return _merge(fast_batch, slow_batch, order, raws, valid_rows, keep_raw), rejects
 
     def _typed_columns(
         self, raws: Sequence[bytes | None], now_ms: int
@@ -551,40 +565,37 @@ class PredictionDecoder:
         ids = list(map(_get_id, rows))
         versions = list(map(_get_version, rows))
         v_len = np.fromiter(map(len, versions), np.int64, n)
-        checks &= (ts >= 0) & (ts <= now_ms + self.limits.max_future_skew_ms)
-        checks &= (score >= 0.0) & (score <= 1.0)
-        checks &= np.fromiter(map(len, ids), np.int64, n) > 0
-        checks &= (v_len > 0) & (v_len <= MAX_VERSION_CHARS)
+        id_len = np.fromiter(map(len, ids), np.int64, n)
+        checks &= self._in_range(ts, score, id_len, v_len, now_ms)
         if any(p is not None for p in map(_get_prediction, rows)):  # any type, even a list
             checks &= np.fromiter(map(_no_prediction, rows), bool, n)
         thresholds = np.array([m.threshold for m in self.models] + [2.0])
         decision = (score >= thresholds[model]).astype(np.int8)
         fields = self._typed.type.__struct_fields__
-        feats = segs = []
-        if self.wants_extras:
+        feats: list[Any] = []
+        segs: list[Any] = []
+        block = None
+        if self._typed_block is not None:
+            block = _struct_block(list(map(_get_features, rows)), self._typed_block)
+        elif self.wants_extras:
             feats = list(map(_get_features, rows)) if "features" in fields else [None] * n
+        if self.wants_extras:
             segs = list(map(_get_segments, rows)) if "segments" in fields else [None] * n
-        keep = np.flatnonzero(checks)
-        if keep.shape[0] == 0:
-            return None
-        if keep.shape[0] < n:
-            take = keep.tolist()
-            ids = [ids[i] for i in take]
-            versions = [versions[i] for i in take]
-            if self.wants_extras:
-                feats = [feats[i] for i in take]
-                segs = [segs[i] for i in take]
-        cols = {
-            "ids": ids,
-            "ts": ts[keep],
-            "model": model[keep],
-            "version": versions,
-            "score": score[keep],
-            "decision": decision[keep],
-            "features": feats,
-            "segments": segs,
-        }
-        return keep, cols
+        return _kept(checks, ids, ts, model, versions, score, decision, feats, segs, block)
+
+    def _in_range(
+        self,
+        ts: np.ndarray,
+        score: np.ndarray,
+        id_len: np.ndarray,
+        v_len: np.ndarray,
+        now_ms: int,
+    ) -> np.ndarray:
+        """The per-record fast path's range conditions, on columns (both column paths)."""
+        limit = now_ms + self.limits.max_future_skew_ms
+        checks = (ts >= 0) & (ts <= limit) & (score >= 0.0) & (score <= 1.0) & (id_len > 0)
+        checks &= (v_len > 0) & (v_len <= MAX_VERSION_CHARS)
+        return checks
 
     def _columns(self, objs: list[Any], now_ms: int) -> tuple[np.ndarray, dict[str, Any]] | None:
         """The rows the column checks clear (binary models, flat well-typed fields, the
@@ -618,7 +629,6 @@ class PredictionDecoder:
         versions: list[Any] = [None] * n
         feats: list[Any] = [None] * n if self.wants_extras else []
         segs: list[Any] = [None] * n if self.wants_extras else []
-        limit = now_ms + self.limits.max_future_skew_ms
         for m in np.unique(model[ok]).tolist():
             spec = self.models[m]
             sel = np.flatnonzero(ok & (model == m))
@@ -645,8 +655,7 @@ class PredictionDecoder:
                 sc = np.fromiter(c_score, np.float64, k)
             else:
                 sc = np.fromiter((x if type(x) is float else -1.0 for x in c_score), np.float64, k)
-            checks = (t >= 0) & (t <= limit) & (sc >= 0.0) & (sc <= 1.0) & (id_len > 0)
-            checks &= (v_len > 0) & (v_len <= MAX_VERSION_CHARS)
+            checks = self._in_range(t, sc, id_len, v_len, now_ms)
             if good is not None:
                 checks &= good
             ok[sel[~checks]] = False
@@ -670,27 +679,7 @@ class PredictionDecoder:
                     else:
                         for i, x in zip(sel.tolist(), col, strict=True):
                             out[i] = x
-        rows = np.flatnonzero(ok)
-        if rows.shape[0] == 0:
-            return None
-        if rows.shape[0] < n:
-            take = rows.tolist()
-            ids = [ids[i] for i in take]
-            versions = [versions[i] for i in take]
-            if self.wants_extras:
-                feats = [feats[i] for i in take]
-                segs = [segs[i] for i in take]
-        cols = {
-            "ids": ids,
-            "ts": ts[rows],
-            "model": model[rows],
-            "version": versions,
-            "score": score[rows],
-            "decision": decision[rows],
-            "features": feats,
-            "segments": segs,
-        }
-        return rows, cols
+        return _kept(ok, ids, ts, model, versions, score, decision, feats, segs, None)
 
     def _batch(self, cols: dict[str, Any], kept: list[bytes | None]) -> PredictionBatch:
         n = len(cols["ids"])
@@ -707,6 +696,8 @@ class PredictionDecoder:
             np.full((n, self.n_proba), np.nan) if self.n_proba else None,
             np.full(n, np.nan) if self.has_regression else None,
             np.full(n, np.nan) if self.has_regression else None,
+            cols.get("numeric"),
+            self.numeric_names if cols.get("numeric") is not None else (),
         )
 
     def _decode_rows(
@@ -776,6 +767,42 @@ class PredictionDecoder:
 _EMPTY: dict[str, Any] = {}
 
 
+def _kept(
+    ok: np.ndarray,
+    ids: list[Any],
+    ts: np.ndarray,
+    model: np.ndarray,
+    versions: list[Any],
+    score: np.ndarray,
+    decision: np.ndarray,
+    feats: list[Any],
+    segs: list[Any],
+    block: np.ndarray | None,
+) -> tuple[np.ndarray, dict[str, Any]] | None:
+    """The rows a column path cleared (``ok``) and their columns; None when none is."""
+    keep = np.flatnonzero(ok)
+    if keep.shape[0] == 0:
+        return None
+    if keep.shape[0] < ok.shape[0]:
+        take = keep.tolist()
+        ids = [ids[i] for i in take]
+        versions = [versions[i] for i in take]
+        feats = [feats[i] for i in take] if feats else feats
+        segs = [segs[i] for i in take] if segs else segs
+    cols = {
+        "ids": ids,
+        "ts": ts[keep],
+        "model": model[keep],
+        "version": versions,
+        "score": score[keep],
+        "decision": decision[keep],
+        "features": feats,
+        "segments": segs,
+        "numeric": None if block is None else block[keep],
+    }
+    return keep, cols
+
+
 def _hashable(value: Any) -> Any:
     """A model name as a dict key (unhashable JSON values stand for "not a name")."""
     return value if type(value) is str else None
@@ -813,11 +840,16 @@ def _typed_rows(
     return rows, ok
 
 
-def _typed_decoder(models: Sequence[ModelSpec]) -> Any:
+def _typed_decoder(
+    models: Sequence[ModelSpec], block_names: Sequence[str]
+) -> tuple[Any, tuple[int, Any] | None]:
     """A msgspec decoder of the fields every configured model reads, when all models are
-    binary and name their fields alike at the top level; None otherwise."""
+    binary and name their fields alike at the top level; None otherwise. With
+    ``block_names`` the features object is parsed into a struct of those numeric features
+    (others skipped), returned as (width, the struct of an absent object) for
+    ``_struct_block``."""
     if not models or any(m.task != "binary" or not _flat(m) for m in models):
-        return None
+        return None, None
     first = models[0]
 
     def paths(m: ModelSpec) -> tuple[str, ...]:
@@ -825,18 +857,30 @@ def _typed_decoder(models: Sequence[ModelSpec]) -> Any:
                 m.prediction_path, m.features_path, m.segments_path)  # fmt: skip
 
     if any(paths(m) != paths(first) for m in models) or any("." in p for p in paths(first)):
-        return None
+        return None, None
     fields = ("id", "ts", "model", "version", "score", "prediction", "features", "segments")
     # features and segments are built only when drift or slices read them; else skipped
-    extras: list[tuple[str, Any, None]] = []
+    extras: list[tuple[str, Any, Any]] = []
     names = {"id", "ts", "model", "version", "score", "prediction"}
-    if any(m.wants_features for m in models):
+    block = None
+    # JSON numbers (ints too) become floats, null and absence NaN; any other value fails
+    # the record's typed parse, and the per-record path gives it NaN
+    numbers = _struct(
+        "Numeric",
+        [(f"x{j}", float | None, math.nan) for j in range(len(block_names))],
+        {f"x{j}": name for j, name in enumerate(block_names)},
+    )
+    if block_names and numbers is not None:
+        extras.append(("features", numbers | None, None))
+        names.add("features")
+        block = (len(block_names), numbers())
+    elif any(m.wants_features for m in models):
         extras.append(("features", dict[str, Any] | None, None))
         names.add("features")
     if any(m.slices for m in models):
         extras.append(("segments", dict[str, Any] | None, None))
         names.add("segments")
-    row = msgspec.defstruct(
+    row = _struct(
         "Row",
         [
             ("id", str),
@@ -847,9 +891,36 @@ def _typed_decoder(models: Sequence[ModelSpec]) -> Any:
             ("prediction", Any, None),
             *extras,
         ],
-        rename={f: p for f, p in zip(fields, paths(first), strict=True) if f in names},
+        {f: p for f, p in zip(fields, paths(first), strict=True) if f in names},
     )
-    return msgspec.json.Decoder(row)
+    if row is None:
+        return None, None
+    return msgspec.json.Decoder(row), block
+
+
+def _struct(name: str, fields: list[Any], rename: dict[str, str]) -> Any:
+    """A msgspec struct type reading the JSON names ``rename`` gives; None when msgspec
+    refuses one of them (a quote, a backslash, a control character): the untyped paths
+    then decode those records. Untracked by the cyclic collector: parsed JSON holds no
+    reference cycle."""
+    try:
+        return msgspec.defstruct(name, fields, rename=rename, gc=False)
+    except ValueError:
+        return None
+
+
+def _struct_block(feats: list[Any], layout: tuple[int, Any]) -> np.ndarray:
+    """(n, F) float64 block of the typed parse's numeric feature structs (None: no
+    features object, or a row the typed parse refused)."""
+    width, empty = layout
+    n = len(feats)
+    if None in feats:
+        feats = [empty if f is None else f for f in feats]
+    rows = list(map(msgspec.structs.astuple, feats))
+    try:
+        return np.fromiter(chain.from_iterable(rows), np.float64, n * width).reshape(n, width)
+    except TypeError:  # a JSON null among them: NaN
+        return np.array(rows, np.float64).reshape(n, width)
 
 
 _get_id = operator.attrgetter("id")
@@ -906,7 +977,7 @@ def _unchecked_by_skip(raws: Sequence[bytes | None]) -> np.ndarray | None:
             joined.decode("utf-8")
         except UnicodeDecodeError:
             out = np.fromiter(map(_not_utf8, raws), bool, len(raws))
-    if _SURROGATE_ESCAPE.search(joined) is not None:
+    if b"\\" in joined and _SURROGATE_ESCAPE.search(joined) is not None:  # (memchr first)
         esc = np.fromiter((_SURROGATE_ESCAPE.search(r) is not None for r in raws), bool)
         out = esc if out is None else out | esc
     return out
@@ -1027,6 +1098,8 @@ def _merge(
         arrays(fast.proba, slow.proba),
         arrays(fast.lower, slow.lower),
         arrays(fast.upper, slow.upper),
+        arrays(fast.numeric, slow.numeric),
+        fast.numeric_names,
     )
 
 
@@ -1048,16 +1121,16 @@ class LabelDecoder:
         self.paths = (id_path, ts_path, label_path)
         self._get = (_getter(id_path), _getter(ts_path), _getter(label_path))
         self._typed = None
-        if not any("." in p for p in self.paths):
-            row = msgspec.defstruct(
-                "LabelRow",
-                [
-                    ("id", str),
-                    ("ts", Annotated[int, msgspec.Meta(ge=0, lt=_MAX_TS_MS)]),
-                    ("label", int | str),
-                ],
-                rename={"id": id_path, "ts": ts_path, "label": label_path},
-            )
+        row = _struct(
+            "LabelRow",
+            [
+                ("id", str),
+                ("ts", Annotated[int, msgspec.Meta(ge=0, lt=_MAX_TS_MS)]),
+                ("label", int | str),
+            ],
+            {"id": id_path, "ts": ts_path, "label": label_path},
+        )
+        if row is not None and not any("." in p for p in self.paths):
             self._typed = msgspec.json.Decoder(row)
 
     def decode(

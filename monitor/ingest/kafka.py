@@ -25,6 +25,7 @@ from ..config import KafkaSettings
 from ..scale.assignor import CoPartitionAssignor, warn_unpaired
 from ..state.positions import Resume, resume_position
 from .pipeline import RawBatch, offset_key
+from .security import kafka_python_security as client_security
 
 kafka_compat.install()
 
@@ -72,12 +73,11 @@ def open_source(
     k: KafkaSettings, stored_offsets: StoredOffsets, on_resume: OnResume | None = None
 ) -> KafkaSource:
     """The configured client's source; raises while the cluster cannot be reached.
-    ``on_resume`` (positions outside the log) is honoured by the kafka-python source;
-    librdkafka resets such positions itself per ``auto.offset.reset``."""
+    ``on_resume`` is told of positions outside the log (both clients)."""
     if k.client == "confluent":
         from .confluent import ConfluentSource
 
-        return ConfluentSource(k, stored_offsets)
+        return ConfluentSource(k, stored_offsets, on_resume)
     return KafkaPythonSource(k, stored_offsets, on_resume)
 
 
@@ -98,26 +98,6 @@ def make_producer(k: KafkaSettings) -> Any:
         bootstrap_timeout_ms=k.bootstrap_timeout_ms,
         **client_security(k),
     )
-
-
-def client_security(k: KafkaSettings) -> dict[str, Any]:
-    """Security settings passed through to kafka-python (secrets resolved here only)."""
-    out: dict[str, Any] = {"security_protocol": k.security_protocol}
-    if k.sasl_mechanism:
-        out["sasl_mechanism"] = k.sasl_mechanism
-        out["sasl_plain_username"] = k.sasl_username
-        out["sasl_plain_password"] = k.resolved_sasl_password()
-    if k.ssl_cafile:
-        out["ssl_cafile"] = str(k.ssl_cafile)
-    if k.ssl_certfile:
-        out["ssl_certfile"] = str(k.ssl_certfile)
-    if k.ssl_keyfile:
-        out["ssl_keyfile"] = str(k.ssl_keyfile)
-    if k.ssl_password is not None:
-        out["ssl_password"] = k.ssl_password.get_secret_value()
-    if k.security_protocol in ("SSL", "SASL_SSL"):
-        out["ssl_check_hostname"] = k.ssl_check_hostname
-    return out
 
 
 def consumer_config(k: KafkaSettings) -> dict[str, Any]:

@@ -220,13 +220,20 @@ def test_checkpoint_of_another_group_is_refused_or_reset(
         d.close()
 
 
-def test_recreated_topic_is_detected_and_read_from_the_start(tmp_path: Path) -> None:
+def test_recreated_topic_is_detected_and_read_from_the_start(
+    tmp_path: Path, kafka_client: str
+) -> None:
     """Used to wait at the old offset (lag 0) and skip every record below it."""
     _need_tansu()
     port = free_port()
     old = LocalBroker(port=port, log_path=tmp_path / "tansu1.log")
     old.start()
-    cfg = base_config(old.bootstrap, tmp_path / "state", kafka={"reconnect_backoff_max_ms": 1000})
+    cfg = base_config(
+        old.bootstrap,
+        tmp_path / "state",
+        kafka={"reconnect_backoff_max_ms": 1000},
+        client=kafka_client,
+    )
     daemon = DaemonProcess(write_config(tmp_path / "monitor.toml", cfg), tmp_path / "d.log")
     new: LocalBroker | None = None
     try:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -41,6 +42,9 @@ DECODERS = [
     PredictionDecoder([BINARY], LIMITS),
     PredictionDecoder([FEATURED], LIMITS),
     PredictionDecoder([FEATURED, MULTI, REGRESSION], LIMITS),
+    # numeric drift features only: the typed parse fills the float block, no dictionaries
+    PredictionDecoder([FEATURED], LIMITS, numeric_features=["y", "x"], feature_objects=False),
+    PredictionDecoder([FEATURED], LIMITS, numeric_features=["x"]),
 ]
 CLASSES = {"legit", "fraud", "0", "1", "a", "b", "c"}
 LABELS = [
@@ -134,6 +138,7 @@ def test_prediction_columns_equal_rows(which: int, raws: list[bytes | None], kee
     dec = DECODERS[which]
     got, got_rejects = dec.decode(raws, NOW, keep_raw=keep)
     want, want_rejects = dec._decode_rows(raws, range(len(raws)), NOW, keep)
+    want = dec._finish(want)  # the numeric block from the per-record path's objects
     assert isinstance(got, PredictionBatch)
     assert got_rejects == want_rejects
     _same(got, want)
@@ -202,19 +207,26 @@ def test_a_clean_batch_takes_the_column_path_whole() -> None:
             ),
         ),
         max_size=30,
-    )
+    ),
+    st.booleans(),
 )
-def test_numeric_block_is_the_per_value_rule(features: list[dict[str, Any] | None]) -> None:
+def test_numeric_block_is_the_per_value_rule(
+    features: list[dict[str, Any] | None], objects: bool
+) -> None:
     """A number where the feature is a JSON int or float (within a float's range), NaN
-    for anything else — the rule drift applies to a numeric feature value by value."""
+    for anything else — the rule drift applies to a numeric feature value by value,
+    whether the decoder keeps the features objects or parses straight into the block."""
     raws = [
         json.dumps({"id": f"p{i}", "ts": NOW, "model": "fraud", "version": "v1",
                     "score": 0.5, **({"features": f} if f is not None else {})}).encode()
         for i, f in enumerate(features)
     ]  # fmt: skip
-    dec = PredictionDecoder([FEATURED], LIMITS, numeric_features=["y", "x", "w"])
+    dec = PredictionDecoder(
+        [FEATURED], LIMITS, numeric_features=["y", "x", "w"], feature_objects=objects
+    )
     batch, rejects = dec.decode(raws, NOW)
     assert not rejects and batch.numeric_names == ("y", "x", "w")
+    assert len(batch.features) == (len(raws) if objects else 0)
     assert batch.numeric is not None and batch.numeric.shape == (len(raws), 3)
 
     def rule(v: Any) -> float:
@@ -228,9 +240,13 @@ def test_numeric_block_is_the_per_value_rule(features: list[dict[str, Any] | Non
     np.testing.assert_array_equal(batch.numeric, want)
 
 
-def test_drift_counts_from_the_block_equal_the_per_record_lookup(tmp_path: Any) -> None:
+@pytest.mark.parametrize("categorical", [True, False])
+def test_drift_counts_from_the_block_equal_the_per_record_lookup(
+    tmp_path: Any, categorical: bool
+) -> None:
     """The engine's drift histograms are the same whether the numeric features come in
-    the decoded block or are looked up record by record."""
+    the decoded block or are looked up record by record (without a categorical feature
+    the block is all the decoder builds)."""
     from monitor.config import settings_from_mapping
     from monitor.drift.reference import ReferenceProfile
     from monitor.ingest.deadletter import FileDeadLetter
@@ -239,7 +255,7 @@ def test_drift_counts_from_the_block_equal_the_per_record_lookup(tmp_path: Any) 
     rng = np.random.default_rng(4)
     ref = ReferenceProfile.from_columns(
         numeric={"x": rng.normal(0, 1, 5000), "y": rng.normal(0, 1, 5000)},
-        categorical={"c": rng.choice(["a", "b"], 5000)},
+        categorical={"c": rng.choice(["a", "b"], 5000)} if categorical else None,
     )
     (tmp_path / "ref.json").write_bytes(
         orjson.dumps(ref.to_json(), option=orjson.OPT_SERIALIZE_NUMPY)
@@ -261,9 +277,11 @@ def test_drift_counts_from_the_block_equal_the_per_record_lookup(tmp_path: Any) 
         engine = build_engine(settings)
         pipe = build_pipeline(settings, engine, FileDeadLetter(tmp_path / "dl.jsonl"), lambda: NOW)
         if not columns:
-            pipe.predictions.numeric_names = ()
+            dec = pipe.predictions
+            pipe.predictions = PredictionDecoder(dec.models, dec.limits)  # objects only
         else:
             assert pipe.predictions.numeric_names == ("x", "y")
+            assert pipe.predictions.feature_objects == categorical
         for lo in range(0, 2000, 500):
             out = pipe.process("predictions", [_Raw(r) for r in raws[lo : lo + 500]])
             assert out == []
@@ -276,3 +294,22 @@ def test_drift_counts_from_the_block_equal_the_per_record_lookup(tmp_path: Any) 
 class _Raw:
     def __init__(self, value: bytes) -> None:
         self.value, self.topic, self.partition, self.offset = value, "p", 0, -1
+
+
+def test_names_msgspec_cannot_rename_to_take_the_untyped_paths() -> None:
+    """A feature or field name with a quote or a control character (msgspec refuses to
+    rename to those) leaves the decoders on their untyped paths, with the same results."""
+    raws = [
+        json.dumps({"id": f"p{i}", "ts": NOW, "model": "fraud", "version": "v1",
+                    "score": 0.5, "features": {'a"b': i, "x\n": 2.5}}).encode()
+        for i in range(5)
+    ]  # fmt: skip
+    dec = PredictionDecoder(
+        [FEATURED], LIMITS, numeric_features=['a"b', "x\n"], feature_objects=False
+    )
+    batch, rejects = dec.decode(raws, NOW)
+    assert not rejects and batch.numeric is not None and batch.features == []
+    np.testing.assert_array_equal(batch.numeric, [[float(i), 2.5] for i in range(5)])
+    labels = LabelDecoder(LIMITS, id_path='i"d', known_label=lambda t, v: None)
+    got, rejects = labels.decode([json.dumps({'i"d': "p1", "ts": NOW, "label": 1}).encode()], NOW)
+    assert not rejects and got.label == ["1"] and labels._typed is None
