@@ -226,7 +226,11 @@ def _binomial_mad(n: np.ndarray, p: np.ndarray) -> np.ndarray:
 
 
 def ece_debiased_from_bins(
-    count: np.ndarray, sum_p: np.ndarray, sum_y: np.ndarray, name: str = "ece_debiased"
+    count: np.ndarray,
+    sum_p: np.ndarray,
+    sum_y: np.ndarray,
+    name: str = "ece_debiased",
+    p_value: float | None = None,
 ) -> MetricValue:
     """ECE with the calibrated model's expected ECE subtracted (mean ≈ 0 when calibrated).
 
@@ -268,7 +272,8 @@ def ece_debiased_from_bins(
     sy = np.asarray(sum_y, dtype=np.float64)
     pbar = np.clip(sp[ok] / c, 0.0, 1.0)
     noise = float(np.sum(_binomial_mad(c, pbar)))
-    p_value = calibration_test(count, sp, sy).value
+    if p_value is None:  # callers that already ran the test pass its p-value
+        p_value = calibration_test(count, sp, sy).value
     weight = 1.0 if not math.isfinite(p_value) else _evidence_weight(p_value)
     value = (float(np.sum(np.abs(sy[ok] - sp[ok]))) - weight * noise) / n
     return MetricValue(name, value, NAN, NAN, round(n), "debiased", ECE_INTERVAL_NOTE)
@@ -686,6 +691,7 @@ class ScoreLayout:
         def gated(mv: MetricValue) -> MetricValue:
             return withheld(mv, reason) if reason and mv.defined else mv
 
+        calibration = calibration_test(count, sp, sy)
         # base rate = prevalence: the class count is its binomial count (binary.BinaryLayout)
         base_reason = class_count_reason(positives, negatives)
 
@@ -699,8 +705,8 @@ class ScoreLayout:
             gated(clt_mean("log_loss", s_ll, s_ll2, n, confidence, (0.0, math.inf))),
             gated(clt_mean("brier", s_br, s_br2, n, confidence, (0.0, 1.0))),
             ece_from_bins("ece", count, sp, sy, confidence),
-            ece_debiased_from_bins(count, sp, sy),
-            calibration_test(count, sp, sy),
+            ece_debiased_from_bins(count, sp, sy, p_value=calibration.value),
+            calibration,
             self.ece_equal_mass(vec, confidence),
             mce_from_bins(count, sp, sy, confidence),
             class_gated(_ratio("base_rate", positives, float(count.sum()), confidence)),
