@@ -1,7 +1,7 @@
 """Coverage of every exported 95 % interval by simulation; prints the tables of docs/statistics.md.
 
-Run ``python bench/coverage.py [--windows 1000] [--seed 1]`` (about a minute per 1,000
-windows on one core). The CI tests (tests/unit/test_stats_interval_simulation.py) call the
+Run ``python bench/coverage.py [--windows 4000] [--seed 1]`` (about four minutes per
+1,000 windows on one core). The CI tests (tests/unit/test_stats_interval_simulation.py) call the
 same functions with fewer windows.
 
 Binary scenario: y ~ Bernoulli(π); a latent x ~ N(d·y, 1) with d = 2 (ROC-AUC 0.921); the
@@ -60,6 +60,15 @@ class Coverage:
     @property
     def ok(self) -> bool:
         return not self.assessed or 0.93 <= self.coverage <= 0.97
+
+    @property
+    def significant(self) -> bool:
+        """Outside [0.93, 0.97] by more than 2 Monte-Carlo standard errors: a true coverage
+        of 0.966 reads above 0.97 in a quarter of 4,000-window runs, and is not a failure."""
+        if self.ok:
+            return False
+        se = math.sqrt(self.coverage * (1 - self.coverage) / (self.exported * self.windows))
+        return min(abs(self.coverage - 0.93), abs(self.coverage - 0.97)) > 2 * max(se, 1e-3)
 
 
 def _summarize(values: dict[str, list[MetricValue]], truth: dict[str, float]) -> list[Coverage]:
@@ -122,19 +131,24 @@ def _binary_sample(rng: np.random.Generator, prevalence: float, size: int) -> tu
     return y, s
 
 
+CHUNK = 500  # windows simulated at once (a score histogram row is 6,179 doubles)
+
+
 def binary_coverage(prevalence: float, n: int, windows: int, seed: int) -> list[Coverage]:
     """Coverage of every binary threshold and score metric at one prevalence and size."""
     rng = np.random.default_rng(seed)
-    y, s = _binary_sample(rng, prevalence, windows * n)
-    rows = np.repeat(np.arange(windows), n)
-    cm = np.zeros((windows, BINARY.width))
-    BINARY.add_rows(cm, rows, y, (s >= 2 * prevalence).astype(np.int64))
-    hist = np.zeros((windows, SCORES.width))
-    SCORES.add_rows(hist, rows, y, s)
     values: dict[str, list[MetricValue]] = {}
-    for w in range(windows):
-        for m in BINARY.metrics(cm[w]) + SCORES.metrics(hist[w]):
-            values.setdefault(m.name, []).append(m)
+    for start in range(0, windows, CHUNK):
+        size = min(CHUNK, windows - start)
+        y, s = _binary_sample(rng, prevalence, size * n)
+        rows = np.repeat(np.arange(size), n)
+        cm = np.zeros((size, BINARY.width))
+        BINARY.add_rows(cm, rows, y, (s >= 2 * prevalence).astype(np.int64))
+        hist = np.zeros((size, SCORES.width))
+        SCORES.add_rows(hist, rows, y, s)
+        for w in range(size):
+            for m in BINARY.metrics(cm[w]) + SCORES.metrics(hist[w]):
+                values.setdefault(m.name, []).append(m)
     return _summarize(values, _binary_truth(prevalence))
 
 
@@ -198,15 +212,17 @@ def calibration_study(
 ) -> CalibrationStudy:
     """ECE SLO behaviour: a calibrated model (gap 0) and one whose true ECE is ``gap``."""
     rng = np.random.default_rng(seed)
-    y, p = _calibration_sample(rng, scores, gap, windows * n)
-    hist = np.zeros((windows, SCORES.width))
-    SCORES.add_rows(hist, np.repeat(np.arange(windows), n), y, p)
     plug, deb, pv = [], [], []
-    for w in range(windows):
-        m = {x.name: x for x in SCORES.metrics(hist[w])}
-        plug.append(m["ece"].value)
-        deb.append(m["ece_debiased"].value)
-        pv.append(m["calibration_p_value"].value)
+    for start in range(0, windows, CHUNK):
+        size = min(CHUNK, windows - start)
+        y, p = _calibration_sample(rng, scores, gap, size * n)
+        hist = np.zeros((size, SCORES.width))
+        SCORES.add_rows(hist, np.repeat(np.arange(size), n), y, p)
+        for w in range(size):
+            m = {x.name: x for x in SCORES.metrics(hist[w])}
+            plug.append(m["ece"].value)
+            deb.append(m["ece_debiased"].value)
+            pv.append(m["calibration_p_value"].value)
     d = np.array(deb)
     return CalibrationStudy(
         scores, gap, n, float(np.mean(plug)), float(d.mean()), float(d.std()),
@@ -230,7 +246,7 @@ def _table(title: str, cells: dict[str, list[Coverage]]) -> str:
             elif not c.assessed:
                 row.append(f"withheld ({c.exported:.0%} exported)")
             else:
-                flag = "" if c.ok else " ✗"
+                flag = "" if c.ok else (" ✗" if c.significant else " (✗)")
                 row.append(f"{c.coverage:.3f} ({c.exported:.0%}){flag}")
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
@@ -238,16 +254,17 @@ def _table(title: str, cells: dict[str, list[Coverage]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--windows", type=int, default=1000)
+    ap.add_argument("--windows", type=int, default=4000)
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
     w, seed = args.windows, args.seed
-    bad = 0
+    bad = significant = 0
 
     def run(fn: Callable[..., list[Coverage]], *a: object) -> list[Coverage]:
-        nonlocal bad
+        nonlocal bad, significant
         out = fn(*a)
         bad += sum(not c.ok for c in out)
+        significant += sum(c.significant for c in out)
         return out
 
     half = 1.96 * math.sqrt(0.0475 / w)
@@ -258,7 +275,10 @@ def main(argv: list[str] | None = None) -> int:
     for errors in ("normal", "t3"):
         cells = {f"n={n}": run(regression_coverage, errors, n, w, seed + n) for n in SIZES}
         print(_table(f"Regression, {errors} errors", cells) + "\n")
-    print("**Calibration** (objective 0.02)\n")
+    print(
+        "**Calibration** (10 equal-width bins; SLO objective 0.02, point rule on "
+        f"`ece_debiased`; {w:,} windows, {max(w // 5, 50):,} at n = 10,000)\n"
+    )
     print(
         "| scores | true ECE | n | plug-in ECE mean | ece_debiased mean (sd) | "
         "ece_debiased > 0.02 | calibration test rejects (α 0.05) |"
@@ -273,7 +293,10 @@ def main(argv: list[str] | None = None) -> int:
                     f"{s.ece_debiased_mean:+.4f} ({s.ece_debiased_sd:.4f}) | "
                     f"{s.point_rule_fires:.3f} | {s.test_rejects:.3f} |"
                 )
-    print(f"\ncells outside [0.93, 0.97]: {bad}")
+    print(
+        f"\ncells outside [0.93, 0.97]: {bad} (✗ or (✗)); by more than 2 Monte-Carlo "
+        f"standard errors: {significant} (✗)"
+    )
     return 0
 
 

@@ -1,13 +1,15 @@
 """Full-size operating characteristics of comparisons and SLO paging (docs tables).
 
-    .venv/bin/python bench/stats_sim.py [--runs 2000] [--part comparisons|slo|all]
+    .venv/bin/python bench/stats_sim.py [--runs 2000] [--part comparisons|slo|drift|all]
 
 Prints markdown tables: false decision rate of the exact error-rate test at equal rates
 (10%, 1%, 0.2% × 50/50, 90/10, 10/90, a look every 100 rows), promotion of a treatment
 worse by exactly the margin, power of 1% vs 1.2% (90/10), SRM false alarms over 4,000
-looks, and the SLO false-page probability per day and detection delay. The CI-sized
-versions of the same simulations are in tests/unit/test_experiments_conditional.py and
-tests/unit/test_slo_budget.py.
+looks, and the SLO false-page probability per day and detection delay, and the drift
+gate's flag rates (a tiny Cauchy shift at 1M events, noise at 1,000, 0.1 SD at 10,000).
+The CI-sized versions of the same simulations are in
+tests/unit/test_experiments_conditional.py, tests/unit/test_slo_budget.py and
+tests/unit/test_drift_gate_simulation.py.
 """
 
 from __future__ import annotations
@@ -15,8 +17,17 @@ from __future__ import annotations
 import argparse
 import time
 
+import numpy as np
+from scipy import stats as scipy_stats
+
 from monitor.alerting.slo_budget import critical_z, default_for, simulate_slo_day
-from monitor.experiments.simulate import simulate_error_rate, simulate_srm
+from monitor.drift.reference import CategoricalReference, NumericReference
+from monitor.drift.simulate import FlagRate, flag_rate, numeric_cell_probs
+from monitor.experiments.simulate import (
+    fixed_horizon_power,
+    simulate_error_rate,
+    simulate_srm,
+)
 
 
 def comparisons(runs: int) -> None:
@@ -36,7 +47,7 @@ def comparisons(runs: int) -> None:
         f"\nworse by exactly the margin (0.2% vs 0.3%, margin 0.1 pt, 90/10, 200k rows): "
         f"promoted in {m.promote:.4f} of runs"
     )
-    print("\n| total rows | power 1% vs 1.2% (90/10) |")
+    print("\n| total rows | power 1% vs 1.2% (90/10), mixture (default) |")
     print("|---|---|")
     for total in (200_000, 400_000, 600_000):
         p = simulate_error_rate(
@@ -53,9 +64,32 @@ def comparisons(runs: int) -> None:
             f"| {total:,} | {p.rollback:.3f} "
             f"(median rows to rollback {p.median_rows_to_rollback:,.0f}) |"
         )
+    horizon(runs)
     srm = simulate_srm(0.1, runs=runs, looks=4000, seed=4)
     print(f"\nSRM: correct 90/10 split marked invalid over 4,000 looks: {srm:.4f}")
     print(f"\n(comparisons: {time.perf_counter() - t0:.0f} s)")
+
+
+def horizon(runs: int) -> None:
+    """Power by 200k rows (1% vs 1.2%, 90/10): the ceiling and the horizon design."""
+    print("\n| design (1% vs 1.2%, 90/10, a look every 100 rows) | rollback by 200k rows |")
+    print("|---|---|")
+    for side in (0.025, 0.04, 0.05):
+        f = fixed_horizon_power(0.01, 0.012, 0.1, rows=200_000, alpha_side=side, runs=100_000)
+        print(f"| one look at 200k, exact conditional test, one-sided {side:g} | {f:.3f} |")
+    for events in (2040, 1800, 2300):
+        h = simulate_error_rate(
+            0.01, 0.012, 0.1, runs=runs // 2, looks=2000, max_events=events, seed=5
+        )
+        print(f"| horizon sequence, max_events {events:,} (expected 2,040) | {h.rollback:.3f} |")
+    for rate, share in ((0.01, 0.1), (0.002, 0.1), (0.10, 0.5)):
+        z = simulate_error_rate(
+            rate, rate, share, runs=runs // 2, looks=2000, max_events=rate * 200_000, seed=6
+        )
+        print(
+            f"\nhorizon sequence, equal rates {rate:.1%} ({1 - share:.0%}/{share:.0%}), "
+            f"max_events {rate * 200_000:,.0f}: false decisions {z.any_decision:.4f}"
+        )
 
 
 def slo(runs: int) -> None:
@@ -83,15 +117,54 @@ def slo(runs: int) -> None:
     print(f"\n(slo: {time.perf_counter() - t0:.0f} s)")
 
 
+def drift(windows: int) -> None:
+    """Drift gate acceptance cases (tests/unit/test_drift_gate_simulation.py at full size)."""
+    t0 = time.perf_counter()
+    print("| case | events per window | windows | flagged | effect alone passes the gate |")
+    print("|---|---|---|---|---|")
+
+    def row(case: str, rate: FlagRate, events: int, n: int) -> None:
+        print(f"| {case} | {events:,} | {n:,} | {rate.flagged:.4f} | {rate.effect_passes:.4f} |")
+
+    for n_ref in (1_000_000, 100_000):
+        rng = np.random.default_rng(20261123 + n_ref)
+        ref = NumericReference.from_values("x", rng.standard_cauchy(n_ref))
+        probs = numeric_cell_probs(ref, scipy_stats.cauchy(loc=0.01))
+        n = max(windows // 10, 50)
+        row(f"Cauchy, 0.01-scale shift, reference {n_ref:,}",
+            flag_rate(rng, ref, probs, 1_000_000, n), 1_000_000, n)  # fmt: skip
+    rng = np.random.default_rng(7)
+    normal = NumericReference.from_values("normal", rng.standard_normal(100_000))
+    cauchy = NumericReference.from_values("cauchy", rng.standard_cauchy(100_000))
+    shares = rng.dirichlet(np.full(200, 2.0))
+    cats = CategoricalReference(
+        "country", tuple(f"c{i}" for i in range(200)), rng.multinomial(100_000, shares),
+        100_000, 0.0,
+    )  # fmt: skip
+    for case, ref, probs in (
+        ("no drift, normal", normal, numeric_cell_probs(normal, scipy_stats.norm())),
+        ("no drift, Cauchy", cauchy, numeric_cell_probs(cauchy, scipy_stats.cauchy())),
+        ("no drift, 200 categories", cats, np.concatenate([[0.0], shares, [0.0]])),
+    ):
+        row(case, flag_rate(rng, ref, probs, 1000, windows), 1000, windows)
+    shifted = numeric_cell_probs(normal, scipy_stats.norm(0.1))
+    for events in (1000, 10_000):
+        n = windows // 2
+        row("normal, 0.1-SD shift", flag_rate(rng, normal, shifted, events, n), events, n)
+    print(f"\n(drift: {time.perf_counter() - t0:.0f} s)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=2000)
-    ap.add_argument("--part", choices=("comparisons", "slo", "all"), default="all")
+    ap.add_argument("--part", choices=("comparisons", "slo", "drift", "all"), default="all")
     args = ap.parse_args()
     if args.part in ("comparisons", "all"):
         comparisons(args.runs)
     if args.part in ("slo", "all"):
         slo(args.runs // 2)
+    if args.part in ("drift", "all"):
+        drift(args.runs)
 
 
 if __name__ == "__main__":

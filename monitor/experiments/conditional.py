@@ -61,6 +61,8 @@ __all__ = [
     "beta_mixture_log_lr",
     "error_rate_looks",
     "expected_events_small_arm",
+    "horizon_cs",
+    "horizon_p_value",
     "prior_concentration",
 ]
 
@@ -138,6 +140,51 @@ def beta_mixture_cs(
     return lower, upper
 
 
+def horizon_cs(
+    k1: np.ndarray | float, k0: np.ndarray | float, alpha: float, max_events: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """1-α confidence sequence for a Bernoulli mean, valid up to ``max_events`` trials.
+
+    The group-sequential alternative to :func:`beta_mixture_cs` for a comparison with a
+    planned maximum size: the O'Brien–Fleming-type boundary of Lan & DeMets (1983) with
+    continuous monitoring, i.e. a *constant* boundary on the score scale,
+    ``|k1 − θk| < c·sqrt(θ(1 − θ)·K)`` with K = ``max_events``. By the reflection principle
+    a Brownian path crosses a constant level c·√K before time K with probability
+    2(1 − Φ(c)) (Jennison & Turnbull 2000, §7.4), so ``c = Φ⁻¹(1 − α/4)`` puts α/2 on each
+    side; looks at discrete times cross less often. Solving the boundary for θ gives a
+    Wilson-type quadratic. Beyond ``max_events`` trials it guarantees nothing (callers stop
+    looking there). Its power at the horizon is that of a fixed-horizon test at level
+    ≈ α/2 per side less about one point, the price of looking; ``bench/stats_sim.py``
+    measures it.
+    """
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    if not (max_events > 0 and math.isfinite(max_events)):
+        raise ValueError(f"max_events must be positive, got {max_events}")
+    k1 = np.asarray(k1, dtype=np.float64)
+    k0 = np.asarray(k0, dtype=np.float64)
+    k = k1 + k0
+    c2k = float(special.ndtri(1.0 - alpha / 4.0)) ** 2 * max_events
+    # (k1 − θk)² = c²K·θ(1 − θ)  ⇔  (k² + c²K)θ² − (2k1k + c²K)θ + k1² = 0
+    a = k * k + c2k
+    b = 2.0 * k1 * k + c2k
+    disc = np.sqrt(np.maximum(b * b - 4.0 * a * k1 * k1, 0.0))
+    lower = np.where(k1 > 0, np.clip((b - disc) / (2.0 * a), 0.0, 1.0), 0.0)
+    upper = np.where(k0 > 0, np.clip((b + disc) / (2.0 * a), 0.0, 1.0), 1.0)  # exact roots
+    return lower, upper
+
+
+def horizon_p_value(
+    k1: np.ndarray | float, k0: np.ndarray | float, theta0: np.ndarray | float, max_events: float
+) -> np.ndarray:
+    """The smallest α at which :func:`horizon_cs` excludes ``theta0`` (two-sided)."""
+    k1 = np.asarray(k1, dtype=np.float64)
+    k = k1 + np.asarray(k0, dtype=np.float64)
+    theta0 = np.asarray(theta0, dtype=np.float64)
+    z = np.abs(k1 - theta0 * k) / np.sqrt(theta0 * (1.0 - theta0) * max_events)
+    return np.minimum(1.0, 4.0 * special.ndtr(-z))
+
+
 def _ratio(theta: np.ndarray, share: np.ndarray) -> np.ndarray:
     """ρ = p_B/p_A from θ = P(error is the treatment's) and the treatment's share π."""
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -153,6 +200,7 @@ def error_rate_looks(
     alpha: float,
     share: float,
     concentration: float,
+    max_events: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Exact conditional test per look from cumulative counts (any broadcastable shape).
 
@@ -160,7 +208,9 @@ def error_rate_looks(
     ``concentration`` the prior's ``a + b`` (:func:`prior_concentration`); both are fixed
     for the life of a comparison. Returns ``(p_value, cs_lower, cs_upper, effect)`` for
     each look separately, on ``effect = p_B - p_A``; fold over looks with
-    :func:`monitor.experiments.sequential.running_always_valid`.
+    :func:`monitor.experiments.sequential.running_always_valid`. With ``max_events`` the
+    θ sequence is the group-sequential :func:`horizon_cs` instead of the mixture (valid
+    only for looks with at most ``max_events`` errors in total: mask the others).
     """
     if not 0.0 < share < 1.0:
         raise ValueError(f"share must be in (0, 1), got {share}")
@@ -173,14 +223,20 @@ def error_rate_looks(
     ok = (n_a > 0) & (n_b > 0)
     safe_a, safe_b = np.where(ok, n_a, 1.0), np.where(ok, n_b, 1.0)
     pi = safe_b / (safe_a + safe_b)  # realised labeled share of the treatment
-    theta_lo, theta_hi = beta_mixture_cs(k_b, k_a, a, b, alpha_ratio)
+    if max_events is None:
+        theta_lo, theta_hi = beta_mixture_cs(k_b, k_a, a, b, alpha_ratio)
+    else:
+        theta_lo, theta_hi = horizon_cs(k_b, k_a, alpha_ratio, max_events)
     rho_lo, rho_hi = _ratio(theta_lo, pi), _ratio(theta_hi, pi)
     pa_lo, pa_hi = beta_mixture_cs(k_a, n_a - k_a, _JEFFREYS, _JEFFREYS, alpha_control)
     with np.errstate(invalid="ignore"):
         lower = (rho_lo - 1.0) * np.where(rho_lo >= 1.0, pa_lo, pa_hi)
         scale_hi = np.where(rho_hi >= 1.0, pa_hi, pa_lo)
         upper = np.where(np.isinf(rho_hi), np.inf, (rho_hi - 1.0) * scale_hi)
-    p = np.minimum(1.0, np.exp(-beta_mixture_log_lr(k_b, k_a, a, b, pi)))
+    if max_events is None:
+        p = np.minimum(1.0, np.exp(-beta_mixture_log_lr(k_b, k_a, a, b, pi)))
+    else:
+        p = horizon_p_value(k_b, k_a, pi, max_events)
     effect = k_b / safe_b - k_a / safe_a
     return (
         np.where(ok, p, 1.0),

@@ -28,10 +28,13 @@ from typing import Protocol
 import numpy as np
 
 from .common import (
+    MIN_CLASS_COUNT,
+    MIN_TRIALS,
     NAN,
     class_count_reason,
     clt_mean,
     homogeneous_delta_se,
+    trials_reason,
     wald,
 )
 from .common import as_index as _as_index
@@ -48,6 +51,7 @@ __all__ = [
 ]
 
 _TN, _FP, _FN, _TP = 0, 1, 2, 3
+_PREVALENCE = 7  # index of "prevalence" in _RATIO_NAMES
 
 
 class Layout(Protocol):
@@ -142,6 +146,11 @@ class BinaryLayout:
         k = np.stack([tp + tn, fp + fn, tp, tp, tn, fp, fn, pos, ppos], axis=1)
         d = np.stack([n, n, ppos, pos, neg, neg, pos, n, n], axis=1)
         lo, hi = wilson_interval(k, d, confidence)
+        # withheld: below MIN_TRIALS trials; prevalence also below MIN_CLASS_COUNT of a class
+        gate = (d > 0) & (d < MIN_TRIALS)
+        gate[:, _PREVALENCE] |= (n > 0) & (np.minimum(pos, neg) < MIN_CLASS_COUNT)
+        lo, hi = np.where(gate, NAN, lo), np.where(gate, NAN, hi)
+        gated = gate.any(axis=1).tolist()
         with np.errstate(divide="ignore", invalid="ignore"):
             value = np.where(d > 0, k / d, NAN)
         mcc_v, kappa_v = _mcc_value(tn, fp, fn, tp), _kappa_value(tn, fp, fn, tp)
@@ -156,12 +165,12 @@ class BinaryLayout:
         slot = {row: j for j, row in enumerate(drawn)}
         out: list[list[MetricValue]] = []
         for i, (tn_i, fp_i, fn_i, tp_i) in enumerate(c.tolist()):
+            reason, at = reasons[i], slot.get(i, -1)
             row = [
                 MetricValue(names[j], values[i][j], lows[i][j], highs[i][j], rows_d[i][j],
-                            "wilson")
+                            "wilson", _ratio_note(j, rows_d[i][j], reason) if gated[i] else "")
                 for j in range(9)
             ]  # fmt: skip
-            reason, at = reasons[i], slot.get(i, -1)
             n_i = round(tn_i + fp_i + fn_i + tp_i)
             n_f = round(tp_i + fp_i + fn_i)
             named = [(fbeta_name(b), _fbeta_value(tp_i, fp_i, fn_i, b), n_f) for b in all_betas]
@@ -218,6 +227,16 @@ def _equal_tailed_rows(samples: np.ndarray, confidence: float) -> tuple[list[flo
     for r in np.flatnonzero(~np.isfinite(samples).all(axis=1)).tolist():
         lo[r], hi[r] = _equal_tailed(samples[r], confidence)
     return lo, hi
+
+
+def _ratio_note(j: int, trials: int, class_reason: str) -> str:
+    """Why ratio ``j``'s Wilson interval is withheld ("" if it is not).
+
+    Prevalence also needs :data:`MIN_CLASS_COUNT` of each class: the count of the rarer
+    class is the binomial count itself, and with one to three expected events (1 %, n = 100)
+    Wilson covers exactly when the count is <= 2, 92 % of windows, while any interval that
+    also covers a count of 3 covers 98 % — no interval reaches [0.93, 0.97] there."""
+    return trials_reason(trials) or (class_reason if j == _PREVALENCE and trials > 0 else "")
 
 
 _RATIO_NAMES = (

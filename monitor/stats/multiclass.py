@@ -161,8 +161,9 @@ class MulticlassLayout:
         mb = self.calibration_bins
         cal = np.asarray(vec[b + 5 : b + 5 + 3 * mb], dtype=np.float64).reshape(3, mb)
         out.append(ece_from_bins("ece", cal[0], cal[1], cal[2], confidence))
-        out.append(ece_debiased_from_bins(cal[0], cal[1], cal[2]))
-        out.append(calibration_test(cal[0], cal[1], cal[2]))
+        test = calibration_test(cal[0], cal[1], cal[2])
+        out.append(ece_debiased_from_bins(cal[0], cal[1], cal[2], p_value=test.value))
+        out.append(test)
         return out
 
 

@@ -1,9 +1,8 @@
 """The drift gate against sampling noise and heavy tails, by simulation (issue 13).
 
-Live windows are drawn as multinomial count vectors over the reference's cells with the
-cell probabilities of the live distribution — exactly the distribution ``numeric_cells`` +
-``bincount`` produce for i.i.d. events, without materializing a million values per window.
-Seeded ``default_rng``; bounded size, ``@pytest.mark.slow``.
+Live windows are multinomial count vectors (:mod:`monitor.drift.simulate`, shared with
+``bench/stats_sim.py --part drift``, which runs the same cases at full size). Seeded
+``default_rng``; bounded size, ``@pytest.mark.slow``.
 
 - A 0.01-scale shift of a Cauchy feature at 1,000,000 events (against a 1,000,000- and a
   100,000-event reference) is flagged in <= 5 % of windows (it was 54 % / 16 %).
@@ -19,23 +18,20 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from monitor.drift.detector import DriftDetector
 from monitor.drift.reference import (
     OTHER,
     CategoricalReference,
     NumericReference,
-    ReferenceProfile,
     sketch_bucket,
 )
+from monitor.drift.simulate import flag_rate, numeric_cell_probs
 from monitor.drift.summaries import categorical_cells, count_cells
 
 ALPHA = 0.05
 
 
 def _numeric_probs(ref: NumericReference, cdf: stats.rv_continuous) -> np.ndarray:
-    """Live cell probabilities ``[missing, under, bins..., over]`` under ``cdf``."""
-    f = cdf.cdf(ref.edges)
-    return np.concatenate([[0.0, f[0]], np.diff(f), [1.0 - f[-1]]])
+    return numeric_cell_probs(ref, cdf)
 
 
 def _flag_rate(
@@ -46,15 +42,8 @@ def _flag_rate(
     windows: int,
 ) -> tuple[float, float, list]:
     """(share flagged, share whose effect passes the gate, the features)."""
-    detector = DriftDetector(ReferenceProfile((ref,), None, None, ref.n))
-    probs = probs / probs.sum()
-    out = []
-    for _ in range(windows):
-        counts = rng.multinomial(events, probs)
-        out.append(detector.predict({ref.name: counts}).features[0])
-    flagged = float(np.mean([f.detected for f in out]))
-    large = float(np.mean([f.effect >= f.effect_threshold for f in out]))
-    return flagged, large, out
+    r = flag_rate(rng, ref, probs, events, windows)
+    return r.flagged, r.effect_passes, r.features
 
 
 @pytest.mark.slow
