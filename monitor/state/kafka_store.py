@@ -36,7 +36,7 @@ from .. import kafka_compat
 
 kafka_compat.install()
 
-__all__ = ["WHOLE", "KafkaStateStore", "StoredState", "state_topic"]
+__all__ = ["WHOLE", "Generations", "KafkaStateStore", "StoredState", "state_topic"]
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +180,12 @@ class KafkaStateStore:
         self._drop_stale(partition, slot, n)
         return generation
 
+    def advance_generation(self, partition: int, at_least: int) -> None:
+        """The next ``store`` of ``partition`` writes a generation above ``at_least``: a new
+        owner continues the numbering of the previous one (learnt by a reader), or the
+        previous owner's higher generations would keep winning."""
+        self._generation[partition] = max(self._generation.get(partition, 0), at_least)
+
     def _drop_stale(self, partition: int, slot: int, n: int) -> None:
         """Tombstone chunks of this slot beyond ``n`` left by a larger older generation
         (best effort: readers ignore them anyway; this lets compaction remove them)."""
@@ -218,7 +224,7 @@ class KafkaStateStore:
         tp = TopicPartition(self.topic, sp)
         prefix = f"{self.group_id}/{partition}/".encode()
         consumer = KafkaConsumer(enable_auto_commit=False, **self._client)
-        found = _Generations()
+        found = Generations()
         try:
             consumer.assign([tp])
             consumer.seek_to_beginning(tp)
@@ -253,7 +259,7 @@ class KafkaStateStore:
             self._producer = None
 
 
-class _Generations:
+class Generations:
     """The partition's state records as log compaction leaves them: the latest value per
     key (a tombstone deletes it). Reading this view makes the result the same whether or
     not the broker has compacted yet, and holds about two blobs (the two slots).

@@ -191,3 +191,15 @@ def test_decode_refuses_foreign_or_broken_stats() -> None:
         decode(blob, ["fraud"], 1000)
     with pytest.raises(ValueError, match="not a packed blob"):
         decode(b"garbage", ["fraud"], engine.buckets.width_ms)
+
+
+def test_partitioned_mode_refuses_what_it_cannot_merge() -> None:
+    from monitor.config import ConfigError
+
+    base: dict[str, Any] = {"models": [{"name": "fraud"}], "scale": {"mode": "partitioned"}}
+    settings_from_mapping(base)  # kafka-python, wall clock: accepted
+    with pytest.raises(ConfigError, match="kafka-python"):
+        settings_from_mapping({**base, "kafka": {"client": "confluent"}})
+    with pytest.raises(ConfigError, match=r"evaluation\.clock"):
+        settings_from_mapping({**base, "evaluation": {"clock": "event"}})
+    assert settings_from_mapping({"models": [{"name": "fraud"}]}).scale.mode == "single"
