@@ -26,11 +26,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from ..app import Daemon, StartupError
 from ..engine.clock import retention_now
@@ -39,13 +40,13 @@ from ..engine.snapshot import Snapshot
 from ..export.published import Published, extend_history
 from ..ingest.deadletter import DeadLetterSink
 from ..ingest.kafka import KafkaPythonSource, consumer_config
-from ..ingest.pipeline import IngestPipeline, RawBatch, offset_key
+from ..ingest.pipeline import RawBatch, offset_key
 from ..scale.assignor import warn_unpaired
 from ..scale.layout import LayoutError, metadata_config
 from ..state.kafka_store import KafkaStateStore
-from ..wiring import build_pipeline
 from .global_view import global_snapshot
 from .merge import PartitionStats, encode, merge, merge_ops, pack, partition_stats, unpack
+from .partitioned_ingest import PartitionedIngest
 from .stats_topic import StatsReader, stats_store
 
 __all__ = ["PartitionedDaemon"]
@@ -62,7 +63,6 @@ class _Partition:
         self.number = number
         self.engine = engine
         self.offsets = offsets
-        self.pipeline: IngestPipeline | None = None
         self.stats_published = False
 
 
@@ -90,17 +90,23 @@ class PartitionedDaemon(Daemon):
         )
         self.parts: dict[int, _Partition] = {}
         self.paused: set[int] = set()  # assigned, state not restored yet
+        self._restore_due = False  # a new assignment: restore after this poll
+        # guards ``paused`` and ownership changes: the rebalance listener runs on
+        # kafka-python's IO thread, the restore on the consumer loop's
+        self._assign_lock = threading.Lock()
         self._sink_ref: DeadLetterSink | None = None
         self._source: PartitionedSource | None = None
         self.exporter = False
         self.handovers = 0
+        self.registry.register(_ScaleCollector(self))
 
     # -- state per partition --------------------------------------------------------------
-    def _blob(self, part: _Partition) -> bytes:
+    def _blob(self, part: _Partition) -> tuple[bytes, dict[str, int]]:
+        """p's state and the offsets it covers, taken together under the engine lock."""
         with self.lock:
             meta, arrays = part.engine.state()
             offsets = dict(part.offsets)
-        return pack(
+        blob = pack(
             {
                 "format": STATE_FORMAT,
                 "partition": part.number,
@@ -110,11 +116,13 @@ class PartitionedDaemon(Daemon):
             },
             arrays,
         )
+        return blob, offsets
 
     def _store(self, part: _Partition, source: PartitionedSource | None) -> bool:
         """Store p's state, then (only then) commit p's offsets."""
         try:
-            self.state_store.store(part.number, self._blob(part))
+            blob, offsets = self._blob(part)
+            self.state_store.store(part.number, blob)
         except Exception as err:
             st = self._published.status
             log.error("storing the state of partition %d failed: %s", part.number, err)
@@ -124,7 +132,7 @@ class PartitionedDaemon(Daemon):
             return False
         if source is not None:
             try:
-                source.commit(dict(part.offsets))
+                source.commit(offsets)
             except Exception as err:
                 log.warning(
                     "offset commit of partition %d failed (state is stored): %s", part.number, err
@@ -158,42 +166,45 @@ class PartitionedDaemon(Daemon):
         )
         return _Partition(number, engine, offsets)
 
-    def _attach(self, part: _Partition) -> None:
-        assert self._sink_ref is not None
-        part.pipeline = build_pipeline(
-            self.settings, part.engine, self._sink_ref, clock_ms=self.clock.now_ms,
-            lock=self.lock, offsets=part.offsets,
-        )  # fmt: skip
-
     # -- rebalance hooks (called inside poll, on the consumer thread) ----------------------
     def on_revoked(self, numbers: set[int]) -> None:
-        source = self._source
         if self._sink_ref is not None:
             try:
                 self._sink_ref.flush()
             except Exception as err:
                 log.warning("dead-letter flush before hand-over: %s", err)
         for p in sorted(numbers):
-            part = self.parts.pop(p, None)
+            with self._assign_lock, self.lock:
+                part = self.parts.pop(p, None)
+                self.paused.discard(p)
             if part is None:
                 continue
             self._publish_stats(part)
-            if self._store(part, source):
+            # no commit here: kafka-python 3 runs the listener on its IO thread, where a
+            # blocking commit is refused; the stored state's offsets are what the next
+            # owner seeks to, and it commits after its own first store
+            if self._store(part, None):
                 self.handovers += 1
                 log.info("partition %d: state stored, handed over", p)
-        self.paused -= numbers
         self._update_exporter()
 
     def on_assigned(self, numbers: set[int]) -> None:
-        for p in sorted(numbers):
-            if p not in self.parts:
-                self.paused.add(p)
-        self._restore_paused()
-        self._update_exporter()
+        """Pause what was assigned; the consumer loop restores it right after this poll.
+        Not here: kafka-python 3 runs listeners on its event loop, so a restore of many
+        megabytes here would hold back heartbeats."""
+        with self._assign_lock:
+            for p in sorted(numbers):
+                if p not in self.parts:
+                    self.paused.add(p)
+            self._restore_due = True
+            if self._source is not None:
+                self._source.pause_only(self.paused)
 
     def _restore_paused(self) -> None:
         source = self._source
-        for p in sorted(self.paused):
+        with self._assign_lock:
+            waiting = sorted(self.paused)
+        for p in waiting:
             try:
                 part = self._restore(p)
             except StateMismatch as err:
@@ -203,17 +214,22 @@ class PartitionedDaemon(Daemon):
             except Exception as err:
                 log.error("partition %d: state topic unreadable, partition paused: %s", p, err)
                 continue
-            self._attach(part)
-            with self.lock:
-                self.parts[p] = part
-            self.paused.discard(p)
-            if source is not None:
-                source.start(p, part.offsets)
+            with self._assign_lock:
+                if p not in self.paused:
+                    continue  # revoked meanwhile: never own (or store) it
+                with self.lock:
+                    self.parts[p] = part
+                self.paused.discard(p)
+                if source is not None:
+                    source.start(p, part.offsets)
         if source is not None:
-            source.pause_only(self.paused)
+            with self._assign_lock:
+                source.pause_only(self.paused)
+        self._update_exporter()
 
     def _update_exporter(self) -> None:
-        exporter = 0 in self.parts
+        # the owner of partition 0, once it has read every other partition's statistics
+        exporter = 0 in self.parts and self.stats_in.caught_up
         if exporter != self.exporter:
             log.info("global exporter: %s", "this instance" if exporter else "another instance")
         self.exporter = exporter
@@ -245,6 +261,7 @@ class PartitionedDaemon(Daemon):
                 self.stats_in.refresh()
             except Exception as err:
                 log.debug("stats topic not readable yet: %s", err)
+            self._update_exporter()
             with self.lock:
                 now = wall  # evaluation.clock = "wall" (config check)
                 for part in self.parts.values():
@@ -322,7 +339,14 @@ class PartitionedDaemon(Daemon):
             except Exception as err:
                 log.error("checkpoint failed (dead-letter flush): %s", err)
                 return False
-        ok = all([self._store(part, source) for part in list(self.parts.values())])
+        with self.lock:
+            owned = list(self.parts.values())
+        ok = True
+        for part in owned:
+            with self.lock:
+                if self.parts.get(part.number) is not part:
+                    continue  # revoked meanwhile: its hand-over stored it
+            ok = self._store(part, source) and ok
         if ok:
             self._set_status(last_checkpoint_at=time.time(), last_checkpoint_error=None)
         return ok
@@ -353,6 +377,7 @@ class PartitionedDaemon(Daemon):
     def _consume(self, pipeline: Any, sink: DeadLetterSink) -> Any:
         s = self.settings
         self._sink_ref = sink
+        ingest = PartitionedIngest(pipeline, sink, self.clock.now_ms, self.lock)
         try:
             self._check_layout()
             source = self._source = PartitionedSource(s.kafka, self)
@@ -362,13 +387,14 @@ class PartitionedDaemon(Daemon):
         try:
             while not self._stop.is_set():
                 polled = source.poll(s.kafka.poll_timeout_ms)
-                for (kind, p), batch in sorted(polled.items()):
-                    part = self.parts.get(p)
-                    if part is None or part.pipeline is None:
-                        continue  # revoked in this poll: the next owner re-reads it
-                    part.pipeline.process_batch(kind, batch)
+                owned = {p: (part.engine, part.offsets) for p, part in self.parts.items()}
+                for kind in ("predictions", "labels"):
+                    batches = {p: b for (k, p), b in polled.items() if k == kind}
+                    if batches:
+                        ingest.process(kind, batches, owned)
                 now = time.monotonic()
-                if self.paused and now - last_retry >= 1.0:
+                if self.paused and (self._restore_due or now - last_retry >= 1.0):
+                    self._restore_due = False
                     self._restore_paused()
                     last_retry = now
                 if now - last_health >= 1.0:
@@ -398,6 +424,47 @@ class PartitionedDaemon(Daemon):
 
     def _check_group(self) -> None:
         """Several members are this mode's purpose: no single-instance warning."""
+
+    def status_json(self) -> dict[str, Any]:
+        out = super().status_json()
+        with self.lock:
+            owned = sorted(self.parts)
+        with self._assign_lock:
+            waiting = sorted(self.paused)
+        out["scale"] = {
+            "mode": "partitioned",
+            "owned_partitions": owned,
+            "restoring_partitions": waiting,
+            "exporter": self.exporter,
+            "handovers": self.handovers,
+        }
+        return out
+
+
+class _ScaleCollector:
+    """This instance's part in the group, with every scrape (operational series)."""
+
+    def __init__(self, daemon: PartitionedDaemon) -> None:
+        self.daemon = daemon
+
+    def collect(self) -> Iterator[Metric]:
+        d = self.daemon
+        yield GaugeMetricFamily(
+            "mlmon_exporter",
+            "1 on the instance that exports the global quality series and sends SLO alerts "
+            "(the owner of partition 0), 0 on the others",
+            value=1.0 if d.exporter else 0.0,
+        )
+        yield GaugeMetricFamily(
+            "mlmon_owned_partitions",
+            "Partition numbers this instance owns with their state restored",
+            value=float(len(d.parts)),
+        )
+        yield CounterMetricFamily(
+            "mlmon_partition_handovers",
+            "Partitions this instance stored and handed over on revocation",
+            value=float(d.handovers),
+        )
 
 
 class PartitionedSource(KafkaPythonSource):
@@ -433,6 +500,20 @@ class PartitionedSource(KafkaPythonSource):
                     _origin(records),
                     {offset_key(tp.topic, tp.partition): records[-1].offset + 1},
                 )
+        return out
+
+    def lag(self) -> list[tuple[str, int, int]]:
+        """Lag of the partitions owned with a restored state, from the fetch responses'
+        high watermarks only: during a rebalance the client still lists its old
+        assignment, and asking it for a position would block the loop (and with it the
+        poll that completes the rebalance)."""
+        offsets = self._offsets()
+        out = []
+        for tp in sorted(self.consumer.assignment()):
+            pos = offsets.get(offset_key(tp.topic, tp.partition))
+            high = self.consumer.highwater(tp)
+            if pos is not None and high is not None:
+                out.append((tp.topic, tp.partition, max(0, int(high) - int(pos))))
         return out
 
     def start(self, number: int, offsets: dict[str, int]) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -68,6 +69,10 @@ class StatsReader:
         self._dirty: set[int] = set()
         self._latest: dict[int, tuple[int, PartitionStats]] = {}
         self.malformed = 0
+        # read up to the end of the topic as it was at the first refresh: until then the
+        # merged view may hold old generations of other instances' partitions
+        self.caught_up = False
+        self._targets: dict[TopicPartition, int] | None = None
 
     def _consumer_(self) -> KafkaConsumer:
         if self._consumer is None:
@@ -82,14 +87,16 @@ class StatsReader:
             self._consumer = consumer
         return self._consumer
 
-    def refresh(self, max_polls: int = 50) -> None:
-        """Read what was published since the last call (bounded: a large backlog is read
-        over several calls)."""
+    def refresh(self, budget_s: float = 2.0) -> None:
+        """Read what was published since the last call (bounded in time: a large backlog
+        is read over several calls; ``caught_up`` tells when the first one is done)."""
         with self._lock:
             consumer = self._consumer_()
             prefix = f"{self.group_id}/"
-            for _ in range(max_polls):
+            deadline = time.monotonic() + budget_s
+            while time.monotonic() < deadline:
                 batches = consumer.poll(timeout_ms=100)
+                self._check_caught_up(consumer)
                 if not batches:
                     break
                 for records in batches.values():
@@ -117,6 +124,18 @@ class StatsReader:
                     continue
                 self._latest[p] = (best.generation, stats)
             self._dirty.clear()
+
+    def _check_caught_up(self, consumer: KafkaConsumer) -> None:
+        """The end of every stats partition is known from a fetch response (highwater:
+        some brokers' end_offsets is the start of the last batch) and reached."""
+        if self.caught_up:
+            return
+        if self._targets is None:
+            highs = {tp: consumer.highwater(tp) for tp in consumer.assignment()}
+            if any(h is None for h in highs.values()):
+                return
+            self._targets = {tp: int(h) for tp, h in highs.items() if h is not None}
+        self.caught_up = all(consumer.position(tp) >= h for tp, h in self._targets.items())
 
     def latest(self) -> dict[int, PartitionStats]:
         with self._lock:

@@ -111,7 +111,9 @@ def test_two_instances_hand_over_partitions_and_agree_with_one(
         assert producer.error is None, repr(producer.error)
 
         def both_complete() -> bool:
-            return _samples(a) == want and _samples(b) == want
+            owned = [_status(d)["scale"]["owned_partitions"] for d in (a, b)]
+            settled = sorted(owned[0] + owned[1]) == [0, 1, 2, 3] and all(owned)
+            return settled and _samples(a) == want and _samples(b) == want
 
         wait_until(both_complete, 120, lambda: f"{_samples(a)} {_samples(b)}\n{a.log_tail()}")
         time.sleep(2.5)  # one more publication round: both read the same final stats
@@ -127,6 +129,8 @@ def test_two_instances_hand_over_partitions_and_agree_with_one(
         # exactly one exporter of the global quality series, equal to scikit-learn
         exporters = [m for m in (ma, mb) if m.find("mlmon_window_samples", window=WINDOW)]
         assert len(exporters) == 1, (a.log_tail(), b.log_tail())
+        assert [m.get("mlmon_exporter") for m in (ma, mb)].count(1) == 1
+        assert exporters[0].get("mlmon_exporter") == 1
         assert_quality(exporters[0], oracle, WINDOW, a.log_tail() + b.log_tail())
 
         # SIGKILL b: a takes its partitions back from b's last stored state
@@ -138,6 +142,8 @@ def test_two_instances_hand_over_partitions_and_agree_with_one(
             m = a.scrape()
             return (
                 a._this_log().count("restored generation") >= restored + 2
+                and _status(a)["scale"]["owned_partitions"] == [0, 1, 2, 3]
+                and m.get("mlmon_exporter") == 1
                 and bool(m.find("mlmon_window_samples", window=WINDOW))
                 and m.total("mlmon_records_total", topic="predictions") == len(preds)
             )

@@ -5,6 +5,7 @@ went through the stats topic's byte encoding."""
 from __future__ import annotations
 
 import math
+import threading
 import zlib
 from pathlib import Path
 from typing import Any
@@ -203,3 +204,57 @@ def test_partitioned_mode_refuses_what_it_cannot_merge() -> None:
     with pytest.raises(ConfigError, match=r"evaluation\.clock"):
         settings_from_mapping({**base, "evaluation": {"clock": "event"}})
     assert settings_from_mapping({"models": [{"name": "fraud"}]}).scale.mode == "single"
+
+
+def test_decode_once_ingest_equals_a_pipeline_per_partition(tmp_path: Path) -> None:
+    """PartitionedIngest (one decode per poll, rows split by partition) leaves every
+    partition engine, its offsets and the dead letters exactly as a pipeline per
+    partition would."""
+    from monitor.ingest.pipeline import RawBatch
+    from monitor.scale.partitioned_ingest import PartitionedIngest
+
+    s = _settings()
+    stream = [(k, orjson.dumps(r)) for k, r in _stream()[:3000]]
+    for i in range(0, 3000, 97):  # garbage, and a prediction of an unknown model
+        stream.insert(i, ("predictions", b"{not json"))
+        stream.insert(i, ("labels", orjson.dumps({"id": "x", "ts": START})))
+    per = {p: build_engine(s) for p in range(PARTITIONS)}
+    pipes = {p: _pipeline(s, e, tmp_path, f"per{p}") for p, e in per.items()}
+    one = {p: build_engine(s) for p in range(PARTITIONS)}
+    offsets: dict[int, dict[str, int]] = {p: {} for p in range(PARTITIONS)}
+    sink = FileDeadLetter(tmp_path / "one.jsonl")
+    ingest = PartitionedIngest(_pipeline(s, build_engine(s), tmp_path, "t"), sink, lambda: NOW,
+                               threading.RLock())  # fmt: skip
+    for lo in range(0, len(stream), 400):
+        chunk = stream[lo : lo + 400]
+        for kind in ("predictions", "labels"):
+            by_p: dict[int, list[RawRecord]] = {}
+            for i, (k, raw) in enumerate(chunk):
+                if k == kind:
+                    p = zlib.crc32(raw) % PARTITIONS
+                    by_p.setdefault(p, []).append(RawRecord(raw, kind, p, lo + i))
+            for p, records in by_p.items():
+                pipes[p].process(kind, records)
+            batches = {p: RawBatch.of_records(r) for p, r in by_p.items()}
+            ingest.process(kind, batches, {p: (one[p], offsets[p]) for p in one})
+    for p in range(PARTITIONS):
+        meta_a, arrays_a = per[p].state()
+        meta_b, arrays_b = one[p].state()
+        assert meta_a == meta_b, p
+        assert arrays_a.keys() == arrays_b.keys()
+        assert all(np.array_equal(arrays_a[k], arrays_b[k]) for k in arrays_a), p
+        assert pipes[p].offsets == offsets[p]
+    assert sum(per[p].invalid.total() for p in per) > 30  # the garbage was counted
+    for sink_ in [sink, *(pipe.dead_letter for pipe in pipes.values())]:
+        sink_.close()
+    want = sorted(
+        line for p in per for line in (tmp_path / f"per{p}.jsonl").read_text().splitlines()
+    )
+    got = sorted((tmp_path / "one.jsonl").read_text().splitlines())
+    assert len(got) == len(want) > 30
+
+    def origin(line: str) -> tuple[Any, ...]:
+        d = orjson.loads(line)
+        return tuple(d.get(k) for k in ("reason", "topic", "partition", "offset"))
+
+    assert sorted(map(origin, got)) == sorted(map(origin, want))
