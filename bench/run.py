@@ -1861,7 +1861,7 @@ def bench_scale(n: int, reps: int, work: Path) -> list[Result]:
                 session_s, "session timeout", 3.0, "ratio", False,
                 [failover], [session_s])  # fmt: skip
     h2.notes.append(
-        f"2 instances, {n_pred:,} predictions; target: within the session timeout plus "
+        f"2 instances, the same {n_pred:,} predictions; target: within the session timeout plus "
         "the restore of the dead instance's partitions (ratio <= 3)"
     )
     return [h1, h2]
@@ -1913,7 +1913,7 @@ def main(argv: list[str] | None = None) -> int:
         if "f" in only:
             results.append(bench_slices(100_000 if args.quick else 300_000, reps))
         if "h" in only:
-            results.extend(bench_scale(10_000 if args.quick else 50_000, reps, work))
+            results.extend(bench_scale(n_kafka, reps, work))
         if "k" in only:
             results.extend(bench_state_topic((20 if args.quick else 100) * 10**6, reps, work))
         if "p" in only:

@@ -43,7 +43,7 @@ from ..ingest.kafka import KafkaPythonSource, consumer_config
 from ..ingest.pipeline import RawBatch, offset_key
 from ..scale.assignor import warn_unpaired
 from ..scale.layout import LayoutError, metadata_config
-from ..state.kafka_store import KafkaStateStore
+from ..state.kafka_store import KafkaStateStore, StoredState
 from .global_view import global_snapshot
 from .merge import PartitionStats, encode, merge, merge_ops, pack, partition_stats, unpack
 from .partitioned_ingest import PartitionedIngest
@@ -94,6 +94,7 @@ class PartitionedDaemon(Daemon):
         # guards ``paused`` and ownership changes: the rebalance listener runs on
         # kafka-python's IO thread, the restore on the consumer loop's
         self._assign_lock = threading.Lock()
+        self._stats_lock = threading.Lock()  # the stats publisher's generation numbers
         self._sink_ref: DeadLetterSink | None = None
         self._source: PartitionedSource | None = None
         self.exporter = False
@@ -139,10 +140,9 @@ class PartitionedDaemon(Daemon):
                 )
         return True
 
-    def _restore(self, number: int) -> _Partition:
-        """p's newest complete state, or a fresh engine when none was ever stored; raises
-        when the state topic cannot be read or the state does not apply here."""
-        found = self.state_store.restore(number)
+    def _restore(self, number: int, found: StoredState | None) -> _Partition:
+        """p from its newest complete stored state, or a fresh engine when none was ever
+        stored; raises when the state does not apply here."""
         engine = self._new_engine()
         if found is None:
             log.info("partition %d: no stored state, starting it fresh", number)
@@ -204,15 +204,23 @@ class PartitionedDaemon(Daemon):
         source = self._source
         with self._assign_lock:
             waiting = sorted(self.paused)
+        if not waiting:
+            return
+        try:
+            stored = self.state_store.restore_many(waiting)
+        except Exception as err:
+            log.error("state topic unreadable, partitions %s paused: %s", waiting, err)
+            return
         for p in waiting:
             try:
-                part = self._restore(p)
+                part = self._restore(p, stored[p])
             except StateMismatch as err:
                 log.critical("partition %d: stored state cannot be restored: %s", p, err)
                 self.count_fault("partition_state_mismatch")
                 continue
-            except Exception as err:
-                log.error("partition %d: state topic unreadable, partition paused: %s", p, err)
+            except (KeyError, TypeError, ValueError, AttributeError) as err:
+                log.critical("partition %d: stored state is malformed: %s", p, err)
+                self.count_fault("partition_state_mismatch")
                 continue
             with self._assign_lock:
                 if p not in self.paused:
@@ -235,19 +243,44 @@ class PartitionedDaemon(Daemon):
         self.exporter = exporter
 
     # -- stats -------------------------------------------------------------------------------
-    def _publish_stats(self, part: _Partition) -> None:
+    def _publish_stats(self, part: _Partition, refresh: bool = True) -> None:
+        """Publish p's statistics (a new owner first continues the previous owner's
+        generation numbers, learnt from the reader, so its publications win)."""
         try:
-            if not part.stats_published:  # continue the previous owner's numbering
-                self.stats_in.refresh()
-                self.stats_out.advance_generation(
-                    part.number, self.stats_in.newest_generation(part.number)
-                )
-            with self.lock:
-                stats = partition_stats(part.engine)
-            self.stats_out.store(part.number, encode(stats, [m.name for m in part.engine.models]))
-            part.stats_published = True
+            with self._stats_lock:
+                if not part.stats_published:
+                    if refresh:
+                        self.stats_in.refresh()
+                    self.stats_out.advance_generation(
+                        part.number, self.stats_in.newest_generation(part.number)
+                    )
+                with self.lock:
+                    stats = partition_stats(part.engine)
+                names = [m.name for m in part.engine.models]
+                self.stats_out.store(part.number, encode(stats, names))
+                part.stats_published = True
         except Exception as err:
             log.warning("publishing the statistics of partition %d failed: %s", part.number, err)
+
+    def _publish_all(self) -> None:
+        with self.lock:
+            owned = list(self.parts.values())
+        if any(not part.stats_published for part in owned):
+            try:  # one read of the stats topic for every newly owned partition
+                self.stats_in.refresh()
+            except Exception as err:
+                log.warning("reading the stats topic failed: %s", err)
+        for part in owned:
+            with self.lock:
+                if self.parts.get(part.number) is not part:
+                    continue  # revoked meanwhile: its hand-over published it
+            self._publish_stats(part, refresh=False)
+
+    def _publish_every(self) -> None:
+        """The publisher thread: encoding and sending stay off the consumer loop."""
+        interval = self.settings.scale.stats_interval
+        while not self._stop.wait(interval):
+            self._publish_all()
 
     def _own_stats(self) -> dict[int, PartitionStats]:
         return {p: partition_stats(part.engine) for p, part in self.parts.items()}
@@ -383,7 +416,9 @@ class PartitionedDaemon(Daemon):
             source = self._source = PartitionedSource(s.kafka, self)
         except LayoutError as err:
             raise StartupError(str(err)) from None
-        last_ckpt = last_stats = last_health = last_ops = last_retry = last_lag = time.monotonic()
+        last_ckpt = last_health = last_ops = last_retry = last_lag = time.monotonic()
+        publisher = threading.Thread(target=self._publish_every, name="stats", daemon=True)
+        publisher.start()
         try:
             while not self._stop.is_set():
                 polled = source.poll(s.kafka.poll_timeout_ms)
@@ -409,15 +444,11 @@ class PartitionedDaemon(Daemon):
                 if now - last_ops >= 0.25:
                     self._publish_ops()
                     last_ops = now
-                if now - last_stats >= s.scale.stats_interval:
-                    for part in list(self.parts.values()):
-                        self._publish_stats(part)
-                    last_stats = now
                 if now - last_ckpt >= s.state.checkpoint_interval:
                     self.checkpoint(sink, source)
                     last_ckpt = now
-            for part in list(self.parts.values()):
-                self._publish_stats(part)
+            publisher.join(timeout=30)
+            self._publish_all()
         finally:
             self.stats_in.close()
         return source
