@@ -19,6 +19,9 @@ c  join-buffer memory per pending prediction at 1,000,000 pending (≤ 200 bytes
 d  checkpoint write and restore at 1,000,000 pending (≤ 5 s each)
 e  one drift evaluation, 20 features over a 1,000,000-event window, vs SciPy (≤ 0.5 s)
 f  one evaluation pass, 3 windows × 100 slices, vs scikit-learn (≤ 0.2 s)
+h  scale-out (``scale.mode = "partitioned"``): one instance's ingestion with an engine per
+   partition vs the single-engine path (≥ 0.9×); failover time, exporter SIGKILL -> the
+   survivor serves the global series (≤ 3 session timeouts)
 k  state topic (``state.kafka_store``): store and restore of a 100 MB checkpoint through the
    compacted topic vs writing/reading the same bytes locally (≤ 5 s store, ≤ 10 s restore)
 p  /healthz latency under 50 parallel scrapers of a multi-MB page vs idle (p50 ≤ 50 ms)
@@ -1835,20 +1838,186 @@ def bench_fleet(
     ]  # fmt: skip
 
 
+# -- (h) scale-out -----------------------------------------------------------------------
+def _count_records(daemon: Any) -> int:
+    """Records (any outcome) the daemon's engines counted: one engine, or one per owned
+    partition in partitioned mode."""
+    with daemon.lock:
+        parts = getattr(daemon, "parts", None)
+        engines = [p.engine for p in parts.values()] if parts is not None else [daemon.engine]
+        return sum(sum(e.records.values()) for e in engines)
+
+
+def _ingest_rate(s: Settings, partitioned: bool, expected: int, timeout_s: float) -> float:
+    """The daemon in-process (thread): msg/s from its first counted record to the last,
+    sampled every 10 ms from outside (the same clock for both modes)."""
+    from monitor.app import Daemon
+    from monitor.scale.partitioned import PartitionedDaemon
+
+    daemon = PartitionedDaemon(s) if partitioned else Daemon(s)
+    thread = threading.Thread(target=daemon.run, name="bench-daemon", daemon=True)
+    thread.start()
+    first = end = None
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            n = _count_records(daemon)
+            if n and first is None:
+                first = (time.perf_counter(), n)
+            if n >= expected:
+                end = time.perf_counter()
+                break
+            time.sleep(0.01)
+    finally:
+        daemon.request_stop()
+        thread.join(60)
+    if first is None or end is None:
+        raise TimeoutError(f"counted {_count_records(daemon)} of {expected} records")
+    return (expected - first[1]) / (end - first[0])
+
+
+def _scale_failover(bootstrap: str, n: int, work: Path) -> tuple[float, float]:
+    """Two partitioned instances (subprocesses) share the group; the exporter is killed
+    (SIGKILL) while idle. Returns (seconds until the survivor exports the complete global
+    series, the group's session timeout)."""
+    import re
+    import signal
+    import subprocess
+    import urllib.request
+
+    session_ms = 6_000
+    serving = re.compile(r"serving /metrics on (https?://[0-9.]+:\d+)")
+    procs: list[tuple[subprocess.Popen[bytes], Path]] = []
+
+    def start(name: str) -> None:
+        cfg = work / f"scale-{name}.toml"
+        cfg.write_text(
+            f"""[kafka]\nbootstrap_servers = "{bootstrap}"\ngroup_id = "bench-failover"\n"""
+            f"session_timeout_ms = {session_ms}\nheartbeat_interval_ms = 1000\n"
+            f"max_poll_interval_ms = 10000\n"
+            f"""[http]\nhost = "127.0.0.1"\nport = 0\n"""
+            f"""[state]\ndir = "{work / ("state-" + name)}"\ncheckpoint_interval = "2s"\n"""
+            f"single_instance = false\n"
+            f"""[scale]\nmode = "partitioned"\nstats_interval = "1s"\n"""
+            f"""[evaluation]\ninterval = "1s"\n"""
+            f"""[[models]]\nname = "fraud"\n[[models.windows]]\nsize = "30d"\n"""
+        )
+        logf = work / f"scale-{name}.log"
+        with open(logf, "ab") as fh:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "monitor", "--log-level", "INFO", "run", "-c", str(cfg)],
+                stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+        procs.append((proc, logf))
+
+    def url(i: int) -> str:
+        found = serving.findall(procs[i][1].read_text(errors="replace"))
+        return found[-1] if found else ""
+
+    def samples(i: int) -> float:
+        """The exported global labeled-sample count of window 30d (0: not exporting)."""
+        try:
+            with urllib.request.urlopen(url(i) + "/metrics", timeout=2) as r:
+                text = r.read().decode()
+        except (OSError, ValueError):
+            return 0.0
+        m = re.search(r'^mlmon_window_samples\{[^}]*slice="all"[^}]*window="30d"[^}]*\} (\S+)',
+                      text, re.M)  # fmt: skip
+        return float(m.group(1)) if m else 0.0
+
+    try:
+        start("a")
+        start("b")
+        deadline = time.monotonic() + 300
+        while not any(samples(i) >= n for i in (0, 1)):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the instances did not consume the stream")
+            time.sleep(0.2)
+        time.sleep(3)  # steady: both published, one exports
+        exporter = 0 if samples(0) >= n else 1
+        survivor = 1 - exporter
+        procs[exporter][0].send_signal(signal.SIGKILL)
+        procs[exporter][0].wait(10)
+        killed = time.perf_counter()
+        while samples(survivor) < n:
+            if time.perf_counter() - killed > 120:
+                raise TimeoutError("the survivor never exported the global series")
+            time.sleep(0.05)
+        return time.perf_counter() - killed, session_ms / 1000
+    finally:
+        for proc, _ in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+
+def bench_scale(n: int, reps: int, work: Path) -> list[Result]:
+    """(h) ``scale.mode = "partitioned"``: (h1) one instance's Kafka ingestion with an
+    engine per partition (6 partitions per topic, stats publication included) vs the
+    single-engine path on the same topics, interleaved; (h2) failover: SIGKILL the
+    exporter of two instances, time until the survivor exports the complete global series
+    (it must notice the death — one session timeout — then restore the dead one's
+    partitions from the state topic)."""
+    from monitor.config import ScaleSettings
+    from monitor.localbroker import LocalBroker
+
+    broker = LocalBroker(log_path=work / "tansu-scale.log")
+    broker.start()
+    single: list[float] = []
+    partitioned: list[float] = []
+    try:
+        broker.create_topics(["predictions", "labels"], partitions=6)
+        n_pred, n_lab, _, _ = produce_traffic(broker.bootstrap, n)
+        total = n_pred + n_lab
+        for i in range(reps):
+            for mode in ("single", "partitioned") if i % 2 == 0 else ("partitioned", "single"):
+                state_dir = Path(tempfile.mkdtemp(prefix="state-", dir=work))
+                group = f"bench-scale-{uuid.uuid4().hex[:8]}"
+                s = settings_for(broker.bootstrap, state_dir, group_id=group, **GROUP_SETTINGS)
+                if mode == "partitioned":
+                    s = s.model_copy(update={"scale": ScaleSettings(mode="partitioned")})
+                rate = _ingest_rate(s, mode == "partitioned", total, max(120.0, total / 2_000))
+                (partitioned if mode == "partitioned" else single).append(rate)
+                log(f"(h1) rep {i + 1}/{reps} {mode}: {rate:,.0f} msg/s")
+        failover, session_s = _scale_failover(broker.bootstrap, n_lab, work)
+        log(f"(h2) failover {failover:.1f}s (session timeout {session_s:.0f}s)")
+    finally:
+        broker.stop()
+    ratios = [p / q for p, q in zip(partitioned, single, strict=True)]
+    h1 = Result("h1", "partitioned state: one instance's ingestion", "msg/s",
+                median(partitioned), median(single), "single-engine daemon", 0.9, "ratio",
+                True, partitioned, single)  # fmt: skip
+    h1.notes.append(
+        f"{n_pred:,} predictions + {n_lab:,} labels, 6 partitions per topic, kafka-python; "
+        "per-rep ratios " + ", ".join(f"{x:.2f}" for x in ratios)
+    )
+    h2 = Result("h2", "failover: exporter SIGKILL -> global series served", "s", failover,
+                session_s, "session timeout", 3.0, "ratio", False,
+                [failover], [session_s])  # fmt: skip
+    h2.notes.append(
+        f"2 instances, the same {n_pred:,} predictions; target: within the session timeout plus "
+        "the restore of the dead instance's partitions (ratio <= 3)"
+    )
+    return [h1, h2]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller inputs, < 2 minutes")
     parser.add_argument(
         "--only",
-        default="a,b,c,d,e,f,g,k,p,r,s",
-        help="comma-separated subset of a..g, k, p, r, s",
+        default="a,b,c,d,e,f,g,h,k,p,r,s",
+        help="comma-separated subset of a..h, k, p, r, s",
     )
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = parser.parse_args(argv)
     # the sklearn baselines warn on ill-defined slices (no positives); the values are unused
     warnings.filterwarnings("ignore", module="sklearn")
     only = {x.strip() for x in args.only.split(",") if x.strip()}
-    unknown = only - set("abcdefgkprs")
+    unknown = only - set("abcdefghkprs")
     if unknown:
         parser.error(f"unknown benchmark(s): {sorted(unknown)}")
     logging.basicConfig(level=logging.WARNING)
@@ -1880,6 +2049,8 @@ def main(argv: list[str] | None = None) -> int:
             results.append(bench_drift(1_000_000, reps))
         if "f" in only:
             results.append(bench_slices(100_000 if args.quick else 300_000, reps))
+        if "h" in only:
+            results.extend(bench_scale(n_kafka, reps, work))
         if "k" in only:
             results.extend(bench_state_topic((20 if args.quick else 100) * 10**6, reps, work))
         if "p" in only:

@@ -213,6 +213,10 @@ def _run(path: Path) -> int:
     settings = _load(path)
     register_secrets(secret_values(settings))
     daemon = Daemon(settings)
+    if settings.scale.mode == "partitioned":
+        from .scale.partitioned import PartitionedDaemon
+
+        daemon = PartitionedDaemon(settings)
 
     def stop(signum: int, _frame: object) -> None:
         log = logging.getLogger("monitor")

@@ -193,6 +193,17 @@ class StateSettings(_Section):
     kafka_chunk_bytes: int = Field(512 * 1024, ge=1024, le=8 * 1024 * 1024)
 
 
+class ScaleSettings(_Section):
+    """Scale-out on the consumer-group protocol (docs/scale-out.md)."""
+
+    # single: one engine for every owned partition (one instance per group is correct);
+    # partitioned: one engine per owned partition, stored in "<group_id>-state" on
+    # revocation and restored on assignment, statistics merged through "<group_id>-stats"
+    mode: Literal["single", "partitioned"] = "single"
+    # how often each instance publishes its partitions' statistics to the stats topic
+    stats_interval: PositiveSeconds = 5.0
+
+
 class LabelFields(_Section):
     id: str = "id"
     ts: str = "ts"
@@ -597,6 +608,7 @@ class Settings(BaseSettings):
     kafka: KafkaSettings = KafkaSettings()
     http: HttpSettings = HttpSettings()
     state: StateSettings = StateSettings()
+    scale: ScaleSettings = ScaleSettings()
     join: JoinSettings = JoinSettings()
     evaluation: EvaluationSettings = EvaluationSettings()
     models: tuple[ModelSettings, ...] = ()
@@ -655,6 +667,23 @@ class Settings(BaseSettings):
                             f"multiple of evaluation.bucket_width ({format_duration(width)})"
                         )
         problems += _slo_problems(self)
+        if self.scale.mode == "partitioned":
+            if self.kafka.client != "kafka-python":
+                problems.append(
+                    'scale.mode: "partitioned" needs kafka.client = "kafka-python" (its '
+                    "assignor co-partitions and is sticky; librdkafka's is neither per partition)"
+                )
+            if self.evaluation.clock != "wall":
+                problems.append(
+                    'evaluation.clock: "event" is one engine\'s watermark; scale.mode = '
+                    '"partitioned" evaluates every instance at the same wall-clock time'
+                )
+            for i, model in enumerate(self.models):
+                if model.drift is not None and model.drift.reference_window is not None:
+                    problems.append(
+                        f"models[{i}].drift.reference_window: a live reference is one engine's "
+                        'history; scale.mode = "partitioned" needs a reference file'
+                    )
         if problems:
             raise ValueError("\n".join(problems))
         return self

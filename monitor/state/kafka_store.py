@@ -36,7 +36,7 @@ from .. import kafka_compat
 
 kafka_compat.install()
 
-__all__ = ["WHOLE", "KafkaStateStore", "StoredState", "state_topic"]
+__all__ = ["WHOLE", "Generations", "KafkaStateStore", "StoredState", "state_topic"]
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +180,12 @@ class KafkaStateStore:
         self._drop_stale(partition, slot, n)
         return generation
 
+    def advance_generation(self, partition: int, at_least: int) -> None:
+        """The next ``store`` of ``partition`` writes a generation above ``at_least``: a new
+        owner continues the numbering of the previous one (learnt by a reader), or the
+        previous owner's higher generations would keep winning."""
+        self._generation[partition] = max(self._generation.get(partition, 0), at_least)
+
     def _drop_stale(self, partition: int, slot: int, n: int) -> None:
         """Tombstone chunks of this slot beyond ``n`` left by a larger older generation
         (best effort: readers ignore them anyway; this lets compaction remove them)."""
@@ -214,38 +220,54 @@ class KafkaStateStore:
         (``end_offsets`` is not used: some brokers report the start of the last batch).
         Holds the latest value per key only (about two blobs), as compaction would.
         """
-        sp = self._state_partition(partition)
-        tp = TopicPartition(self.topic, sp)
-        prefix = f"{self.group_id}/{partition}/".encode()
+        return self.restore_many([partition])[partition]
+
+    def restore_many(self, partitions: list[int]) -> dict[int, StoredState | None]:
+        """``restore`` of several partitions with one consumer (a new owner of several
+        partitions pays one connection and one round of fetches, not one each)."""
+        wanted = {p: self._state_partition(p) for p in partitions}
+        tps = sorted({TopicPartition(self.topic, sp) for sp in wanted.values()})
+        prefixes = {f"{self.group_id}/{p}/".encode(): p for p in partitions}
+        found = {p: Generations() for p in partitions}
         consumer = KafkaConsumer(enable_auto_commit=False, **self._client)
-        found = _Generations()
         try:
-            consumer.assign([tp])
-            consumer.seek_to_beginning(tp)
+            consumer.assign(tps)
+            consumer.seek_to_beginning(*tps)
             deadline = time.monotonic() + self.timeout_s
-            end: int | None = None
-            while end is None or consumer.position(tp) < end:
+            ends: dict[TopicPartition, int | None] = {tp: None for tp in tps}
+
+            def done() -> bool:
+                return all(e is not None and consumer.position(tp) >= e for tp, e in ends.items())
+
+            while not done():
                 if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"restoring {self.topic}[{sp}]: no progress for {self.timeout_s}s"
-                    )
-                records = consumer.poll(timeout_ms=200).get(tp, [])
-                if records:  # a large uncompacted topic may take long: time out on stalls
+                    raise TimeoutError(f"restoring {self.topic}: no progress for {self.timeout_s}s")
+                batches = consumer.poll(timeout_ms=200)
+                if batches:  # a large uncompacted topic may take long: time out on stalls
                     deadline = time.monotonic() + self.timeout_s
-                for rec in records:
-                    if rec.key is not None and rec.key.startswith(prefix):
-                        found.add(rec)
-                if end is None:
-                    end = consumer.highwater(tp)
+                for records in batches.values():
+                    for rec in records:
+                        if rec.key is None:
+                            continue
+                        prefix = rec.key[: rec.key.find(b"/", len(self.group_id) + 1) + 1]
+                        p = prefixes.get(prefix)
+                        if p is not None:
+                            found[p].add(rec)
+                for tp in tps:
+                    if ends[tp] is None:
+                        ends[tp] = consumer.highwater(tp)
         finally:
             consumer.close()
-        best = found.resolve()
-        for slot, n in found.counts.items():
-            self._stale_counts[(partition, slot)] = n
-        self._generation[partition] = max(self._generation.get(partition, 0), found.newest)
-        if best is not None:
-            self._complete[partition] = best.generation
-        return best
+        out: dict[int, StoredState | None] = {}
+        for p, gens in found.items():
+            best = gens.resolve()
+            for slot, n in gens.counts.items():
+                self._stale_counts[(p, slot)] = n
+            self._generation[p] = max(self._generation.get(p, 0), gens.newest)
+            if best is not None:
+                self._complete[p] = best.generation
+            out[p] = best
+        return out
 
     def close(self) -> None:
         if self._producer is not None:
@@ -253,7 +275,7 @@ class KafkaStateStore:
             self._producer = None
 
 
-class _Generations:
+class Generations:
     """The partition's state records as log compaction leaves them: the latest value per
     key (a tombstone deletes it). Reading this view makes the result the same whether or
     not the broker has compacted yet, and holds about two blobs (the two slots).

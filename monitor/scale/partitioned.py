@@ -1,0 +1,589 @@
+"""``scale.mode = "partitioned"``: one engine per owned input partition, handed over
+through Kafka, and one global view merged from every partition's statistics.
+
+Per partition number p (co-partitioning gives an instance p of both topics):
+
+- **assignment**: restore p's newest complete state from ``<group>-state`` (engine state
+  plus p's next offsets) and seek both topics' p there; a partition whose state cannot
+  be read stays paused (never consumed without its state) and is retried;
+- **checkpoint tick and revocation**: serialise p's engine with its offsets, ``store`` it
+  (acknowledged by the broker), and only then commit p's offsets to the group — so p's
+  records are applied once whatever the sequence of kills and rebalances: the state's
+  offsets, not the group's, say where reading resumes;
+- **stats**: every ``scale.stats_interval`` p's mergeable statistics go to
+  ``<group>-stats``; every instance merges its own live partitions with the others'
+  latest publications (``merge.py``), so all serve the same status, comparisons and SLOs;
+- **exporter**: the owner of partition 0 (unique per group generation: the group
+  protocol's own election) exports the global quality series and sends SLO alerts; every
+  instance exports its own operational series.
+
+The base ``Daemon``'s engine is the *holder* of the global comparison and drift state
+(it never receives records). docs/scale-out.md describes the design and its limits.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import Any
+
+from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from ..app import Daemon, StartupError
+from ..engine.clock import retention_now
+from ..engine.core import Engine, StateMismatch
+from ..engine.snapshot import Snapshot
+from ..export.published import Published, extend_history
+from ..ingest.deadletter import DeadLetterSink
+from ..ingest.kafka import KafkaPythonSource, consumer_config
+from ..ingest.pipeline import RawBatch, offset_key
+from ..scale.assignor import warn_unpaired
+from ..scale.layout import LayoutError, metadata_config
+from ..state.kafka_store import KafkaStateStore, StoredState
+from .global_view import global_snapshot
+from .merge import PartitionStats, encode, merge, merge_ops, pack, partition_stats, unpack
+from .partitioned_ingest import PartitionedIngest
+from .stats_topic import StatsReader, stats_store
+
+__all__ = ["PartitionedDaemon"]
+
+log = logging.getLogger("monitor.scale")
+
+STATE_FORMAT = 1
+
+
+class _Partition:
+    """One owned partition number: its engine, pipeline and next offsets."""
+
+    def __init__(self, number: int, engine: Engine, offsets: dict[str, int]) -> None:
+        self.number = number
+        self.engine = engine
+        self.offsets = offsets
+        self.stats_published = False
+
+
+class PartitionedDaemon(Daemon):
+    def __init__(self, settings: Any, registry: Any = None) -> None:
+        super().__init__(settings, registry)
+        k = settings.kafka
+        client = metadata_config(k)
+        self.state_store = KafkaStateStore(
+            {**client, "client_id": f"{k.client_id}-state"},
+            k.group_id,
+            chunk_bytes=settings.state.kafka_chunk_bytes,
+            timeout_s=10.0,
+        )
+        self.stats_out = stats_store(
+            {**client, "client_id": f"{k.client_id}-stats"},
+            k.group_id,
+            settings.state.kafka_chunk_bytes,
+        )
+        self.stats_in = StatsReader(
+            {**client, "client_id": f"{k.client_id}-stats-reader"},
+            k.group_id,
+            [m.name for m in self.engine.models],
+            self.engine.buckets.width_ms,
+        )
+        self.parts: dict[int, _Partition] = {}
+        self.paused: set[int] = set()  # assigned, state not restored yet
+        self._restore_due = False  # a new assignment: restore after this poll
+        # guards ``paused`` and ownership changes: the rebalance listener runs on
+        # kafka-python's IO thread, the restore on the consumer loop's
+        self._assign_lock = threading.Lock()
+        self._stats_lock = threading.Lock()  # the stats publisher's generation numbers
+        self._sink_ref: DeadLetterSink | None = None
+        self._source: PartitionedSource | None = None
+        self.exporter = False
+        self.handovers = 0
+        self.registry.register(_ScaleCollector(self))
+
+    # -- state per partition --------------------------------------------------------------
+    def _blob(self, part: _Partition) -> tuple[bytes, dict[str, int]]:
+        """p's state and the offsets it covers, taken together under the engine lock."""
+        with self.lock:
+            meta, arrays = part.engine.state()
+            offsets = dict(part.offsets)
+        blob = pack(
+            {
+                "format": STATE_FORMAT,
+                "partition": part.number,
+                "source": self.source_identity(),
+                "offsets": offsets,
+                "engine": meta,
+            },
+            arrays,
+        )
+        return blob, offsets
+
+    def _store(self, part: _Partition, source: PartitionedSource | None) -> bool:
+        """Store p's state, then (only then) commit p's offsets."""
+        try:
+            blob, offsets = self._blob(part)
+            self.state_store.store(part.number, blob)
+        except Exception as err:
+            st = self._published.status
+            log.error("storing the state of partition %d failed: %s", part.number, err)
+            self._set_status(
+                checkpoint_failures=st.checkpoint_failures + 1, last_checkpoint_error=repr(err)
+            )
+            return False
+        if source is not None:
+            try:
+                source.commit(offsets)
+            except Exception as err:
+                log.warning(
+                    "offset commit of partition %d failed (state is stored): %s", part.number, err
+                )
+        return True
+
+    def _restore(self, number: int, found: StoredState | None) -> _Partition:
+        """p from its newest complete stored state, or a fresh engine when none was ever
+        stored; raises when the state does not apply here."""
+        engine = self._new_engine()
+        if found is None:
+            log.info("partition %d: no stored state, starting it fresh", number)
+            return _Partition(number, engine, {})
+        meta, arrays = unpack(found.blob)
+        if meta.get("format") != STATE_FORMAT or meta.get("partition") != number:
+            raise StateMismatch(
+                f"state of partition {number} has format {meta.get('format')!r} and "
+                f"partition {meta.get('partition')!r}"
+            )
+        if meta.get("source") != self.source_identity():
+            raise StateMismatch(f"state of partition {number} was written for {meta.get('source')}")
+        engine.load(meta["engine"], arrays)
+        offsets = {str(k): int(v) for k, v in meta["offsets"].items()}
+        log.info(
+            "partition %d: restored generation %d (%d bytes), offsets %s",
+            number,
+            found.generation,
+            len(found.blob),
+            offsets,
+        )
+        return _Partition(number, engine, offsets)
+
+    # -- rebalance hooks (called inside poll, on the consumer thread) ----------------------
+    def on_revoked(self, numbers: set[int]) -> None:
+        if self._sink_ref is not None:
+            try:
+                self._sink_ref.flush()
+            except Exception as err:
+                log.warning("dead-letter flush before hand-over: %s", err)
+        for p in sorted(numbers):
+            with self._assign_lock, self.lock:
+                part = self.parts.pop(p, None)
+                self.paused.discard(p)
+            if part is None:
+                continue
+            self._publish_stats(part)
+            # no commit here: kafka-python 3 runs the listener on its IO thread, where a
+            # blocking commit is refused; the stored state's offsets are what the next
+            # owner seeks to, and it commits after its own first store
+            if self._store(part, None):
+                self.handovers += 1
+                log.info("partition %d: state stored, handed over", p)
+        self._update_exporter()
+
+    def on_assigned(self, numbers: set[int]) -> None:
+        """Pause what was assigned; the consumer loop restores it right after this poll.
+        Not here: kafka-python 3 runs listeners on its event loop, so a restore of many
+        megabytes here would hold back heartbeats."""
+        with self._assign_lock:
+            for p in sorted(numbers):
+                if p not in self.parts:
+                    self.paused.add(p)
+            self._restore_due = True
+            if self._source is not None:
+                self._source.pause_only(self.paused)
+
+    def _restore_paused(self) -> None:
+        source = self._source
+        with self._assign_lock:
+            waiting = sorted(self.paused)
+        if not waiting:
+            return
+        try:
+            stored = self.state_store.restore_many(waiting)
+        except Exception as err:
+            log.error("state topic unreadable, partitions %s paused: %s", waiting, err)
+            return
+        for p in waiting:
+            try:
+                part = self._restore(p, stored[p])
+            except StateMismatch as err:
+                log.critical("partition %d: stored state cannot be restored: %s", p, err)
+                self.count_fault("partition_state_mismatch")
+                continue
+            except (KeyError, TypeError, ValueError, AttributeError) as err:
+                log.critical("partition %d: stored state is malformed: %s", p, err)
+                self.count_fault("partition_state_mismatch")
+                continue
+            with self._assign_lock:
+                if p not in self.paused:
+                    continue  # revoked meanwhile: never own (or store) it
+                with self.lock:
+                    self.parts[p] = part
+                self.paused.discard(p)
+                if source is not None:
+                    source.start(p, part.offsets)
+        if source is not None:
+            with self._assign_lock:
+                source.pause_only(self.paused)
+        self._update_exporter()
+
+    def _update_exporter(self) -> None:
+        # the owner of partition 0, once it has read every other partition's statistics
+        exporter = 0 in self.parts and self.stats_in.caught_up
+        if exporter != self.exporter:
+            log.info("global exporter: %s", "this instance" if exporter else "another instance")
+        self.exporter = exporter
+
+    # -- stats -------------------------------------------------------------------------------
+    def _publish_stats(self, part: _Partition, refresh: bool = True) -> None:
+        """Publish p's statistics (a new owner first continues the previous owner's
+        generation numbers, learnt from the reader, so its publications win)."""
+        try:
+            with self._stats_lock:
+                if not part.stats_published:
+                    if refresh:
+                        self.stats_in.refresh()
+                    self.stats_out.advance_generation(
+                        part.number, self.stats_in.newest_generation(part.number)
+                    )
+                with self.lock:
+                    stats = partition_stats(part.engine)
+                names = [m.name for m in part.engine.models]
+                self.stats_out.store(part.number, encode(stats, names))
+                part.stats_published = True
+        except Exception as err:
+            log.warning("publishing the statistics of partition %d failed: %s", part.number, err)
+
+    def _publish_all(self) -> None:
+        with self.lock:
+            owned = list(self.parts.values())
+        if any(not part.stats_published for part in owned):
+            try:  # one read of the stats topic for every newly owned partition
+                self.stats_in.refresh()
+            except Exception as err:
+                log.warning("reading the stats topic failed: %s", err)
+        for part in owned:
+            with self.lock:
+                if self.parts.get(part.number) is not part:
+                    continue  # revoked meanwhile: its hand-over published it
+            self._publish_stats(part, refresh=False)
+
+    def _publish_every(self) -> None:
+        """The publisher thread: encoding and sending stay off the consumer loop."""
+        interval = self.settings.scale.stats_interval
+        while not self._stop.wait(interval):
+            self._publish_all()
+
+    def _own_stats(self) -> dict[int, PartitionStats]:
+        return {p: partition_stats(part.engine) for p, part in self.parts.items()}
+
+    # -- evaluation ----------------------------------------------------------------------------
+    def evaluate_now(self) -> Snapshot | None:
+        ev = self.settings.evaluation
+        try:
+            wall = self.clock.now_ms()
+            try:
+                self.stats_in.refresh()
+            except Exception as err:
+                log.debug("stats topic not readable yet: %s", err)
+            self._update_exporter()
+            with self.lock:
+                now = wall  # evaluation.clock = "wall" (config check)
+                for part in self.parts.values():
+                    part.engine.retain(retention_now(now, part.engine.event_clock.advance()))
+                own = self._own_stats()
+            remote = self.stats_in.latest()
+            stats = [own.get(p) or remote[p] for p in sorted(own.keys() | remote.keys())]
+            width = self.engine.buckets.width_ms
+            merged = merge(stats, width, len(self.engine.models))
+            st = self._published.status
+            not_ready = (
+                []
+                if st.consuming
+                else ["monitor not ready: " + (st.source_error or "no partitions assigned")]
+            )
+            with self.lock:  # the holder's sticky comparison state
+                snap = global_snapshot(
+                    self.engine, merged, now, at_ms=wall, confidence=ev.confidence,
+                    not_ready=not_ready, look_at_ms=wall,
+                )  # fmt: skip
+            ops = merge_ops([s.ops for s in own.values()])
+        except Exception as err:
+            log.exception("evaluation failed")
+            self._set_status(last_evaluation_ok=False, last_evaluation_error=repr(err))
+            return None
+        slos = self._evaluate_slos(snap)
+        alerts = self._delivery_stats()
+        with self._pub_lock:
+            pub = self._published
+            history = extend_history(pub.comparison_history, snap.comparisons)
+            self._published = replace(
+                pub, snapshot=snap, ops=ops, slos=slos, alerts=alerts, comparison_history=history
+            )
+        self._set_status(last_evaluation_ok=True, last_evaluation_error=None)
+        try:
+            self.exposition.refresh()
+        except Exception:
+            log.exception("rendering /metrics failed")
+        return snap
+
+    def published(self) -> Published:
+        """What /metrics renders: the global quality series only on the exporter."""
+        pub = self._published
+        if self.exporter or pub.snapshot is None:
+            return pub
+        return replace(
+            pub, snapshot=Snapshot(at_ms=pub.snapshot.at_ms, ops=pub.snapshot.ops), slos=()
+        )
+
+    def _evaluate_slos(self, snap: Snapshot) -> tuple[Any, ...]:
+        if self.exporter:
+            return super()._evaluate_slos(snap)
+        try:  # states for /api/v1/slos everywhere; alerts only from the exporter
+            return self.slos.evaluate(snap, snap.at_ms / 1000.0)
+        except Exception:
+            log.exception("SLO evaluation failed")
+            return self._published.slos
+
+    def _publish_ops(self) -> None:
+        with self.lock:
+            ops = merge_ops([part.engine.ops() for part in self.parts.values()])
+        alerts = self._delivery_stats()
+        with self._pub_lock:
+            self._published = replace(self._published, ops=ops, alerts=alerts)
+        self._publish_faults()
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def restore(self) -> None:
+        """No whole-instance checkpoint: partitions are restored on assignment."""
+
+    def checkpoint(self, sink: DeadLetterSink | None, source: Any) -> bool:
+        if sink is not None:
+            try:
+                sink.flush()
+            except Exception as err:
+                log.error("checkpoint failed (dead-letter flush): %s", err)
+                return False
+        with self.lock:
+            owned = list(self.parts.values())
+        ok = True
+        for part in owned:
+            with self.lock:
+                if self.parts.get(part.number) is not part:
+                    continue  # revoked meanwhile: its hand-over stored it
+            ok = self._store(part, source) and ok
+        if ok:
+            self._set_status(last_checkpoint_at=time.time(), last_checkpoint_error=None)
+        return ok
+
+    def _run_locked(self) -> int:
+        s = self.settings
+        try:
+            counts = self._partition_count()
+            self.state_store.ensure_topic(partitions=counts)
+            self.stats_out.ensure_topic(partitions=1)
+        except LayoutError as err:
+            raise StartupError(str(err)) from None
+        except Exception as err:
+            raise StartupError(
+                f"scale.mode = partitioned: cannot prepare the state and stats topics at "
+                f"{s.kafka.bootstrap_servers}: {err}"
+            ) from None
+        return super()._run_locked()
+
+    def _partition_count(self) -> int:
+        k = self.settings.kafka
+        from .layout import check_layout, partition_counts
+
+        counts = partition_counts(k, [k.predictions_topic, k.labels_topic])
+        check_layout(k.predictions_topic, k.labels_topic, counts)
+        return max([c for c in counts.values() if c] or [1])
+
+    def _consume(self, pipeline: Any, sink: DeadLetterSink) -> Any:
+        s = self.settings
+        self._sink_ref = sink
+        ingest = PartitionedIngest(pipeline, sink, self.clock.now_ms, self.lock)
+        try:
+            self._check_layout()
+            source = self._source = PartitionedSource(s.kafka, self)
+        except LayoutError as err:
+            raise StartupError(str(err)) from None
+        last_ckpt = last_health = last_ops = last_retry = last_lag = time.monotonic()
+        publisher = threading.Thread(target=self._publish_every, name="stats", daemon=True)
+        publisher.start()
+        try:
+            while not self._stop.is_set():
+                polled = source.poll(s.kafka.poll_timeout_ms)
+                owned = {p: (part.engine, part.offsets) for p, part in self.parts.items()}
+                for kind in ("predictions", "labels"):
+                    batches = {p: b for (k, p), b in polled.items() if k == kind}
+                    if batches:
+                        ingest.process(kind, batches, owned)
+                now = time.monotonic()
+                if self.paused and (self._restore_due or now - last_retry >= 1.0):
+                    self._restore_due = False
+                    self._restore_paused()
+                    last_retry = now
+                if now - last_health >= 1.0:
+                    self._update_source_health(source)  # type: ignore[arg-type]
+                    last_health = now
+                if now - last_lag >= 5.0:
+                    try:
+                        self._set_status(consumer_lag=tuple(source.lag()))
+                    except Exception as err:
+                        log.debug("lag unavailable: %s", err)
+                    last_lag = now
+                if now - last_ops >= 0.25:
+                    self._publish_ops()
+                    last_ops = now
+                if now - last_ckpt >= s.state.checkpoint_interval:
+                    self.checkpoint(sink, source)
+                    last_ckpt = now
+            publisher.join(timeout=30)
+            self._publish_all()
+        finally:
+            self.stats_in.close()
+        return source
+
+    def _check_group(self) -> None:
+        """Several members are this mode's purpose: no single-instance warning."""
+
+    def status_json(self) -> dict[str, Any]:
+        out = super().status_json()
+        with self.lock:
+            owned = sorted(self.parts)
+        with self._assign_lock:
+            waiting = sorted(self.paused)
+        out["scale"] = {
+            "mode": "partitioned",
+            "owned_partitions": owned,
+            "restoring_partitions": waiting,
+            "exporter": self.exporter,
+            "handovers": self.handovers,
+        }
+        return out
+
+
+class _ScaleCollector:
+    """This instance's part in the group, with every scrape (operational series)."""
+
+    def __init__(self, daemon: PartitionedDaemon) -> None:
+        self.daemon = daemon
+
+    def collect(self) -> Iterator[Metric]:
+        d = self.daemon
+        yield GaugeMetricFamily(
+            "mlmon_exporter",
+            "1 on the instance that exports the global quality series and sends SLO alerts "
+            "(the owner of partition 0), 0 on the others",
+            value=1.0 if d.exporter else 0.0,
+        )
+        yield GaugeMetricFamily(
+            "mlmon_owned_partitions",
+            "Partition numbers this instance owns with their state restored",
+            value=float(len(d.parts)),
+        )
+        yield CounterMetricFamily(
+            "mlmon_partition_handovers",
+            "Partitions this instance stored and handed over on revocation",
+            value=float(d.handovers),
+        )
+
+
+class PartitionedSource(KafkaPythonSource):
+    """kafka-python source whose batches are split per (kind, partition number) and whose
+    rebalance listener hands partitions over through the daemon."""
+
+    def __init__(self, k: Any, daemon: PartitionedDaemon) -> None:
+        self.settings = k
+        self.on_resume = None
+        self.unchecked: dict[TopicPartition, int] = {}
+        self.kinds = {k.predictions_topic: "predictions", k.labels_topic: "labels"}
+        self._stored_offsets: Callable[[], dict[str, int]] = self._offsets
+        self.daemon = daemon
+        self.consumer = KafkaConsumer(**consumer_config(k))
+        self.consumer.subscribe(topics=list(self.kinds), listener=_HandOver(self))
+        self._lock = threading.Lock()
+
+    def _offsets(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for part in list(self.daemon.parts.values()):
+            out.update(part.offsets)
+        return out
+
+    def poll(self, timeout_ms: int) -> dict[tuple[str, int], RawBatch]:  # type: ignore[override]
+        batches = self.consumer.poll(
+            timeout_ms=timeout_ms, max_records=self.settings.max_poll_records
+        )
+        out: dict[tuple[str, int], RawBatch] = {}
+        for tp, records in batches.items():
+            if records:
+                out[(self.kinds[tp.topic], tp.partition)] = RawBatch(
+                    [r.value for r in records],
+                    _origin(records),
+                    {offset_key(tp.topic, tp.partition): records[-1].offset + 1},
+                )
+        return out
+
+    def lag(self) -> list[tuple[str, int, int]]:
+        """Lag of the partitions owned with a restored state, from the fetch responses'
+        high watermarks only: during a rebalance the client still lists its old
+        assignment, and asking it for a position would block the loop (and with it the
+        poll that completes the rebalance)."""
+        offsets = self._offsets()
+        out = []
+        for tp in sorted(self.consumer.assignment()):
+            pos = offsets.get(offset_key(tp.topic, tp.partition))
+            high = self.consumer.highwater(tp)
+            if pos is not None and high is not None:
+                out.append((tp.topic, tp.partition, max(0, int(high) - int(pos))))
+        return out
+
+    def start(self, number: int, offsets: dict[str, int]) -> None:
+        """Seek both topics' partition ``number`` to the restored state's offsets."""
+        for topic in self.kinds:
+            off = offsets.get(offset_key(topic, number))
+            if off is not None:
+                tp = TopicPartition(topic, number)
+                if tp in self.consumer.assignment():
+                    self.consumer.seek(tp, off)
+
+    def pause_only(self, numbers: set[int]) -> None:
+        assigned = self.consumer.assignment()
+        pause = [tp for tp in assigned if tp.partition in numbers]
+        self.consumer.resume(*[tp for tp in assigned if tp.partition not in numbers])
+        if pause:
+            self.consumer.pause(*pause)
+
+
+def _origin(records: list[Any]) -> Callable[[int], tuple[str, int, int]]:
+    def origin(i: int) -> tuple[str, int, int]:
+        r = records[i]
+        return r.topic, r.partition, r.offset
+
+    return origin
+
+
+class _HandOver(ConsumerRebalanceListener):
+    def __init__(self, source: PartitionedSource) -> None:
+        self.source = source
+
+    def on_partitions_revoked(self, revoked: Any) -> None:
+        log.info("revoked %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in revoked))
+        self.source.daemon.on_revoked({tp.partition for tp in revoked})
+
+    def on_partitions_assigned(self, assigned: Any) -> None:
+        log.info("assigned %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in assigned))
+        warn_unpaired(
+            {(tp.topic, tp.partition) for tp in self.source.consumer.assignment()},
+            self.source.kinds,
+        )
+        self.source.daemon.on_assigned({tp.partition for tp in assigned})

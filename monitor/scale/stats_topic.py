@@ -1,0 +1,156 @@
+"""The stats topic: every partition's latest mergeable statistics, readable by everyone.
+
+Each instance publishes, per owned partition, the partition's ``PartitionStats`` bytes
+to the compacted topic ``<group_id>-stats`` with the state topic's chunked, two-slot
+layout (``KafkaStateStore``). Every instance reads the whole topic continuously with a
+consumer outside the group (``StatsReader``) and keeps the newest complete generation of
+each partition; merged with its own live partitions they give the global view, the same
+on every instance once the latest publications are read.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kafka import KafkaConsumer, TopicPartition
+
+from .. import kafka_compat
+from ..state.kafka_store import Generations, KafkaStateStore
+from .merge import PartitionStats, decode
+
+kafka_compat.install()
+
+__all__ = ["StatsReader", "stats_store", "stats_topic"]
+
+log = logging.getLogger(__name__)
+
+
+def stats_topic(group_id: str) -> str:
+    return f"{group_id}-stats"
+
+
+def stats_store(
+    client_config: Mapping[str, Any], group_id: str, chunk_bytes: int
+) -> KafkaStateStore:
+    """The publisher: the state store's layout on the stats topic."""
+    return KafkaStateStore(
+        client_config,
+        group_id,
+        topic=stats_topic(group_id),
+        chunk_bytes=chunk_bytes,
+        timeout_s=10.0,
+    )
+
+
+class StatsReader:
+    """Follows the whole stats topic; ``latest()`` is each partition's newest complete
+    statistics. Thread-safe (one lock): the evaluation thread reads, the consumer loop
+    asks for generations before it publishes a newly assigned partition."""
+
+    def __init__(
+        self,
+        client_config: Mapping[str, Any],
+        group_id: str,
+        model_names: Sequence[str],
+        width_ms: int,
+    ) -> None:
+        self._client = dict(client_config)
+        self.group_id = group_id
+        self.topic = stats_topic(group_id)
+        self.model_names = tuple(model_names)
+        self.width_ms = width_ms
+        self._lock = threading.Lock()
+        self._consumer: KafkaConsumer | None = None
+        self._found: dict[int, Generations] = {}
+        self._dirty: set[int] = set()
+        self._latest: dict[int, tuple[int, PartitionStats]] = {}
+        self.malformed = 0
+        # read up to the end of the topic as it was at the first refresh: until then the
+        # merged view may hold old generations of other instances' partitions
+        self.caught_up = False
+        self._targets: dict[TopicPartition, int] | None = None
+
+    def _consumer_(self) -> KafkaConsumer:
+        if self._consumer is None:
+            consumer = KafkaConsumer(enable_auto_commit=False, **self._client)
+            parts = consumer.partitions_for_topic(self.topic)
+            if not parts:
+                consumer.close()
+                raise RuntimeError(f"stats topic {self.topic!r} does not exist")
+            tps = [TopicPartition(self.topic, p) for p in sorted(parts)]
+            consumer.assign(tps)
+            consumer.seek_to_beginning(*tps)
+            self._consumer = consumer
+        return self._consumer
+
+    def refresh(self, budget_s: float = 2.0) -> None:
+        """Read what was published since the last call (bounded in time: a large backlog
+        is read over several calls; ``caught_up`` tells when the first one is done)."""
+        with self._lock:
+            consumer = self._consumer_()
+            prefix = f"{self.group_id}/"
+            deadline = time.monotonic() + budget_s
+            while time.monotonic() < deadline:
+                batches = consumer.poll(timeout_ms=100)
+                self._check_caught_up(consumer)
+                if not batches:
+                    break
+                for records in batches.values():
+                    for rec in records:
+                        key = rec.key.decode(errors="replace") if rec.key else ""
+                        if not key.startswith(prefix):
+                            continue
+                        try:
+                            p = int(key.split("/")[-3])
+                        except (ValueError, IndexError):
+                            self.malformed += 1
+                            continue
+                        self._found.setdefault(p, Generations()).add(rec)
+                        self._dirty.add(p)
+            for p in sorted(self._dirty):
+                best = self._found[p].resolve()
+                if best is None or self._latest.get(p, (0, None))[0] == best.generation:
+                    continue
+                try:
+                    stats = decode(best.blob, self.model_names, self.width_ms)
+                except ValueError as err:
+                    self.malformed += 1
+                    log.error("stats of partition %d (generation %d) ignored: %s", p,
+                              best.generation, err)  # fmt: skip
+                    continue
+                self._latest[p] = (best.generation, stats)
+            self._dirty.clear()
+
+    def _check_caught_up(self, consumer: KafkaConsumer) -> None:
+        """The end of every stats partition is known from a fetch response (highwater:
+        some brokers' end_offsets is the start of the last batch) and reached."""
+        if self.caught_up:
+            return
+        if self._targets is None:
+            highs = {tp: consumer.highwater(tp) for tp in consumer.assignment()}
+            if any(h is None for h in highs.values()):
+                return
+            self._targets = {tp: int(h) for tp, h in highs.items() if h is not None}
+        self.caught_up = all(consumer.position(tp) >= h for tp, h in self._targets.items())
+
+    def latest(self) -> dict[int, PartitionStats]:
+        with self._lock:
+            return {p: stats for p, (_, stats) in self._latest.items()}
+
+    def newest_generation(self, partition: int) -> int:
+        with self._lock:
+            found = self._found.get(partition)
+            if found is None:
+                return 0
+            found.resolve()
+            return found.newest
+
+    def close(self) -> None:
+        with self._lock:
+            if self._consumer is not None:
+                self._consumer.close()
+                self._consumer = None
