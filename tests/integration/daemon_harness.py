@@ -36,6 +36,7 @@ __all__ = [
     "event_ordered",
     "http_get",
     "produce",
+    "read_topic",
     "restored_checkpoint",
     "run_monitor",
     "sklearn_oracle",
@@ -641,3 +642,36 @@ def assert_counted_once(m: Metrics, predictions: int, labels: int, context: str)
     join = m.by_label("mlmon_join_events_total", "event")
     assert join == {"joined": labels}, (join, context)
     assert m.get("mlmon_pending_predictions") == predictions - labels, context
+
+
+def read_topic(bootstrap: str, topic: str, timeout: float = 30.0) -> list[Any]:
+    """Every record in ``topic`` now, in partition order (kafka-python ConsumerRecords).
+
+    Reads up to the end offsets taken at the call, so it returns as soon as it has them
+    all: no waiting out an idle timeout to learn that nothing else will come. Call it once
+    the writers have flushed (the topic's content is final)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=[bootstrap], group_id=None)
+    try:
+        deadline = time.monotonic() + timeout
+        parts = consumer.partitions_for_topic(topic)
+        while not parts:
+            assert time.monotonic() < deadline, f"topic {topic} not in the broker's metadata"
+            time.sleep(0.1)
+            parts = consumer.partitions_for_topic(topic)
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        end = consumer.end_offsets(tps)
+        got: dict[TopicPartition, list[Any]] = {tp: [] for tp in tps}
+        while any(consumer.position(tp) < end[tp] for tp in tps):
+            assert time.monotonic() < deadline, (
+                f"read {sum(map(len, got.values()))} records of {topic} within {timeout}s, "
+                f"end offsets {end}"
+            )
+            for tp, records in consumer.poll(timeout_ms=200).items():
+                got[tp].extend(records)
+        return [r for tp in tps for r in got[tp]]
+    finally:
+        consumer.close()
