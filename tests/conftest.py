@@ -14,7 +14,13 @@ from typing import NoReturn
 
 import pytest
 
+from monitor.kafka_compat import install as _serialise_kafka_decoders
 from monitor.localbroker import LocalBroker, find_tansu
+
+# The tests run kafka-python clients on several threads of this process too (a paced
+# producer beside a state-store reader, an admin client): the same first-use decoder race
+# the daemon guards against would fail a test by chance (monitor/kafka_compat.py).
+_serialise_kafka_decoders()
 
 
 def _in_ci() -> bool:

@@ -31,11 +31,16 @@ __all__ = [
     "DaemonProcess",
     "Metrics",
     "StreamProducer",
+    "assert_counted_once",
     "base_config",
+    "event_ordered",
     "http_get",
     "produce",
+    "read_topic",
+    "restored_checkpoint",
     "run_monitor",
     "sklearn_oracle",
+    "stream_daemon",
     "to_toml",
     "wait_until",
     "write_config",
@@ -215,6 +220,10 @@ class Metrics:
 
 
 # -- the daemon process -----------------------------------------------------------------
+# How long the tests wait for one /metrics page. Not a latency bound (no test asserts
+# one through it): on a loaded 2-core machine the first page of a daemon with hundreds of
+# slices waits seconds for its evaluation, and a wait loop must see it, not fail on it.
+SCRAPE_TIMEOUT = 30.0
 _SERVING = re.compile(r"serving /metrics on (https?://[0-9.]+:\d+)")
 
 
@@ -334,13 +343,11 @@ class DaemonProcess:
             self.assert_alive()
             raise
 
-    def scrape(self) -> Metrics:
-        code, body = self.get("/metrics")
-        assert code == 200, f"/metrics answered {code}\n{self.log_tail()}"
-        return Metrics(body.decode("utf-8"))
+    def scrape(self, timeout: float = SCRAPE_TIMEOUT) -> Metrics:
+        return Metrics(self.metrics_text(timeout))
 
-    def metrics_text(self) -> str:
-        code, body = self.get("/metrics")
+    def metrics_text(self, timeout: float = SCRAPE_TIMEOUT) -> str:
+        code, body = self.get("/metrics", timeout)
         assert code == 200, f"/metrics answered {code}\n{self.log_tail()}"
         return body.decode("utf-8")
 
@@ -420,6 +427,7 @@ def wait_until(
 
 # -- producing --------------------------------------------------------------------------
 Record = tuple[bytes | None, bytes | None]  # (key, value)
+StreamMessage = tuple[str, bytes | None, bytes | None]  # (topic, key, value)
 
 
 def encode(record: Mapping[str, Any] | bytes | None) -> bytes | None:
@@ -547,7 +555,7 @@ def assert_quality(
 class StreamProducer(threading.Thread):
     """Sends the messages in order, paced to last about ``seconds``."""
 
-    def __init__(self, bootstrap: str, messages: list[tuple[str, bytes, bytes]], seconds: float):
+    def __init__(self, bootstrap: str, messages: Sequence[StreamMessage], seconds: float):
         super().__init__(name="stream-producer", daemon=True)
         self.bootstrap = bootstrap
         self.messages = messages
@@ -572,3 +580,98 @@ class StreamProducer(threading.Thread):
             producer.close(timeout=10)
         except BaseException as err:  # reported by the test
             self.error = err
+
+
+# -- killed and restarted under a live stream -------------------------------------------
+# Shared by the crash tests (test_crash_safety, test_checkpoint_kill,
+# test_state_topic_failover): one stream, one daemon configuration, one reading of what an
+# incarnation restored, and the exact counts every one of them ends with.
+def event_ordered(
+    predictions: Iterable[Mapping[str, Any]], labels: Iterable[Mapping[str, Any]]
+) -> list[StreamMessage]:
+    """Both streams merged by event time, each label when it happens (after a prediction
+    of the same millisecond), keyed by id: the order a live system sends them in."""
+    events = [(int(p["ts"]), 0, "predictions", p) for p in predictions]
+    events += [(int(lab["ts"]), 1, "labels", lab) for lab in labels]
+    events.sort(key=lambda e: (e[0], e[1]))
+    return [(topic, str(rec["id"]).encode(), encode(rec)) for _, _, topic, rec in events]
+
+
+def stream_daemon(
+    bootstrap: str,
+    tmp_path: Path,
+    name: str,
+    *,
+    client: str,
+    window: str,
+    state_dir: Path | None = None,
+    state: Mapping[str, Any] | None = None,
+) -> DaemonProcess:
+    """A daemon with one window ``window``, checkpointing every second (plus ``state``),
+    its config ``<name>.toml`` and log ``<name>.log`` in ``tmp_path``; state in
+    ``state_dir`` (default ``tmp_path/state``)."""
+    cfg = base_config(
+        bootstrap,
+        state_dir if state_dir is not None else tmp_path / "state",
+        client=client,
+        windows=[{"size": window}],
+        state={"checkpoint_interval": "1s", **(state or {})},
+    )
+    return DaemonProcess(write_config(tmp_path / f"{name}.toml", cfg), tmp_path / f"{name}.log")
+
+
+_RESTORED = re.compile(r"restored (\S+): .*?offsets (\{.*\})")
+
+
+def restored_checkpoint(daemon: DaemonProcess) -> tuple[str, int] | None:
+    """The checkpoint this incarnation restored, from its log: its path and the number of
+    records its offsets cover (None if the daemon started without one)."""
+    m = _RESTORED.search(daemon._this_log())
+    if m is None:
+        return None
+    return m.group(1), sum(int(v) for v in re.findall(r"'[^']+': (\d+)", m.group(2)))
+
+
+def assert_counted_once(m: Metrics, predictions: int, labels: int, context: str) -> None:
+    """Every produced record accepted exactly once, every label joined exactly once, and
+    the rest of the predictions still pending: nothing lost, nothing counted twice."""
+    assert m.by_labels("mlmon_records_total", "topic", "outcome") == {
+        ("predictions", "accepted"): predictions,
+        ("labels", "accepted"): labels,
+    }, context
+    join = m.by_label("mlmon_join_events_total", "event")
+    assert join == {"joined": labels}, (join, context)
+    assert m.get("mlmon_pending_predictions") == predictions - labels, context
+
+
+def read_topic(bootstrap: str, topic: str, timeout: float = 30.0) -> list[Any]:
+    """Every record in ``topic`` now, in partition order (kafka-python ConsumerRecords).
+
+    Reads up to the end offsets taken at the call, so it returns as soon as it has them
+    all: no waiting out an idle timeout to learn that nothing else will come. Call it once
+    the writers have flushed (the topic's content is final)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=[bootstrap], group_id=None)
+    try:
+        deadline = time.monotonic() + timeout
+        parts = consumer.partitions_for_topic(topic)
+        while not parts:
+            assert time.monotonic() < deadline, f"topic {topic} not in the broker's metadata"
+            time.sleep(0.1)
+            parts = consumer.partitions_for_topic(topic)
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        end = consumer.end_offsets(tps)
+        got: dict[TopicPartition, list[Any]] = {tp: [] for tp in tps}
+        while any(consumer.position(tp) < end[tp] for tp in tps):
+            assert time.monotonic() < deadline, (
+                f"read {sum(map(len, got.values()))} records of {topic} within {timeout}s, "
+                f"end offsets {end}"
+            )
+            for tp, records in consumer.poll(timeout_ms=200).items():
+                got[tp].extend(records)
+        return [r for tp in tps for r in got[tp]]
+    finally:
+        consumer.close()

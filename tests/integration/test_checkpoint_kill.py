@@ -14,7 +14,6 @@ exact counts) — nothing lost, nothing counted twice.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import time
 from pathlib import Path
@@ -29,12 +28,13 @@ from monitor.synthetic import binary_traffic
 from .daemon_harness import (
     DaemonProcess,
     StreamProducer,
+    assert_counted_once,
     assert_quality,
-    base_config,
-    encode,
+    event_ordered,
+    restored_checkpoint,
     sklearn_oracle,
+    stream_daemon,
     wait_until,
-    write_config,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -42,16 +42,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 WINDOW = "30d"
 N_PREDICTIONS = 20_000
 PRODUCE_SECONDS = 25.0
-
-
-_RESTORED = re.compile(r"restored (\S+): .*?offsets (\{.*\})")
-
-
-def restored(daemon: DaemonProcess) -> tuple[str, int]:
-    m = _RESTORED.search(daemon._this_log())
-    assert m is not None, daemon.log_tail()
-    offsets = {k: int(v) for k, v in re.findall(r"'([^']+)': (\d+)", m.group(2))}
-    return m.group(1), sum(offsets.values())
 
 
 def kill_mid_write(daemon: DaemonProcess, store: CheckpointStore) -> dict[str, Any]:
@@ -93,19 +83,11 @@ def test_sigkill_during_checkpoint_write_restores_last_good_and_equals_oracle(
     preds, labels = traffic.predictions, traffic.labels
     assert max(lab["ts"] for lab in labels) < now
     oracle = sklearn_oracle(preds, labels)
-    events = sorted(
-        [(int(p["ts"]), 0, "predictions", p) for p in preds]
-        + [(int(lab["ts"]), 1, "labels", lab) for lab in labels],
-        key=lambda e: (e[0], e[1]),
-    )
-    messages = [(t, str(r["id"]).encode(), encode(r)) for _, _, t, r in events]
+    messages = event_ordered(preds, labels)
     broker.create_topics(["predictions", "labels"])
-    state = tmp_path / "state"
-    cfg = base_config(broker.bootstrap, state, client=kafka_client, windows=[{"size": WINDOW}],
-                      state={"checkpoint_interval": "1s"})  # fmt: skip
-    daemon = DaemonProcess(write_config(tmp_path / "monitor.toml", cfg), tmp_path / "daemon.log")
-    store = CheckpointStore(state)
-    producer = StreamProducer(broker.bootstrap, messages, PRODUCE_SECONDS)  # type: ignore[arg-type]
+    daemon = stream_daemon(broker.bootstrap, tmp_path, "daemon", client=kafka_client, window=WINDOW)
+    store = CheckpointStore(tmp_path / "state")
+    producer = StreamProducer(broker.bootstrap, messages, PRODUCE_SECONDS)
     try:
         daemon.start()
         daemon.wait_ready()
@@ -125,20 +107,16 @@ def test_sigkill_during_checkpoint_write_restores_last_good_and_equals_oracle(
 
         killed_at = time.time()
         daemon.start()
-        path, records = restored(daemon)
-        assert (path, records) == (kill["good_path"], kill["good_records"]), kill
+        restored = restored_checkpoint(daemon)
+        assert restored is not None, daemon.log_tail()
+        assert restored == (kill["good_path"], kill["good_records"]), kill
 
         producer.join(timeout=120)
         assert producer.error is None, repr(producer.error)
         assert producer.sent == len(messages)
         m, _ = daemon.wait_consumed({"predictions": len(preds), "labels": len(labels)}, 120)
         ctx = f"kill: {kill}\n{daemon.log_tail(60)}"
-        assert m.by_labels("mlmon_records_total", "topic", "outcome") == {
-            ("predictions", "accepted"): len(preds),
-            ("labels", "accepted"): len(labels),
-        }, ctx
-        assert m.by_label("mlmon_join_events_total", "event") == {"joined": len(labels)}, ctx
-        assert m.get("mlmon_pending_predictions") == len(preds) - len(labels), ctx
+        assert_counted_once(m, len(preds), len(labels), ctx)
         assert m.get("mlmon_label_delay_seconds_count") == len(labels), ctx
         assert_quality(m, oracle, WINDOW, ctx)
 

@@ -10,7 +10,7 @@ import pytest
 
 from monitor.localbroker import LocalBroker
 
-from .daemon_harness import DaemonProcess, base_config, encode, produce, write_config
+from .daemon_harness import DaemonProcess, base_config, encode, produce, read_topic, write_config
 
 pytestmark = pytest.mark.integration
 
@@ -18,8 +18,6 @@ pytestmark = pytest.mark.integration
 def test_rejects_go_to_the_dead_letter_topic(
     broker: LocalBroker, tmp_path: Path, kafka_client: str
 ) -> None:
-    from kafka import KafkaConsumer
-
     broker.create_topics(["predictions", "labels", "monitor-dlq"])
     cfg = base_config(
         broker.bootstrap,
@@ -50,15 +48,7 @@ def test_rejects_go_to_the_dead_letter_topic(
     finally:
         assert daemon.terminate() == 0  # flushes the dead-letter producer
         daemon.close()
-    consumer = KafkaConsumer(
-        "monitor-dlq",
-        bootstrap_servers=[broker.bootstrap],
-        auto_offset_reset="earliest",
-        consumer_timeout_ms=5000,
-        group_id=None,
-    )
-    got = [(m.value, dict(m.headers)) for m in consumer]
-    consumer.close()
+    got = [(m.value, dict(m.headers)) for m in read_topic(broker.bootstrap, "monitor-dlq")]
     assert sorted(v for v, _ in got) == sorted([*bad, b"[1, 2]"])
     by_value = {v: h for v, h in got}
     assert by_value[b"{not json"]["mlmon-reason"] == b"not_json"

@@ -11,7 +11,6 @@ import os
 import socket
 import ssl
 import subprocess
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -33,6 +32,7 @@ from .daemon_harness import (
     wait_until,
     write_config,
 )
+from .scrape_load import ScrapeLoad
 
 pytestmark = pytest.mark.integration
 
@@ -175,39 +175,19 @@ def test_probes_answer_under_scrape_load_and_the_page_is_rendered_once(
         assert url_ok(daemon.url)
         renders_before = metrics.get("mlmon_exposition_renders_total")
         assert renders_before is not None and renders_before >= 1
-        stop = threading.Event()
-        scrapes = [0]
-        errors: list[str] = []
-
-        def scraper() -> None:
-            while not stop.is_set():
-                try:
-                    with urllib.request.urlopen(f"{daemon.url}/metrics", timeout=30) as r:
-                        r.read()
-                    scrapes[0] += 1
-                except OSError as err:
-                    errors.append(repr(err))
-
-        pool = [threading.Thread(target=scraper, daemon=True) for _ in range(50)]
         started = time.monotonic()
-        for t in pool:
-            t.start()
-        try:
+        with ScrapeLoad(f"{daemon.url}/metrics", threads=50) as load:
             time.sleep(1.0)
             latencies = [_probe(f"{daemon.url}{p}") for p in ("/healthz", "/readyz") * 10]
-        finally:
-            stop.set()
-            for t in pool:
-                t.join(timeout=60)
         elapsed = time.monotonic() - started
-        assert not errors, errors[:3]
-        assert scrapes[0] >= 50, scrapes
+        assert not load.errors, load.errors[:3]
+        assert load.scrapes >= 50, load.scrapes
         assert max(latencies) < 1.0
         renders_after = daemon.scrape().get("mlmon_exposition_renders_total")
         assert renders_after is not None
         renders = renders_after - renders_before
         # rendered once per evaluation (interval 1 s), not once per scrape
-        assert renders <= elapsed / 1.0 + 3 < scrapes[0], (renders, scrapes[0], elapsed)
+        assert renders <= elapsed / 1.0 + 3 < load.scrapes, (renders, load.scrapes, elapsed)
         # the cached page is a valid exposition, plain and gzip
         check = subprocess.run(
             [promtool, "check", "metrics"], input=page.encode(), capture_output=True

@@ -20,6 +20,7 @@ from .daemon_harness import (
     base_config,
     encode,
     produce,
+    read_topic,
     wait_until,
     write_config,
 )
@@ -37,19 +38,7 @@ def _preds(n: int, prefix: str = "p", start: int = 0) -> list[tuple[str, tuple[b
 
 
 def _read_topic(bootstrap: str, topic: str) -> list[tuple[bytes, dict[str, bytes]]]:
-    from kafka import KafkaConsumer
-
-    consumer = KafkaConsumer(
-        topic,
-        bootstrap_servers=[bootstrap],
-        auto_offset_reset="earliest",
-        consumer_timeout_ms=5000,
-        group_id=None,
-    )
-    try:
-        return [(m.value, dict(m.headers)) for m in consumer]
-    finally:
-        consumer.close()
+    return [(m.value, dict(m.headers)) for m in read_topic(bootstrap, topic)]
 
 
 def _need_tansu() -> None:

@@ -5,7 +5,6 @@ while the stream flows, exact counts, scikit-learn oracle)."""
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 
@@ -18,25 +17,19 @@ from monitor.synthetic import binary_traffic
 from .daemon_harness import (
     DaemonProcess,
     StreamProducer,
+    assert_counted_once,
     assert_quality,
-    base_config,
-    encode,
+    event_ordered,
+    restored_checkpoint,
     sklearn_oracle,
+    stream_daemon,
     wait_until,
-    write_config,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 WINDOW = "30d"
 N_PREDICTIONS = 6_000
-_RESTORED = re.compile(r"restored (\S+): .*?offsets (\{.*\})")
-
-
-def _restored_records(daemon: DaemonProcess) -> int:
-    m = _RESTORED.search(daemon._this_log())
-    assert m is not None, daemon.log_tail()
-    return sum(int(v) for v in re.findall(r"'[^']+': (\d+)", m.group(2)))
 
 
 def test_replacement_with_empty_state_dir_restores_from_state_topic(
@@ -48,27 +41,18 @@ def test_replacement_with_empty_state_dir_restores_from_state_topic(
     )
     preds, labels = traffic.predictions, traffic.labels
     oracle = sklearn_oracle(preds, labels)
-    events = sorted(
-        [(int(p["ts"]), 0, "predictions", p) for p in preds]
-        + [(int(lab["ts"]), 1, "labels", lab) for lab in labels],
-        key=lambda e: (e[0], e[1]),
-    )
-    messages = [(t, str(r["id"]).encode(), encode(r)) for _, _, t, r in events]
+    messages = event_ordered(preds, labels)
     broker.create_topics(["predictions", "labels"], partitions=3)
 
     def daemon_with(state_dir: Path, name: str) -> DaemonProcess:
-        cfg = base_config(
-            broker.bootstrap,
-            state_dir,
-            client=kafka_client,
-            windows=[{"size": WINDOW}],
-            state={"checkpoint_interval": "1s", "kafka_store": True, "kafka_chunk_bytes": 65536},
-        )
-        return DaemonProcess(write_config(tmp_path / f"{name}.toml", cfg), tmp_path / f"{name}.log")
+        return stream_daemon(
+            broker.bootstrap, tmp_path, name, client=kafka_client, window=WINDOW,
+            state_dir=state_dir, state={"kafka_store": True, "kafka_chunk_bytes": 65536},
+        )  # fmt: skip
 
     first = daemon_with(tmp_path / "pod-a", "a")
     second = daemon_with(tmp_path / "pod-b", "b")  # another pod: its own, empty directory
-    producer = StreamProducer(broker.bootstrap, messages, 12.0)  # type: ignore[arg-type]
+    producer = StreamProducer(broker.bootstrap, messages, 12.0)
     try:
         first.start()
         first.wait_ready()
@@ -88,19 +72,16 @@ def test_replacement_with_empty_state_dir_restores_from_state_topic(
 
         second.start()
         assert "restored from state topic model-monitor-state" in second._this_log()
-        covered = _restored_records(second)
+        restored = restored_checkpoint(second)
+        assert restored is not None, second.log_tail()
+        covered = restored[1]
         assert 0 < covered < len(messages), covered
 
         producer.join(timeout=120)
         assert producer.error is None, repr(producer.error)
         m, _ = second.wait_consumed({"predictions": len(preds), "labels": len(labels)}, 120)
         ctx = second.log_tail(60)
-        assert m.by_labels("mlmon_records_total", "topic", "outcome") == {
-            ("predictions", "accepted"): len(preds),
-            ("labels", "accepted"): len(labels),
-        }, ctx
-        assert m.by_label("mlmon_join_events_total", "event") == {"joined": len(labels)}, ctx
-        assert m.get("mlmon_pending_predictions") == len(preds) - len(labels), ctx
+        assert_counted_once(m, len(preds), len(labels), ctx)
         assert_quality(m, oracle, WINDOW, ctx)
 
         # the replacement keeps writing generations: a clean stop stores the final state

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import time
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,17 @@ def _api(url: str, path: str) -> dict[str, Any]:
     code, body = _get(url + path)
     assert code == 200, (path, code)
     return orjson.loads(body)
+
+
+def _evaluated_after(url: str, since: float, deadline: float) -> float:
+    """Wait for a snapshot evaluated after ``since`` (Unix seconds); its time."""
+    while True:
+        snap = _api(url, "/api/v1/status")["snapshot"]
+        at = datetime.fromisoformat(snap["evaluated_at"]).timestamp() if snap else 0.0
+        if at > since:
+            return at
+        assert time.monotonic() < deadline, f"no evaluation after {since}"
+        time.sleep(0.2)
 
 
 def test_status_page_of_a_live_daemon(tmp_path: Path, broker: LocalBroker) -> None:
@@ -67,7 +79,10 @@ def test_status_page_of_a_live_daemon(tmp_path: Path, broker: LocalBroker) -> No
             daemon.assert_alive()
             assert time.monotonic() < deadline, daemon.log_tail()
             time.sleep(0.5)
-        time.sleep(2.5)  # two more evaluations: the snapshot covers everything consumed
+        # two more evaluations: the snapshot covers everything consumed
+        since = time.time()
+        for _ in range(2):
+            since = _evaluated_after(url, since, deadline=time.monotonic() + 30)
 
         # basic auth: the page is protected like the API
         code, _ = http_get(url + "/")
