@@ -244,6 +244,7 @@ class FieldMapping(_Section):
     scores: str = "scores"  # multiclass: {class: probability}
     lower: str = "lower"  # regression: optional prediction interval
     upper: str = "upper"
+    items: str = "items"  # ranking: the ranked list (docs/semantics.md, "Ranking records")
 
 
 class WindowSettings(_Section):
@@ -332,10 +333,15 @@ RegressionMetric = Literal[
     "mase",  # needs a scale: `mase_scale` or the drift reference's naive MAE
 ]
 REGRESSION_METRICS: tuple[str, ...] = get_args(RegressionMetric)
+
+# ranking: exported once per `k` value (ndcg_at_10, ...) except mrr (whole list)
+RankingMetric = Literal["ndcg", "map", "mrr", "precision", "recall", "hit_rate"]
+RANKING_METRICS: tuple[str, ...] = get_args(RankingMetric)
 TASK_METRICS: dict[str, tuple[str, ...]] = {
     "binary": BINARY_METRICS,
     "multiclass": MULTICLASS_METRICS,
     "regression": REGRESSION_METRICS,
+    "ranking": RANKING_METRICS,
 }
 # specialist metrics exported only when listed in `metrics` (credit scoring: 8 more series
 # per slice and window, which a fleet with many slices should not pay for by default)
@@ -345,6 +351,7 @@ TASK_LOSSES: dict[str, tuple[str, ...]] = {
     "binary": ("error_rate", "log_loss", "squared_error", "absolute_error"),
     "multiclass": ("error_rate", "log_loss", "squared_error"),
     "regression": ("squared_error", "absolute_error"),
+    "ranking": ("ndcg_loss",),  # 1 - NDCG@k per query, k = the model's first `k` value
 }
 
 
@@ -408,7 +415,7 @@ class SliceSettings(_Section):
 
 class ModelSettings(_Section):
     name: str = Field(min_length=1)
-    task: Literal["binary", "multiclass", "regression"] = "binary"
+    task: Literal["binary", "multiclass", "regression", "ranking"] = "binary"
     # binary: two classes; multiclass: every class, in order (ordinal kappas use the order)
     classes: tuple[str, ...] = ("0", "1")
     positive_class: str = "1"  # binary only
@@ -433,6 +440,10 @@ class ModelSettings(_Section):
     drift: DriftSettings | None = None
     slices: tuple[SliceSettings, ...] = ()
     estimation: EstimationSettings | None = None  # binary: estimated_* before labels arrive
+    # ranking: the cut-offs of the @k metrics, and the longest list (items, relevance,
+    # clicked) a record may carry before it is rejected as oversize
+    k: tuple[Annotated[int, Field(ge=1, le=10_000)], ...] = (5, 10)
+    max_items: int = Field(1000, ge=1, le=100_000)
 
     @property
     def metric_names(self) -> tuple[str, ...]:
@@ -468,6 +479,8 @@ class ModelSettings(_Section):
             raise ValueError("costs (threshold economics) apply to binary models only")
         if self.task != "binary" and self.estimation is not None:
             raise ValueError("estimation (CBPE) applies to binary models only")
+        if self.task == "ranking" and (not self.k or len(set(self.k)) != len(self.k)):
+            raise ValueError(f"k must list distinct cut-offs, got {list(self.k)}")
         labels = [w.label for w in self.windows]
         if len(set(labels)) != len(labels):
             raise ValueError(f"window names must be unique, got {labels}")
@@ -478,7 +491,7 @@ class ModelSettings(_Section):
         return self
 
 
-LossName = Literal["error_rate", "log_loss", "squared_error", "absolute_error"]
+LossName = Literal["error_rate", "log_loss", "squared_error", "absolute_error", "ndcg_loss"]
 
 
 class ComparisonSettings(_Section):
@@ -611,7 +624,11 @@ class AlertingSettings(_Section):
 def model_metric_names(model: ModelSettings) -> frozenset[str]:
     """Names a model's configured metrics are exported under ("fbeta" -> f2, f0_5...)."""
     names = exported_metric_names(
-        model.metric_names, model.fbeta, model.quantiles, model.gain_fractions
+        model.metric_names,
+        model.fbeta,
+        model.quantiles,
+        model.gain_fractions,
+        model.k if model.task == "ranking" else (),
     )
     if model.estimation is not None:  # SLOs may opt into the label-free estimates
         names |= {f"estimated_{m}" for m in ESTIMATED_METRICS}
@@ -640,7 +657,8 @@ def _slo_problems(settings: Settings) -> list[str]:
                 f"(models[{j}].windows: {windows})"
             )
         known = model_metric_names(model)
-        if slo.metric not in known and slo.metric in builtin:
+        # plugins see binary models only: any other name of a ranking model is unknown
+        if slo.metric not in known and (slo.metric in builtin or model.task == "ranking"):
             problems.append(
                 f"{where}.metric: {slo.metric!r} is not among the metrics of model "
                 f"{slo.model!r} (models[{j}].metrics)"

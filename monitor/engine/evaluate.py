@@ -19,6 +19,7 @@ from ..plugins import MetricPlugin
 from ..stats.binary import BinaryLayout, clt_mean
 from ..stats.estimation import cbpe_split
 from ..stats.multiclass import MulticlassLayout
+from ..stats.ranking import RankingLayout
 from ..stats.regression import RegressionLayout, mase
 from ..stats.results import MetricValue
 from ..stats.scores import (
@@ -344,18 +345,20 @@ class _Catalog:
         self.score_layout = ScoreLayout(bins=spec.score_bins)
         self.slice_layout = spec.slice_score_layout
         wanted = exported_metric_names(
-            spec.metrics, spec.fbeta, spec.quantiles, spec.gain_fractions
+            spec.metrics, spec.fbeta, spec.quantiles, spec.gain_fractions, spec.ks
         )
         self.wanted = wanted
         self.needs_scores = bool(wanted & SCORE_METRICS) or spec.costs is not None
         self.credit = bool(wanted & {"ks_statistic", "gini", "gain"})
-        self.task_layout: MulticlassLayout | RegressionLayout | None = None
+        self.task_layout: MulticlassLayout | RegressionLayout | RankingLayout | None = None
         if spec.task == "multiclass":
             self.task_layout = MulticlassLayout(
                 len(spec.classes), tuple(spec.classes), spec.calibration_bins
             )
         elif spec.task == "regression":
             self.task_layout = RegressionLayout(spec.huber_delta, tuple(spec.quantiles))
+        elif spec.task == "ranking":
+            self.task_layout = RankingLayout(spec.ks)
 
     def measure_calibration(
         self,
@@ -419,9 +422,13 @@ class _Catalog:
     def compute_task(
         self, vec: np.ndarray, confidence: float
     ) -> tuple[tuple[MetricValue, ...], tuple[int, ...], tuple[tuple[str, int], ...]]:
-        """Metrics of a multiclass or regression window, the flattened K×K confusion
-        matrix (multiclass) and rows excluded from a metric (regression)."""
+        """Metrics of a multiclass, regression or ranking window, the flattened K×K
+        confusion matrix (multiclass) and rows excluded from a metric (regression; ranking:
+        queries without a relevant item)."""
         layout = self.task_layout
+        if isinstance(layout, RankingLayout):
+            metrics = tuple(mv for mv in layout.metrics(vec, confidence) if mv.name in self.wanted)
+            return metrics, (), tuple(sorted(layout.excluded(vec).items()))
         if isinstance(layout, MulticlassLayout):
             per_class = "per_class" in self.wanted
             values = layout.metrics(vec, confidence, per_class=per_class)
@@ -532,7 +539,12 @@ def _sum_rows(matrix: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 # the per-(group, bucket) matrix of each task in the model's sliced store
-_SLICED_MATRIX = {"binary": "m.scores", "multiclass": "m.mc", "regression": "m.rg"}
+_SLICED_MATRIX = {
+    "binary": "m.scores",
+    "multiclass": "m.mc",
+    "regression": "m.rg",
+    "ranking": "m.rk",
+}
 
 
 def _group_sums(

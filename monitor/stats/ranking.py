@@ -37,10 +37,26 @@ from .common import as_index as _as_index
 from .common import clt_mean
 from .results import MetricValue
 
-__all__ = ["RankingLayout", "query_metrics", "ranking_metric_names"]
+__all__ = ["RankedList", "RankingLayout", "grades_for", "query_metrics", "ranking_metric_names"]
 
 _PER_K = ("ndcg_at", "map_at", "precision_at", "recall_at", "hit_rate_at")
 _BASE = 4
+
+
+@dataclass(frozen=True, slots=True)
+class RankedList:
+    """One query's ranked items and their scores (higher = ranked higher)."""
+
+    items: tuple[str, ...]
+    scores: np.ndarray
+
+
+def grades_for(ranked: RankedList, relevance: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
+    """(grade of each ranked item, grades of judged items the list did not rank)."""
+    grades = np.array([relevance.get(i, 0.0) for i in ranked.items], dtype=np.float64)
+    listed = set(ranked.items)
+    unranked = np.array([g for i, g in relevance.items() if i not in listed], dtype=np.float64)
+    return grades, unranked
 
 
 def ranking_metric_names(ks: Sequence[int]) -> list[str]:
