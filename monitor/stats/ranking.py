@@ -37,7 +37,14 @@ from .common import as_index as _as_index
 from .common import clt_mean
 from .results import MetricValue
 
-__all__ = ["RankedList", "RankingLayout", "grades_for", "query_metrics", "ranking_metric_names"]
+__all__ = [
+    "RankedList",
+    "RankingLayout",
+    "grades_for",
+    "query_metrics",
+    "ranking_metric_help",
+    "ranking_metric_names",
+]
 
 _PER_K = ("ndcg_at", "map_at", "precision_at", "recall_at", "hit_rate_at")
 _BASE = 4
@@ -49,6 +56,25 @@ class RankedList:
 
     items: tuple[str, ...]
     scores: np.ndarray
+
+
+_HELP = {
+    "mrr": "Mean reciprocal rank of the first relevant item (per query, whole list)",
+    "ndcg_at": "Mean NDCG@{k} per query (linear gain, log2 discount; ties averaged)",
+    "map_at": "Mean average precision@{k} per query (divided by min(relevant, {k}))",
+    "precision_at": "Mean share of relevant items among the top {k} per query",
+    "recall_at": "Mean share of a query's relevant items ranked in its top {k}",
+    "hit_rate_at": "Share of queries with a relevant item in the top {k}",
+}
+
+
+def ranking_metric_help(name: str) -> str | None:
+    """The help text of a ranking metric name (``ndcg_at_10``), None for other names."""
+    if name == "mrr":
+        return _HELP["mrr"]
+    stem, _, k = name.rpartition("_")
+    text = _HELP.get(stem)
+    return text.format(k=k) if text is not None and k.isdigit() else None
 
 
 def grades_for(ranked: RankedList, relevance: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
