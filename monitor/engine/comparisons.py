@@ -203,7 +203,10 @@ class ComparisonTracker:
             margin=spec.margin,
             srm=srm,
             mcnemar=mcn,
-            windows=_window_view(spec, model, results, confidence),
+            # an error-rate difference means nothing for regression and ranking models
+            windows=_window_view(spec, model, results, confidence)
+            if self.models[spec.model_index].is_classifier
+            else (),
         )
 
     def _advance(
