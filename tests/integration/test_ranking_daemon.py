@@ -98,5 +98,19 @@ def test_ranking_metrics_through_the_daemon(broker: LocalBroker, tmp_path: Path)
         assert reasons == {"duplicate_item": 1, "missing_field": 1, "oversize": 1}, ctx
         reasons = m.by_label("mlmon_invalid_records_total", "reason", topic="labels")
         assert reasons == {"out_of_range": 1, "wrong_type": 1}, ctx
+        # the JSON API and the status page carry the same numbers
+        status, body = daemon.get("/api/v1/status")
+        assert status == 200, ctx
+        (res,) = [
+            r
+            for r in orjson.loads(body)["snapshot"]["results"]
+            if r["window"] == WINDOW and r["slice"] == "all"
+        ]
+        name = f"ndcg_at_{KS[0]}"
+        assert res["metrics"][name]["value"] == m.get(
+            f"mlmon_{name}", model="search", version="v1", window=WINDOW, slice="all"
+        )
+        status, page = daemon.get("/")
+        assert status == 200 and name.encode() in page, ctx
     finally:
         daemon.close()

@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from monitor.config import settings_from_mapping
+from monitor.export.status_page import render_report
 from monitor.replay import replay
 
 from .ranking_data import KS, assert_matches, traffic
@@ -115,3 +116,10 @@ def test_bad_ranking_records_get_their_reasons(run: tuple) -> None:
     lines = dead.read_bytes().splitlines()
     assert len(lines) == sum(want.values())
     assert ops["join"]["duplicate_label"] == 1
+
+
+def test_the_html_report_shows_the_ranking_metrics(run: tuple) -> None:
+    report, _, _ = run
+    html = render_report(report).decode()
+    value = _metrics(report, "all", "all")["metrics"]["ndcg_at_3"]["value"]
+    assert "ndcg_at_3" in html and "hit_rate_at_5" in html and f"{value:.4f}" in html
