@@ -365,12 +365,14 @@ class CostSettings(_Section):
 
 
 class EstimationSettings(_Section):
-    """Label-free performance estimates (CBPE) of a binary model (docs/statistics.md)."""
+    """Label-free performance estimates (CBPE) of a binary or multiclass model
+    (docs/statistics.md)."""
 
     # the estimate is flagged unreliable when the debiased ECE of the labelled rows (the
     # model version's longest window) exceeds this
     max_ece: float = Field(0.05, gt=0, lt=1)
-    bins: int = Field(256, ge=16, le=4096)  # score bins per (version, bucket) of predictions
+    # score bins (multiclass: top-label confidence bins) per (version, bucket) of predictions
+    bins: int = Field(256, ge=16, le=4096)
 
 
 class DriftSettings(_Section):
@@ -439,7 +441,8 @@ class ModelSettings(_Section):
     windows: tuple[WindowSettings, ...] = (WindowSettings(size=3600.0),)
     drift: DriftSettings | None = None
     slices: tuple[SliceSettings, ...] = ()
-    estimation: EstimationSettings | None = None  # binary: estimated_* before labels arrive
+    # binary, multiclass: estimated_* before labels arrive
+    estimation: EstimationSettings | None = None
     # ranking: the cut-offs of the @k metrics, and the longest list (items, relevance,
     # clicked) a record may carry before it is rejected as oversize
     k: tuple[Annotated[int, Field(ge=1, le=10_000)], ...] = (5, 10)
@@ -477,8 +480,8 @@ class ModelSettings(_Section):
                 raise ValueError("class names must be non-empty")
         if self.task != "binary" and self.costs is not None:
             raise ValueError("costs (threshold economics) apply to binary models only")
-        if self.task != "binary" and self.estimation is not None:
-            raise ValueError("estimation (CBPE) applies to binary models only")
+        if self.task not in ("binary", "multiclass") and self.estimation is not None:
+            raise ValueError("estimation (CBPE) applies to binary and multiclass models only")
         if self.task == "ranking" and (not self.k or len(set(self.k)) != len(self.k)):
             raise ValueError(f"k must list distinct cut-offs, got {list(self.k)}")
         labels = [w.label for w in self.windows]
@@ -631,7 +634,9 @@ def model_metric_names(model: ModelSettings) -> frozenset[str]:
         model.k if model.task == "ranking" else (),
     )
     if model.estimation is not None:  # SLOs may opt into the label-free estimates
-        names |= {f"estimated_{m}" for m in ESTIMATED_METRICS}
+        # multiclass: top-label accuracy only (monitor.stats.estimation.cbpe_top_label)
+        estimated = ESTIMATED_METRICS if model.task == "binary" else ("accuracy",)
+        names |= {f"estimated_{m}" for m in estimated}
     return names
 
 

@@ -165,6 +165,12 @@ class Engine:
             for i, m in enumerate(self.models)
             if (layout := m.estimation_layout) is not None
         }
+        # multiclass: top-label confidence bins (count, Σ confidence) of every prediction
+        self.mc_est_bins = {
+            i: m.estimation_bins
+            for i, m in enumerate(self.models)
+            if m.task == "multiclass" and m.estimation_bins > 0
+        }
         self._task = np.array([_TASKS[m.task] for m in self.models], np.int8)
         self._all_binary = bool((self._task == 0).all())
         # multiclass and regression statistics per (group, bucket): slices get every metric
@@ -277,6 +283,8 @@ class Engine:
             out[d.matrix] = d.width
         if m in self.est_layouts:  # [count, Σp] x [decided negative, decided positive]
             out["est"] = (4 * self.est_layouts[m].bins, np.float64)
+        if m in self.mc_est_bins:  # [count, Σ confidence of the decided class]
+            out["est"] = (2 * self.mc_est_bins[m], np.float64)
         if m in self.score_layouts:
             out["scores"] = (self.score_layouts[m].width, np.float64)
             for plugin in self.plugins:  # plugins see binary outcomes
@@ -564,7 +572,7 @@ class Engine:
         self.buckets.add_predictions(g, ts)
         if self.drift.by_model or self.drift.bootstrap:
             self._count_drift(batch, new, g, ts)
-        if self.est_layouts:
+        if self.est_layouts or self.mc_est_bins:
             self._count_estimation(batch, new, g, ts)
         self._count_arms(g, ts)
         tmin, tmax = int(ts.min()), int(ts.max())
@@ -669,6 +677,21 @@ class Engine:
             matrix = store.matrix("est")
             np.add.at(matrix, (rows, col), 1.0)
             np.add.at(matrix, (rows, col + b), p)
+        for m, b in self.mc_est_bins.items():
+            if batch.proba is None:
+                break
+            sel = np.flatnonzero((model == m) & ~np.isnan(batch.proba[new, 0]))
+            if sel.shape[0] == 0:
+                continue
+            store = self.wide[m]
+            rows = store.rows_for(self._base_group[g[sel]], ts[sel])
+            # P(correct) of a calibrated model: the probability of the class it decided
+            decided = batch.decision[new[sel]].astype(np.intp)
+            conf = np.clip(batch.proba[new[sel], decided], 0.0, 1.0)
+            col = np.minimum((conf * b).astype(np.intp), b - 1)
+            matrix = store.matrix("est")
+            np.add.at(matrix, (rows, col), 1.0)
+            np.add.at(matrix, (rows, col + b), conf)
 
     def _count_drift(
         self, batch: PredictionBatch, new: np.ndarray, g: np.ndarray, ts: np.ndarray

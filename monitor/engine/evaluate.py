@@ -17,7 +17,7 @@ from scipy.sparse import csr_matrix
 
 from ..plugins import MetricPlugin
 from ..stats.binary import BinaryLayout, clt_mean
-from ..stats.estimation import cbpe_split
+from ..stats.estimation import cbpe_split, cbpe_top_label
 from ..stats.multiclass import MulticlassLayout
 from ..stats.ranking import RankingLayout
 from ..stats.regression import RegressionLayout, mase
@@ -87,6 +87,8 @@ def evaluate_all(
         w_group, w_bucket = wide.get("group", empty), wide.get("bucket", empty)
         if catalog.est is not None:
             catalog.measure_calibration(view, now_ms, w_group, w_bucket, base, m)
+        if catalog.mc_est is not None:
+            catalog.measure_top_label_calibration(view, now_ms, m)
         tasks = view.sliced.get(m, _EMPTY)
         task_matrix = tasks.get(_SLICED_MATRIX[spec.task])
         dims = spec.slice_dimensions
@@ -217,7 +219,12 @@ class _Window:
         if self.spec.task == "binary":
             self.pending.append(pending)
             return pending
-        self._finish(pending, self._task_extra(members))
+        extra = self._task_extra(members)
+        if slice_label == "all" and self.catalog.mc_est is not None:
+            extra["metrics"] += self.catalog.top_label_estimates(
+                version, wide_rows, self.confidence
+            )
+        self._finish(pending, extra)
         return pending
 
     def flush(self) -> None:
@@ -341,6 +348,8 @@ class _Catalog:
         self.binary = BinaryLayout(betas=spec.fbeta)
         self.scores = scores
         self.est = est if spec.estimation_layout is not None else None
+        # multiclass CBPE: top-label confidence bins of every prediction (count, Σc)
+        self.mc_est = est if spec.task == "multiclass" and spec.estimation_bins > 0 else None
         self.ece: dict[str, float] = {}  # version -> debiased ECE over the longest window
         self.score_layout = ScoreLayout(bins=spec.score_bins)
         self.slice_layout = spec.slice_score_layout
@@ -387,6 +396,47 @@ class _Catalog:
             count, sp, sy = layout.calibration(_sum_rows(self.scores, rows))
             if count.sum() > 0:
                 self.ece[version] = ece_debiased_from_bins(count, sp, sy).value
+
+    def measure_top_label_calibration(self, view: StoreView, now_ms: int, m: int) -> None:
+        """Debiased top-label ECE of each version's labelled rows over the model's longest
+        window (all segments): what multiclass CBPE rests on."""
+        self.ece = {}
+        tasks = view.sliced.get(m, _EMPTY)
+        layout = self.task_layout
+        if "m.mc" not in tasks or not isinstance(layout, MulticlassLayout):
+            return
+        longest = max(self.spec.windows, key=lambda w: w.size_ms + w.delay_ms)
+        lo, hi = view.tiers.window(now_ms, longest.size_ms, longest.delay_ms)
+        bucket, group = tasks["bucket"], tasks["group"]
+        sel = np.flatnonzero((bucket >= lo) & (bucket <= hi))
+        version_of = np.array([g[1] for g in view.groups], dtype=object)
+        for version in sorted(set(version_of[group[sel]].tolist())):
+            rows = sel[version_of[group[sel]] == version]
+            vec = _sum_rows(tasks["m.mc"], rows)
+            ece = next(
+                mv for mv in layout.metrics(vec, per_class=False) if mv.name == "ece_debiased"
+            )
+            if math.isfinite(ece.value):
+                self.ece[version] = ece.value
+
+    def top_label_estimates(
+        self, version: str, rows: np.ndarray, confidence: float
+    ) -> tuple[MetricValue, ...]:
+        """Multiclass CBPE: estimated accuracy = mean confidence of the decided class over
+        every prediction in the window's wide ``rows``, flagged as :meth:`estimates`."""
+        if self.mc_est is None or rows.shape[0] == 0:
+            return ()
+        vec = _sum_rows(self.mc_est, rows)
+        b = vec.shape[0] // 2
+        if vec[:b].sum() <= 0:
+            return ()
+        est = cbpe_top_label(vec[:b], vec[b:], confidence, self.ece.get(version),
+                             self.spec.max_ece)  # fmt: skip
+        flag = MetricValue(
+            "estimate_reliable", float(est.reliable), math.nan, math.nan, est.rows, "none",
+            est.reason,
+        )  # fmt: skip
+        return (*est.metrics, flag)
 
     def estimates(
         self, version: str, rows: np.ndarray, confidence: float
