@@ -348,8 +348,9 @@ TASK_METRICS: dict[str, tuple[str, ...]] = {
 OPT_IN_METRICS = frozenset({"ks_statistic", "gini", "gain"})
 # losses a version comparison can use, per task (docs/comparisons.md)
 TASK_LOSSES: dict[str, tuple[str, ...]] = {
-    "binary": ("error_rate", "log_loss", "squared_error", "absolute_error"),
-    "multiclass": ("error_rate", "log_loss", "squared_error"),
+    # estimated_error_rate: label-free (CBPE), split mode, needs [models.estimation]
+    "binary": ("error_rate", "log_loss", "squared_error", "absolute_error", "estimated_error_rate"),
+    "multiclass": ("error_rate", "log_loss", "squared_error", "estimated_error_rate"),
     "regression": ("squared_error", "absolute_error"),
     "ranking": ("ndcg_loss",),  # 1 - NDCG@k per query, k = the model's first `k` value
 }
@@ -494,7 +495,14 @@ class ModelSettings(_Section):
         return self
 
 
-LossName = Literal["error_rate", "log_loss", "squared_error", "absolute_error", "ndcg_loss"]
+LossName = Literal[
+    "error_rate",
+    "log_loss",
+    "squared_error",
+    "absolute_error",
+    "ndcg_loss",
+    "estimated_error_rate",
+]
 
 
 class ComparisonSettings(_Section):
@@ -727,6 +735,13 @@ class Settings(BaseSettings):
                 problems.append(
                     f"comparisons[{i}].loss: {comp.loss!r} does not apply to {task} model "
                     f"{comp.model!r}; choose from {list(TASK_LOSSES[task])}"
+                )
+            elif comp.loss == "estimated_error_rate" and (
+                comp.mode != "split" or self.model(comp.model).estimation is None
+            ):
+                problems.append(
+                    f"comparisons[{i}].loss: 'estimated_error_rate' needs mode 'split' and "
+                    f"[models.estimation] on model {comp.model!r} (its calibration check)"
                 )
             elif comp.sequence == "exact" and tasks[comp.model] == "regression":
                 problems.append(

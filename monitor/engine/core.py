@@ -59,7 +59,16 @@ __all__ = ["DELAY_BOUNDS_S", "ENGINE_FORMAT", "LOSSES", "Engine", "JoinReject", 
 
 # Per-prediction losses kept as cumulative moments (n, sum, sum of squares) per group,
 # the sufficient statistics of version comparisons (monitor.experiments).
-LOSSES = ("error_rate", "log_loss", "squared_error", "absolute_error", "ndcg_loss")
+LOSSES = (
+    "error_rate",
+    "log_loss",
+    "squared_error",
+    "absolute_error",
+    "ndcg_loss",
+    # at prediction time, no label: P(decision wrong) if the scores are calibrated (CBPE)
+    "estimated_error_rate",
+)
+_ESTIMATED = LOSSES.index("estimated_error_rate")
 _LOG_EPS = 1e-15  # scikit-learn's clipping for log loss
 
 # Label delay histogram bounds, seconds: 1 s .. 30 d.
@@ -574,7 +583,7 @@ class Engine:
             self._count_drift(batch, new, g, ts)
         if self.est_layouts or self.mc_est_bins:
             self._count_estimation(batch, new, g, ts)
-        self._count_arms(g, ts)
+        self._count_arms(g, ts, self._estimated_errors(batch, new))
         tmin, tmax = int(ts.min()), int(ts.max())
         self.pred_watermark_ms = max(self.pred_watermark_ms, tmax)
         late = self.event_clock.observe(ts)
@@ -1011,7 +1020,25 @@ class Engine:
             self.version_groups(c.model_index, c.treatment),
         )
 
-    def _count_arms(self, group: np.ndarray, ts: np.ndarray) -> None:
+    def _estimated_errors(self, batch: PredictionBatch, new: np.ndarray) -> np.ndarray | None:
+        """P(the decision is wrong) of each new prediction if its scores are calibrated
+        (binary: 1 − p when decided positive, else p; multiclass: 1 − p of the decided
+        class), NaN without scores; None when no comparison uses it."""
+        if not any(c.loss == "estimated_error_rate" for c in self.split):
+            return None
+        score, decision = batch.score[new], batch.decision[new]
+        out = np.where(decision > 0, 1.0 - score, score)  # binary (NaN stays NaN)
+        task = self._task[batch.model[new]]
+        multi = np.flatnonzero(task == 1)
+        if multi.shape[0] and batch.proba is not None:
+            rows = new[multi]
+            out[multi] = 1.0 - batch.proba[rows, decision[multi].astype(np.intp)]
+        out[task > 1] = np.nan
+        return out
+
+    def _count_arms(
+        self, group: np.ndarray, ts: np.ndarray, estimated: np.ndarray | None = None
+    ) -> None:
         for c in self.split:
             ga, gb = self._arm_groups(c)
             if gb.shape[0] == 0:
@@ -1025,8 +1052,13 @@ class Engine:
                 self.arm_loss[c.name] = np.zeros((2, len(LOSSES), 3), np.float64)
             start = self.arm_start[c.name]
             counts = self.arm_predictions[c.name]
-            counts[0] += int(np.count_nonzero(np.isin(group, ga) & (ts >= start)))
-            counts[1] += int(np.count_nonzero(np.isin(group, gb) & (ts >= start)))
+            for arm, g in enumerate((ga, gb)):
+                sel = np.isin(group, g) & (ts >= start)
+                counts[arm] += int(np.count_nonzero(sel))
+                if estimated is not None and c.loss == "estimated_error_rate":
+                    v = estimated[sel]
+                    v = v[~np.isnan(v)]
+                    self.arm_loss[c.name][arm, _ESTIMATED] += (v.shape[0], v.sum(), (v * v).sum())
 
     def _add_arm_losses(
         self, group: np.ndarray, pred_ts: np.ndarray, losses: tuple[np.ndarray, ...]
