@@ -124,7 +124,7 @@ def query_metrics(
         row[1] = 1.0
         return row
     length = scores.size
-    size, rel_g, gain_g, start, inv = _groups(scores, relevant, gains)
+    size, rel_g, gain_g, start, _ = _groups(scores, relevant, gains)
     q = rel_g / size  # E[rel_i] at each sorted position
     pos = np.arange(length)
     discount = 1.0 / np.log2(pos + 2.0)
@@ -132,14 +132,12 @@ def query_metrics(
     ideal_discount = 1.0 / np.log2(np.arange(ideal.size) + 2.0)
     rr = _expected_reciprocal_rank(size, rel_g, start)
     row[2], row[3] = rr, rr * rr
-    # E[rel_i rel_j]: independent across groups, without replacement within one
-    same = inv[:, None] == inv[None, :]
+    # Σ_{j<=i} E[rel_i rel_j]: q_i·q_j for j in earlier groups (independent), the
+    # without-replacement r(r − 1)/(g(g − 1)) for earlier slots of i's group, q_i for j = i
     with np.errstate(divide="ignore", invalid="ignore"):
         within = np.where(size > 1, rel_g * (rel_g - 1) / (size * (size - 1)), 0.0)
-    joint = np.where(same, within[:, None], np.outer(q, q))
-    np.fill_diagonal(joint, q)
-    prefix = np.cumsum(np.tril(joint), axis=1)  # prefix[i, i] = Σ_{j<=i} E[rel_i rel_j]
-    ap_terms = np.diagonal(prefix) / (pos + 1.0)
+    before = np.concatenate([[0.0], np.cumsum(q)])[start]  # Σ q_j over earlier groups
+    ap_terms = (q * before + (pos - start) * within + q) / (pos + 1.0)
     for j, k in enumerate(ks):
         top = min(k, length)
         idcg = float(ideal[:k] @ ideal_discount[: min(k, ideal.size)])
