@@ -876,9 +876,7 @@ class Engine:
             r = prow[sel]
             rows_of = self.ranking.contributions(rk, self.preds.keys[r], group[sel], values[sel])
             rk.add_rows(self.sliced[m].matrix("rk"), rows, rows_of)
-            # ndcg_loss: 1 - NDCG@k at the first k; undefined without a relevant item
-            scored = (rows_of[:, 0] > 0) & (rows_of[:, 1] == 0)
-            self.preds.col("rank_loss")[r] = np.where(scored, 1.0 - rows_of[:, 4], np.nan)
+            self.preds.col("rank_loss")[r] = rk.ndcg_loss(rows_of)  # comparisons' ndcg_loss
 
     def _add_scores(
         self, group: np.ndarray, pred_ts: np.ndarray, y_true: np.ndarray, score: np.ndarray

@@ -240,6 +240,13 @@ class RankingLayout:
                 out.append(clt_mean(f"{stem}_{k}", total, total_sq, n, confidence, unit))
         return out
 
+    def ndcg_loss(self, rows: np.ndarray) -> np.ndarray:
+        """1 − NDCG@k at the first cut-off of per-query rows (:func:`query_metrics`), NaN
+        for a query without a relevant item: the per-query loss of ranking comparisons."""
+        r = np.atleast_2d(rows)
+        scored = (r[:, 0] > 0) & (r[:, 1] == 0)
+        return np.where(scored, 1.0 - r[:, _BASE], np.nan)
+
     def excluded(self, vec: np.ndarray) -> dict[str, int]:
         """Queries left out of every metric because their label holds no relevant item."""
         return {"without_relevant": int(vec[1])}

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 
@@ -127,3 +128,31 @@ def test_a_label_joins_a_later_versions_list_and_the_side_table_drains(tmp_path:
     assert len(engine.preds) == 0  # both predictions expired
     orphans = {key for key, _ in engine.ranking.relevance}
     assert len(orphans) == 3  # only the waiting labels' maps are left
+
+
+def test_a_state_from_before_the_new_losses_still_loads(tmp_path: Path) -> None:
+    """Comparison moments checkpointed with the four losses of older releases gain zero
+    rows for ndcg_loss and estimated_error_rate instead of refusing the state."""
+    settings = settings_from_mapping(
+        {
+            "state": {"dir": str(tmp_path)},
+            "models": [{"name": "m"}],
+            "comparisons": [{"name": "c", "model": "m", "control": "a", "treatment": "b"}],
+        }
+    )
+    engine = build_engine(settings)
+    pipe = build_pipeline(settings, engine, FileDeadLetter(tmp_path / "d"))
+    t0 = int(time.time() * 1000) - 60_000
+    preds = [
+        {"id": f"i{i}", "ts": t0 + i, "model": "m", "version": "ab"[i % 2], "score": 0.7}
+        for i in range(10)
+    ]
+    _feed(pipe, "predictions", preds)
+    _feed(pipe, "labels", [{"id": f"i{i}", "ts": t0 + 100, "label": i % 3 == 0} for i in range(10)])
+    meta, arrays = engine.state()
+    old = np.asarray(meta["arms"]["c"]["loss"])[:, :4]
+    meta["arms"]["c"]["loss"] = old.tolist()
+    fresh = build_engine(settings)
+    fresh.load(meta, arrays)
+    assert fresh.arm_loss["c"][:, :4].tolist() == old.tolist()
+    assert not fresh.arm_loss["c"][:, 4:].any()
