@@ -240,7 +240,7 @@ def test_every_dashboard_query_returns_data(
     )  # fmt: skip
     config["models"] += [
         {"name": "triage", "task": "multiclass", "classes": ["a", "b", "c"],
-         "windows": list(WINDOWS)},
+         "windows": list(WINDOWS), "estimation": {"max_ece": 0.2}},
         {"name": "eta", "task": "regression", "windows": list(WINDOWS), "mase_scale": 2.0},
         {"name": "search", "task": "ranking", "k": [5, 10], "windows": list(WINDOWS)},
     ]  # fmt: skip
@@ -370,6 +370,10 @@ def test_every_dashboard_query_returns_data(
             assert 0 <= lower <= float(acc["value"][1]) <= upper <= 1
             assert m.get("mlmon_window_samples", model="fraud", version=version, window="1h",
                          slice="all")  # fmt: skip
+        # multiclass CBPE in the daemon: the top-label estimate beside the realized accuracy
+        est = m.find("mlmon_estimated_accuracy", model="triage", window="1h", slice="all")
+        assert est and all(0 < s.value < 1 for s in est), est
+        assert m.find("mlmon_estimate_reliable", model="triage", window="1h", slice="all")
         breached = prom.query('mlmon_slo_breached{slo="fraud-recall"}')
         assert breached and max(float(s["value"][1]) for s in breached) == 1.0, breached
         assert _Webhook.received, "the breached SLO was never delivered to the webhook"
