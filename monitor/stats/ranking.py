@@ -95,6 +95,9 @@ def _groups(scores: np.ndarray, relevant: np.ndarray, gains: np.ndarray) -> tupl
     and the group's first position; plus the group id of each position."""
     order = np.argsort(-scores, kind="stable")
     s = scores[order]
+    if s.size < 2 or bool((s[1:] != s[:-1]).all()):  # no ties: every item its own group
+        pos = np.arange(s.size)
+        return np.ones(s.size, np.int64), relevant[order].astype(np.float64), gains[order], pos, pos
     _, start, inv, size = np.unique(-s, return_index=True, return_inverse=True, return_counts=True)
     rel_g = np.bincount(inv, weights=relevant[order].astype(np.float64), minlength=size.size)
     gain_g = np.bincount(inv, weights=gains[order], minlength=size.size) / size
@@ -172,6 +175,8 @@ def _expected_reciprocal_rank(size: np.ndarray, rel_g: np.ndarray, start: np.nda
         return 0.0
     i = int(hit[0])
     g, r, s = int(size[i]), int(rel_g[i]), int(start[i])
+    if r == g:  # every item of the group is relevant: the first slot
+        return 1.0 / (s + 1)
     j = np.arange(1, g - r + 2)
     prob = comb(g - j, r - 1) / comb(g, r)
     return float(prob @ (1.0 / (s + j)))
