@@ -147,13 +147,6 @@ class ModelSpec:
     def is_classifier(self) -> bool:
         return self.task in ("binary", "multiclass")
 
-    @property
-    def exported_names(self) -> frozenset[str]:
-        """Every metric name this model's results may carry (configured, expanded)."""
-        return exported_metric_names(
-            self.metrics, self.fbeta, self.quantiles, self.gain_fractions, self.ks
-        )
-
     def class_index(self, canonical: str) -> int:
         """Class index of a canonical label value, or -1 when it is not a class.
 
