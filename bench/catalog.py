@@ -7,20 +7,30 @@ Run ``python bench/catalog.py [--windows 200] [--queries 5000]``:
   same window;
 * ranking per-query metrics (``query_metrics``, 20 items, k = 5, 10, with ties) vs
   scikit-learn's ``ndcg_score`` on the same query (one k);
-* a full-size CBPE coverage run (calibrated windows, as the slow test but larger).
+* a full-size CBPE coverage run (calibrated windows, as the slow test but larger);
+* ranking through the pipeline (decode, join, per-query sums, evaluation) per query of 20
+  items vs a binary prediction through the same pipeline.
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+import orjson
 from sklearn.metrics import ndcg_score
 
+from monitor.config import settings_from_mapping
+from monitor.ingest.deadletter import FileDeadLetter
+from monitor.ingest.pipeline import RawRecord
 from monitor.stats.estimation import cbpe
 from monitor.stats.ranking import query_metrics
 from monitor.stats.scores import ScoreLayout
+from monitor.wiring import build_engine, build_pipeline
 
 
 def _per_call(fn, reps: int) -> float:
@@ -78,6 +88,51 @@ def bench_ranking(queries: int, rng: np.random.Generator) -> None:
     )
 
 
+def _pipeline_seconds(model: dict[str, Any], records: list[tuple[str, list[bytes]]]) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = settings_from_mapping(
+            {"state": {"dir": tmp}, "models": [{**model, "windows": [{"size": "1d"}]}]}
+        )
+        engine = build_engine(settings)
+        pipe = build_pipeline(settings, engine, FileDeadLetter(Path(tmp) / "dead.jsonl"))
+        start = time.perf_counter()
+        for kind, batch in records:
+            pipe.process(kind, [RawRecord(v, kind, 0, i) for i, v in enumerate(batch)])
+        engine.snapshot(int(time.time() * 1000))
+        return time.perf_counter() - start
+
+
+def bench_ranking_pipeline(queries: int, rng: np.random.Generator) -> None:
+    now = int(time.time() * 1000) - 3_600_000
+    rank_p, rank_l, bin_p, bin_l = [], [], [], []
+    for i in range(queries):
+        scores = np.round(rng.random(20), 2)
+        items = [{"item": f"d{j}", "score": float(s)} for j, s in enumerate(scores)]
+        rank_p.append({"id": f"q{i}", "ts": now + i, "model": "search", "version": "v1",
+                       "items": items})  # fmt: skip
+        rel = {f"d{j}": int(rng.integers(1, 4)) for j in rng.choice(20, 3, replace=False)}
+        rank_l.append({"id": f"q{i}", "ts": now + i + 1000, "relevance": rel})
+        bin_p.append({"id": f"q{i}", "ts": now + i, "model": "fraud", "version": "v1",
+                      "score": float(scores[0])})  # fmt: skip
+        bin_l.append({"id": f"q{i}", "ts": now + i + 1000, "label": int(rng.random() < 0.3)})
+
+    def batches(preds: list, labels: list) -> list[tuple[str, list[bytes]]]:
+        out = []
+        for j in range(0, queries, 1000):
+            out.append(("predictions", [orjson.dumps(r) for r in preds[j : j + 1000]]))
+            out.append(("labels", [orjson.dumps(r) for r in labels[j : j + 1000]]))
+        return out
+
+    t_rank = _pipeline_seconds(
+        {"name": "search", "task": "ranking", "k": [5, 10]}, batches(rank_p, rank_l)
+    )
+    t_bin = _pipeline_seconds({"name": "fraud"}, batches(bin_p, bin_l))
+    print(
+        f"ranking through the pipeline (20 items, k = 5, 10): {t_rank / queries * 1e6:.0f} us "
+        f"per query; binary prediction {t_bin / queries * 1e6:.1f} us; ratio {t_rank / t_bin:.1f}"
+    )
+
+
 def coverage(windows: int, rng: np.random.Generator) -> None:
     layout = ScoreLayout()
     thr = int(layout.bin_of(np.array([0.5]))[0])
@@ -109,6 +164,7 @@ def main() -> None:
     rng = np.random.default_rng(args.seed)
     bench_cbpe(args.windows, rng)
     bench_ranking(args.queries, rng)
+    bench_ranking_pipeline(args.queries, rng)
     coverage(args.coverage_windows, rng)
 
 

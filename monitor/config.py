@@ -256,6 +256,7 @@ class FieldMapping(_Section):
     scores: str = "scores"  # multiclass: {class: probability}
     lower: str = "lower"  # regression: optional prediction interval
     upper: str = "upper"
+    items: str = "items"  # ranking: the ranked list (docs/semantics.md, "Ranking records")
 
 
 class WindowSettings(_Section):
@@ -275,18 +276,23 @@ class WindowSettings(_Section):
 BINARY_METRICS: tuple[str, ...] = task_metrics("binary")
 MULTICLASS_METRICS: tuple[str, ...] = task_metrics("multiclass")
 REGRESSION_METRICS: tuple[str, ...] = task_metrics("regression")
+# ranking: exported once per `k` value (ndcg_at_10, ...) except mrr (whole list)
+RANKING_METRICS: tuple[str, ...] = task_metrics("ranking")
 TASK_METRICS: dict[str, tuple[str, ...]] = {
     "binary": BINARY_METRICS,
     "multiclass": MULTICLASS_METRICS,
     "regression": REGRESSION_METRICS,
+    "ranking": RANKING_METRICS,
 }
 # specialist metrics exported only when listed in `metrics` (the registry's opt_in)
 OPT_IN_METRICS = opt_in_metrics()
 # losses a version comparison can use, per task (docs/comparisons.md)
 TASK_LOSSES: dict[str, tuple[str, ...]] = {
-    "binary": ("error_rate", "log_loss", "squared_error", "absolute_error"),
-    "multiclass": ("error_rate", "log_loss", "squared_error"),
+    # estimated_error_rate: label-free (CBPE), split mode, needs [models.estimation]
+    "binary": ("error_rate", "log_loss", "squared_error", "absolute_error", "estimated_error_rate"),
+    "multiclass": ("error_rate", "log_loss", "squared_error", "estimated_error_rate"),
     "regression": ("squared_error", "absolute_error"),
+    "ranking": ("ndcg_loss",),  # 1 - NDCG@k per query, k = the model's first `k` value
 }
 
 
@@ -300,12 +306,14 @@ class CostSettings(_Section):
 
 
 class EstimationSettings(_Section):
-    """Label-free performance estimates (CBPE) of a binary model (docs/statistics.md)."""
+    """Label-free performance estimates (CBPE) of a binary or multiclass model
+    (docs/statistics.md)."""
 
     # the estimate is flagged unreliable when the debiased ECE of the labelled rows (the
     # model version's longest window) exceeds this
     max_ece: float = Field(0.05, gt=0, lt=1)
-    bins: int = Field(256, ge=16, le=4096)  # score bins per (version, bucket) of predictions
+    # score bins (multiclass: top-label confidence bins) per (version, bucket) of predictions
+    bins: int = Field(256, ge=16, le=4096)
 
 
 class DriftSettings(_Section):
@@ -350,7 +358,7 @@ class SliceSettings(_Section):
 
 class ModelSettings(_Section):
     name: str = Field(min_length=1)
-    task: Literal["binary", "multiclass", "regression"] = "binary"
+    task: Literal["binary", "multiclass", "regression", "ranking"] = "binary"
     # binary: two classes; multiclass: every class, in order (ordinal kappas use the order)
     classes: tuple[str, ...] = ("0", "1")
     positive_class: str = "1"  # binary only
@@ -374,7 +382,12 @@ class ModelSettings(_Section):
     windows: tuple[WindowSettings, ...] = (WindowSettings(size=3600.0),)
     drift: DriftSettings | None = None
     slices: tuple[SliceSettings, ...] = ()
-    estimation: EstimationSettings | None = None  # binary: estimated_* before labels arrive
+    # binary, multiclass: estimated_* before labels arrive
+    estimation: EstimationSettings | None = None
+    # ranking: the cut-offs of the @k metrics, and the longest list (items, relevance,
+    # clicked) a record may carry before it is rejected as oversize
+    k: tuple[Annotated[int, Field(ge=1, le=10_000)], ...] = (5, 10)
+    max_items: int = Field(1000, ge=1, le=100_000)
 
     @property
     def metric_names(self) -> tuple[str, ...]:
@@ -408,8 +421,10 @@ class ModelSettings(_Section):
                 raise ValueError("class names must be non-empty")
         if self.task != "binary" and self.costs is not None:
             raise ValueError("costs (threshold economics) apply to binary models only")
-        if self.task != "binary" and self.estimation is not None:
-            raise ValueError("estimation (CBPE) applies to binary models only")
+        if self.task not in ("binary", "multiclass") and self.estimation is not None:
+            raise ValueError("estimation (CBPE) applies to binary and multiclass models only")
+        if self.task == "ranking" and (not self.k or len(set(self.k)) != len(self.k)):
+            raise ValueError(f"k must list distinct cut-offs, got {list(self.k)}")
         labels = [w.label for w in self.windows]
         if len(set(labels)) != len(labels):
             raise ValueError(f"window names must be unique, got {labels}")
@@ -420,7 +435,14 @@ class ModelSettings(_Section):
         return self
 
 
-LossName = Literal["error_rate", "log_loss", "squared_error", "absolute_error"]
+LossName = Literal[
+    "error_rate",
+    "log_loss",
+    "squared_error",
+    "absolute_error",
+    "ndcg_loss",
+    "estimated_error_rate",
+]
 
 
 class ComparisonSettings(_Section):
@@ -553,10 +575,16 @@ class AlertingSettings(_Section):
 def model_metric_names(model: ModelSettings) -> frozenset[str]:
     """Names a model's configured metrics are exported under ("fbeta" -> f2, f0_5...)."""
     names = exported_metric_names(
-        model.metric_names, model.fbeta, model.quantiles, model.gain_fractions
+        model.metric_names,
+        model.fbeta,
+        model.quantiles,
+        model.gain_fractions,
+        model.k if model.task == "ranking" else (),
     )
     if model.estimation is not None:  # SLOs may opt into the label-free estimates
-        names |= {f"estimated_{m}" for m in ESTIMATED_METRICS}
+        # multiclass: top-label accuracy only (monitor.stats.estimation.cbpe_top_label)
+        estimated = ESTIMATED_METRICS if model.task == "binary" else ("accuracy",)
+        names |= {f"estimated_{m}" for m in estimated}
     return names
 
 
@@ -582,7 +610,8 @@ def _slo_problems(settings: Settings) -> list[str]:
                 f"(models[{j}].windows: {windows})"
             )
         known = model_metric_names(model)
-        if slo.metric not in known and slo.metric in builtin:
+        # plugins see binary models only: any other name of a ranking model is unknown
+        if slo.metric not in known and (slo.metric in builtin or model.task == "ranking"):
             problems.append(
                 f"{where}.metric: {slo.metric!r} is not among the metrics of model "
                 f"{slo.model!r} (models[{j}].metrics)"
@@ -647,6 +676,13 @@ class Settings(BaseSettings):
                 problems.append(
                     f"comparisons[{i}].loss: {comp.loss!r} does not apply to {task} model "
                     f"{comp.model!r}; choose from {list(TASK_LOSSES[task])}"
+                )
+            elif comp.loss == "estimated_error_rate" and (
+                comp.mode != "split" or self.model(comp.model).estimation is None
+            ):
+                problems.append(
+                    f"comparisons[{i}].loss: 'estimated_error_rate' needs mode 'split' and "
+                    f"[models.estimation] on model {comp.model!r} (its calibration check)"
                 )
             elif comp.sequence == "exact" and tasks[comp.model] == "regression":
                 problems.append(

@@ -67,6 +67,9 @@ def model_spec(m: ModelSettings) -> ModelSpec:
         wants_features=wants_features,
         segments_path=f.segments,
         slices=tuple(SliceSpec(s.dimensions, s.top_k, s.min_samples) for s in m.slices),
+        ks=tuple(m.k) if m.task == "ranking" else (),
+        max_items=m.max_items,
+        items_path=f.items,
     )
 
 
@@ -216,7 +219,8 @@ def build_pipeline(
     lf = settings.join.label_fields
 
     classifiers = [spec for spec in specs if spec.is_classifier]
-    regression = any(not spec.is_classifier for spec in specs)
+    regression = any(spec.task == "regression" for spec in specs)
+    ranking = [spec.max_items for spec in specs if spec.task == "ranking"]
 
     def known_label(text: str, value: float) -> str | None:
         if any(spec.class_index(text) >= 0 for spec in classifiers):
@@ -233,7 +237,9 @@ def build_pipeline(
             engine.drift.numeric_features(),
             feature_objects=engine.drift.reads_feature_objects(),
         ),
-        LabelDecoder(limits, lf.id, lf.ts, lf.label, known_label=known_label),
+        LabelDecoder(
+            limits, lf.id, lf.ts, lf.label, known_label=known_label, max_items=max(ranking or [0])
+        ),
         dead_letter,
         clock_ms,
         lock,

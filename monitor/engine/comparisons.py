@@ -147,6 +147,8 @@ class ComparisonTracker:
             srm = sample_ratio_mismatch([preds_a, preds_b], spec.traffic_split, spec.srm_threshold)
         state = self._advance(spec, stats_a, stats_b, diffs, srm, now_ms)
         notes = list(not_ready)
+        # an estimated loss decides nothing while either arm's calibration is not vouched for
+        withheld = _unreliable_estimates(spec, model, results)
         last = self.progress.get(spec.name)
         if last is None or (n_a, n_b) != last[:2]:
             self.progress[spec.name] = (n_a, n_b, now_ms)
@@ -173,6 +175,11 @@ class ComparisonTracker:
             effect = state.effect
         if decision == "invalid" and srm is not None and srm.mismatch:
             reason = f"{reason}: {srm.reason}"
+        if withheld and decision in ("promote", "rollback"):
+            reason = f"{decision} withheld: {'; '.join(withheld)} (sequential state: {reason})"
+            decision, superior = "continue", False
+        elif withheld:
+            notes += withheld
         if notes:
             if decision == "promote":
                 reason = f"promote withheld: {'; '.join(notes)} (sequential state: {reason})"
@@ -203,7 +210,10 @@ class ComparisonTracker:
             margin=spec.margin,
             srm=srm,
             mcnemar=mcn,
-            windows=_window_view(spec, model, results, confidence),
+            # an error-rate difference means nothing for regression and ranking models
+            windows=_window_view(spec, model, results, confidence)
+            if self.models[spec.model_index].is_classifier
+            else (),
         )
 
     def _advance(
@@ -308,6 +318,28 @@ def _tau2(v: float, alpha: float) -> float:
     if not np.isfinite(v) or v <= 0:
         v = 1e-4  # degenerate burn-in (no variance seen): a small, valid default
     return tau2_for_horizon(v, alpha)
+
+
+def _unreliable_estimates(
+    spec: ComparisonSpec, model: str, results: Sequence[WindowResult]
+) -> list[str]:
+    """Why an ``estimated_*`` loss cannot be trusted now: an arm whose CBPE estimate is
+    flagged (or missing) in every window of slice "all" (docs/statistics.md)."""
+    if not spec.loss.startswith("estimated_"):
+        return []
+    out = []
+    for version in (spec.control, spec.treatment):
+        flags = [
+            mv
+            for r in results
+            if r.model == model and r.version == version and r.slice == "all"
+            for mv in r.metrics
+            if mv.name == "estimate_reliable"
+        ]
+        if not any(mv.value == 1.0 for mv in flags):
+            why = next((mv.note for mv in flags if mv.note), "no estimate yet")
+            out.append(f"estimated loss of {version} unreliable ({why})")
+    return out
 
 
 def _window_view(

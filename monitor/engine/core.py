@@ -36,6 +36,7 @@ import pandas as pd
 
 from ..plugins import JoinedRows
 from ..stats.multiclass import MulticlassLayout
+from ..stats.ranking import RankingLayout
 from ..stats.regression import RegressionLayout
 from ..stats.scores import ScoreLayout
 from .buckets import BucketStore, SumPlan, window_group_sums
@@ -44,6 +45,7 @@ from .comparisons import ComparisonResult, ComparisonTracker
 from .drift import DriftTracker
 from .evaluate import evaluate_all
 from .models import ComparisonSpec, DriftSpec, ModelSpec
+from .ranking import RankingState
 from .records import ID_HASH, LabelBatch, PredictionBatch
 from .result_cache import ResultCache
 from .segments import SegmentFolder
@@ -59,7 +61,16 @@ __all__ = ["DELAY_BOUNDS_S", "ENGINE_FORMAT", "LOSSES", "Engine", "JoinReject", 
 
 # Per-prediction losses kept as cumulative moments (n, sum, sum of squares) per group,
 # the sufficient statistics of version comparisons (monitor.experiments).
-LOSSES = ("error_rate", "log_loss", "squared_error", "absolute_error")
+LOSSES = (
+    "error_rate",
+    "log_loss",
+    "squared_error",
+    "absolute_error",
+    "ndcg_loss",
+    # at prediction time, no label: P(decision wrong) if the scores are calibrated (CBPE)
+    "estimated_error_rate",
+)
+_ESTIMATED = LOSSES.index("estimated_error_rate")
 _LOG_EPS = 1e-15  # scikit-learn's clipping for log loss
 
 # Label delay histogram bounds, seconds: 1 s .. 30 d.
@@ -97,7 +108,10 @@ _NO_TS = np.iinfo(np.int64).min
 # label_code of a label that is a number and no class name (a regression target): its
 # value lives in the float column beside it, so targets never grow the label vocabulary
 NUMERIC = -2
-_TASKS = {"binary": 0, "multiclass": 1, "regression": 2}
+# label_code of a ranking label: its relevance map waits in Engine.ranking, its digest in
+# the float column (so equal maps are duplicates and different ones conflicts)
+RANKED = -3
+_TASKS = {"binary": 0, "multiclass": 1, "regression": 2, "ranking": 3}
 
 
 # Version of the engine's part of a checkpoint: 2 keeps per-model stores (format 1, one
@@ -162,6 +176,12 @@ class Engine:
             for i, m in enumerate(self.models)
             if (layout := m.estimation_layout) is not None
         }
+        # multiclass: top-label confidence bins (count, Σ confidence) of every prediction
+        self.mc_est_bins = {
+            i: m.estimation_bins
+            for i, m in enumerate(self.models)
+            if m.task == "multiclass" and m.estimation_bins > 0
+        }
         self._task = np.array([_TASKS[m.task] for m in self.models], np.int8)
         self._all_binary = bool((self._task == 0).all())
         # multiclass and regression statistics per (group, bucket): slices get every metric
@@ -175,6 +195,11 @@ class Engine:
             for i, m in enumerate(self.models)
             if m.task == "regression"
         }
+        # ranking: per-query sums per (group, bucket); lists and relevance maps wait aside
+        self.rank_layouts = {
+            i: RankingLayout(m.ks) for i, m in enumerate(self.models) if m.task == "ranking"
+        }
+        self.ranking = RankingState()
         # metric plugins: one statistic matrix per plugin and model; errors isolate them
         self.plugins = tuple(plugins.plugins) if plugins is not None else ()
         self.plugin_errors: Counter[str] = Counter()
@@ -207,12 +232,18 @@ class Engine:
         # interval bounds / numeric labels exist only when such models are configured
         self._kmax = max([len(m.classes) for m in self.models if m.task == "multiclass"] + [0])
         self._regression = bool(self.rg_layouts)
+        # label values: regression targets, ranking labels' relevance digests
+        self._numeric_labels = bool(self.rg_layouts or self.rank_layouts)
         self._pred_columns: dict[str, type] = dict(_PRED_COLUMNS)
         self._pred_columns.update({f"p{k}": np.float64 for k in range(self._kmax)})
         self._orphan_columns: dict[str, type] = dict(_ORPHAN_COLUMNS)
         if self._regression:
-            self._pred_columns.update(lower=np.float64, upper=np.float64, label_value=np.float64)
+            self._pred_columns.update(lower=np.float64, upper=np.float64)
+        if self._numeric_labels:
+            self._pred_columns["label_value"] = np.float64
             self._orphan_columns["value"] = np.float64
+        if self.rank_layouts:  # 1 - NDCG@k of a joined query, the ndcg_loss of comparisons
+            self._pred_columns["rank_loss"] = np.float64
         self.preds = KeyedTable(self._pred_columns, unique=False)
         self.orphans = KeyedTable(self._orphan_columns)
         # group code -> (model index, version, segment); model -1 when no longer configured.
@@ -269,6 +300,8 @@ class Engine:
             out[d.matrix] = d.width
         if m in self.est_layouts:  # [count, Σp] x [decided negative, decided positive]
             out["est"] = (4 * self.est_layouts[m].bins, np.float64)
+        if m in self.mc_est_bins:  # [count, Σ confidence of the decided class]
+            out["est"] = (2 * self.mc_est_bins[m], np.float64)
         if m in self.score_layouts:
             out["scores"] = (self.score_layouts[m].width, np.float64)
             for plugin in self.plugins:  # plugins see binary outcomes
@@ -282,6 +315,8 @@ class Engine:
             return {"mc": (self.mc_layouts[m].width, np.float64)}
         if m in self.rg_layouts:
             return {"rg": (self.rg_layouts[m].width, np.float64)}
+        if m in self.rank_layouts:
+            return {"rk": (self.rank_layouts[m].width, np.float64)}
         return {}
 
     def _stores(self) -> list[BucketStore]:
@@ -546,7 +581,10 @@ class Engine:
             sel = model == m
             spec = self.models[m]
             if spec.task == "regression":
-                out[sel] = np.where(np.isnan(values[sel]), -1, 0)
+                out[sel] = np.where(np.isnan(values[sel]) | (codes[sel] == RANKED), -1, 0)
+                continue
+            if spec.task == "ranking":
+                out[sel] = np.where(codes[sel] == RANKED, 0, -1)
                 continue
             table = self._label_class[m]
             if table.shape[0] < n_codes:
@@ -614,13 +652,15 @@ class Engine:
             },
         )
         self.pending += k
+        if batch.ranked is not None:
+            self.ranking.add_lists(keys, g, [batch.ranked[i] for i in new.tolist()])
         np.maximum.at(self._mv_last, self._group_mv[g], ts)
         self.buckets.add_predictions(g, ts)
         if self.drift.by_model or self.drift.bootstrap:
             self._count_drift(batch, new, g, ts)
-        if self.est_layouts:
+        if self.est_layouts or self.mc_est_bins:
             self._count_estimation(batch, new, g, ts)
-        self._count_arms(g, ts)
+        self._count_arms(g, ts, self._estimated_errors(batch, new))
         tmin, tmax = int(ts.min()), int(ts.max())
         self.pred_watermark_ms = max(self.pred_watermark_ms, tmax)
         late = self.event_clock.observe(ts)
@@ -672,6 +712,7 @@ class Engine:
         if joined:
             self._pair_shadow(np.concatenate(joined))
         self._expire_and_evict()
+        self._collect_ranking()
         return rejects
 
     def _task_columns(self, batch: PredictionBatch, new: np.ndarray) -> dict[str, np.ndarray]:
@@ -690,7 +731,10 @@ class Engine:
             for name in ("lower", "upper"):
                 col = getattr(batch, name)
                 out[name] = col[new] if col is not None else np.full(k, np.nan)
+        if self._numeric_labels:
             out["label_value"] = np.full(k, np.nan)
+        if self.rank_layouts:
+            out["rank_loss"] = np.full(k, np.nan)
         return out
 
     @staticmethod
@@ -719,6 +763,21 @@ class Engine:
             matrix = store.matrix("est")
             np.add.at(matrix, (rows, col), 1.0)
             np.add.at(matrix, (rows, col + b), p)
+        for m, b in self.mc_est_bins.items():
+            if batch.proba is None:
+                break
+            sel = np.flatnonzero((model == m) & ~np.isnan(batch.proba[new, 0]))
+            if sel.shape[0] == 0:
+                continue
+            store = self.wide[m]
+            rows = store.rows_for(self._base_group[g[sel]], ts[sel])
+            # P(correct) of a calibrated model: the probability of the class it decided
+            decided = batch.decision[new[sel]].astype(np.intp)
+            conf = np.clip(batch.proba[new[sel], decided], 0.0, 1.0)
+            col = np.minimum((conf * b).astype(np.intp), b - 1)
+            matrix = store.matrix("est")
+            np.add.at(matrix, (rows, col), 1.0)
+            np.add.at(matrix, (rows, col + b), conf)
 
     def _count_drift(
         self, batch: PredictionBatch, new: np.ndarray, g: np.ndarray, ts: np.ndarray
@@ -811,8 +870,8 @@ class Engine:
             n_mv = self._mv_counts.shape[0]
             self._mv_counts[:, 0] += np.bincount(mv, minlength=n_mv)
             wrong = y_true != decision
-            if not self._all_binary:
-                wrong &= self._task[self._group_model[group]] != 2  # regression: no errors
+            if not self._all_binary:  # regression, ranking: no errors
+                wrong &= self._task[self._group_model[group]] < 2
             self._mv_counts[:, 1] += np.bincount(mv, weights=wrong, minlength=n_mv).astype(np.int64)
             if self.split:
                 losses = self._losses_for(prow, y_true, values)
@@ -820,7 +879,7 @@ class Engine:
             self.preds.col("label")[prow] = y_true
             self.preds.col("label_code")[prow] = codes
             self.preds.col("label_ts")[prow] = label_ts
-            if self._regression:
+            if self._numeric_labels:
                 self.preds.col("label_value")[prow] = values
             self.pending -= int(prow.shape[0])
             self.join_events["joined"] += int(prow.shape[0])
@@ -886,6 +945,15 @@ class Engine:
                 self.preds.col("lower")[r],
                 self.preds.col("upper")[r],
             )
+        for m, rk in self.rank_layouts.items():
+            sel = np.flatnonzero(model == m)
+            if sel.shape[0] == 0:
+                continue
+            rows = self.sliced[m].rows_for(group[sel], pred_ts[sel])
+            r = prow[sel]
+            rows_of = self.ranking.contributions(rk, self.preds.keys[r], group[sel], values[sel])
+            rk.add_rows(self.sliced[m].matrix("rk"), rows, rows_of)
+            self.preds.col("rank_loss")[r] = rk.ndcg_loss(rows_of)  # comparisons' ndcg_loss
 
     def _add_scores(
         self, group: np.ndarray, pred_ts: np.ndarray, y_true: np.ndarray, score: np.ndarray
@@ -998,7 +1066,7 @@ class Engine:
         task = self._task[model]
         b = task == 0
         if b.any():
-            out[:, b] = np.stack(_binary_losses(y[b], decision[b], score[b]))
+            out[:4, b] = np.stack(_binary_losses(y[b], decision[b], score[b]))
         for m, mc in self.mc_layouts.items():
             sel = np.flatnonzero(model == m)
             if sel.shape[0] == 0:
@@ -1016,6 +1084,9 @@ class Engine:
             err = score[r] - values[r]
             out[2, r] = err * err
             out[3, r] = np.abs(err)
+        q = task == 3
+        if q.any():
+            out[4, q] = self.preds.col("rank_loss")[prow[q]]
         return tuple(out)
 
     def _arm_groups(self, c: ComparisonSpec) -> tuple[np.ndarray, np.ndarray]:
@@ -1024,7 +1095,25 @@ class Engine:
             self.version_groups(c.model_index, c.treatment),
         )
 
-    def _count_arms(self, group: np.ndarray, ts: np.ndarray) -> None:
+    def _estimated_errors(self, batch: PredictionBatch, new: np.ndarray) -> np.ndarray | None:
+        """P(the decision is wrong) of each new prediction if its scores are calibrated
+        (binary: 1 − p when decided positive, else p; multiclass: 1 − p of the decided
+        class), NaN without scores; None when no comparison uses it."""
+        if not any(c.loss == "estimated_error_rate" for c in self.split):
+            return None
+        score, decision = batch.score[new], batch.decision[new]
+        out = np.where(decision > 0, 1.0 - score, score)  # binary (NaN stays NaN)
+        task = self._task[batch.model[new]]
+        multi = np.flatnonzero(task == 1)
+        if multi.shape[0] and batch.proba is not None:
+            rows = new[multi]
+            out[multi] = 1.0 - batch.proba[rows, decision[multi].astype(np.intp)]
+        out[task > 1] = np.nan
+        return out
+
+    def _count_arms(
+        self, group: np.ndarray, ts: np.ndarray, estimated: np.ndarray | None = None
+    ) -> None:
         for c in self.split:
             ga, gb = self._arm_groups(c)
             if gb.shape[0] == 0:
@@ -1038,8 +1127,13 @@ class Engine:
                 self.arm_loss[c.name] = np.zeros((2, len(LOSSES), 3), np.float64)
             start = self.arm_start[c.name]
             counts = self.arm_predictions[c.name]
-            counts[0] += int(np.count_nonzero(np.isin(group, ga) & (ts >= start)))
-            counts[1] += int(np.count_nonzero(np.isin(group, gb) & (ts >= start)))
+            for arm, g in enumerate((ga, gb)):
+                sel = np.isin(group, g) & (ts >= start)
+                counts[arm] += int(np.count_nonzero(sel))
+                if estimated is not None and c.loss == "estimated_error_rate":
+                    v = estimated[sel]
+                    v = v[~np.isnan(v)]
+                    self.arm_loss[c.name][arm, _ESTIMATED] += (v.shape[0], v.sum(), (v * v).sum())
 
     def _add_arm_losses(
         self, group: np.ndarray, pred_ts: np.ndarray, losses: tuple[np.ndarray, ...]
@@ -1070,6 +1164,9 @@ class Engine:
             return []
         codes = self._label_code(batch.label)
         values = batch.value if batch.value is not None else np.full(n, np.nan)
+        if batch.relevance is not None and self.rank_layouts:
+            ranked = self.ranking.add_relevance(batch.keys, values, batch.relevance)
+            codes[ranked] = RANKED
         self.label_watermark_ms = max(self.label_watermark_ms, int(batch.ts_ms.max()))
         self.label_clock.observe(batch.ts_ms)
         order = np.argsort(batch.keys, kind="stable")
@@ -1095,6 +1192,7 @@ class Engine:
         # unknown-class rejects were counted as invalid in _label_round
         self.records["labels", "accepted"] += n - len(rejects) - dups
         self._expire_and_evict()
+        self._collect_ranking()
         rejects.sort()
         return rejects
 
@@ -1157,7 +1255,7 @@ class Engine:
             fresh = rest[~waiting]
             if fresh.shape[0]:
                 cols = {"ts": batch.ts_ms[fresh], "code": codes[fresh]}
-                if self._regression:
+                if self._numeric_labels:
                     cols["value"] = values[fresh]
                 self.orphans.insert(batch.keys[fresh], cols)
                 tmin = int(batch.ts_ms[fresh].min())
@@ -1210,6 +1308,23 @@ class Engine:
             self.orphans.delete(rows)
         self._min_orphan_ts = _live_min(self.orphans)
 
+    def _collect_ranking(self, force: bool = False) -> None:
+        """Release ranking lists and relevance maps whose id left the join buffer, once
+        they outnumber the buffer's rows (amortized O(1) per record)."""
+        live = len(self.preds) + len(self.orphans)
+        if not len(self.ranking) or (not force and len(self.ranking) <= 2 * live + 1024):
+            return
+
+        def in_predictions(keys: np.ndarray) -> np.ndarray:
+            present = np.zeros(keys.shape[0], bool)
+            present[self.preds.lookup_all(keys)[0]] = True
+            return present
+
+        def in_labels(keys: np.ndarray) -> np.ndarray:
+            return self.orphans.lookup(keys) >= 0
+
+        self.ranking.collect(in_predictions, in_labels)
+
     def count_invalid(self, kind: str, reason: str, k: int = 1) -> None:
         """Decode-time rejections are counted here so one writer owns every counter."""
         self.invalid[kind, reason] += k
@@ -1239,6 +1354,7 @@ class Engine:
         no window (or live "previous" reference) can reach any more; returns rows dropped."""
         self.freeze_live_references()
         self._retire_idle_versions(now_ms)
+        self._collect_ranking(force=True)
         self.roll_up(now_ms)
         horizon = max(w.size_ms + w.delay_ms for m in self.models for w in m.windows)
         horizon += self.drift.horizon_ms()
@@ -1425,6 +1541,8 @@ class Engine:
         arrays.update({f"orphans.{k}": v for k, v in self.orphans.state().items()})
         arrays.update({f"buckets.{k}": v for k, v in self.buckets.state().items()})
         arrays.update(self.drift.arrays())
+        if self.rank_layouts:
+            arrays.update(self.ranking.arrays())
         # per-model stores under the model's name: a reordered config still restores
         for kind, stores in (("wide", self.wide), ("sliced", self.sliced)):
             for m, store in stores.items():
@@ -1510,13 +1628,17 @@ class Engine:
                 continue
             self.arm_start[name] = int(arm["start_ms"])
             self.arm_predictions[name] = np.asarray(arm["predictions"], np.int64)
-            self.arm_loss[name] = np.asarray(arm["loss"], np.float64)
+            self.arm_loss[name] = _with_all_losses(np.asarray(arm["loss"], np.float64))
             if self.arm_predictions[name].shape != (2,) or self.arm_loss[name].shape != (
                 2,
                 len(LOSSES),
                 3,
             ):
                 raise StateMismatch(f"comparison {name!r} statistics have the wrong shape")
+        try:
+            self.ranking.load(arrays if self.rank_layouts else {})
+        except (KeyError, ValueError) as err:
+            raise StateMismatch(f"ranking lists in the state are unusable: {err}") from None
         self.preds.load(_with_columns(arrays, "preds.", self._pred_columns))
         self.orphans.load(_with_columns(arrays, "orphans.", self._orphan_columns))
         for d in self.drift.load(meta.get("drift_live", {}), arrays):
@@ -1597,8 +1719,9 @@ def _migrate_v1(
 def _same_label(
     code_a: np.ndarray, value_a: np.ndarray, code_b: np.ndarray, value_b: np.ndarray
 ) -> np.ndarray:
-    """Two labels agree: the same class code, or both numeric with the same value."""
-    return (code_a == code_b) & ((code_a != NUMERIC) | (value_a == value_b))
+    """Two labels agree: the same class code, or both numeric (or both ranking labels)
+    with the same value (target, relevance digest)."""
+    return (code_a == code_b) & ((code_a >= 0) | (value_a == value_b))
 
 
 def _binary_losses(
@@ -1635,6 +1758,13 @@ def _robust_mark(maximum: int, clock: EventWatermark) -> int:
     fewer records were seen."""
     robust = clock.current(min_samples=100)
     return maximum if robust == _NO_TS else min(maximum, robust)
+
+
+def _with_all_losses(loss: np.ndarray) -> np.ndarray:
+    """Arm loss moments of a state written before the last LOSSES were added (zeros)."""
+    if loss.ndim == 3 and loss.shape[0] == 2 and loss.shape[2] == 3 and loss.shape[1] < len(LOSSES):
+        return np.concatenate([loss, np.zeros((2, len(LOSSES) - loss.shape[1], 3))], axis=1)
+    return loss
 
 
 def _live_min(table: KeyedTable) -> int:

@@ -17,8 +17,9 @@ from scipy.sparse import csr_matrix
 
 from ..plugins import MetricPlugin
 from ..stats.binary import BinaryLayout, clt_mean
-from ..stats.estimation import cbpe_split
+from ..stats.estimation import cbpe_split, cbpe_top_label
 from ..stats.multiclass import MulticlassLayout
+from ..stats.ranking import RankingLayout
 from ..stats.regression import RegressionLayout, mase
 from ..stats.results import MetricValue
 from ..stats.scores import (
@@ -109,6 +110,8 @@ def _evaluate(
         w_group, w_bucket = wide.get("group", empty), wide.get("bucket", empty)
         if catalog.est is not None:
             catalog.measure_calibration(view, now_ms, w_group, w_bucket, base, m)
+        if catalog.mc_est is not None:
+            catalog.measure_top_label_calibration(view, now_ms, m)
         tasks = view.sliced.get(m, _EMPTY)
         task_matrix = tasks.get(_SLICED_MATRIX[spec.task])
         dims = spec.slice_dimensions
@@ -249,7 +252,12 @@ class _Window:
         if self.spec.task == "binary":
             self.pending.append(pending)
             return pending
-        self._finish(pending, self._task_extra(members))
+        extra = self._task_extra(members)
+        if slice_label == "all" and self.catalog.mc_est is not None:
+            extra["metrics"] += self.catalog.top_label_estimates(
+                version, wide_rows, self.confidence
+            )
+        self._finish(pending, extra)
         return pending
 
     def flush(self) -> None:
@@ -393,22 +401,26 @@ class _Catalog:
         self.binary = BinaryLayout(betas=spec.fbeta)
         self.scores = scores
         self.est = est if spec.estimation_layout is not None else None
+        # multiclass CBPE: top-label confidence bins of every prediction (count, Σc)
+        self.mc_est = est if spec.task == "multiclass" and spec.estimation_bins > 0 else None
         self.ece: dict[str, float] = {}  # version -> debiased ECE over the longest window
         self.score_layout = ScoreLayout(bins=spec.score_bins)
         self.slice_layout = spec.slice_score_layout
         wanted = exported_metric_names(
-            spec.metrics, spec.fbeta, spec.quantiles, spec.gain_fractions
+            spec.metrics, spec.fbeta, spec.quantiles, spec.gain_fractions, spec.ks
         )
         self.wanted = wanted
         self.needs_scores = bool(wanted & SCORE_METRICS) or spec.costs is not None
         self.credit = bool(wanted & {"ks_statistic", "gini", "gain"})
-        self.task_layout: MulticlassLayout | RegressionLayout | None = None
+        self.task_layout: MulticlassLayout | RegressionLayout | RankingLayout | None = None
         if spec.task == "multiclass":
             self.task_layout = MulticlassLayout(
                 len(spec.classes), tuple(spec.classes), spec.calibration_bins
             )
         elif spec.task == "regression":
             self.task_layout = RegressionLayout(spec.huber_delta, tuple(spec.quantiles))
+        elif spec.task == "ranking":
+            self.task_layout = RankingLayout(spec.ks)
 
     def measure_calibration(
         self,
@@ -437,6 +449,47 @@ class _Catalog:
             count, sp, sy = layout.calibration(_sum_rows(self.scores, rows))
             if count.sum() > 0:
                 self.ece[version] = ece_debiased_from_bins(count, sp, sy).value
+
+    def measure_top_label_calibration(self, view: StoreView, now_ms: int, m: int) -> None:
+        """Debiased top-label ECE of each version's labelled rows over the model's longest
+        window (all segments): what multiclass CBPE rests on."""
+        self.ece = {}
+        tasks = view.sliced.get(m, _EMPTY)
+        layout = self.task_layout
+        if "m.mc" not in tasks or not isinstance(layout, MulticlassLayout):
+            return
+        longest = max(self.spec.windows, key=lambda w: w.size_ms + w.delay_ms)
+        lo, hi = view.tiers.window(now_ms, longest.size_ms, longest.delay_ms)
+        bucket, group = tasks["bucket"], tasks["group"]
+        sel = np.flatnonzero((bucket >= lo) & (bucket <= hi))
+        version_of = np.array([g[1] for g in view.groups], dtype=object)
+        for version in sorted(set(version_of[group[sel]].tolist())):
+            rows = sel[version_of[group[sel]] == version]
+            vec = _sum_rows(tasks["m.mc"], rows)
+            ece = next(
+                mv for mv in layout.metrics(vec, per_class=False) if mv.name == "ece_debiased"
+            )
+            if math.isfinite(ece.value):
+                self.ece[version] = ece.value
+
+    def top_label_estimates(
+        self, version: str, rows: np.ndarray, confidence: float
+    ) -> tuple[MetricValue, ...]:
+        """Multiclass CBPE: estimated accuracy = mean confidence of the decided class over
+        every prediction in the window's wide ``rows``, flagged as :meth:`estimates`."""
+        if self.mc_est is None or rows.shape[0] == 0:
+            return ()
+        vec = _sum_rows(self.mc_est, rows)
+        b = vec.shape[0] // 2
+        if vec[:b].sum() <= 0:
+            return ()
+        est = cbpe_top_label(vec[:b], vec[b:], confidence, self.ece.get(version),
+                             self.spec.max_ece)  # fmt: skip
+        flag = MetricValue(
+            "estimate_reliable", float(est.reliable), math.nan, math.nan, est.rows, "none",
+            est.reason,
+        )  # fmt: skip
+        return (*est.metrics, flag)
 
     def estimates(
         self, version: str, rows: np.ndarray, confidence: float
@@ -472,9 +525,13 @@ class _Catalog:
     def compute_task(
         self, vec: np.ndarray, confidence: float
     ) -> tuple[tuple[MetricValue, ...], tuple[int, ...], tuple[tuple[str, int], ...]]:
-        """Metrics of a multiclass or regression window, the flattened K×K confusion
-        matrix (multiclass) and rows excluded from a metric (regression)."""
+        """Metrics of a multiclass, regression or ranking window, the flattened K×K
+        confusion matrix (multiclass) and rows excluded from a metric (regression; ranking:
+        queries without a relevant item)."""
         layout = self.task_layout
+        if isinstance(layout, RankingLayout):
+            metrics = tuple(mv for mv in layout.metrics(vec, confidence) if mv.name in self.wanted)
+            return metrics, (), tuple(sorted(layout.excluded(vec).items()))
         if isinstance(layout, MulticlassLayout):
             per_class = "per_class" in self.wanted
             values = layout.metrics(vec, confidence, per_class=per_class)
@@ -629,7 +686,12 @@ def _sum_rows(matrix: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 # the per-(group, bucket) matrix of each task in the model's sliced store
-_SLICED_MATRIX = {"binary": "m.scores", "multiclass": "m.mc", "regression": "m.rg"}
+_SLICED_MATRIX = {
+    "binary": "m.scores",
+    "multiclass": "m.mc",
+    "regression": "m.rg",
+    "ranking": "m.rk",
+}
 
 
 _NAN3 = (float("nan"),) * 3

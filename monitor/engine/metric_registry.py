@@ -145,6 +145,12 @@ _BUILTIN: dict[str, tuple[str, bool, bool]] = {
                           False),
     "interval_width": ("Mean width of the predicted interval", False, False),
     "mase": ("Mean absolute scaled error: MAE / in-sample seasonal naive MAE", False, False),
+    # ranking: exported per cut-off k (ndcg_at_10, ...; stats/ranking.py words those)
+    "ndcg": ("Normalized discounted cumulative gain at each configured k", False, False),
+    "map": ("Mean average precision at each configured k", False, False),
+    "mrr": ("Mean reciprocal rank of the first relevant item (per query, whole list)", False,
+            False),
+    "hit_rate": ("Share of queries with a relevant item in the top k", False, False),
 }  # fmt: skip
 
 # each task's catalog, in the order configuration errors list it
@@ -167,6 +173,7 @@ _CATALOGS: dict[str, tuple[str, ...]] = {
         "mae", "mse", "rmse", "r2", "mean_error", "mape", "smape", "male", "huber", "pinball",
         "interval_coverage", "interval_width", "mase",
     ),
+    "ranking": ("ndcg", "map", "mrr", "precision", "recall", "hit_rate"),
 }  # fmt: skip
 
 for _task, _names in _CATALOGS.items():

@@ -32,11 +32,18 @@ def exported_metric_names(
     fbeta: Iterable[float],
     quantiles: Iterable[float],
     gain_fractions: Iterable[float] = (),
+    ks: Iterable[int] = (),
 ) -> frozenset[str]:
     """The names configured metrics are exported under: "fbeta" stands for f2, f0_5, ...
     (one per beta), "pinball" for pinball_q0_1, ... (one per quantile) and "gain" for
-    gain_at_10, lift_at_10, ... (one pair per gain fraction)."""
+    gain_at_10, lift_at_10, ... (one pair per gain fraction). With ranking cut-offs
+    ``ks``, every ranking metric but "mrr" stands for one name per k (ndcg_at_10, ...)."""
     names = set(metrics)
+    ks = tuple(ks)
+    if ks:
+        names = {n for n in names if n == "mrr"} | {
+            f"{stem}_at_{k}" for stem in names - {"mrr"} for k in ks
+        }
     if "gain" in names:
         names |= {gain_name(f, stem) for f in gain_fractions for stem in ("gain", "lift")}
     if "fbeta" in names:
@@ -65,7 +72,7 @@ class SliceSpec:
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
     name: str
-    task: str = "binary"  # "binary" | "multiclass" | "regression"
+    task: str = "binary"  # "binary" | "multiclass" | "regression" | "ranking"
     classes: tuple[str, ...] = ("0", "1")
     positive_class: str = "1"
     threshold: float = 0.5
@@ -97,6 +104,9 @@ class ModelSpec:
     slices: tuple[SliceSpec, ...] = ()  # segment slices (empty: slice "all" only)
     estimation_bins: int = 0  # binary CBPE: score bins of all predictions (0: off)
     max_ece: float = 0.05  # CBPE flagged unreliable above this debiased ECE
+    ks: tuple[int, ...] = ()  # ranking: cut-offs of the @k metrics (the first: ndcg_loss)
+    max_items: int = 1000  # ranking: longest ranked list / relevance map accepted
+    items_path: str = "items"  # ranking: the ranked list of a prediction
 
     @property
     def slice_dimensions(self) -> tuple[str, ...]:
@@ -131,7 +141,7 @@ class ModelSpec:
 
     @property
     def is_classifier(self) -> bool:
-        return self.task != "regression"
+        return self.task in ("binary", "multiclass")
 
     def class_index(self, canonical: str) -> int:
         """Class index of a canonical label value, or -1 when it is not a class.

@@ -75,6 +75,9 @@ class PredictionBatch:
     # not a number), column j holding ``numeric_names[j]``; None when not asked for
     numeric: np.ndarray | None = None
     numeric_names: tuple[str, ...] = ()
+    # ranking: each row's ranked list (monitor.stats.ranking.RankedList; None for rows of
+    # other tasks); None without ranking rows in the batch
+    ranked: list[Any] | None = None
 
     def __len__(self) -> int:
         return int(self.keys.shape[0])
@@ -100,6 +103,9 @@ class LabelBatch:
     label: list[str]
     raw: list[bytes | None] = field(default_factory=list)
     value: np.ndarray | None = None  # float64 numeric value of each label, NaN if none
+    # ranking labels: each row's {item: grade} (None for class / number labels); ``value``
+    # then holds the map's digest (monitor.ingest.ranking.relevance_digest)
+    relevance: list[dict[str, float] | None] | None = None
 
     def __len__(self) -> int:
         return int(self.keys.shape[0])

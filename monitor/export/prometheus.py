@@ -21,6 +21,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from ..engine.metric_registry import help_text
+from ..stats.ranking import ranking_metric_help
 from .published import Published
 
 __all__ = ["QUALITY_LABELS", "MonitorCollector"]
@@ -128,7 +129,7 @@ class MonitorCollector(Collector):
                 name, cls = _split_class(m.name)
                 if cls is None:
                     key, extra, family = labels, (), f"mlmon_{name}"
-                    doc = help_text(name)
+                    doc = ranking_metric_help(name) or help_text(name)
                     if name.startswith("pinball_q"):
                         doc = "Mean pinball (quantile) loss at quantile " + name[9:].replace(
                             "_", "."
@@ -163,7 +164,8 @@ class MonitorCollector(Collector):
                 fam(
                     "mlmon_excluded_rows",
                     "Labeled rows a regression metric leaves out (mape: zero targets; "
-                    "smape: both zero; male: values <= -1)",
+                    "smape: both zero; male: values <= -1), or ranking queries without a "
+                    "relevant item (without_relevant)",
                     ("metric",),
                 ).add_metric([*labels, metric], rows)
         yield from fams.values()

@@ -264,10 +264,18 @@ def _clock(ms: int) -> str:
 
 # -- sections -----------------------------------------------------------------------------
 def _key_metric(task: str, metrics: Json) -> tuple[str, bool] | None:
+    if task == "ranking":  # NDCG at the smallest configured k (names carry the k)
+        ndcg = sorted((n for n in metrics if n.startswith("ndcg_at_")), key=_cutoff)
+        return (ndcg[0], False) if ndcg else ("mrr", False) if "mrr" in metrics else None
     for name, higher_worse in KEY_METRIC.get(task, KEY_METRIC["binary"]):
         if name in metrics:
             return name, higher_worse
     return None
+
+
+def _cutoff(name: str) -> int:
+    tail = name.rpartition("_")[2]
+    return int(tail) if tail.isdigit() else 0
 
 
 def _metrics_table(r: Json) -> str:

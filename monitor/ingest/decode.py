@@ -33,6 +33,8 @@ import orjson
 
 from ..engine.models import ModelSpec
 from ..engine.records import LabelBatch, PredictionBatch, hash_ids
+from ..stats.ranking import RankedList
+from .ranking import RankingReject, parse_ranked_items, parse_relevance, relevance_digest
 
 __all__ = [
     "REASONS",
@@ -350,6 +352,7 @@ class PredictionDecoder:
             (_getter(m.scores_path), _getter(m.lower_path), _getter(m.upper_path))
             for m in self.models
         ]
+        self._items = [_getter(m.items_path) if m.task == "ranking" else None for m in models]
         self._class_pos = [{c: k for k, c in enumerate(m.classes)} for m in self.models]
         self.n_proba = max([len(m.classes) for m in models if m.task == "multiclass"] + [0])
         self.has_regression = any(m.task == "regression" for m in models)
@@ -423,6 +426,17 @@ class PredictionDecoder:
         if spec.task == "regression":
             value, bounds = self._regression(m, obj)
             return pid, ts, m, version, value, 0, self._feats(m, obj), bounds
+        if spec.task == "ranking":
+            get_items = self._items[m]
+            assert get_items is not None
+            items = get_items(obj)
+            try:
+                ranked = parse_ranked_items(
+                    None if items is _MISSING else items, spec.max_items, spec.items_path
+                )
+            except RankingReject as rej:
+                raise _Reject(rej.reason, rej.detail) from None
+            return pid, ts, m, version, math.nan, 0, self._feats(m, obj), ranked
         score = get_score(obj)
         pred = get_pred(obj)
         if score is _MISSING or score is None:
@@ -713,7 +727,8 @@ class PredictionDecoder:
         kept: list[bytes | None] = []
         feats: list[dict[str, Any] | None] = []
         segs: list[dict[str, Any] | None] = []
-        extras: list[tuple[int, Any]] = []  # (row, probabilities or interval)
+        extras: list[tuple[int, Any]] = []  # (row, probabilities, interval or ranked list)
+        ranked: list[Any] | None = None
         rejects: list[tuple[int, str, str]] = []
         one = self._one
         for i in indices:
@@ -741,7 +756,11 @@ class PredictionDecoder:
         lower = np.full(n, np.nan) if self.has_regression else None
         upper = np.full(n, np.nan) if self.has_regression else None
         for row, x in extras:
-            if isinstance(x, list):
+            if isinstance(x, RankedList):
+                if ranked is None:
+                    ranked = [None] * n
+                ranked[row] = x
+            elif isinstance(x, list):
                 assert proba is not None
                 proba[row, : len(x)] = x
             else:
@@ -760,6 +779,7 @@ class PredictionDecoder:
             proba,
             lower,
             upper,
+            ranked=ranked,
         )
         return batch, rejects
 
@@ -1100,6 +1120,7 @@ def _merge(
         arrays(fast.upper, slow.upper),
         arrays(fast.numeric, slow.numeric),
         fast.numeric_names,
+        ranked=None if slow.ranked is None else rows([None] * len(fast), slow.ranked),
     )
 
 
@@ -1113,10 +1134,14 @@ class LabelDecoder:
         ts_path: str = "ts",
         label_path: str = "label",
         known_label: Callable[[str, float], str | None] | None = None,
+        max_items: int = 0,
     ) -> None:
         """``known_label(text, value)`` returns why no configured model accepts a label
-        (it is then rejected with its bytes), or None."""
+        (it is then rejected with its bytes), or None. ``max_items`` > 0: ranking models
+        are configured, and a label without ``label_path`` but with ``relevance`` or
+        ``clicked`` is a ranking label (monitor.ingest.ranking), bounded by it."""
         self.limits = limits
+        self.max_items = max_items
         self.known_label = known_label
         self.paths = (id_path, ts_path, label_path)
         self._get = (_getter(id_path), _getter(ts_path), _getter(label_path))
@@ -1167,6 +1192,10 @@ class LabelDecoder:
         sel = fast_rows.tolist()
         all_labels = [labels[i] for i in sel] + slow.label
         all_ids = [ids[i] for i in sel]
+        relevance = None
+        if slow.relevance is not None:
+            both = [None] * len(sel) + slow.relevance
+            relevance = [both[i] for i in take]
         keys = np.concatenate([hash_ids(all_ids), slow.keys])[order]
         assert slow.value is not None
         batch = LabelBatch(
@@ -1175,6 +1204,7 @@ class LabelDecoder:
             [all_labels[i] for i in take],
             [raws[i] for i in np.flatnonzero(~rejected).tolist()] if keep_raw else [],
             np.concatenate([values[fast_rows], slow.value])[order],
+            relevance,
         )
         return batch, rejects
 
@@ -1262,6 +1292,7 @@ class LabelDecoder:
         labels: list[str] = []
         values: list[float] = []
         kept: list[bytes | None] = []
+        relevance: list[dict[str, float] | None] | None = None
         rejects: list[tuple[int, str, str]] = []
         get_id, get_ts, get_label = self._get
         id_path, ts_path, label_path = self.paths
@@ -1273,14 +1304,25 @@ class LabelDecoder:
                 pid = _parse_id(get_id(obj), id_path)
                 t = _parse_ts(get_ts(obj), now_ms, limits, ts_path)
                 raw_label = get_label(obj)
-                label = canonical_label(raw_label, label_path)
-                value = label_number(raw_label)
-                why = self.known_label(label, value) if self.known_label is not None else None
-                if why is not None:
-                    raise _Reject(why, f"{label_path} {label[:64]!r} is no model's class or target")
+                grades = None
+                if raw_label is _MISSING and self.max_items and _ranking_label(obj):
+                    grades = self._relevance(obj)
+                    label, value = RANKING_LABEL, relevance_digest(grades)
+                else:
+                    label = canonical_label(raw_label, label_path)
+                    value = label_number(raw_label)
+                    why = self.known_label(label, value) if self.known_label is not None else None
+                    if why is not None:
+                        raise _Reject(
+                            why, f"{label_path} {label[:64]!r} is no model's class or target"
+                        )
             except _Reject as rej:
                 rejects.append((i, rej.reason, rej.detail))
                 continue
+            if grades is not None and relevance is None:
+                relevance = [None] * len(ids)
+            if relevance is not None:
+                relevance.append(grades)
             ids.append(pid)
             ts.append(t)
             labels.append(label)
@@ -1288,6 +1330,25 @@ class LabelDecoder:
             if keep_raw:
                 kept.append(raw)
         batch = LabelBatch(
-            hash_ids(ids), np.asarray(ts, dtype=np.int64), labels, kept, np.asarray(values, float)
+            hash_ids(ids),
+            np.asarray(ts, dtype=np.int64),
+            labels,
+            kept,
+            np.asarray(values, float),
+            relevance,
         )
         return batch, rejects
+
+    def _relevance(self, obj: dict[str, Any]) -> dict[str, float]:
+        try:
+            return parse_relevance(obj, self.max_items)
+        except RankingReject as rej:
+            raise _Reject(rej.reason, rej.detail) from None
+
+
+# the label text of a ranking label (its relevance travels beside it, LabelBatch.relevance)
+RANKING_LABEL = "relevance"
+
+
+def _ranking_label(obj: dict[str, Any]) -> bool:
+    return "relevance" in obj or "clicked" in obj

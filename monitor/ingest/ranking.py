@@ -15,11 +15,14 @@ integers (canonicalised to text); an item listed twice is ``duplicate_item``.
 
 from __future__ import annotations
 
+import hashlib
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import orjson
+
+from ..stats.ranking import RankedList, grades_for
 
 __all__ = [
     "RANKING_REASONS",
@@ -28,6 +31,7 @@ __all__ = [
     "grades_for",
     "parse_ranked_items",
     "parse_relevance",
+    "relevance_digest",
 ]
 
 RANKING_REASONS = (
@@ -47,14 +51,6 @@ class RankingReject(ValueError):
         super().__init__(detail)
         self.reason = reason
         self.detail = detail
-
-
-@dataclass(frozen=True, slots=True)
-class RankedList:
-    """One query's ranked items and their scores (higher = ranked higher)."""
-
-    items: tuple[str, ...]
-    scores: np.ndarray
 
 
 def _item_id(value: Any, field: str) -> str:
@@ -146,9 +142,12 @@ def parse_relevance(obj: dict[str, Any], max_items: int) -> dict[str, float]:
     return grades
 
 
-def grades_for(ranked: RankedList, relevance: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
-    """(grade of each ranked item, grades of judged items the list did not rank)."""
-    grades = np.array([relevance.get(i, 0.0) for i in ranked.items], dtype=np.float64)
-    listed = set(ranked.items)
-    unranked = np.array([g for i, g in relevance.items() if i not in listed], dtype=np.float64)
-    return grades, unranked
+def relevance_digest(grades: dict[str, float]) -> float:
+    """A 52-bit fingerprint of a relevance map (item order ignored), exact as a float.
+
+    It is the label's value in the join buffer, so two labels for one query agree (a
+    duplicate) exactly when their relevance maps do, and differ (a conflict) otherwise.
+    """
+    canonical = orjson.dumps(sorted(grades.items()))
+    raw = hashlib.blake2b(canonical, digest_size=8).digest()
+    return float(int.from_bytes(raw, "big") >> 12)

@@ -37,10 +37,52 @@ from .common import as_index as _as_index
 from .common import clt_mean
 from .results import MetricValue
 
-__all__ = ["RankingLayout", "query_metrics", "ranking_metric_names"]
+__all__ = [
+    "RankedList",
+    "RankingLayout",
+    "grades_for",
+    "query_metrics",
+    "ranking_metric_help",
+    "ranking_metric_names",
+]
 
 _PER_K = ("ndcg_at", "map_at", "precision_at", "recall_at", "hit_rate_at")
 _BASE = 4
+
+
+@dataclass(frozen=True, slots=True)
+class RankedList:
+    """One query's ranked items and their scores (higher = ranked higher)."""
+
+    items: tuple[str, ...]
+    scores: np.ndarray
+
+
+_HELP = {
+    "mrr": "Mean reciprocal rank of the first relevant item (per query, whole list)",
+    "ndcg_at": "Mean NDCG@{k} per query (linear gain, log2 discount; ties averaged)",
+    "map_at": "Mean average precision@{k} per query (divided by min(relevant, {k}))",
+    "precision_at": "Mean share of relevant items among the top {k} per query",
+    "recall_at": "Mean share of a query's relevant items ranked in its top {k}",
+    "hit_rate_at": "Share of queries with a relevant item in the top {k}",
+}
+
+
+def ranking_metric_help(name: str) -> str | None:
+    """The help text of a ranking metric name (``ndcg_at_10``), None for other names."""
+    if name == "mrr":
+        return _HELP["mrr"]
+    stem, _, k = name.rpartition("_")
+    text = _HELP.get(stem)
+    return text.format(k=k) if text is not None and k.isdigit() else None
+
+
+def grades_for(ranked: RankedList, relevance: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
+    """(grade of each ranked item, grades of judged items the list did not rank)."""
+    grades = np.array([relevance.get(i, 0.0) for i in ranked.items], dtype=np.float64)
+    listed = set(ranked.items)
+    unranked = np.array([g for i, g in relevance.items() if i not in listed], dtype=np.float64)
+    return grades, unranked
 
 
 def ranking_metric_names(ks: Sequence[int]) -> list[str]:
@@ -53,6 +95,9 @@ def _groups(scores: np.ndarray, relevant: np.ndarray, gains: np.ndarray) -> tupl
     and the group's first position; plus the group id of each position."""
     order = np.argsort(-scores, kind="stable")
     s = scores[order]
+    if s.size < 2 or bool((s[1:] != s[:-1]).all()):  # no ties: every item its own group
+        pos = np.arange(s.size)
+        return np.ones(s.size, np.int64), relevant[order].astype(np.float64), gains[order], pos, pos
     _, start, inv, size = np.unique(-s, return_index=True, return_inverse=True, return_counts=True)
     rel_g = np.bincount(inv, weights=relevant[order].astype(np.float64), minlength=size.size)
     gain_g = np.bincount(inv, weights=gains[order], minlength=size.size) / size
@@ -82,7 +127,7 @@ def query_metrics(
         row[1] = 1.0
         return row
     length = scores.size
-    size, rel_g, gain_g, start, inv = _groups(scores, relevant, gains)
+    size, rel_g, gain_g, start, _ = _groups(scores, relevant, gains)
     q = rel_g / size  # E[rel_i] at each sorted position
     pos = np.arange(length)
     discount = 1.0 / np.log2(pos + 2.0)
@@ -90,14 +135,12 @@ def query_metrics(
     ideal_discount = 1.0 / np.log2(np.arange(ideal.size) + 2.0)
     rr = _expected_reciprocal_rank(size, rel_g, start)
     row[2], row[3] = rr, rr * rr
-    # E[rel_i rel_j]: independent across groups, without replacement within one
-    same = inv[:, None] == inv[None, :]
+    # Σ_{j<=i} E[rel_i rel_j]: q_i·q_j for j in earlier groups (independent), the
+    # without-replacement r(r − 1)/(g(g − 1)) for earlier slots of i's group, q_i for j = i
     with np.errstate(divide="ignore", invalid="ignore"):
         within = np.where(size > 1, rel_g * (rel_g - 1) / (size * (size - 1)), 0.0)
-    joint = np.where(same, within[:, None], np.outer(q, q))
-    np.fill_diagonal(joint, q)
-    prefix = np.cumsum(np.tril(joint), axis=1)  # prefix[i, i] = Σ_{j<=i} E[rel_i rel_j]
-    ap_terms = np.diagonal(prefix) / (pos + 1.0)
+    before = np.concatenate([[0.0], np.cumsum(q)])[start]  # Σ q_j over earlier groups
+    ap_terms = (q * before + (pos - start) * within + q) / (pos + 1.0)
     for j, k in enumerate(ks):
         top = min(k, length)
         idcg = float(ideal[:k] @ ideal_discount[: min(k, ideal.size)])
@@ -132,6 +175,8 @@ def _expected_reciprocal_rank(size: np.ndarray, rel_g: np.ndarray, start: np.nda
         return 0.0
     i = int(hit[0])
     g, r, s = int(size[i]), int(rel_g[i]), int(start[i])
+    if r == g:  # every item of the group is relevant: the first slot
+        return 1.0 / (s + 1)
     j = np.arange(1, g - r + 2)
     prob = comb(g - j, r - 1) / comb(g, r)
     return float(prob @ (1.0 / (s + j)))
@@ -199,6 +244,13 @@ class RankingLayout:
                 total, total_sq = float(v[b + 2 * i]), float(v[b + 2 * i + 1])
                 out.append(clt_mean(f"{stem}_{k}", total, total_sq, n, confidence, unit))
         return out
+
+    def ndcg_loss(self, rows: np.ndarray) -> np.ndarray:
+        """1 − NDCG@k at the first cut-off of per-query rows (:func:`query_metrics`), NaN
+        for a query without a relevant item: the per-query loss of ranking comparisons."""
+        r = np.atleast_2d(rows)
+        scored = (r[:, 0] > 0) & (r[:, 1] == 0)
+        return np.where(scored, 1.0 - r[:, _BASE], np.nan)
 
     def excluded(self, vec: np.ndarray) -> dict[str, int]:
         """Queries left out of every metric because their label holds no relevant item."""

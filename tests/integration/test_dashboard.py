@@ -1,7 +1,8 @@
 """The Grafana dashboard against the real thing: every panel query returns data.
 
 A tansu broker, the daemon as a subprocess (a binary model with slices, drift against a
-reference and a canary comparison, a multiclass and a regression model, an SLO that fires
+reference and a canary comparison, a multiclass, a regression and a ranking model, an SLO
+that fires
 with a webhook receiver, 1 s evaluation) and a real
 Prometheus scraping it every second. Traffic keeps flowing while the checks run, so rate()
 panels see increases. Then each PromQL target of deploy/grafana/model-monitor.json, with
@@ -88,6 +89,13 @@ def _variable_queries() -> dict[str, str]:
     }
 
 
+def _variable_regex(name: str) -> str:
+    """A variable's value filter (Grafana: /regex/, the first group is the value)."""
+    dash = json.loads(DASHBOARD.read_text())
+    (var,) = [v for v in dash["templating"]["list"] if v["name"] == name]
+    return str(var.get("regex", "")).strip("/")
+
+
 def _substitute(expr: str, values: dict[str, str]) -> str:
     def one(m: re.Match[str]) -> str:
         name = m.group(1) or m.group(2)
@@ -139,8 +147,8 @@ def _history(now_ms: int) -> list[tuple[str, tuple[bytes | None, bytes | None]]]
 
 
 def _task_records(rng: np.random.Generator, pid: str, ts: int) -> list[tuple[str, dict[str, Any]]]:
-    """One multiclass (``triage``) and one regression (``eta``) prediction, each with its
-    label 2 s later in event time."""
+    """One multiclass (``triage``), one regression (``eta``) and one ranking (``search``)
+    prediction, each with its label 2 s later in event time."""
     truth = int(rng.integers(0, 3))
     p = rng.dirichlet([1.0, 1.0, 1.0]) * 0.5
     p[truth] += 0.5
@@ -154,6 +162,11 @@ def _task_records(rng: np.random.Generator, pid: str, ts: int) -> list[tuple[str
                          "prediction": round(guess, 3), "lower": round(guess - 5, 3),
                          "upper": round(guess + 5, 3)}),
         ("labels", {"id": f"r{pid}", "ts": ts + 2000, "label": round(target, 3)}),
+        ("predictions", {"id": f"s{pid}", "ts": ts, "model": "search", "version": "v1",
+                         "items": [{"item": f"d{j}", "score": round(float(x), 2)}
+                                   for j, x in enumerate(rng.random(6))]}),
+        ("labels", {"id": f"s{pid}", "ts": ts + 2000,
+                    "relevance": {f"d{j}": int(rng.integers(0, 3)) for j in range(3)}}),
     ]  # fmt: skip
 
 
@@ -227,8 +240,9 @@ def test_every_dashboard_query_returns_data(
     )  # fmt: skip
     config["models"] += [
         {"name": "triage", "task": "multiclass", "classes": ["a", "b", "c"],
-         "windows": list(WINDOWS)},
+         "windows": list(WINDOWS), "estimation": {"max_ece": 0.2}},
         {"name": "eta", "task": "regression", "windows": list(WINDOWS), "mase_scale": 2.0},
+        {"name": "search", "task": "ranking", "k": [5, 10], "windows": list(WINDOWS)},
     ]  # fmt: skip
     config["comparisons"] = [
         {"name": "canary", "model": "fraud", "control": "v1", "treatment": "v2",
@@ -264,6 +278,8 @@ def test_every_dashboard_query_returns_data(
             "comparison",
             "mc_model",
             "reg_model",
+            "rank_model",
+            "k",
             "job",
             "instance",
         }
@@ -277,11 +293,20 @@ def test_every_dashboard_query_returns_data(
             ),
         )
         models = _label_values(prom, queries["model"], values)
-        assert models == ["eta", "fraud", "triage"], models
+        assert models == ["eta", "fraud", "search", "triage"], models
         values["model"] = "fraud"
         assert _label_values(prom, queries["mc_model"], values) == ["triage"]
         assert _label_values(prom, queries["reg_model"], values) == ["eta"]
-        values.update(mc_model="triage", reg_model="eta")
+        assert _label_values(prom, queries["rank_model"], values) == ["search"]
+        values.update(mc_model="triage", reg_model="eta", rank_model="search")
+        pattern = _variable_regex("k")
+        cutoffs = sorted(
+            int(m.group(1))
+            for v in _label_values(prom, queries["k"], values)
+            if (m := re.fullmatch(pattern, v))
+        )
+        assert cutoffs == [5, 10], cutoffs
+        values["k"] = str(cutoffs[0])
         (job,) = _label_values(prom, queries["job"], values)
         values["job"] = job
         (instance,) = _label_values(prom, queries["instance"], values)
@@ -345,6 +370,10 @@ def test_every_dashboard_query_returns_data(
             assert 0 <= lower <= float(acc["value"][1]) <= upper <= 1
             assert m.get("mlmon_window_samples", model="fraud", version=version, window="1h",
                          slice="all")  # fmt: skip
+        # multiclass CBPE in the daemon: the top-label estimate beside the realized accuracy
+        est = m.find("mlmon_estimated_accuracy", model="triage", window="1h", slice="all")
+        assert est and all(0 < s.value < 1 for s in est), est
+        assert m.find("mlmon_estimate_reliable", model="triage", window="1h", slice="all")
         breached = prom.query('mlmon_slo_breached{slo="fraud-recall"}')
         assert breached and max(float(s["value"][1]) for s in breached) == 1.0, breached
         assert _Webhook.received, "the breached SLO was never delivered to the webhook"

@@ -95,3 +95,29 @@ def test_empty_list_is_a_query_with_nothing_ranked() -> None:
     got = {m.name: m.value for m in layout.metrics(vec)}
     assert got["recall_at_3"] == 0.0 and got["mrr"] == 0.0 and got["ndcg_at_3"] == 0.0
     assert np.isfinite(list(got.values())).all()
+
+
+def test_ranking_labels_keep_their_place_in_a_mixed_label_batch() -> None:
+    from monitor.engine.records import hash_ids
+    from monitor.ingest.decode import DecodeLimits, LabelDecoder
+    from monitor.ingest.ranking import relevance_digest
+
+    decoder = LabelDecoder(DecodeLimits(1 << 20, 10**12), max_items=5)
+    raws = [
+        b'{"id": "a", "ts": 1000, "label": 1}',
+        b'{"id": "q1", "ts": 1000, "relevance": {"x": 2, "y": 0}}',
+        b'{"id": "b", "ts": 1000, "label": "0"}',
+        b'{"id": "q2", "ts": 1000, "clicked": ["z"]}',
+        b'{"id": "q3", "ts": 1000, "clicked": ["z", "z"]}',
+        b'{"id": "c", "ts": 1000, "label": 0}',
+    ]
+    batch, rejects = decoder.decode(raws, now_ms=10**12)
+    assert [(i, r) for i, r, _ in rejects] == [(4, "duplicate_item")]
+    assert batch.keys.tolist() == hash_ids(["a", "q1", "b", "q2", "c"]).tolist()
+    assert batch.relevance == [None, {"x": 2.0, "y": 0.0}, None, {"z": 1.0}, None]
+    assert batch.value is not None
+    assert batch.value[1] == relevance_digest({"y": 0.0, "x": 2.0})  # order-free
+    assert batch.value[3] == relevance_digest({"z": 1.0}) != batch.value[1]
+    # without ranking models the same record is a label without its field
+    _, plain = LabelDecoder(DecodeLimits(1 << 20, 10**12)).decode(raws[1:2], now_ms=10**12)
+    assert [r for _, r, _ in plain] == ["missing_field"]

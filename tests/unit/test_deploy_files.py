@@ -599,7 +599,7 @@ def test_systemd_unit_matches_the_cli_and_state_dir() -> None:
 # -- the Grafana dashboard --------------------------------------------------------------
 GRAFANA_BUILTINS = {"__rate_interval", "__interval", "__range", "__all", "__auto"}
 DASHBOARD_VARIABLES = {"datasource", "model", "version", "window", "slice", "mc_model", "reg_model",
-                       "job", "instance"}  # fmt: skip
+                       "rank_model", "k", "job", "instance"}  # fmt: skip
 # operational series: every panel showing one filters it by the job/instance variables
 OPERATIONAL = ("mlmon_records_total", "mlmon_invalid_records_total", "mlmon_consumer_lag",
                "mlmon_pending_predictions", "mlmon_orphan_labels", "mlmon_join_events_total",
@@ -702,6 +702,9 @@ def exporter_metric_names() -> set[str]:
     catalog |= {fbeta_name(b) for b in betas}
     catalog |= {gain_name(f, stem) for f in (0.1, 0.2, 0.5) for stem in ("gain", "lift")}
     catalog |= {f"estimated_{m}" for m in ESTIMATED_METRICS} | {"estimate_reliable"}
+    # ranking metrics carry their cut-off (k = 5, 10 by default); mrr does not
+    catalog |= {f"{m}_at_{k}" for m in config.RANKING_METRICS if m != "mrr" for k in (5, 10)}
+    catalog.add("mrr")
     for metric in catalog:
         names |= {f"mlmon_{metric}", f"mlmon_{metric}_ci_lower", f"mlmon_{metric}_ci_upper"}
     return names
@@ -719,11 +722,14 @@ def test_exporter_metric_name_scan_finds_the_contract() -> None:
     assert "mlmon_records" not in names  # a counter is exposed with _total
 
 
-def substitute(expr: str, values: dict[str, str]) -> str:
-    """Replace $var and ${var} (Grafana syntax) with ``values``."""
+def substitute(expr: str, values: dict[str, str], partial: bool = False) -> str:
+    """Replace $var and ${var} (Grafana syntax) with ``values`` (``partial``: leave the
+    others as they are)."""
 
     def one(m: re.Match[str]) -> str:
         name = m.group(1) or m.group(2)
+        if partial and name not in values:
+            return m.group(0)
         assert name in values, f"no value for ${name} in {expr}"
         return values[name]
 
@@ -763,7 +769,12 @@ def test_grafana_dashboard_variables_and_metrics(tmp_path: Path) -> None:
                 if prop["id"] == "custom.fillBelowTo":
                     assert o["matcher"]["options"] in legends and prop["value"] in legends
     exprs = dashboard_exprs(dash)
-    used_names = {n for _, e in exprs for n in re.findall(r"\bmlmon_[a-z0-9_]+", e)}
+    # the ranking panels name the cut-off by the $k variable (values such as 10)
+    used_names = {
+        n
+        for _, e in exprs
+        for n in re.findall(r"\bmlmon_[a-z0-9_]+", substitute(e, {"k": "10"}, partial=True))
+    }
     assert used_names <= known, f"not exported by the monitor: {sorted(used_names - known)}"
     # what the dashboard is for: each family below is on some panel
     for family in ("mlmon_accuracy", "mlmon_accuracy_ci_lower", "mlmon_recall_ci_upper",
@@ -778,14 +789,17 @@ def test_grafana_dashboard_variables_and_metrics(tmp_path: Path) -> None:
                    "mlmon_r2", "mlmon_interval_coverage", "mlmon_estimated_accuracy",
                    "mlmon_estimated_accuracy_ci_lower", "mlmon_estimate_reliable",
                    "mlmon_ks_statistic", "mlmon_gini", "mlmon_gain_at_10",
-                   "mlmon_mase"):  # fmt: skip
+                   "mlmon_mase", "mlmon_ndcg_at_10", "mlmon_ndcg_at_10_ci_lower", "mlmon_mrr",
+                   "mlmon_map_at_10", "mlmon_precision_at_10", "mlmon_recall_at_10",
+                   "mlmon_hit_rate_at_10"):  # fmt: skip
         assert family in used_names, f"no panel shows {family}"
     for title, expr in exprs:
         for name in OPERATIONAL:
             for m in re.finditer(rf"\b{name}\b(\{{[^}}]*\}})?", expr):
                 sel = m.group(1) or ""
                 assert 'job=~"$job"' in sel and 'instance=~"$instance"' in sel, (title, expr)
-    for name, metric in (("mc_model", "mlmon_f1_macro"), ("reg_model", "mlmon_mae")):
+    for name, metric in (("mc_model", "mlmon_f1_macro"), ("reg_model", "mlmon_mae"),
+                         ("rank_model", "mlmon_mrr")):  # fmt: skip
         query = variables[name]["query"]["query"]
         assert query == f'label_values({metric}{{slice="all"}}, model)', query
 
@@ -794,7 +808,8 @@ def test_grafana_dashboard_variables_and_metrics(tmp_path: Path) -> None:
     promtool = require_binary("promtool", hint="apt-get install prometheus")
     values = {"datasource": "prometheus", "model": "fraud", "version": "v1|v2", "window": "1h",
               "slice": "all", "comparison": ".*", "__rate_interval": "1m", "__range": "1h",
-              "mc_model": "triage", "reg_model": "eta", "job": ".*", "instance": ".*",
+              "mc_model": "triage", "reg_model": "eta", "rank_model": "search", "k": "10",
+              "job": ".*", "instance": ".*",
               "__interval": "15s"}  # fmt: skip
     rules = {"groups": [{"name": "dashboard", "rules": [
         {"record": f"dashboard:expr_{i}", "expr": substitute(e, values)}

@@ -275,7 +275,7 @@ def test_comparison_arms_match_sklearn_and_start_with_the_treatment() -> None:
         yy, ss = y[sel], score[sel]
         moments = e.arm_loss["c"][arm]
         k = int(sel.sum())
-        assert moments[:, 0].tolist() == [k] * 4
+        assert moments[:, 0].tolist() == [k] * 4 + [0, 0]  # ranking, estimated: other specs
         mean = moments[:, 1] / k
         assert mean[0] == pytest.approx(np.mean(yy != (ss >= 0.5)), abs=1e-12)
         assert mean[1] == pytest.approx(log_loss(yy, ss, labels=[0, 1]), abs=1e-9)

@@ -1,0 +1,181 @@
+"""What a ranking join needs beside the columnar join buffer: item lists and relevance maps.
+
+A ranking prediction is one query's ranked list and its label a relevance map; neither fits
+the fixed-width columns of :class:`~monitor.engine.table.KeyedTable`. The buffer still holds
+the query's row (identity, time, group, join state, and the label's digest as its value, so
+duplicates and conflicts are judged as for any label); this side table holds the variable
+parts until the join turns them into one fixed-size row of per-query sums
+(:class:`~monitor.stats.ranking.RankingLayout`), which is all the buckets keep.
+
+- A list waits under (id hash, group) until its label joins it, then is dropped.
+- A relevance map stays under (id hash, digest) while any prediction or waiting label of
+  that id is in the buffer: a later version's prediction (shadow mode) joins it too.
+- Entries whose id left the buffer (joined and expired, evicted) are collected, amortized.
+
+Checkpointed as flat arrays (UTF-8 item bytes, lengths, scores, grades): no pickle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..stats.ranking import RankedList, RankingLayout, grades_for, query_metrics
+
+__all__ = ["RankingState"]
+
+_PREFIX = "ranking."
+
+
+class RankingState:
+    """Ranked lists waiting for labels and relevance maps, keyed by id hash."""
+
+    def __init__(self) -> None:
+        self.lists: dict[tuple[int, int], RankedList] = {}  # (key, group) -> list
+        self.relevance: dict[tuple[int, float], dict[str, float]] = {}  # (key, digest)
+
+    def __len__(self) -> int:
+        return len(self.lists) + len(self.relevance)
+
+    def add_lists(self, keys: np.ndarray, groups: np.ndarray, lists: Sequence[Any]) -> None:
+        """Lists of new (first-seen) predictions; rows of other tasks carry None."""
+        for key, group, ranked in zip(keys.tolist(), groups.tolist(), lists, strict=True):
+            if ranked is not None:
+                self.lists[(key, group)] = ranked
+
+    def add_relevance(
+        self,
+        keys: np.ndarray,
+        digests: np.ndarray,
+        relevance: Sequence[dict[str, float] | None],
+    ) -> np.ndarray:
+        """Keep each ranking label's grades (the first of equal digests); returns the mask
+        of rows that are ranking labels."""
+        mask = np.fromiter((r is not None for r in relevance), bool, len(relevance))
+        for i in np.flatnonzero(mask).tolist():
+            grades = relevance[i]
+            assert grades is not None
+            self.relevance.setdefault((int(keys[i]), float(digests[i])), grades)
+        return mask
+
+    def contributions(
+        self, layout: RankingLayout, keys: np.ndarray, groups: np.ndarray, digests: np.ndarray
+    ) -> np.ndarray:
+        """Per-query rows (``layout.width``) of joined queries; their lists are released.
+        A query whose list or grades are unknown contributes a zero row (counted nowhere),
+        which a consistent state never produces."""
+        out = np.zeros((keys.shape[0], layout.width))
+        for i, (key, group, digest) in enumerate(
+            zip(keys.tolist(), groups.tolist(), digests.tolist(), strict=True)
+        ):
+            ranked = self.lists.pop((key, group), None)
+            grades = self.relevance.get((key, digest))
+            if ranked is None or grades is None:
+                continue
+            gains, unranked = grades_for(ranked, grades)
+            row = query_metrics(ranked.scores, gains, layout.ks, unranked)
+            if row is not None:
+                out[i] = row
+        return out
+
+    def collect(
+        self,
+        in_predictions: Callable[[np.ndarray], np.ndarray],
+        in_labels: Callable[[np.ndarray], np.ndarray],
+    ) -> int:
+        """Drop lists whose id has no prediction left and maps whose id has neither a
+        prediction nor a waiting label; returns entries dropped."""
+        before = len(self)
+        if self.lists:
+            keys = np.fromiter((k for k, _ in self.lists), np.uint64, len(self.lists))
+            alive = in_predictions(keys)
+            for (key, group), ok in zip(list(self.lists), alive.tolist(), strict=True):
+                if not ok:
+                    del self.lists[(key, group)]
+        if self.relevance:
+            keys = np.fromiter((k for k, _ in self.relevance), np.uint64, len(self.relevance))
+            alive = in_predictions(keys) | in_labels(keys)
+            for entry, ok in zip(list(self.relevance), alive.tolist(), strict=True):
+                if not ok:
+                    del self.relevance[entry]
+        return before - len(self)
+
+    # -- state ---------------------------------------------------------------------------
+    def arrays(self) -> dict[str, np.ndarray]:
+        lists = list(self.lists.items())
+        rel = list(self.relevance.items())
+        item_len, item_bytes = _pack([i for _, r in lists for i in r.items])
+        rel_len, rel_bytes = _pack([i for _, g in rel for i in g])
+        return {
+            f"{_PREFIX}list_keys": np.array([k for (k, _), _ in lists], np.uint64),
+            f"{_PREFIX}list_groups": np.array([g for (_, g), _ in lists], np.int64),
+            f"{_PREFIX}list_sizes": np.array([len(r.items) for _, r in lists], np.int64),
+            f"{_PREFIX}list_scores": np.concatenate(
+                [np.zeros(0)] + [np.asarray(r.scores, np.float64) for _, r in lists]
+            ),
+            f"{_PREFIX}item_len": item_len,
+            f"{_PREFIX}item_bytes": item_bytes,
+            f"{_PREFIX}rel_keys": np.array([k for (k, _), _ in rel], np.uint64),
+            f"{_PREFIX}rel_digests": np.array([d for (_, d), _ in rel], np.float64),
+            f"{_PREFIX}rel_sizes": np.array([len(g) for _, g in rel], np.int64),
+            f"{_PREFIX}rel_grades": np.array([x for _, g in rel for x in g.values()], np.float64),
+            f"{_PREFIX}rel_item_len": rel_len,
+            f"{_PREFIX}rel_item_bytes": rel_bytes,
+        }
+
+    def load(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """Restore from :meth:`arrays`; ValueError when the arrays do not fit together."""
+        a = {k[len(_PREFIX) :]: np.asarray(v) for k, v in arrays.items() if k.startswith(_PREFIX)}
+        self.lists, self.relevance = {}, {}
+        if not a:
+            return
+        sizes = a["list_sizes"].astype(np.int64)
+        items = _unpack(a["item_len"], a["item_bytes"])
+        scores = a["list_scores"].astype(np.float64)
+        keys, groups = a["list_keys"], a["list_groups"]
+        if not (sizes.shape == keys.shape == groups.shape) or (sizes < 0).any():
+            raise ValueError("ranked lists: keys, groups and sizes disagree")
+        if int(sizes.sum()) != len(items) or scores.shape != (len(items),):
+            raise ValueError("ranked lists: item counts disagree")
+        ends = np.cumsum(sizes)
+        for key, group, end, size in zip(keys.tolist(), groups.tolist(), ends.tolist(),
+                                         sizes.tolist(), strict=True):  # fmt: skip
+            self.lists[(int(key), int(group))] = RankedList(
+                tuple(items[end - size : end]), scores[end - size : end].copy()
+            )
+        sizes = a["rel_sizes"].astype(np.int64)
+        names = _unpack(a["rel_item_len"], a["rel_item_bytes"])
+        grades = a["rel_grades"].astype(np.float64)
+        keys, digests = a["rel_keys"], a["rel_digests"]
+        if not (sizes.shape == keys.shape == digests.shape) or (sizes < 0).any():
+            raise ValueError("relevance maps: keys, digests and sizes disagree")
+        if int(sizes.sum()) != len(names) or grades.shape != (len(names),):
+            raise ValueError("relevance maps: item counts disagree")
+        ends = np.cumsum(sizes)
+        for key, digest, end, size in zip(keys.tolist(), digests.tolist(), ends.tolist(),
+                                          sizes.tolist(), strict=True):  # fmt: skip
+            g = grades[end - size : end].tolist()
+            self.relevance[(int(key), float(digest))] = dict(
+                zip(names[end - size : end], g, strict=True)
+            )
+
+
+def _pack(strings: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    encoded = [s.encode("utf-8") for s in strings]
+    lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
+    return lengths, np.frombuffer(b"".join(encoded), np.uint8).copy()
+
+
+def _unpack(lengths: np.ndarray, data: np.ndarray) -> list[str]:
+    lengths = np.asarray(lengths, np.int64)
+    raw = np.asarray(data, np.uint8).tobytes()
+    if (lengths < 0).any() or int(lengths.sum()) != len(raw):
+        raise ValueError("item ids: lengths disagree with the bytes")
+    ends = np.cumsum(lengths).tolist()
+    starts = [0, *ends[:-1]] if ends else []
+    try:
+        return [raw[s:e].decode("utf-8") for s, e in zip(starts, ends, strict=True)]
+    except UnicodeDecodeError as err:
+        raise ValueError(f"item ids are not UTF-8: {err}") from None
