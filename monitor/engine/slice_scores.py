@@ -26,12 +26,13 @@ import math
 import numpy as np
 from scipy.special import chdtrc, expit, stdtrit
 
-from ..stats.common import NAN, class_count_reason
+from ..stats.common import NAN, class_count_reason, trials_reason
 from ..stats.intervals import wilson_interval, z_value
 from ..stats.results import MetricValue
 from ..stats.scores import (
     ECE_INTERVAL_NOTE,
-    KERNEL_A,
+    EVIDENCE_ALPHA,
+    EVIDENCE_POWER,
     MIN_GROUP_EVENTS,
     MIN_SCORE_CLASS_COUNT,
     ReliabilityBin,
@@ -112,6 +113,7 @@ def slice_score_metrics_many(
     reasons = _reasons(positives, negatives)
     score_reasons = _reasons(n_pos, n_neg)
 
+    calibration = _calibration_test(count, sp, sy)
     columns = [
         _roc_auc(neg, pos, n_pos, n_neg, confidence, score_reasons),
         _pr_auc(interpolated_ap_many(neg, pos), n_pos, z, score_reasons),
@@ -119,11 +121,11 @@ def slice_score_metrics_many(
         _clt("log_loss", v[:, s], v[:, s + 1], v[:, s + 2], z, (0.0, math.inf), reasons),
         _clt("brier", v[:, s], v[:, s + 3], v[:, s + 4], z, (0.0, 1.0), reasons),
         _ece("ece", count, sp, sy, z),
-        _ece_debiased(count, sp, sy),
-        _calibration_test(count, sp, sy),
+        _ece_debiased(count, sp, sy, np.asarray(calibration[0], np.float64)),
+        calibration,
         _ece("ece_equal_mass", *_equal_mass(neg, pos, v[:, 2 * b : 3 * b], mc), z),
         _mce(count, sp, sy, z),
-        _base_rate(positives, n_cal, confidence),
+        _base_rate(positives, negatives, n_cal, confidence),
     ]
     names = _NAMES
     per_metric = [
@@ -278,19 +280,22 @@ def _ece(name: str, count: np.ndarray, sp: np.ndarray, sy: np.ndarray, z: float)
     return _column(value, lo, hi, np.where(n > 0, n, 0.0), "delta")
 
 
-def _ece_debiased(count: np.ndarray, sp: np.ndarray, sy: np.ndarray) -> _Column:
-    """``ece_debiased_from_bins`` of each row (no interval)."""
+def _ece_debiased(
+    count: np.ndarray, sp: np.ndarray, sy: np.ndarray, p_value: np.ndarray
+) -> _Column:
+    """``ece_debiased_from_bins`` of each row, given its calibration-test p-value (no
+    interval): (Σ|Σy − Σp| − w(p)·Σ MAD_b)/n."""
     n = count.sum(axis=1)
     ok = count > 0
     c = np.where(ok, count, 1.0)
-    gap = np.where(ok, sy - sp, 0.0)
     pbar = np.clip(np.where(ok, sp / c, 0.0), 0.0, 1.0)
-    var = c * pbar * (1.0 - pbar)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        z2 = np.where(var > 0, gap * gap / np.where(var > 0, var, 1.0), 0.0)
-        kernel = math.sqrt(1.0 + KERNEL_A) * np.exp(-KERNEL_A * z2 / 2.0)
-        term = np.where(ok, np.abs(gap) - _binomial_mad(c, pbar) * kernel, 0.0)
-        value = np.where(n > 0, term.sum(axis=1) / n, NAN)
+    noise = np.where(ok, _binomial_mad(c, pbar), 0.0).sum(axis=1)
+    beta, gamma = EVIDENCE_ALPHA, EVIDENCE_POWER
+    with np.errstate(divide="ignore", invalid="ignore"):
+        weight = np.minimum(1.0, p_value / beta) ** gamma / (1.0 - beta * gamma / (gamma + 1.0))
+        weight = np.where(np.isfinite(p_value), weight, 1.0)
+        gap = np.where(ok, np.abs(sy - sp), 0.0).sum(axis=1)
+        value = np.where(n > 0, (gap - weight * noise) / n, NAN)
     nan = np.full(n.shape, NAN)
     col = _column(value, nan, nan, np.where(n > 0, n, 0.0), "debiased")
     notes = [ECE_INTERVAL_NOTE if x > 0 else "" for x in n.tolist()]
@@ -380,11 +385,19 @@ def _mce(count: np.ndarray, sp: np.ndarray, sy: np.ndarray, z: float) -> _Column
     return _column(value, lo, hi, np.where(any_ok, count[r, b], 0.0), "delta")
 
 
-def _base_rate(positives: np.ndarray, n: np.ndarray, confidence: float) -> _Column:
+def _base_rate(
+    positives: np.ndarray, negatives: np.ndarray, n: np.ndarray, confidence: float
+) -> _Column:
+    """``common.ratio`` of the base rate, gated like ``ScoreLayout.metrics``: withheld
+    below ``MIN_TRIALS`` rows, then below ``MIN_CLASS_COUNT`` of a class."""
     lo, hi = wilson_interval(positives, n, confidence)
     with np.errstate(divide="ignore", invalid="ignore"):
         value = np.where(n > 0, positives / n, NAN)
-    return _column(value, lo, hi, n, "wilson")
+    reasons = [
+        trials_reason(t) or (class_count_reason(p, q) if t > 0 else "")
+        for t, p, q in zip(n.tolist(), positives.tolist(), negatives.tolist(), strict=True)
+    ]
+    return _column(value, lo, hi, n, "wilson", reasons)
 
 
 def _reliability(
