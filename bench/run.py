@@ -1734,8 +1734,11 @@ def fleet_child(
         exposition.page(gzip=True)
         gz.append(time.perf_counter() - t0)
     out.update(scrape_s=median(scrapes), scrape_gzip_s=median(gz), page_mb=len(page) / 1e6)
-    # ingestion with and without evaluation ticking every INGEST_TICK_S in another thread
-    n_stream = max(20_000, n_events // 10)
+    # ingestion with and without evaluation ticking every INGEST_TICK_S in another thread;
+    # the streams last about INGEST_S each (sized from a first measurement alone)
+    probe = _fleet_events(rng, 20_000, *shape, now - 3_600_000, now, "probe-")[:2]
+    rate = 20_000 / _ingest(engine, lock, *probe)[0]
+    n_stream = max(20_000, round(rate * INGEST_S))
     streams = [
         _fleet_events(rng, n_stream, *shape, now - 3_600_000, now, f"s{i}-")[:2] for i in range(3)
     ]
@@ -1757,7 +1760,7 @@ def fleet_child(
     alone = (alone_a + alone_b) / 2
     out.update(
         ingest_alone_eps=n_stream / alone, ingest_with_eval_eps=n_stream / with_eval,
-        ingest_ticks=float(len(tick_holds) // 3), ingest_wait_max_s=max(waits),
+        ingest_ticks=float(len(tick_holds) // 4), ingest_wait_max_s=max(waits),
         ingest_wait_alone_max_s=max(waits_a + waits_b),
         ingest_hold_max_s=max(tick_holds, default=0.0), stream_events=float(n_stream),
     )  # fmt: skip
@@ -1765,6 +1768,7 @@ def fleet_child(
 
 
 INGEST_TICK_S = 2.0  # evaluation interval while measuring ingestion (the default is 10 s)
+INGEST_S = 15.0  # how long each ingestion stream lasts, about
 
 
 def _in_child(*args: Any) -> dict[str, float]:

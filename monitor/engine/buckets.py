@@ -41,8 +41,15 @@ class CopyPlan:
 
     def copy(self) -> None:
         """The bulk copy, outside the lock (NumPy copies without holding the GIL, so the
-        writer runs meanwhile; rows it changes are re-copied by ``finish_copy``)."""
-        self.copied = {name: arr.copy() for name, arr in self.source.items()}
+        writer runs meanwhile; rows it changes are re-copied by ``finish_copy``), with
+        room for the rows the writer adds meanwhile (appended under the lock without
+        copying the rest again)."""
+        spare = self.n // 4 + 1024
+        self.copied = {}
+        for name, arr in self.source.items():
+            out = np.empty((arr.shape[0] + spare, *arr.shape[1:]), arr.dtype)
+            out[: arr.shape[0]] = arr
+            self.copied[name] = out
         self.source = {}
 
 
@@ -389,7 +396,11 @@ class BucketStore:
             copied = plan.copied[name]
             if rows.shape[0]:
                 copied[rows] = live[rows]
-            out[name] = np.concatenate([copied, live[n0:]]) if self._n > n0 else copied
+            if self._n <= copied.shape[0]:
+                copied[n0 : self._n] = live[n0:]
+                out[name] = copied[: self._n]
+            else:  # more new rows than the room left for them
+                out[name] = np.concatenate([copied[:n0], live[n0:]])
         plan.patched = int(rows.shape[0]) + (self._n - n0)
         return out
 
@@ -405,21 +416,26 @@ class BucketStore:
         self._sum_plans.append(plan)
         return plan
 
-    def sum_chunk(self, plan: SumPlan) -> bool:
-        """Sum the plan's next chunk of rows; False when every row it covers is summed
-        (or rows moved meanwhile: :meth:`finish_sums` then sums afresh)."""
-        if plan.generation != self.generation or plan.done >= plan.n:
+    def sum_chunk(self, plan: SumPlan, index: np.ndarray, size: int) -> bool:
+        """Sum the plan's next chunk of rows — rows the writer added meanwhile included,
+        so the lock-held finish only has the last few; False when every row is summed
+        (or rows moved meanwhile: :meth:`finish_sums` then sums afresh). ``index`` and
+        ``size``: the plan's group index now (groups added meanwhile appended)."""
+        if plan.generation != self.generation or plan.done >= self._n:
             return False
+        if plan.sums is not None and size > plan.size:
+            plan.sums = [np.pad(x, ((0, size - plan.size), (0, 0))) for x in plan.sums]
+        plan.index, plan.size = index, size
         col = self._cols[plan.matrix]
         step = max(1, _SUM_CHUNK_BYTES // max(1, col.itemsize * col.shape[1]))
-        lo, hi = plan.done, min(plan.n, plan.done + step)
+        lo, hi = plan.done, min(self._n, plan.done + step)
         if plan.sums is None:
             plan.sums = [np.zeros((plan.size, col.shape[1])) for _ in plan.bounds]
         group, bucket = self.group[lo:hi], self.bucket[lo:hi]
         for sums, b in zip(plan.sums, plan.bounds, strict=True):
             window_group_sums(group, bucket, col[lo:hi], b, plan.index, plan.size, sums)
         plan.done = hi
-        return plan.done < plan.n
+        return plan.done < self._n
 
     def finish_sums(self, plan: SumPlan, index: np.ndarray, size: int) -> list[np.ndarray]:
         """The plan's window sums as of now (call under the lock), group g in row

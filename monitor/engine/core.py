@@ -114,6 +114,10 @@ RANKED = -3
 _TASKS = {"binary": 0, "multiclass": 1, "regression": 2, "ranking": 3}
 
 
+# lock holds a snapshot spends summing one per-segment store (~16 MB each): the rest, if
+# the writer outruns them, is summed in the final hold
+_MAX_SUM_CHUNKS = 10_000
+
 # Version of the engine's part of a checkpoint: 2 keeps per-model stores (format 1, one
 # store holding every model's matrices, is migrated on load).
 ENGINE_FORMAT = 2
@@ -1440,13 +1444,14 @@ class Engine:
         try:
             for _, plan in plans:  # the bulk copy, while ingestion goes on
                 plan.copy()
-            for _, store, sum_plan, _ in sums:  # window sums a chunk per lock hold
-                more = True
-                while more:
+            for m, store, sum_plan, _ in sums:  # window sums a chunk per lock hold
+                more, rounds = True, 0
+                while more and rounds < _MAX_SUM_CHUNKS:  # the writer may keep adding rows
                     held = time.perf_counter()
                     with guard:
-                        more = store.sum_chunk(sum_plan)
+                        more = store.sum_chunk(sum_plan, *self._model_index_of_groups(m))
                     holds.append(time.perf_counter() - held)
+                    rounds += 1
         except BaseException:
             for st, _ in plans:
                 st.abandon_copy()

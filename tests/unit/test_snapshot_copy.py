@@ -130,7 +130,7 @@ def test_window_sums_by_chunks_equal_sums_of_the_final_rows(monkeypatch) -> None
     bounds = [(0, 59), (30, 59), (55, 59), (100, 200)]
     plan = store.begin_sums("scores", bounds, np.arange(30), 30)
     chunks = 0
-    while store.sum_chunk(plan):
+    while store.sum_chunk(plan, np.arange(40), 40):
         chunks += 1
         _write(store, rng, 40, 70)  # old rows (summed or not), new rows, new groups
     assert chunks > 3 and plan.undo
@@ -146,9 +146,9 @@ def test_window_sums_after_a_roll_up_are_summed_afresh() -> None:
         _write(store, rng, 5, 200)
     bounds = [(0, 199)]
     plan = store.begin_sums("scores", bounds, np.arange(5), 5)
-    store.sum_chunk(plan)
+    store.sum_chunk(plan, np.arange(5), 5)
     assert store.roll_up(store.tiers.advanced(200 * WIDTH, 2 * 3_600_000, 8 * 86_400_000)) > 0
-    assert not store.sum_chunk(plan)
+    assert not store.sum_chunk(plan, np.arange(5), 5)
     got = store.finish_sums(plan, np.arange(5), 5)
     np.testing.assert_allclose(got[0], _fresh_sums(store, bounds, 5)[0], rtol=1e-12)
 
