@@ -7,15 +7,17 @@ Per partition number p (co-partitioning gives an instance p of both topics):
   plus p's next offsets) and seek both topics' p there; a partition whose state cannot
   be read stays paused (never consumed without its state) and is retried;
 - **checkpoint tick and revocation**: serialise p's engine with its offsets, ``store`` it
-  (acknowledged by the broker), and only then commit p's offsets to the group — so p's
-  records are applied once whatever the sequence of kills and rebalances: the state's
-  offsets, not the group's, say where reading resumes;
+  (acknowledged by the broker), and only then commit p's offsets to the group (at the
+  tick; a revocation leaves the commit to the next owner) — so p's records are applied
+  once whatever the sequence of kills and rebalances: the state's offsets, not the
+  group's, say where reading resumes;
 - **stats**: every ``scale.stats_interval`` p's mergeable statistics go to
   ``<group>-stats``; every instance merges its own live partitions with the others'
   latest publications (``merge.py``), so all serve the same status, comparisons and SLOs;
 - **exporter**: the owner of partition 0 (unique per group generation: the group
-  protocol's own election) exports the global quality series and sends SLO alerts; every
-  instance exports its own operational series.
+  protocol's own election), once it has read the stats topic to its end, exports the
+  global quality series and sends SLO alerts; every instance exports its own
+  operational series.
 
 The base ``Daemon``'s engine is the *holder* of the global comparison and drift state
 (it never receives records). docs/scale-out.md describes the design and its limits.
@@ -31,9 +33,12 @@ from dataclasses import replace
 from typing import Any
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from ..alerting.slo import SloStatus
 from ..app import Daemon, StartupError
+from ..config import KafkaSettings, Settings
 from ..engine.clock import retention_now
 from ..engine.core import Engine, StateMismatch
 from ..engine.snapshot import Snapshot
@@ -57,7 +62,7 @@ STATE_FORMAT = 1
 
 
 class _Partition:
-    """One owned partition number: its engine, pipeline and next offsets."""
+    """One owned partition number: its engine and the next offsets it covers."""
 
     def __init__(self, number: int, engine: Engine, offsets: dict[str, int]) -> None:
         self.number = number
@@ -67,7 +72,7 @@ class _Partition:
 
 
 class PartitionedDaemon(Daemon):
-    def __init__(self, settings: Any, registry: Any = None) -> None:
+    def __init__(self, settings: Settings, registry: CollectorRegistry | None = None) -> None:
         super().__init__(settings, registry)
         k = settings.kafka
         client = metadata_config(k)
@@ -344,7 +349,7 @@ class PartitionedDaemon(Daemon):
             pub, snapshot=Snapshot(at_ms=pub.snapshot.at_ms, ops=pub.snapshot.ops), slos=()
         )
 
-    def _evaluate_slos(self, snap: Snapshot) -> tuple[Any, ...]:
+    def _evaluate_slos(self, snap: Snapshot) -> tuple[SloStatus, ...]:
         if self.exporter:
             return super()._evaluate_slos(snap)
         try:  # states for /api/v1/slos everywhere; alerts only from the exporter
@@ -502,7 +507,7 @@ class PartitionedSource(KafkaPythonSource):
     """kafka-python source whose batches are split per (kind, partition number) and whose
     rebalance listener hands partitions over through the daemon."""
 
-    def __init__(self, k: Any, daemon: PartitionedDaemon) -> None:
+    def __init__(self, k: KafkaSettings, daemon: PartitionedDaemon) -> None:
         self.settings = k
         self.on_resume = None
         self.unchecked: dict[TopicPartition, int] = {}

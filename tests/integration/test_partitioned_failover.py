@@ -89,7 +89,10 @@ def config(broker: LocalBroker, tmp: Path, name: str, am: AlertmanagerServer | N
             {"name": SLO, "model": "fraud", "metric": "accuracy", "window": WINDOW,
              "objective": 0.99, "direction": "above", "min_samples": 200, "for": "2s"}
         ]  # fmt: skip
-        cfg["alerting"] = {"alertmanager_url": am.url, "resend_interval": "5s",
+        # a firing alert's endsAt is 4 resend intervals ahead: above the longest time
+        # without an exporter (kill -> rebalance -> restore -> stats read to the end),
+        # or Alertmanager resolves it in between (docs/scale-out.md section 5)
+        cfg["alerting"] = {"alertmanager_url": am.url, "resend_interval": "15s",
                            "timeout": "1s", "retry_initial": "0.2s", "retry_max": "1s"}  # fmt: skip
     return write_config(tmp / f"{name}.toml", cfg)
 
