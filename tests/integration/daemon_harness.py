@@ -644,6 +644,7 @@ def assert_counted_once(m: Metrics, predictions: int, labels: int, context: str)
     assert m.get("mlmon_pending_predictions") == predictions - labels, context
 
 
+# -- reading a topic --------------------------------------------------------------------
 def read_topic(bootstrap: str, topic: str, timeout: float = 30.0) -> list[Any]:
     """Every record in ``topic`` now, in partition order (kafka-python ConsumerRecords).
 
