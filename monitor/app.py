@@ -33,7 +33,7 @@ from .config import Settings, redacted
 from .engine.clock import EventWatermark, SteadyClock, retention_now
 from .engine.core import Engine, StateMismatch
 from .engine.evaluate import ops_state
-from .engine.snapshot import Snapshot
+from .engine.snapshot import OpsState, Snapshot
 from .export.exposition import Exposition
 from .export.http import HttpLimits, HttpServer, Response
 from .export.published import Published, RuntimeStatus, extend_history
@@ -261,6 +261,12 @@ class Daemon:
             log.exception("evaluation failed")
             self._set_status(last_evaluation_ok=False, last_evaluation_error=repr(err))
             return None
+        self._publish_snapshot(snap, ops)
+        return snap
+
+    def _publish_snapshot(self, snap: Snapshot, ops: OpsState | None) -> None:
+        """Make a fresh snapshot the one every reader sees: its SLO states and alerts,
+        the comparison history, the status flags, and the rendered /metrics page."""
         slos = self._evaluate_slos(snap)
         alerts = self._delivery_stats()
         with self._pub_lock:
@@ -274,7 +280,6 @@ class Daemon:
             self.exposition.refresh()
         except Exception:
             log.exception("rendering /metrics failed")
-        return snap
 
     # -- SLOs and alerts -------------------------------------------------------------
     def _delivery_stats(self) -> DeliveryStats | None:

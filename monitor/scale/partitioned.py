@@ -42,7 +42,7 @@ from ..config import KafkaSettings, Settings
 from ..engine.clock import retention_now
 from ..engine.core import Engine, StateMismatch
 from ..engine.snapshot import Snapshot
-from ..export.published import Published, extend_history
+from ..export.published import Published
 from ..ingest.deadletter import DeadLetterSink
 from ..ingest.kafka import KafkaPythonSource, consumer_config
 from ..ingest.pipeline import RawBatch, offset_key
@@ -325,19 +325,7 @@ class PartitionedDaemon(Daemon):
             log.exception("evaluation failed")
             self._set_status(last_evaluation_ok=False, last_evaluation_error=repr(err))
             return None
-        slos = self._evaluate_slos(snap)
-        alerts = self._delivery_stats()
-        with self._pub_lock:
-            pub = self._published
-            history = extend_history(pub.comparison_history, snap.comparisons)
-            self._published = replace(
-                pub, snapshot=snap, ops=ops, slos=slos, alerts=alerts, comparison_history=history
-            )
-        self._set_status(last_evaluation_ok=True, last_evaluation_error=None)
-        try:
-            self.exposition.refresh()
-        except Exception:
-            log.exception("rendering /metrics failed")
+        self._publish_snapshot(snap, ops)
         return snap
 
     def published(self) -> Published:
