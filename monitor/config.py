@@ -31,7 +31,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from pydantic_settings.exceptions import SettingsError
 
 from .durations import format_duration, parse_duration
-from .engine.metric_registry import opt_in_metrics, task_metrics
+from .engine.metric_registry import LOSSES, opt_in_metrics, task_metrics
 from .engine.models import exported_metric_names
 from .stats.estimation import ESTIMATED_METRICS
 
@@ -435,16 +435,6 @@ class ModelSettings(_Section):
         return self
 
 
-LossName = Literal[
-    "error_rate",
-    "log_loss",
-    "squared_error",
-    "absolute_error",
-    "ndcg_loss",
-    "estimated_error_rate",
-]
-
-
 class ComparisonSettings(_Section):
     """A version comparison (A/B, canary or shadow) judged by a sequential test."""
 
@@ -452,7 +442,7 @@ class ComparisonSettings(_Section):
     model: str
     control: str
     treatment: str
-    loss: LossName = "error_rate"
+    loss: str = "error_rate"  # one of LOSSES (engine/metric_registry.py)
     mode: Literal["split", "shadow"] = "split"
     alpha: float = Field(0.05, gt=0.0, lt=0.5)
     margin: float = Field(0.0, ge=0.0)
@@ -465,6 +455,13 @@ class ComparisonSettings(_Section):
     # auto: exact conditional test for split error_rate, plug-in normal mixture otherwise;
     # exact: also an exact bounded-loss sequence for the other losses and shadow mode
     sequence: Literal["auto", "exact"] = "auto"
+
+    @field_validator("loss")
+    @classmethod
+    def _known_loss(cls, v: str) -> str:
+        if v not in LOSSES:
+            raise ValueError(f"unknown loss {v!r}; choose from {list(LOSSES)}")
+        return v
 
     @model_validator(mode="after")
     def _check(self) -> ComparisonSettings:

@@ -44,6 +44,7 @@ from .clock import EventWatermark
 from .comparisons import ComparisonResult, ComparisonTracker
 from .drift import DriftTracker
 from .evaluate import evaluate_all
+from .metric_registry import LOSSES
 from .models import ComparisonSpec, DriftSpec, ModelSpec
 from .ranking import RankingState
 from .records import ID_HASH, LabelBatch, PredictionBatch
@@ -59,17 +60,6 @@ _log = logging.getLogger(__name__)
 
 __all__ = ["DELAY_BOUNDS_S", "ENGINE_FORMAT", "LOSSES", "Engine", "JoinReject", "StateMismatch"]
 
-# Per-prediction losses kept as cumulative moments (n, sum, sum of squares) per group,
-# the sufficient statistics of version comparisons (monitor.experiments).
-LOSSES = (
-    "error_rate",
-    "log_loss",
-    "squared_error",
-    "absolute_error",
-    "ndcg_loss",
-    # at prediction time, no label: P(decision wrong) if the scores are calibrated (CBPE)
-    "estimated_error_rate",
-)
 _ESTIMATED = LOSSES.index("estimated_error_rate")
 _LOG_EPS = 1e-15  # scikit-learn's clipping for log loss
 

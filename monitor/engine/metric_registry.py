@@ -4,7 +4,9 @@ Configuration validation (which names a model may ask for, the default catalog),
 evaluation (which statistics to keep: score histograms only when a score metric is
 wanted) and the Prometheus help texts all read this table, so a metric is added in one
 place. A new task (e.g. ranking) registers its own entries with :func:`register`; a name
-shared by several tasks has one help text.
+shared by several tasks has one help text. The comparison losses (``LOSSES``) live here
+too: configuration validates ``comparisons.loss`` against them and the engine keeps one
+row of loss moments per name, in this order.
 
 Plain data, no imports from the rest of the monitor (config, engine and export use it).
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "LOSSES",
     "MetricInfo",
     "help_text",
     "metric_info",
@@ -22,6 +25,19 @@ __all__ = [
     "score_metrics",
     "task_metrics",
 ]
+
+# Per-prediction losses kept as cumulative moments (n, sum, sum of squares) per group,
+# the sufficient statistics of version comparisons (monitor.experiments). Append only:
+# stored engine state indexes its loss rows by position.
+LOSSES: tuple[str, ...] = (
+    "error_rate",
+    "log_loss",
+    "squared_error",
+    "absolute_error",
+    "ndcg_loss",
+    # at prediction time, no label: P(decision wrong) if the scores are calibrated (CBPE)
+    "estimated_error_rate",
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from monitor.config import ConfigError, load_settings, redacted
+from monitor.config import ConfigError, load_settings, redacted, settings_from_mapping
+from monitor.engine.metric_registry import LOSSES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,6 +80,22 @@ def test_cross_field_problems_have_paths(tmp_path: Path) -> None:
         load_settings(cfg)
     paths = [p for p, _ in info.value.problems]
     assert paths == ["models", "models[0].windows[0].size"]
+
+
+def test_unknown_comparison_loss_names_key_and_choices() -> None:
+    data = {
+        "models": [{"name": "m"}],
+        "comparisons": [{"name": "c", "model": "m", "control": "a", "treatment": "b",
+                         "loss": "hinge"}],
+    }  # fmt: skip
+    with pytest.raises(ConfigError) as info:
+        settings_from_mapping(data)
+    (problem,) = info.value.problems
+    assert problem[0] == "comparisons[0].loss"
+    assert "'hinge'" in problem[1]
+    assert all(name in problem[1] for name in LOSSES)
+    data["comparisons"][0]["loss"] = "log_loss"
+    assert settings_from_mapping(data).comparisons[0].loss == "log_loss"
 
 
 def test_environment_overrides_file_and_secrets_are_masked(
