@@ -63,7 +63,6 @@ class PredictionBatch:
     version: list[str]
     score: np.ndarray  # float64; P(positive) for binary tasks, NaN when absent
     decision: np.ndarray  # int8 class index (1 = positive for binary)
-    raw: list[bytes | None] = field(default_factory=list)  # for dead-lettering later rejects
     features: list[dict[str, Any] | None] = field(default_factory=list)  # when drift wants them
     segments: list[dict[str, Any] | None] = field(default_factory=list)  # when slices want them
     # multiclass: (n, K) probabilities in class order, NaN rows when only a decision came;
@@ -101,7 +100,6 @@ class LabelBatch:
     keys: np.ndarray  # uint64 id hashes
     ts_ms: np.ndarray  # int64 label time, epoch milliseconds
     label: list[str]
-    raw: list[bytes | None] = field(default_factory=list)
     value: np.ndarray | None = None  # float64 numeric value of each label, NaN if none
     # ranking labels: each row's {item: grade} (None for class / number labels); ``value``
     # then holds the map's digest (monitor.ingest.ranking.relevance_digest)

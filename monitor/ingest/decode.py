@@ -513,11 +513,11 @@ class PredictionDecoder:
         return out[0], out[1]
 
     def decode(
-        self, raws: Sequence[bytes | None], now_ms: int, keep_raw: bool = False
+        self, raws: Sequence[bytes | None], now_ms: int
     ) -> tuple[PredictionBatch, list[tuple[int, str, str]]]:
         """Decode a batch; returns the valid rows and ``(index, reason, detail)`` rejects."""
         with _collector_paused():
-            return self._decode(raws, now_ms, keep_raw)
+            return self._decode(raws, now_ms)
 
     def _finish(self, batch: PredictionBatch) -> PredictionBatch:
         """The numeric block of a batch decoded with features objects (and the objects
@@ -529,7 +529,7 @@ class PredictionDecoder:
         return replace(batch, numeric=block, numeric_names=self.numeric_names, features=features)
 
     def _decode(
-        self, raws: Sequence[bytes | None], now_ms: int, keep_raw: bool
+        self, raws: Sequence[bytes | None], now_ms: int
     ) -> tuple[PredictionBatch, list[tuple[int, str, str]]]:
         n = len(raws)
         if not n:
@@ -539,24 +539,22 @@ class PredictionDecoder:
         else:
             fast = self._columns(_loads_all(raws, self.limits), now_ms)
         if fast is None:
-            batch, rejects = self._decode_rows(raws, range(n), now_ms, keep_raw)
+            batch, rejects = self._decode_rows(raws, range(n), now_ms)
             return self._finish(batch), rejects
         rows, cols = fast
         if rows.shape[0] == n:  # the common case: the whole batch in columns
-            return self._finish(self._batch(cols, list(raws) if keep_raw else [])), []
+            return self._finish(self._batch(cols)), []
         slow = np.ones(n, bool)
         slow[rows] = False
-        batch, rejects = self._decode_rows(raws, np.flatnonzero(slow).tolist(), now_ms, keep_raw)
+        batch, rejects = self._decode_rows(raws, np.flatnonzero(slow).tolist(), now_ms)
         if len(batch) == 0:
-            kept = [raws[i] for i in rows.tolist()] if keep_raw else []
-            return self._finish(self._batch(cols, kept)), rejects
+            return self._finish(self._batch(cols)), rejects
         # both paths gave rows: back into input order (the engine's first-wins needs it)
         valid = np.ones(n, bool)
         valid[[i for i, _, _ in rejects]] = False
-        valid_rows = np.flatnonzero(valid)
         order = np.argsort(np.concatenate([rows, np.flatnonzero(slow & valid)]), kind="stable")
-        fast_batch, slow_batch = self._finish(self._batch(cols, [])), self._finish(batch)
-        return _merge(fast_batch, slow_batch, order, raws, valid_rows, keep_raw), rejects
+        fast_batch, slow_batch = self._finish(self._batch(cols)), self._finish(batch)
+        return _merge(fast_batch, slow_batch, order), rejects
 
     def _typed_columns(
         self, raws: Sequence[bytes | None], now_ms: int
@@ -695,7 +693,7 @@ class PredictionDecoder:
                             out[i] = x
         return _kept(ok, ids, ts, model, versions, score, decision, feats, segs, None)
 
-    def _batch(self, cols: dict[str, Any], kept: list[bytes | None]) -> PredictionBatch:
+    def _batch(self, cols: dict[str, Any]) -> PredictionBatch:
         n = len(cols["ids"])
         return PredictionBatch(
             hash_ids(cols["ids"]),
@@ -704,7 +702,6 @@ class PredictionDecoder:
             cols["version"],
             cols["score"],
             cols["decision"],
-            kept,
             cols["features"],
             cols["segments"],
             np.full((n, self.n_proba), np.nan) if self.n_proba else None,
@@ -715,7 +712,7 @@ class PredictionDecoder:
         )
 
     def _decode_rows(
-        self, raws: Sequence[bytes | None], indices: Sequence[int], now_ms: int, keep_raw: bool
+        self, raws: Sequence[bytes | None], indices: Sequence[int], now_ms: int
     ) -> tuple[PredictionBatch, list[tuple[int, str, str]]]:
         """The per-record path over ``raws[i] for i in indices``; rejects keep the index."""
         ids: list[str] = []
@@ -724,7 +721,6 @@ class PredictionDecoder:
         version: list[str] = []
         score: list[float] = []
         decision: list[int] = []
-        kept: list[bytes | None] = []
         feats: list[dict[str, Any] | None] = []
         segs: list[dict[str, Any] | None] = []
         extras: list[tuple[int, Any]] = []  # (row, probabilities, interval or ranked list)
@@ -732,9 +728,8 @@ class PredictionDecoder:
         rejects: list[tuple[int, str, str]] = []
         one = self._one
         for i in indices:
-            raw = raws[i]
             try:
-                pid, t, m, v, s, d, f, x = one(raw, now_ms)
+                pid, t, m, v, s, d, f, x = one(raws[i], now_ms)
             except _Reject as rej:
                 rejects.append((i, rej.reason, rej.detail))
                 continue
@@ -749,8 +744,6 @@ class PredictionDecoder:
             version.append(v)
             score.append(s)
             decision.append(d)
-            if keep_raw:
-                kept.append(raw)
         n = len(ids)
         proba = np.full((n, self.n_proba), np.nan) if self.n_proba else None
         lower = np.full(n, np.nan) if self.has_regression else None
@@ -773,7 +766,6 @@ class PredictionDecoder:
             version,
             np.asarray(score, dtype=np.float64),
             np.asarray(decision, dtype=np.int8),
-            kept,
             feats,
             segs,
             proba,
@@ -1091,9 +1083,6 @@ def _merge(
     fast: PredictionBatch,
     slow: PredictionBatch,
     order: np.ndarray,
-    raws: Sequence[bytes | None],
-    valid_rows: np.ndarray,
-    keep_raw: bool,
 ) -> PredictionBatch:
     """The rows of two batches in input order (``order`` sorts fast-then-slow rows)."""
     take = order.tolist()
@@ -1112,7 +1101,6 @@ def _merge(
         rows(fast.version, slow.version),
         np.concatenate([fast.score, slow.score])[order],
         np.concatenate([fast.decision, slow.decision])[order],
-        [raws[i] for i in valid_rows.tolist()] if keep_raw else [],
         rows(fast.features, slow.features),
         rows(fast.segments, slow.segments),
         arrays(fast.proba, slow.proba),
@@ -1159,14 +1147,14 @@ class LabelDecoder:
             self._typed = msgspec.json.Decoder(row)
 
     def decode(
-        self, raws: Sequence[bytes | None], now_ms: int, keep_raw: bool = True
+        self, raws: Sequence[bytes | None], now_ms: int
     ) -> tuple[LabelBatch, list[tuple[int, str, str]]]:
         """Decode a batch; returns the valid rows and ``(index, reason, detail)`` rejects."""
         with _collector_paused():
-            return self._decode(raws, now_ms, keep_raw)
+            return self._decode(raws, now_ms)
 
     def _decode(
-        self, raws: Sequence[bytes | None], now_ms: int, keep_raw: bool
+        self, raws: Sequence[bytes | None], now_ms: int
     ) -> tuple[LabelBatch, list[tuple[int, str, str]]]:
         n = len(raws)
         if not n:
@@ -1176,13 +1164,13 @@ class LabelDecoder:
         else:
             fast = self._columns(_loads_all(raws, self.limits), now_ms)
         if fast is None:
-            return self._decode_rows(raws, range(n), now_ms, keep_raw)
+            return self._decode_rows(raws, range(n), now_ms)
         ok, ids, ts, labels, values = fast
         if ok is None:
-            return LabelBatch(hash_ids(ids), ts, labels, list(raws) if keep_raw else [], values), []
+            return LabelBatch(hash_ids(ids), ts, labels, values), []
         # some rows need the per-record path: decode those, then put all in input order
         slow_idx = np.flatnonzero(~ok).tolist()
-        slow, rejects = self._decode_rows(raws, slow_idx, now_ms, keep_raw=False)
+        slow, rejects = self._decode_rows(raws, slow_idx, now_ms)
         rejected = np.zeros(n, bool)
         rejected[[i for i, _, _ in rejects]] = True
         fast_rows = np.flatnonzero(ok)
@@ -1202,7 +1190,6 @@ class LabelDecoder:
             keys,
             np.concatenate([ts[fast_rows], slow.ts_ms])[order],
             [all_labels[i] for i in take],
-            [raws[i] for i in np.flatnonzero(~rejected).tolist()] if keep_raw else [],
             np.concatenate([values[fast_rows], slow.value])[order],
             relevance,
         )
@@ -1284,23 +1271,21 @@ class LabelDecoder:
         return (None if checks.all() else checks), ids, ts, labels, values
 
     def _decode_rows(
-        self, raws: Sequence[bytes | None], indices: Sequence[int], now_ms: int, keep_raw: bool
+        self, raws: Sequence[bytes | None], indices: Sequence[int], now_ms: int
     ) -> tuple[LabelBatch, list[tuple[int, str, str]]]:
         """The per-record path over ``raws[i] for i in indices``; rejects keep the index."""
         ids: list[str] = []
         ts: list[int] = []
         labels: list[str] = []
         values: list[float] = []
-        kept: list[bytes | None] = []
         relevance: list[dict[str, float] | None] | None = None
         rejects: list[tuple[int, str, str]] = []
         get_id, get_ts, get_label = self._get
         id_path, ts_path, label_path = self.paths
         limits = self.limits
         for i in indices:
-            raw = raws[i]
             try:
-                obj = _parse_json(raw, limits)
+                obj = _parse_json(raws[i], limits)
                 pid = _parse_id(get_id(obj), id_path)
                 t = _parse_ts(get_ts(obj), now_ms, limits, ts_path)
                 raw_label = get_label(obj)
@@ -1327,13 +1312,10 @@ class LabelDecoder:
             ts.append(t)
             labels.append(label)
             values.append(value)
-            if keep_raw:
-                kept.append(raw)
         batch = LabelBatch(
             hash_ids(ids),
             np.asarray(ts, dtype=np.int64),
             labels,
-            kept,
             np.asarray(values, float),
             relevance,
         )

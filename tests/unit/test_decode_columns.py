@@ -132,12 +132,11 @@ def _same(a: Any, b: Any) -> None:
         ),
         max_size=40,
     ),
-    st.booleans(),
 )
-def test_prediction_columns_equal_rows(which: int, raws: list[bytes | None], keep: bool) -> None:
+def test_prediction_columns_equal_rows(which: int, raws: list[bytes | None]) -> None:
     dec = DECODERS[which]
-    got, got_rejects = dec.decode(raws, NOW, keep_raw=keep)
-    want, want_rejects = dec._decode_rows(raws, range(len(raws)), NOW, keep)
+    got, got_rejects = dec.decode(raws, NOW)
+    want, want_rejects = dec._decode_rows(raws, range(len(raws)), NOW)
     want = dec._finish(want)  # the numeric block from the per-record path's objects
     assert isinstance(got, PredictionBatch)
     assert got_rejects == want_rejects
@@ -161,7 +160,7 @@ def test_prediction_columns_equal_rows(which: int, raws: list[bytes | None], kee
 def test_label_columns_equal_rows(which: int, raws: list[bytes | None]) -> None:
     dec = LABELS[which]
     got, got_rejects = dec.decode(raws, NOW)
-    want, want_rejects = dec._decode_rows(raws, range(len(raws)), NOW, True)
+    want, want_rejects = dec._decode_rows(raws, range(len(raws)), NOW)
     assert isinstance(got, LabelBatch)
     assert got_rejects == want_rejects
     _same(got, want)
