@@ -44,3 +44,10 @@ def test_a_new_task_registers_its_metrics() -> None:
     assert reg.help_text("accuracy") == "Share of labeled predictions that were correct"
     assert "test-task" in reg.metric_info("accuracy").tasks  # type: ignore[union-attr]
     assert "test_ndcg_probe" not in reg.task_metrics("binary")
+
+
+def test_every_task_loss_is_a_stored_loss() -> None:
+    """A comparison loss a task may pick must have a row in the stored loss moments."""
+    for task, losses in config.TASK_LOSSES.items():
+        assert set(losses) <= set(reg.LOSSES), (task, set(losses) - set(reg.LOSSES))
+    assert set(reg.LOSSES) == {name for names in config.TASK_LOSSES.values() for name in names}
