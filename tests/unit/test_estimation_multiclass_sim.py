@@ -1,0 +1,81 @@
+"""Seeded simulation of multiclass CBPE's macro estimates against the realized values.
+
+On a calibrated stream (labels drawn from the predicted probabilities) the estimated macro
+precision, recall and F1 of the expected confusion matrix track the realized ones (sklearn's
+macro average over the classes present) with no bias and an interval that covers them at
+least at the nominal rate (the variance bound is conservative, docs/statistics.md); on an
+overconfident stream the top-label ECE of a labelled share exceeds ``max_ece`` and every
+estimate carries the flag. Measured with this seed: mean |bias| of macro F1 < 0.001 (SD of
+the error 0.011 at n = 2,000, K = 4), coverage 0.97; overconfident bias −0.25.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.metrics import f1_score, precision_score, recall_score
+
+from monitor.stats.estimation import cbpe_multiclass
+from monitor.stats.scores import ece_debiased_from_bins
+
+K, N, WINDOWS, LABELED, BINS, MAX_ECE = 4, 2_000, 200, 500, 10, 0.05
+REALIZED = {"precision": precision_score, "recall": recall_score, "f1": f1_score}
+
+
+def _window(rng: np.random.Generator, power: float) -> tuple[np.ndarray, np.ndarray]:
+    p = rng.dirichlet([0.5, 0.7, 1.0, 1.5], N)
+    q = p**power / (p**power).sum(axis=1, keepdims=True)  # the labels' true distribution
+    y = np.minimum((rng.random(N)[:, None] > np.cumsum(q, axis=1)).sum(axis=1), K - 1)
+    return p, y
+
+
+def _top_label_ece(p: np.ndarray, y: np.ndarray) -> float:
+    conf, correct = p.max(axis=1), (p.argmax(axis=1) == y).astype(float)
+    b = np.minimum((conf * BINS).astype(int), BINS - 1)
+    return ece_debiased_from_bins(
+        np.bincount(b, minlength=BINS).astype(float),
+        np.bincount(b, conf, BINS),
+        np.bincount(b, correct, BINS),
+    ).value
+
+
+def _run(power: float, seed: int) -> tuple[dict[str, np.ndarray], dict[str, float], int]:
+    rng = np.random.default_rng(seed)
+    err: dict[str, list[float]] = {k: [] for k in REALIZED}
+    covered = dict.fromkeys(REALIZED, 0)
+    flagged = 0
+    for _ in range(WINDOWS):
+        p, y = _window(rng, power)
+        d = p.argmax(axis=1)
+        sums = np.zeros((K, K))
+        np.add.at(sums, d, p)
+        ece = _top_label_ece(p[:LABELED], y[:LABELED])  # the labels that arrived early
+        est = {m.name: m for m in cbpe_multiclass(sums, 0.95, ece, MAX_ECE)}
+        flagged += all("unreliable" in m.note for m in est.values())
+        for kind, fn in REALIZED.items():
+            real = fn(y, d, average="macro", zero_division=0)
+            m = est[f"estimated_{kind}_macro"]
+            err[kind].append(m.value - real)
+            covered[kind] += m.lower <= real <= m.upper
+    return (
+        {k: np.array(v) for k, v in err.items()},
+        {k: c / WINDOWS for k, c in covered.items()},
+        flagged,
+    )
+
+
+@pytest.mark.slow
+def test_calibrated_stream_estimates_track_the_realized_macro_metrics() -> None:
+    err, coverage, flagged = _run(1.0, seed=7)
+    for kind in REALIZED:
+        assert abs(err[kind].mean()) < 0.003  # measured: < 0.001; SE of the mean 0.0008
+        assert err[kind].std() < 0.02  # measured: 0.010-0.012
+        assert 0.93 <= coverage[kind] <= 0.995  # conservative bound: measured 0.965-0.975
+    assert flagged <= WINDOWS * 0.05  # calibrated: the ECE rarely crosses max_ece
+
+
+@pytest.mark.slow
+def test_miscalibrated_stream_is_flagged() -> None:
+    err, _, flagged = _run(3.0, seed=8)
+    assert flagged == WINDOWS
+    assert err["f1"].mean() < -0.1  # why the flag matters: the estimate is far off
