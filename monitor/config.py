@@ -33,7 +33,7 @@ from pydantic_settings.exceptions import SettingsError
 from .durations import format_duration, parse_duration
 from .engine.metric_registry import LOSSES, opt_in_metrics, task_metrics
 from .engine.models import exported_metric_names
-from .stats.estimation import ESTIMATED_METRICS
+from .stats.estimation import ESTIMATED_METRICS, MULTICLASS_ESTIMATED_METRICS
 
 __all__ = [
     "ConfigError",
@@ -579,8 +579,8 @@ def model_metric_names(model: ModelSettings) -> frozenset[str]:
         model.k if model.task == "ranking" else (),
     )
     if model.estimation is not None:  # SLOs may opt into the label-free estimates
-        # multiclass: top-label accuracy only (monitor.stats.estimation.cbpe_top_label)
-        estimated = ESTIMATED_METRICS if model.task == "binary" else ("accuracy",)
+        # multiclass: top-label accuracy and the expected confusion matrix's macro averages
+        estimated = ESTIMATED_METRICS if model.task == "binary" else MULTICLASS_ESTIMATED_METRICS
         names |= {f"estimated_{m}" for m in estimated}
     return names
 
@@ -593,7 +593,9 @@ def _slo_problems(settings: Settings) -> list[str]:
         problems.append(f"slos: SLO name {dupe!r} is used more than once")
     models = {m.name: (i, m) for i, m in enumerate(settings.models)}
     builtin = {name for catalog in TASK_METRICS.values() for name in catalog}
-    builtin |= {f"estimated_{m}" for m in ESTIMATED_METRICS}  # need [models.estimation]
+    builtin |= {  # need [models.estimation]
+        f"estimated_{m}" for m in (*ESTIMATED_METRICS, *MULTICLASS_ESTIMATED_METRICS)
+    }
     for i, slo in enumerate(settings.slos):
         where = f"slos[{i}]"
         if slo.model not in models:

@@ -296,6 +296,8 @@ class Engine:
             out["est"] = (4 * self.est_layouts[m].bins, np.float64)
         if m in self.mc_est_bins:  # [count, Σ confidence of the decided class]
             out["est"] = (2 * self.mc_est_bins[m], np.float64)
+            k = len(self.models[m].classes)  # Σ p_j per decided class i, cell K·i + j
+            out["mc_cm"] = (k * k, np.float64)
         if m in self.score_layouts:
             out["scores"] = (self.score_layouts[m].width, np.float64)
             for plugin in self.plugins:  # plugins see binary outcomes
@@ -772,6 +774,13 @@ class Engine:
             matrix = store.matrix("est")
             np.add.at(matrix, (rows, col), 1.0)
             np.add.at(matrix, (rows, col + b), conf)
+            # the expected confusion matrix: row decided, columns the probability vector
+            proba = np.clip(batch.proba[new[sel]], 0.0, 1.0)
+            k = proba.shape[1]
+            cells = decided[:, None] * k + np.arange(k)
+            np.add.at(
+                store.matrix("mc_cm"), (np.broadcast_to(rows[:, None], cells.shape), cells), proba
+            )
 
     def _count_drift(
         self, batch: PredictionBatch, new: np.ndarray, g: np.ndarray, ts: np.ndarray

@@ -17,7 +17,7 @@ from scipy.sparse import csr_matrix
 
 from ..plugins import MetricPlugin
 from ..stats.binary import BinaryLayout, clt_mean
-from ..stats.estimation import cbpe_split, cbpe_top_label
+from ..stats.estimation import cbpe_multiclass, cbpe_split, cbpe_top_label
 from ..stats.multiclass import MulticlassLayout
 from ..stats.ranking import RankingLayout
 from ..stats.regression import RegressionLayout, mase
@@ -105,6 +105,7 @@ def _evaluate(
             [(p, wide[f"m.p_{p.name}"]) for p in plugins if f"m.p_{p.name}" in wide],
             plugin_errors,
             wide.get("m.est"),
+            wide.get("m.mc_cm"),
         )
         empty = np.empty(0, np.int64)
         w_group, w_bucket = wide.get("group", empty), wide.get("bucket", empty)
@@ -394,6 +395,7 @@ class _Catalog:
         plugins: Sequence[tuple[MetricPlugin, np.ndarray]] = (),
         plugin_errors: Counter[str] | None = None,
         est: np.ndarray | None = None,
+        mc_cm: np.ndarray | None = None,
     ) -> None:
         self.spec = spec
         self.plugins = plugins
@@ -403,6 +405,8 @@ class _Catalog:
         self.est = est if spec.estimation_layout is not None else None
         # multiclass CBPE: top-label confidence bins of every prediction (count, Σc)
         self.mc_est = est if spec.task == "multiclass" and spec.estimation_bins > 0 else None
+        # and Σ p_j per decided class i of every prediction: the expected confusion matrix
+        self.mc_cm = mc_cm if self.mc_est is not None else None
         self.ece: dict[str, float] = {}  # version -> debiased ECE over the longest window
         self.score_layout = ScoreLayout(bins=spec.score_bins)
         self.slice_layout = spec.slice_score_layout
@@ -475,21 +479,27 @@ class _Catalog:
     def top_label_estimates(
         self, version: str, rows: np.ndarray, confidence: float
     ) -> tuple[MetricValue, ...]:
-        """Multiclass CBPE: estimated accuracy = mean confidence of the decided class over
-        every prediction in the window's wide ``rows``, flagged as :meth:`estimates`."""
+        """Multiclass CBPE: estimated accuracy = mean confidence of the decided class, and
+        macro precision/recall/F1 of the expected confusion matrix, over every prediction in
+        the window's wide ``rows``, flagged as :meth:`estimates`."""
         if self.mc_est is None or rows.shape[0] == 0:
             return ()
         vec = _sum_rows(self.mc_est, rows)
         b = vec.shape[0] // 2
         if vec[:b].sum() <= 0:
             return ()
-        est = cbpe_top_label(vec[:b], vec[b:], confidence, self.ece.get(version),
-                             self.spec.max_ece)  # fmt: skip
+        ece = self.ece.get(version)
+        est = cbpe_top_label(vec[:b], vec[b:], confidence, ece, self.spec.max_ece)
+        macro: tuple[MetricValue, ...] = ()
+        if self.mc_cm is not None:
+            cm = _sum_rows(self.mc_cm, rows)
+            k = math.isqrt(cm.shape[0])
+            macro = cbpe_multiclass(cm.reshape(k, k), confidence, ece, self.spec.max_ece)
         flag = MetricValue(
             "estimate_reliable", float(est.reliable), math.nan, math.nan, est.rows, "none",
             est.reason,
         )  # fmt: skip
-        return (*est.metrics, flag)
+        return (*est.metrics, *macro, flag)
 
     def estimates(
         self, version: str, rows: np.ndarray, confidence: float

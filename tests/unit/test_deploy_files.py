@@ -649,7 +649,7 @@ def exporter_metric_names() -> set[str]:
     metric of the task catalogs in monitor.config."""
     import monitor.config as config
     from monitor.stats.binary import fbeta_name
-    from monitor.stats.estimation import ESTIMATED_METRICS
+    from monitor.stats.estimation import ESTIMATED_METRICS, MULTICLASS_ESTIMATED_METRICS
     from monitor.stats.scores import gain_name
 
     tree = ast.parse((REPO / "monitor/export/prometheus.py").read_text())
@@ -701,7 +701,8 @@ def exporter_metric_names() -> set[str]:
     catalog -= {"fbeta", "per_class", "pinball", "gain"}
     catalog |= {fbeta_name(b) for b in betas}
     catalog |= {gain_name(f, stem) for f in (0.1, 0.2, 0.5) for stem in ("gain", "lift")}
-    catalog |= {f"estimated_{m}" for m in ESTIMATED_METRICS} | {"estimate_reliable"}
+    catalog |= {f"estimated_{m}" for m in (*ESTIMATED_METRICS, *MULTICLASS_ESTIMATED_METRICS)}
+    catalog.add("estimate_reliable")
     # ranking metrics carry their cut-off (k = 5, 10 by default); mrr does not
     catalog |= {f"{m}_at_{k}" for m in config.RANKING_METRICS if m != "mrr" for k in (5, 10)}
     catalog.add("mrr")
