@@ -202,6 +202,9 @@ class ScaleSettings(_Section):
     mode: Literal["single", "partitioned"] = "single"
     # how often each instance publishes its partitions' statistics to the stats topic
     stats_interval: PositiveSeconds = 5.0
+    # how long the exporter lease (in the stats topic) outlives its holder's last renewal:
+    # the failover time of the global series and SLO alerts; below kafka.session_timeout_ms
+    exporter_lease: PositiveSeconds = 3.0
 
 
 class LabelFields(_Section):
@@ -712,6 +715,12 @@ class Settings(BaseSettings):
                 problems.append(
                     'evaluation.clock: "event" is one engine\'s watermark; scale.mode = '
                     '"partitioned" evaluates every instance at the same wall-clock time'
+                )
+            if self.scale.exporter_lease * 1000 >= self.kafka.session_timeout_ms:
+                problems.append(
+                    f"scale.exporter_lease: {format_duration(self.scale.exporter_lease)} must be "
+                    f"below kafka.session_timeout_ms ({self.kafka.session_timeout_ms} ms): the "
+                    "exporter fails over within one session timeout"
                 )
             for i, model in enumerate(self.models):
                 if model.drift is not None and model.drift.reference_window is not None:

@@ -14,10 +14,15 @@ Per partition number p (co-partitioning gives an instance p of both topics):
 - **stats**: every ``scale.stats_interval`` p's mergeable statistics go to
   ``<group>-stats``; every instance merges its own live partitions with the others'
   latest publications (``merge.py``), so all serve the same status, comparisons and SLOs;
-- **exporter**: the owner of partition 0 (unique per group generation: the group
-  protocol's own election), once it has read the stats topic to its end, exports the
+- **exporter**: the holder of the exporter lease in the stats topic (``lease.py``),
+  which every instance that has read the stats topic to its end can claim, exports the
   global quality series and sends SLO alerts; every instance exports its own
-  operational series.
+  operational series. A lease shorter than the session timeout fails over before the
+  group even notices a death, and a paused holder stops on its own;
+- **zombie fencing**: a partition restored in group generation g is stored only while
+  the consumer is still in generation g, with a fence above every earlier owner's
+  (``KafkaStateStore``), and partitions *lost* (the member was evicted) are dropped
+  without storing, publishing or committing.
 
 The base ``Daemon``'s engine is the *holder* of the global comparison and drift state
 (it never receives records). docs/scale-out.md describes the design and its limits.
@@ -50,6 +55,7 @@ from ..scale.assignor import warn_unpaired
 from ..scale.layout import LayoutError, metadata_config
 from ..state.kafka_store import KafkaStateStore, StoredState
 from .global_view import global_snapshot
+from .lease import ExporterLease
 from .merge import PartitionStats, encode, merge, merge_ops, pack, partition_stats, unpack
 from .partitioned_ingest import PartitionedIngest
 from .stats_topic import StatsReader, stats_store
@@ -64,10 +70,13 @@ STATE_FORMAT = 1
 class _Partition:
     """One owned partition number: its engine and the next offsets it covers."""
 
-    def __init__(self, number: int, engine: Engine, offsets: dict[str, int]) -> None:
+    def __init__(
+        self, number: int, engine: Engine, offsets: dict[str, int], group_generation: int = -1
+    ) -> None:
         self.number = number
         self.engine = engine
         self.offsets = offsets
+        self.group_generation = group_generation  # the membership it was restored in
         self.stats_published = False
 
 
@@ -96,14 +105,24 @@ class PartitionedDaemon(Daemon):
         self.parts: dict[int, _Partition] = {}
         self.paused: set[int] = set()  # assigned, state not restored yet
         self._restore_due = False  # a new assignment: restore after this poll
+        self._assigned_generation = -1  # the group generation of the latest assignment
+        self._view_complete = False  # evaluated with every partition's statistics
         # guards ``paused`` and ownership changes: the rebalance listener runs on
         # kafka-python's IO thread, the restore on the consumer loop's
         self._assign_lock = threading.Lock()
         self._stats_lock = threading.Lock()  # the stats publisher's generation numbers
         self._sink_ref: DeadLetterSink | None = None
         self._source: PartitionedSource | None = None
-        self.exporter = False
+        self.lease = ExporterLease(
+            {**client, "client_id": f"{k.client_id}-lease"},
+            self.stats_in.topic,
+            k.group_id,
+            settings.scale.exporter_lease,
+            read=lambda: self.stats_in.lease(budget_s=self.lease.interval),
+            eligible=lambda: self._view_complete,
+        )
         self.handovers = 0
+        self.fenced = 0  # stores refused: the membership they were owned in is gone
         self.registry.register(_ScaleCollector(self))
 
     # -- state per partition --------------------------------------------------------------
@@ -124,8 +143,23 @@ class PartitionedDaemon(Daemon):
         )
         return blob, offsets
 
+    @property
+    def exporter(self) -> bool:
+        """Whether this instance holds the exporter lease now."""
+        return self.lease.valid()
+
     def _store(self, part: _Partition, source: PartitionedSource | None) -> bool:
-        """Store p's state, then (only then) commit p's offsets."""
+        """Store p's state, then (only then) commit p's offsets; neither once the
+        membership p was restored in is gone (a zombie's write is also outranked by the
+        next owner's fence in the state topic)."""
+        current = self._source.generation() if self._source is not None else None
+        if current is not None and current != part.group_generation:
+            self.fenced += 1
+            log.warning(
+                "partition %d: not stored, its membership (generation %d) is gone (now %d)",
+                part.number, part.group_generation, current,
+            )  # fmt: skip
+            return False
         try:
             blob, offsets = self._blob(part)
             self.state_store.store(part.number, blob)
@@ -145,13 +179,13 @@ class PartitionedDaemon(Daemon):
                 )
         return True
 
-    def _restore(self, number: int, found: StoredState | None) -> _Partition:
+    def _restore(self, number: int, found: StoredState | None, generation: int) -> _Partition:
         """p from its newest complete stored state, or a fresh engine when none was ever
         stored; raises when the state does not apply here."""
         engine = self._new_engine()
         if found is None:
             log.info("partition %d: no stored state, starting it fresh", number)
-            return _Partition(number, engine, {})
+            return _Partition(number, engine, {}, generation)
         meta, arrays = unpack(found.blob)
         if meta.get("format") != STATE_FORMAT or meta.get("partition") != number:
             raise StateMismatch(
@@ -163,13 +197,10 @@ class PartitionedDaemon(Daemon):
         engine.load(meta["engine"], arrays)
         offsets = {str(k): int(v) for k, v in meta["offsets"].items()}
         log.info(
-            "partition %d: restored generation %d (%d bytes), offsets %s",
-            number,
-            found.generation,
-            len(found.blob),
-            offsets,
-        )
-        return _Partition(number, engine, offsets)
+            "partition %d: restored generation %d of fence %d (%d bytes), offsets %s",
+            number, found.generation, found.fence, len(found.blob), offsets,
+        )  # fmt: skip
+        return _Partition(number, engine, offsets, generation)
 
     # -- rebalance hooks (called inside poll, on the consumer thread) ----------------------
     def on_revoked(self, numbers: set[int]) -> None:
@@ -185,13 +216,28 @@ class PartitionedDaemon(Daemon):
             if part is None:
                 continue
             self._publish_stats(part)
+            self.stats_out.forget(p)
             # no commit here: kafka-python 3 runs the listener on its IO thread, where a
             # blocking commit is refused; the stored state's offsets are what the next
             # owner seeks to, and it commits after its own first store
             if self._store(part, None):
                 self.handovers += 1
                 log.info("partition %d: state stored, handed over", p)
-        self._update_exporter()
+            self.state_store.forget(p)
+
+    def on_lost(self, numbers: set[int]) -> None:
+        """Evicted from the group (session timeout passed, e.g. paused): another member
+        may already own these partitions, so drop them without storing, publishing or
+        committing; their records since the last store are the new owner's to apply."""
+        for p in sorted(numbers):
+            with self._assign_lock, self.lock:
+                part = self.parts.pop(p, None)
+                self.paused.discard(p)
+            self.state_store.forget(p)
+            self.stats_out.forget(p)
+            if part is not None:
+                self.fenced += 1
+                log.warning("partition %d: lost with the group membership, dropped unstored", p)
 
     def on_assigned(self, numbers: set[int]) -> None:
         """Pause what was assigned; the consumer loop restores it right after this poll.
@@ -203,22 +249,25 @@ class PartitionedDaemon(Daemon):
                     self.paused.add(p)
             self._restore_due = True
             if self._source is not None:
+                self._assigned_generation = self._source.generation()
+            if self._source is not None:
                 self._source.pause_only(self.paused)
 
     def _restore_paused(self) -> None:
         source = self._source
         with self._assign_lock:
             waiting = sorted(self.paused)
+            generation = self._assigned_generation
         if not waiting:
             return
         try:
-            stored = self.state_store.restore_many(waiting)
+            stored = self.state_store.restore_many(waiting, group_generation=generation)
         except Exception as err:
             log.error("state topic unreadable, partitions %s paused: %s", waiting, err)
             return
         for p in waiting:
             try:
-                part = self._restore(p, stored[p])
+                part = self._restore(p, stored[p], generation)
             except StateMismatch as err:
                 log.critical("partition %d: stored state cannot be restored: %s", p, err)
                 self.count_fault("partition_state_mismatch")
@@ -232,20 +281,13 @@ class PartitionedDaemon(Daemon):
                     continue  # revoked meanwhile: never own (or store) it
                 with self.lock:
                     self.parts[p] = part
+                self.stats_out.set_owner(p, *self.state_store.owner(p))
                 self.paused.discard(p)
                 if source is not None:
                     source.start(p, part.offsets)
         if source is not None:
             with self._assign_lock:
                 source.pause_only(self.paused)
-        self._update_exporter()
-
-    def _update_exporter(self) -> None:
-        # the owner of partition 0, once it has read every other partition's statistics
-        exporter = 0 in self.parts and self.stats_in.caught_up
-        if exporter != self.exporter:
-            log.info("global exporter: %s", "this instance" if exporter else "another instance")
-        self.exporter = exporter
 
     # -- stats -------------------------------------------------------------------------------
     def _publish_stats(self, part: _Partition, refresh: bool = True) -> None:
@@ -299,7 +341,7 @@ class PartitionedDaemon(Daemon):
                 self.stats_in.refresh()
             except Exception as err:
                 log.debug("stats topic not readable yet: %s", err)
-            self._update_exporter()
+            complete = self.stats_in.caught_up
             with self.lock:
                 now = wall  # evaluation.clock = "wall" (config check)
                 for part in self.parts.values():
@@ -326,6 +368,7 @@ class PartitionedDaemon(Daemon):
             self._set_status(last_evaluation_ok=False, last_evaluation_error=repr(err))
             return None
         self._publish_snapshot(snap, ops)
+        self._view_complete = complete
         return snap
 
     def published(self) -> Published:
@@ -412,6 +455,10 @@ class PartitionedDaemon(Daemon):
         last_ckpt = last_health = last_ops = last_retry = last_lag = time.monotonic()
         publisher = threading.Thread(target=self._publish_every, name="stats", daemon=True)
         publisher.start()
+        # its own thread: renewals must not wait for a poll, a restore or a rebalance
+        leaser = threading.Thread(target=self.lease.run, args=(self._stop,), name="lease",
+                                  daemon=True)  # fmt: skip
+        leaser.start()
         try:
             while not self._stop.is_set():
                 polled = source.poll(s.kafka.poll_timeout_ms)
@@ -441,8 +488,11 @@ class PartitionedDaemon(Daemon):
                     self.checkpoint(sink, source)
                     last_ckpt = now
             publisher.join(timeout=30)
+            leaser.join(timeout=30)
             self._publish_all()
         finally:
+            self.lease.release()
+            self.lease.close()
             self.stats_in.close()
         return source
 
@@ -461,6 +511,7 @@ class PartitionedDaemon(Daemon):
             "restoring_partitions": waiting,
             "exporter": self.exporter,
             "handovers": self.handovers,
+            "fenced": self.fenced,
         }
         return out
 
@@ -476,7 +527,7 @@ class _ScaleCollector:
         yield GaugeMetricFamily(
             "mlmon_exporter",
             "1 on the instance that exports the global quality series and sends SLO alerts "
-            "(the owner of partition 0), 0 on the others",
+            "(the holder of the exporter lease), 0 on the others",
             value=1.0 if d.exporter else 0.0,
         )
         yield GaugeMetricFamily(
@@ -526,6 +577,10 @@ class PartitionedSource(KafkaPythonSource):
                 )
         return out
 
+    def generation(self) -> int:
+        """The consumer's group generation (-1: not a member)."""
+        return int(self.consumer.group_metadata().generation_id)
+
     def lag(self) -> list[tuple[str, int, int]]:
         """Lag of the partitions owned with a restored state, from the fetch responses'
         high watermarks only: during a rebalance the client still lists its old
@@ -572,6 +627,10 @@ class _HandOver(ConsumerRebalanceListener):
     def on_partitions_revoked(self, revoked: Any) -> None:
         log.info("revoked %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in revoked))
         self.source.daemon.on_revoked({tp.partition for tp in revoked})
+
+    def on_partitions_lost(self, lost: Any) -> None:
+        log.warning("lost %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in lost))
+        self.source.daemon.on_lost({tp.partition for tp in lost})
 
     def on_partitions_assigned(self, assigned: Any) -> None:
         log.info("assigned %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in assigned))

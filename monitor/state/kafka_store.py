@@ -14,8 +14,20 @@ compaction would leave (the latest value per key), then take the highest complet
 generation; so the answer is the same whether or not the broker has compacted, and
 compaction only bounds the topic's size.
 
-Record layout: key ``<group>/<partition>/<slot>/<chunk>``; headers ``generation``,
-``chunk`` (``i/n``), ``crc`` (CRC-32 of the whole blob) and ``size``; value = bytes.
+Zombie fencing: an owner that restores a partition with its consumer-group generation
+(``restore_many(..., group_generation=g)``) takes a *fence* one above every fence in the
+partition's records and writes under its own slot names. Readers rank complete
+generations by (fence, group generation, generation), so a former owner that lost its
+membership without noticing (paused past its session timeout) can neither outrank nor
+overwrite what the new owner wrote. The fence comes from the log, not from the group
+generation, so a group whose generation restarts (a broker that forgot the group) does
+not freeze its state; the group generation only orders two owners that took the same
+fence (the first never wrote).
+
+Record layout: key ``<group>/<partition>/<slot>/<chunk>``, slot = ``generation mod 2``, or
+``<fence>-<group generation>-<generation mod 2>`` for a fenced owner; headers
+``generation``, ``chunk`` (``i/n``), ``crc`` (CRC-32 of the whole blob), ``size`` and, for
+a fenced owner, ``fence`` and ``group_generation``; value = bytes.
 """
 
 from __future__ import annotations
@@ -52,6 +64,8 @@ def state_topic(group_id: str) -> str:
 class StoredState:
     generation: int
     blob: bytes
+    fence: int = 0
+    group_generation: int = 0
 
 
 @dataclass
@@ -98,6 +112,8 @@ class KafkaStateStore:
         self._generation: dict[int, int] = {}  # newest generation seen or written
         self._complete: dict[int, int] = {}  # newest complete generation
         self._stale_counts: dict[tuple[int, int], int] = {}  # chunks per (partition, slot)
+        self._owner: dict[int, tuple[int, int]] = {}  # partition -> (fence, group generation)
+        self._foreign: dict[int, list[bytes]] = {}  # other owners' keys, dropped after a store
         self._partitions: int | None = None
         self._producer: KafkaProducer | None = None
 
@@ -136,7 +152,22 @@ class KafkaStateStore:
         return partition % self._partitions
 
     def _key(self, partition: int, slot: int, chunk: int) -> bytes:
-        return f"{self.group_id}/{partition}/{slot}/{chunk}".encode()
+        fence, ggen = self._owner.get(partition, (0, 0))
+        name = f"{fence}-{ggen}-{slot}" if fence else str(slot)
+        return f"{self.group_id}/{partition}/{name}/{chunk}".encode()
+
+    def owner(self, partition: int) -> tuple[int, int]:
+        """(fence, group generation) this store writes ``partition`` with ((0, 0): unfenced)."""
+        return self._owner.get(partition, (0, 0))
+
+    def set_owner(self, partition: int, fence: int, group_generation: int) -> None:
+        """Write ``partition`` as the owner holding ``fence`` (taken by a restore)."""
+        self._owner[partition] = (fence, group_generation)
+
+    def forget(self, partition: int) -> None:
+        """``partition`` was handed over: its next owner takes a new fence."""
+        self._owner.pop(partition, None)
+        self._foreign.pop(partition, None)
 
     # -- write ---------------------------------------------------------------------------
 
@@ -156,6 +187,7 @@ class KafkaStateStore:
         n, crc = len(chunks), zlib.crc32(blob)
         producer = self._producer_()
         sp = self._state_partition(partition)
+        fence, ggen = self.owner(partition)
         futures = []
         for i, chunk in enumerate(chunks):
             headers = [
@@ -164,6 +196,11 @@ class KafkaStateStore:
                 ("crc", str(crc).encode()),
                 ("size", str(len(blob)).encode()),
             ]
+            if fence:
+                headers += [
+                    ("fence", str(fence).encode()),
+                    ("group_generation", str(ggen).encode()),
+                ]
             futures.append(
                 producer.send(
                     self.topic,
@@ -178,7 +215,19 @@ class KafkaStateStore:
             f.get(timeout=self.timeout_s)
         self._generation[partition] = self._complete[partition] = generation
         self._drop_stale(partition, slot, n)
+        self._drop_foreign(partition)
         return generation
+
+    def _drop_foreign(self, partition: int) -> None:
+        """Tombstone the previous owners' keys once this owner's state is complete (best
+        effort, for compaction: readers rank them below the new fence anyway)."""
+        keys = self._foreign.pop(partition, [])
+        if keys:
+            producer = self._producer_()
+            sp = self._state_partition(partition)
+            for key in keys:
+                producer.send(self.topic, key=key, value=None, partition=sp)
+            producer.flush(timeout=self.timeout_s)
 
     def advance_generation(self, partition: int, at_least: int) -> None:
         """The next ``store`` of ``partition`` writes a generation above ``at_least``: a new
@@ -222,9 +271,15 @@ class KafkaStateStore:
         """
         return self.restore_many([partition])[partition]
 
-    def restore_many(self, partitions: list[int]) -> dict[int, StoredState | None]:
+    def restore_many(
+        self, partitions: list[int], group_generation: int | None = None
+    ) -> dict[int, StoredState | None]:
         """``restore`` of several partitions with one consumer (a new owner of several
-        partitions pays one connection and one round of fetches, not one each)."""
+        partitions pays one connection and one round of fetches, not one each).
+
+        With ``group_generation`` the caller becomes the fenced owner of every partition
+        read: its writes outrank every record now in the topic, including later writes
+        of the owners before it."""
         wanted = {p: self._state_partition(p) for p in partitions}
         tps = sorted({TopicPartition(self.topic, sp) for sp in wanted.values()})
         prefixes = {f"{self.group_id}/{p}/".encode(): p for p in partitions}
@@ -266,6 +321,9 @@ class KafkaStateStore:
             self._generation[p] = max(self._generation.get(p, 0), gens.newest)
             if best is not None:
                 self._complete[p] = best.generation
+            if group_generation is not None:
+                self._owner[p] = (gens.max_fence + 1, group_generation)
+                self._foreign[p] = list(gens.latest)
             out[p] = best
         return out
 
@@ -280,12 +338,15 @@ class Generations:
     key (a tombstone deletes it). Reading this view makes the result the same whether or
     not the broker has compacted yet, and holds about two blobs (the two slots).
 
-    Chunks are then grouped by (generation, n, crc, size): a generation number can be
-    reused by a writer that died before anyone saw it; ties go to the later write."""
+    Chunks are then grouped by (fence, group generation, generation, n, crc, size) and
+    ranked in that order: a fenced-off owner's writes never outrank its successor's; a
+    generation number can be reused by a writer that died before anyone saw it, and ties
+    go to the later write."""
 
     def __init__(self) -> None:
         self.latest: dict[bytes, Any] = {}
         self.newest = 0
+        self.max_fence = 0
         self.counts: dict[int, int] = {}  # chunks per slot, for tombstoning stale ones
 
     def add(self, rec: Any) -> None:
@@ -296,13 +357,14 @@ class Generations:
 
     def resolve(self) -> StoredState | None:
         """The newest complete generation (also sets ``newest`` and ``counts``)."""
-        partial: dict[tuple[int, int, int, int], _Partial] = {}
+        partial: dict[tuple[int, int, int, int, int, int], _Partial] = {}
         for rec in self.latest.values():
             try:
                 h = {k: v.decode() for k, v in rec.headers}
                 generation = int(h["generation"])
                 i, n = (int(x) for x in h["chunk"].split("/"))
                 crc, size = int(h["crc"]), int(h["size"])
+                fence, ggen = int(h.get("fence", 0)), int(h.get("group_generation", 0))
             except (KeyError, ValueError, UnicodeDecodeError):
                 log.warning("ignoring a malformed state record at offset %d", rec.offset)
                 continue
@@ -310,12 +372,14 @@ class Generations:
                 log.warning("ignoring a state chunk %d/%d at offset %d", i, n, rec.offset)
                 continue
             self.newest = max(self.newest, generation)
+            self.max_fence = max(self.max_fence, fence)
             self.counts[generation % 2] = max(self.counts.get(generation % 2, 0), n)
-            p = partial.setdefault((generation, n, crc, size), _Partial(n, crc, size, {}))
+            ident = (fence, ggen, generation, n, crc, size)
+            p = partial.setdefault(ident, _Partial(n, crc, size, {}))
             p.chunks[i] = rec.value
             p.last = max(p.last, rec.offset)
-        for ident in sorted(partial, key=lambda k: (k[0], partial[k].last), reverse=True):
+        for ident in sorted(partial, key=lambda k: (*k[:3], partial[k].last), reverse=True):
             blob = partial[ident].complete()
             if blob is not None:
-                return StoredState(ident[0], blob)
+                return StoredState(ident[2], blob, fence=ident[0], group_generation=ident[1])
         return None

@@ -165,3 +165,52 @@ def test_reused_generation_overwriting_keys_is_judged_as_after_compaction(
     _write_partial(broker, store, 3, 2, os.urandom(2_200), chunks_written=1)
     restored = _store(broker).restore(3)
     assert restored is not None and (restored.generation, restored.blob) == (1, older)
+
+
+def test_fenced_off_owner_cannot_outrank_or_overwrite_its_successor(broker: LocalBroker) -> None:
+    """A zombie (an owner evicted while paused) keeps writing after the next owner
+    restored: its later, higher-numbered generations must not win, nor may its keys
+    overwrite the new owner's (what compaction would keep)."""
+    first = _store(broker)
+    first.ensure_topic(partitions=2)
+    assert first.restore_many([0], group_generation=3)[0] is None
+    assert first.owner(0) == (1, 3)
+    first.store(0, b"first owner, before the pause" * 50)
+
+    second = _store(broker)  # the next owner, in the next group generation
+    got = second.restore_many([0], group_generation=4)[0]
+    assert got is not None and got.blob.startswith(b"first owner") and got.fence == 1
+    assert second.owner(0) == (2, 4)
+
+    # the zombie resumes and writes twice (both slots) with generation numbers above
+    # everything the new owner has written so far
+    first.store(0, b"zombie 1" * 50)
+    first.store(0, b"zombie 2" * 50)
+    assert _store(broker).restore(0).blob.startswith(b"zombie 2")  # nobody fenced it yet
+    second.store(0, b"new owner" * 50)
+    first.store(0, b"zombie 3" * 50)
+    first.store(0, b"zombie 4" * 50)
+
+    reader = _store(broker)
+    best = reader.restore(0)
+    assert best is not None
+    assert best.blob == b"new owner" * 50
+    assert (best.fence, best.group_generation) == (2, 4)
+    # and the owner after it fences both
+    third = _store(broker)
+    assert third.restore_many([0], group_generation=5)[0].blob == b"new owner" * 50
+    assert third.owner(0) == (3, 5)
+
+
+def test_equal_fences_are_ordered_by_group_generation(broker: LocalBroker) -> None:
+    """Two owners that restored before either wrote take the same fence; the later
+    group generation wins whatever the write order."""
+    a, b = _store(broker), _store(broker)
+    a.ensure_topic(partitions=2)
+    a.restore_many([1], group_generation=7)
+    b.restore_many([1], group_generation=8)
+    assert a.owner(1)[0] == b.owner(1)[0] == 1
+    b.store(1, b"generation 8")
+    a.store(1, b"generation 7, later")
+    a.store(1, b"generation 7, even later")
+    assert _store(broker).restore(1).blob == b"generation 8"
