@@ -60,13 +60,14 @@ def stream(n: int, seed: int, now: int) -> tuple[list[tuple[str, bytes, bytes]],
         p = t.predictions[i]
         ts = int(p["ts"])  # type: ignore[arg-type]
         events.append((ts + 200, 0, "predictions", dict(p)))  # duplicate prediction
-    early = [p for p in t.predictions if str(p["id"]) not in {str(x["id"]) for x in labels}]
+    labeled_ids = {str(x["id"]) for x in labels}
+    early = [p for p in t.predictions if str(p["id"]) not in labeled_ids]
     for p in early[: n // 100]:
         ts = int(p["ts"])  # type: ignore[arg-type]
         events.append((ts - 3_000, 1, "labels", {"id": p["id"], "ts": ts - 3_000, "label": 0}))
     events.sort(key=lambda e: (e[0], e[1]))
     messages = [(kind, str(r["id"]).encode(), encode(r)) for _, _, kind, r in events]
-    labeled = len({str(x["id"]) for x in labels}) + min(len(early), n // 100)
+    labeled = len(labeled_ids) + min(len(early), n // 100)
     return messages, n, labeled  # type: ignore[return-value]
 
 
