@@ -33,6 +33,7 @@ from ..engine.core import DELAY_BOUNDS_S, Engine
 from ..engine.snapshot import DelayHistogram, OpsState
 from ..engine.view import StoreView
 from ..engine.windows import Tiers
+from ..state.checkpoint import META_KEY, npz_payload
 
 __all__ = [
     "FORMAT",
@@ -47,7 +48,6 @@ __all__ = [
 ]
 
 FORMAT = 1
-_META = "__meta__"
 _NO_TS = int(np.iinfo(np.int64).min)  # the engine's "no timestamp yet"
 
 Group = tuple[int, str, tuple[str, ...]]
@@ -221,14 +221,8 @@ def merge_ops(ops: Iterable[OpsState]) -> OpsState:
 
 def pack(meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> bytes:
     """JSON metadata and plain arrays as one .npz blob (read back without pickle)."""
-    payload = {_META: np.frombuffer(json.dumps(meta).encode(), np.uint8)}
-    for name, arr in arrays.items():
-        arr = np.asarray(arr)
-        if arr.dtype == object:
-            raise TypeError(f"array {name!r} has dtype object; blobs hold plain data")
-        payload[name] = arr
     buf = io.BytesIO()
-    np.savez(buf, **payload)
+    np.savez(buf, **npz_payload(meta, arrays))
     return buf.getvalue()
 
 
@@ -237,7 +231,7 @@ def unpack(blob: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     try:
         with np.load(io.BytesIO(blob), allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
-        meta = json.loads(arrays.pop(_META).tobytes().decode())
+        meta = json.loads(arrays.pop(META_KEY).tobytes().decode())
     except (OSError, KeyError, ValueError, UnicodeDecodeError) as err:
         raise ValueError(f"not a packed blob: {err}") from None
     if not isinstance(meta, dict):

@@ -19,7 +19,7 @@ import os
 import re
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,12 +77,7 @@ class CheckpointStore:
             "written_at": time.time(),
             "engine": meta,
         }
-        payload = {_META: np.frombuffer(json.dumps(header).encode(), np.uint8)}
-        for name, arr in arrays.items():
-            arr = np.asarray(arr)
-            if arr.dtype == object:
-                raise TypeError(f"array {name!r} has dtype object; checkpoints hold plain data")
-            payload[name] = arr
+        payload = npz_payload(header, arrays)
         try:
             fd = os.open(self.tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
             with os.fdopen(fd, "wb") as fh:
@@ -270,3 +265,18 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+META_KEY = _META  # also the member holding the metadata of the stats topic's blobs
+
+
+def npz_payload(meta: Any, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``meta`` as JSON beside plain arrays, for ``np.savez``: read back with
+    ``allow_pickle=False``, so an object array is refused (TypeError) when written."""
+    payload = {_META: np.frombuffer(json.dumps(meta).encode(), np.uint8)}
+    for name, arr in arrays.items():
+        arr = np.asarray(arr)
+        if arr.dtype == object:
+            raise TypeError(f"array {name!r} has dtype object; blobs hold plain data")
+        payload[name] = arr
+    return payload

@@ -20,7 +20,8 @@ from monitor.engine.snapshot import Snapshot
 from monitor.ingest.deadletter import FileDeadLetter
 from monitor.ingest.pipeline import IngestPipeline, RawRecord
 from monitor.scale.global_view import global_snapshot
-from monitor.scale.merge import decode, encode, merge, partition_stats
+from monitor.scale.merge import decode, encode, merge, pack, partition_stats, unpack
+from monitor.state.checkpoint import CheckpointStore
 from monitor.synthetic import binary_traffic
 from monitor.wiring import build_engine, build_pipeline
 
@@ -192,6 +193,21 @@ def test_decode_refuses_foreign_or_broken_stats() -> None:
         decode(blob, ["fraud"], 1000)
     with pytest.raises(ValueError, match="not a packed blob"):
         decode(b"garbage", ["fraud"], engine.buckets.width_ms)
+
+
+def test_blobs_and_checkpoints_hold_plain_arrays_only(tmp_path: Path) -> None:
+    """One rule for both writers: plain arrays round-trip, object arrays are refused."""
+    meta, arrays = {"k": [1, 2]}, {"a": np.arange(3), "b": np.ones((2, 2), np.float32)}
+    got_meta, got = unpack(pack(meta, arrays))
+    assert got_meta == meta and got.keys() == arrays.keys()
+    assert all(np.array_equal(got[k], arrays[k]) for k in arrays)
+    bad = {"x": np.array([{"a": 1}], dtype=object)}
+    with pytest.raises(TypeError, match="'x' has dtype object"):
+        pack(meta, bad)
+    store = CheckpointStore(tmp_path)
+    with pytest.raises(TypeError, match="'x' has dtype object"):
+        store.write(meta, bad)
+    assert not store.path.exists()
 
 
 def test_partitioned_mode_refuses_what_it_cannot_merge() -> None:
