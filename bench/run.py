@@ -1883,7 +1883,8 @@ def _ingest_rate(s: Settings, partitioned: bool, expected: int, timeout_s: float
 def _scale_failover(bootstrap: str, n: int, work: Path) -> tuple[float, float]:
     """Two partitioned instances (subprocesses) share the group; the exporter is killed
     (SIGKILL) while idle. Returns (seconds until the survivor exports the complete global
-    series, the group's session timeout)."""
+    series, the group's session timeout). The survivor takes over when the exporter lease
+    (3 s) runs out, before the group notices the death."""
     import re
     import signal
     import subprocess
@@ -1902,7 +1903,7 @@ def _scale_failover(bootstrap: str, n: int, work: Path) -> tuple[float, float]:
             f"""[http]\nhost = "127.0.0.1"\nport = 0\n"""
             f"""[state]\ndir = "{work / ("state-" + name)}"\ncheckpoint_interval = "2s"\n"""
             f"single_instance = false\n"
-            f"""[scale]\nmode = "partitioned"\nstats_interval = "1s"\n"""
+            f"""[scale]\nmode = "partitioned"\nstats_interval = "1s"\nexporter_lease = "3s"\n"""
             f"""[evaluation]\ninterval = "1s"\n"""
             f"""[[models]]\nname = "fraud"\n[[models.windows]]\nsize = "30d"\n"""
         )
@@ -1963,8 +1964,8 @@ def bench_scale(n: int, reps: int, work: Path) -> list[Result]:
     engine per partition (6 partitions per topic, stats publication included) vs the
     single-engine path on the same topics, interleaved; (h2) failover: SIGKILL the
     exporter of two instances, time until the survivor exports the complete global series
-    (it must notice the death — one session timeout — then restore the dead one's
-    partitions from the state topic)."""
+    (the exporter lease runs out; the survivor already holds the merged view, so no
+    session timeout, rebalance or restore is on this path)."""
     from monitor.config import ScaleSettings
     from monitor.localbroker import LocalBroker
 
@@ -1999,11 +2000,11 @@ def bench_scale(n: int, reps: int, work: Path) -> list[Result]:
         "per-rep ratios " + ", ".join(f"{x:.2f}" for x in ratios)
     )
     h2 = Result("h2", "failover: exporter SIGKILL -> global series served", "s", failover,
-                session_s, "session timeout", 3.0, "ratio", False,
+                session_s, "session timeout", 1.0, "ratio", False,
                 [failover], [session_s])  # fmt: skip
     h2.notes.append(
-        f"2 instances, the same {n_pred:,} predictions; target: within the session timeout plus "
-        "the restore of the dead instance's partitions (ratio <= 3)"
+        f"2 instances, the same {n_pred:,} predictions, exporter lease 3 s; target: within one "
+        "session timeout (ratio <= 1)"
     )
     return [h1, h2]
 

@@ -155,6 +155,7 @@ class PartitionedDaemon(Daemon):
         current = self._source.generation() if self._source is not None else None
         if current is not None and current != part.group_generation:
             self.fenced += 1
+            self.count_fault("partition_fenced")
             log.warning(
                 "partition %d: not stored, its membership (generation %d) is gone (now %d)",
                 part.number, part.group_generation, current,
@@ -237,6 +238,7 @@ class PartitionedDaemon(Daemon):
             self.stats_out.forget(p)
             if part is not None:
                 self.fenced += 1
+                self.count_fault("partition_fenced")
                 log.warning("partition %d: lost with the group membership, dropped unstored", p)
 
     def on_assigned(self, numbers: set[int]) -> None:
