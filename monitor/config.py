@@ -202,7 +202,7 @@ class ScaleSettings(_Section):
     mode: Literal["single", "partitioned"] = "single"
     # how often each instance publishes its partitions' statistics to the stats topic
     stats_interval: PositiveSeconds = 5.0
-    # how long the exporter lease (in the stats topic) outlives its holder's last renewal:
+    # how long the exporter lease (topic "<group_id>-exporter") outlives its holder's last renewal:
     # the failover time of the global series and SLO alerts; below kafka.session_timeout_ms
     exporter_lease: PositiveSeconds = 3.0
 

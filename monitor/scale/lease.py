@@ -8,7 +8,9 @@ distributed file cache consistency"): a grant valid for a bounded time, renewed 
 holder; and the grant is decided by a totally ordered log (Kafka's partition order),
 so all readers agree on it without any other protocol.
 
-Records (key ``<group>/exporter`` in partition 0 of ``<group>-stats``, JSON value
+Records (key ``<group>/exporter`` in the one partition of the compacted topic
+``<group>-exporter``, small and apart from the statistics so a renewal is never queued
+behind megabytes of them; JSON value
 ``{"op", "epoch", "holder", "seq", "after"}``):
 
 - ``claim`` of epoch e, ``after`` = the latest accepted record its writer read: it wins
@@ -30,28 +32,33 @@ independent of the group's session timeout and rebalance.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from kafka import KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from .. import kafka_compat
 
 kafka_compat.install()
 
-__all__ = ["ExporterLease", "LeaseLog", "lease_key"]
+__all__ = ["ExporterLease", "LeaseLog", "lease_key", "lease_topic"]
 
 log = logging.getLogger(__name__)
 
 
 def lease_key(group_id: str) -> str:
     return f"{group_id}/exporter"
+
+
+def lease_topic(group_id: str) -> str:
+    return f"{group_id}-exporter"
 
 
 @dataclass
@@ -93,27 +100,25 @@ class ExporterLease:
     """This instance's side of the lease: claim it when it has expired, renew it while it
     holds it, and say whether it may export *now* (``valid``).
 
-    ``read`` reads the stats topic up to its end and returns the ``LeaseLog`` it feeds;
     ``eligible`` says whether this instance can serve the global view (it has read every
     partition's statistics)."""
 
     def __init__(
         self,
         client_config: Mapping[str, Any],
-        topic: str,
         group_id: str,
         lease_s: float,
-        read: Callable[[], LeaseLog],
         eligible: Callable[[], bool],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = dict(client_config)
-        self.topic = topic
+        self.topic = lease_topic(group_id)
         self.key = lease_key(group_id).encode()
         self.lease_s = lease_s
         self.interval = lease_s / 4
-        self._read = read
         self._eligible = eligible
+        self._log = LeaseLog()
+        self._consumer: KafkaConsumer | None = None
         self._clock = clock
         self.me = f"{uuid.uuid4().hex[:12]}"
         self._lock = threading.Lock()
@@ -123,6 +128,42 @@ class ExporterLease:
         self._valid_until = float("-inf")
         self._producer: KafkaProducer | None = None
         self.acquired = 0  # times this instance won the lease
+
+    def ensure_topic(self) -> None:
+        """Create the lease topic (one partition, compacted) if missing."""
+        from kafka.admin import KafkaAdminClient
+        from kafka.errors import TopicAlreadyExistsError
+
+        admin = KafkaAdminClient(**self._client)
+        try:
+            if self.topic not in admin.list_topics():
+                with contextlib.suppress(TopicAlreadyExistsError):  # created by another
+                    admin.create_topics(
+                        {self.topic: {"num_partitions": 1, "replication_factor": -1,
+                                      "configs": {"cleanup.policy": "compact"}}},
+                        wait_for_metadata=True,
+                    )  # fmt: skip
+        finally:
+            admin.close()
+
+    def _read(self) -> LeaseLog:
+        """The lease as of the topic's end (read since the last call)."""
+        if self._consumer is None:
+            consumer = KafkaConsumer(enable_auto_commit=False, **self._client)
+            tp = TopicPartition(self.topic, 0)
+            consumer.assign([tp])
+            consumer.seek_to_beginning(tp)
+            self._consumer = consumer
+        deadline = self._clock() + self.interval
+        while True:
+            batches = self._consumer.poll(timeout_ms=50)
+            now = self._clock()
+            for records in batches.values():
+                for rec in records:
+                    if rec.key == self.key:
+                        self._log.apply(rec.value, now)
+            if not batches or now > deadline:
+                return replace(self._log)
 
     def valid(self) -> bool:
         """Whether this instance may export the global series and send alerts now."""
@@ -209,3 +250,6 @@ class ExporterLease:
         if self._producer is not None:
             self._producer.close(timeout=5)
             self._producer = None
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None

@@ -14,7 +14,7 @@ Per partition number p (co-partitioning gives an instance p of both topics):
 - **stats**: every ``scale.stats_interval`` p's mergeable statistics go to
   ``<group>-stats``; every instance merges its own live partitions with the others'
   latest publications (``merge.py``), so all serve the same status, comparisons and SLOs;
-- **exporter**: the holder of the exporter lease in the stats topic (``lease.py``),
+- **exporter**: the holder of the exporter lease (``lease.py``, topic ``<group>-exporter``),
   which every instance that has read the stats topic to its end can claim, exports the
   global quality series and sends SLO alerts; every instance exports its own
   operational series. A lease shorter than the session timeout fails over before the
@@ -115,10 +115,8 @@ class PartitionedDaemon(Daemon):
         self._source: PartitionedSource | None = None
         self.lease = ExporterLease(
             {**client, "client_id": f"{k.client_id}-lease"},
-            self.stats_in.topic,
             k.group_id,
             settings.scale.exporter_lease,
-            read=lambda: self.stats_in.lease(budget_s=self.lease.interval),
             eligible=lambda: self._view_complete,
         )
         self.handovers = 0
@@ -428,6 +426,7 @@ class PartitionedDaemon(Daemon):
             counts = self._partition_count()
             self.state_store.ensure_topic(partitions=counts)
             self.stats_out.ensure_topic(partitions=1)
+            self.lease.ensure_topic()
         except LayoutError as err:
             raise StartupError(str(err)) from None
         except Exception as err:

@@ -5,8 +5,7 @@ to the compacted topic ``<group_id>-stats`` with the state topic's chunked, two-
 layout (``KafkaStateStore``). Every instance reads the whole topic continuously with a
 consumer outside the group (``StatsReader``) and keeps the newest complete generation of
 each partition; merged with its own live partitions they give the global view, the same
-on every instance once the latest publications are read. The same reader feeds the
-exporter lease (``lease.py``), whose records share the topic.
+on every instance once the latest publications are read.
 """
 
 from __future__ import annotations
@@ -15,14 +14,12 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 
 from .. import kafka_compat
 from ..state.kafka_store import Generations, KafkaStateStore
-from .lease import LeaseLog, lease_key
 from .merge import PartitionStats, decode
 
 kafka_compat.install()
@@ -76,8 +73,6 @@ class StatsReader:
         # merged view may hold old generations of other instances' partitions
         self.caught_up = False
         self._targets: dict[TopicPartition, int] | None = None
-        self._lease_key = lease_key(group_id).encode()
-        self._lease = LeaseLog()
 
     def _consumer_(self) -> KafkaConsumer:
         if self._consumer is None:
@@ -106,9 +101,6 @@ class StatsReader:
                     break
                 for records in batches.values():
                     for rec in records:
-                        if rec.key == self._lease_key:
-                            self._lease.apply(rec.value, time.monotonic())
-                            continue
                         key = rec.key.decode(errors="replace") if rec.key else ""
                         if not key.startswith(prefix):
                             continue
@@ -144,12 +136,6 @@ class StatsReader:
                 return
             self._targets = {tp: int(h) for tp, h in highs.items() if h is not None}
         self.caught_up = all(consumer.position(tp) >= h for tp, h in self._targets.items())
-
-    def lease(self, budget_s: float) -> LeaseLog:
-        """The exporter lease as of the topic's end (a copy)."""
-        self.refresh(budget_s)
-        with self._lock:
-            return replace(self._lease)
 
     def latest(self) -> dict[int, PartitionStats]:
         with self._lock:

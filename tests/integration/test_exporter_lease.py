@@ -12,7 +12,6 @@ import pytest
 
 from monitor.localbroker import LocalBroker
 from monitor.scale.lease import ExporterLease, LeaseLog
-from monitor.scale.stats_topic import StatsReader, stats_store
 
 pytestmark = pytest.mark.integration
 
@@ -25,15 +24,7 @@ class Member:
 
     def __init__(self, broker: LocalBroker) -> None:
         client = {"bootstrap_servers": [broker.bootstrap]}
-        self.reader = StatsReader(client, GROUP, ["fraud"], 60_000)
-        self.lease = ExporterLease(
-            client,
-            self.reader.topic,
-            GROUP,
-            LEASE_S,
-            read=lambda: self.reader.lease(budget_s=self.lease.interval),
-            eligible=lambda: self.reader.caught_up,
-        )
+        self.lease = ExporterLease(client, GROUP, LEASE_S, eligible=lambda: True)
         self.paused = threading.Event()
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.lease.run, args=(self.stop,), daemon=True)
@@ -45,12 +36,13 @@ class Member:
         self.stop.set()
         self.thread.join(10)
         self.lease.close()
-        self.reader.close()
 
 
 @pytest.fixture
 def members(broker: LocalBroker) -> Iterator[list[Member]]:
-    stats_store({"bootstrap_servers": [broker.bootstrap]}, GROUP, 1000).ensure_topic(1)
+    ExporterLease(
+        {"bootstrap_servers": [broker.bootstrap]}, GROUP, LEASE_S, lambda: True
+    ).ensure_topic()
     made = [Member(broker) for _ in range(3)]
     yield made
     for m in made:
