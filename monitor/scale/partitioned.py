@@ -31,6 +31,7 @@ The base ``Daemon``'s engine is the *holder* of the global comparison and drift 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -78,6 +79,7 @@ class _Partition:
         self.offsets = offsets
         self.group_generation = group_generation  # the membership it was restored in
         self.stats_published = False
+        self.lost = False  # evicted from the group with it: never store it again
 
 
 class PartitionedDaemon(Daemon):
@@ -103,6 +105,14 @@ class PartitionedDaemon(Daemon):
             self.engine.buckets.width_ms,
         )
         self.parts: dict[int, _Partition] = {}
+        # revoked, kept in memory: an eager rebalance that gives p back to this instance
+        # (the sticky assignor's aim) resumes it without a restore when nobody wrote p since
+        self.retained: dict[int, _Partition] = {}
+        # hand-overs stored in the background: a revocation listener that stores blocks
+        # the client's event loop and with it the heartbeats
+        self._handovers: queue.Queue[tuple[_Partition, bytes, tuple[int, int]] | None] = (
+            queue.Queue()
+        )
         self.paused: set[int] = set()  # assigned, state not restored yet
         self._restore_due = False  # a new assignment: restore after this poll
         self._assigned_generation = -1  # the group generation of the latest assignment
@@ -214,15 +224,38 @@ class PartitionedDaemon(Daemon):
                 self.paused.discard(p)
             if part is None:
                 continue
-            self._publish_stats(part)
-            self.stats_out.forget(p)
-            # no commit here: kafka-python 3 runs the listener on its IO thread, where a
-            # blocking commit is refused; the stored state's offsets are what the next
-            # owner seeks to, and it commits after its own first store
-            if self._store(part, None):
+            # taken now, stored by the hand-over thread: the records of p applied so far
+            # and their offsets, under the fence p was owned with. No commit: the stored
+            # state's offsets are what the next owner seeks to. Until it lands the next
+            # owner may restore an older state, which is as consistent (it re-reads more)
+            try:
+                blob, _ = self._blob(part)
+            except Exception as err:
+                log.error("partition %d: state not taken at hand-over: %s", p, err)
+                continue
+            with self._assign_lock:
+                self.retained[p] = part
+            self._handovers.put((part, blob, self.state_store.owner(p)))
+
+    def _hand_over_every(self) -> None:
+        """The hand-over thread: publish and store what revocations took."""
+        while (item := self._handovers.get()) is not None:
+            part, blob, owner = item
+            try:
+                if part.lost:
+                    continue  # evicted meanwhile: a zombie must not write
+                self._publish_stats(part)
+                self.state_store.store(part.number, blob, owner)
                 self.handovers += 1
-                log.info("partition %d: state stored, handed over", p)
-            self.state_store.forget(p)
+                log.info("partition %d: state stored, handed over", part.number)
+            except Exception as err:
+                st = self._published.status
+                log.error("storing the state of partition %d at hand-over failed: %s",
+                          part.number, err)  # fmt: skip
+                self._set_status(checkpoint_failures=st.checkpoint_failures + 1,
+                                 last_checkpoint_error=repr(err))  # fmt: skip
+            finally:
+                self._handovers.task_done()
 
     def on_lost(self, numbers: set[int]) -> None:
         """Evicted from the group (session timeout passed, e.g. paused): another member
@@ -230,8 +263,10 @@ class PartitionedDaemon(Daemon):
         committing; their records since the last store are the new owner's to apply."""
         for p in sorted(numbers):
             with self._assign_lock, self.lock:
-                part = self.parts.pop(p, None)
+                part = self.parts.pop(p, None) or self.retained.pop(p, None)
                 self.paused.discard(p)
+            if part is not None:
+                part.lost = True
             self.state_store.forget(p)
             self.stats_out.forget(p)
             if part is not None:
@@ -247,6 +282,10 @@ class PartitionedDaemon(Daemon):
             for p in sorted(numbers):
                 if p not in self.parts:
                     self.paused.add(p)
+            for p in [p for p in self.retained if p not in numbers]:
+                del self.retained[p]  # someone else's now
+                self.stats_out.forget(p)
+                self.state_store.forget(p)
             self._restore_due = True
             if self._source is not None:
                 self._assigned_generation = self._source.generation()
@@ -261,10 +300,16 @@ class PartitionedDaemon(Daemon):
         if not waiting:
             return
         try:
-            stored = self.state_store.restore_many(waiting, group_generation=generation)
+            kept = self._keep_retained(waiting, generation)
+            waiting = [p for p in waiting if p not in kept]
+            stored = (
+                self.state_store.restore_many(waiting, group_generation=generation)
+                if waiting
+                else {}
+            )
         except Exception as err:
             log.error("state topic unreadable, partitions %s paused: %s", waiting, err)
-            return
+            stored, waiting = {}, []
         for p in waiting:
             try:
                 part = self._restore(p, stored[p], generation)
@@ -288,6 +333,36 @@ class PartitionedDaemon(Daemon):
         if source is not None:
             with self._assign_lock:
                 source.pause_only(self.paused)
+
+    def _keep_retained(self, waiting: list[int], generation: int) -> set[int]:
+        """Resume the partitions given back to this instance from memory, when the state
+        topic shows nobody else wrote them since (``KafkaStateStore.unchanged``)."""
+        with self._assign_lock:
+            # owned in the generation just before: this member was in every generation
+            # since, and nobody else was assigned p (an eviction in between is "lost")
+            candidates = [p for p in waiting if p in self.retained
+                          and self.retained[p].group_generation == generation - 1]  # fmt: skip
+        if not candidates:
+            return set()
+        kept = set(self.state_store.unchanged(candidates, generation))
+        source = self._source
+        with self._assign_lock:
+            for p in candidates:
+                part = self.retained.pop(p)
+                if p not in kept or p not in self.paused:
+                    kept.discard(p)
+                    continue
+                part.group_generation = generation
+                part.stats_published = False
+                with self.lock:
+                    self.parts[p] = part
+                self.stats_out.set_owner(p, *self.state_store.owner(p))
+                self.paused.discard(p)
+                if source is not None:
+                    source.start(p, part.offsets)
+        if kept:
+            log.info("partitions %s: given back, kept in memory (no restore)", sorted(kept))
+        return kept
 
     # -- stats -------------------------------------------------------------------------------
     def _publish_stats(self, part: _Partition, refresh: bool = True) -> None:
@@ -460,6 +535,8 @@ class PartitionedDaemon(Daemon):
         leaser = threading.Thread(target=self.lease.run, args=(self._stop,), name="lease",
                                   daemon=True)  # fmt: skip
         leaser.start()
+        handover = threading.Thread(target=self._hand_over_every, name="handover", daemon=True)
+        handover.start()
         try:
             while not self._stop.is_set():
                 polled = source.poll(s.kafka.poll_timeout_ms)
@@ -490,6 +567,8 @@ class PartitionedDaemon(Daemon):
                     last_ckpt = now
             publisher.join(timeout=30)
             leaser.join(timeout=30)
+            self._handovers.put(None)
+            handover.join(timeout=60)
             self._publish_all()
         finally:
             self.lease.release()

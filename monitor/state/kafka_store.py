@@ -114,6 +114,10 @@ class KafkaStateStore:
         self._stale_counts: dict[tuple[int, int], int] = {}  # chunks per (partition, slot)
         self._owner: dict[int, tuple[int, int]] = {}  # partition -> (fence, group generation)
         self._foreign: dict[int, list[bytes]] = {}  # other owners' keys, dropped after a store
+        # partition -> state-partition offset up to which this owner knows every record
+        # (read on restore, or its own acknowledged writes): where ``unchanged`` reads from
+        self._known_end: dict[int, int] = {}
+        self._labels: dict[int, set[bytes]] = {}  # key prefixes this owner wrote p under
         self._partitions: int | None = None
         self._producer: KafkaProducer | None = None
 
@@ -151,8 +155,10 @@ class KafkaStateStore:
             self._partitions = len(parts)
         return partition % self._partitions
 
-    def _key(self, partition: int, slot: int, chunk: int) -> bytes:
-        fence, ggen = self._owner.get(partition, (0, 0))
+    def _key(
+        self, partition: int, slot: int, chunk: int, owner: tuple[int, int] | None = None
+    ) -> bytes:
+        fence, ggen = owner or self._owner.get(partition, (0, 0))
         name = f"{fence}-{ggen}-{slot}" if fence else str(slot)
         return f"{self.group_id}/{partition}/{name}/{chunk}".encode()
 
@@ -163,16 +169,22 @@ class KafkaStateStore:
     def set_owner(self, partition: int, fence: int, group_generation: int) -> None:
         """Write ``partition`` as the owner holding ``fence`` (taken by a restore)."""
         self._owner[partition] = (fence, group_generation)
+        label = f"{self.group_id}/{partition}/{fence}-{group_generation}-".encode()
+        self._labels.setdefault(partition, set()).add(label)
 
     def forget(self, partition: int) -> None:
         """``partition`` was handed over: its next owner takes a new fence."""
         self._owner.pop(partition, None)
         self._foreign.pop(partition, None)
+        self._known_end.pop(partition, None)
+        self._labels.pop(partition, None)
 
     # -- write ---------------------------------------------------------------------------
 
-    def store(self, partition: int, blob: bytes) -> int:
+    def store(self, partition: int, blob: bytes, owner: tuple[int, int] | None = None) -> int:
         """Write ``blob`` as the next generation of ``partition``; returns that generation.
+        ``owner``: the (fence, group generation) the blob was taken under, when the
+        store's own may have changed since (a hand-over written in the background).
 
         Returns only once every chunk is acknowledged by the broker (acks=all), so a caller
         may commit the partition's input offsets afterwards.
@@ -187,7 +199,8 @@ class KafkaStateStore:
         n, crc = len(chunks), zlib.crc32(blob)
         producer = self._producer_()
         sp = self._state_partition(partition)
-        fence, ggen = self.owner(partition)
+        owner = owner or self.owner(partition)
+        fence, ggen = owner
         futures = []
         for i, chunk in enumerate(chunks):
             headers = [
@@ -204,15 +217,16 @@ class KafkaStateStore:
             futures.append(
                 producer.send(
                     self.topic,
-                    key=self._key(partition, slot, i),
+                    key=self._key(partition, slot, i, owner),
                     value=chunk,
                     partition=sp,
                     headers=headers,
                 )
             )
         producer.flush(timeout=self.timeout_s)
-        for f in futures:
-            f.get(timeout=self.timeout_s)
+        last = max(f.get(timeout=self.timeout_s).offset for f in futures)
+        if partition in self._known_end:
+            self._known_end[partition] = max(self._known_end[partition], last + 1)
         self._generation[partition] = self._complete[partition] = generation
         self._drop_stale(partition, slot, n)
         self._drop_foreign(partition)
@@ -322,10 +336,58 @@ class KafkaStateStore:
             if best is not None:
                 self._complete[p] = best.generation
             if group_generation is not None:
-                self._owner[p] = (gens.max_fence + 1, group_generation)
+                self._labels.pop(p, None)
+                self.set_owner(p, gens.max_fence + 1, group_generation)
                 self._foreign[p] = list(gens.latest)
+                self._known_end[p] = ends[TopicPartition(self.topic, wanted[p])] or 0
             out[p] = best
         return out
+
+    def unchanged(self, partitions: list[int], group_generation: int) -> list[int]:
+        """Of ``partitions`` (owned by this store before a rebalance), those nobody else
+        wrote since: their newest state is what this owner holds in memory, so it may keep
+        them without a restore. Each one kept is re-fenced for ``group_generation`` (one
+        above every fence seen), so an owner that restored it meanwhile without writing
+        (a zombie now) ranks below. Reads only the records after what this owner knows."""
+        known = {p: self._known_end[p] for p in partitions if p in self._known_end}
+        if not known:
+            return []
+        wanted = {p: self._state_partition(p) for p in known}
+        tps = sorted({TopicPartition(self.topic, sp) for sp in wanted.values()})
+        prefixes = {f"{self.group_id}/{p}/".encode(): p for p in known}
+        mine = {p: tuple(self._labels.get(p, ())) for p in known}
+        foreign: set[int] = set()
+        fences = {p: self._owner.get(p, (0, 0))[0] for p in known}
+        consumer = KafkaConsumer(enable_auto_commit=False, **self._client)
+        try:
+            consumer.assign(tps)
+            for tp in tps:
+                start = min(off for p, off in known.items() if wanted[p] == tp.partition)
+                consumer.seek(tp, start)
+            ends: dict[TopicPartition, int | None] = {tp: None for tp in tps}
+            deadline = time.monotonic() + self.timeout_s
+            while not all(e is not None and consumer.position(tp) >= e for tp, e in ends.items()):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"reading the tail of {self.topic}: no progress")
+                for records in consumer.poll(timeout_ms=200).values():
+                    for rec in records:
+                        key = rec.key or b""
+                        p = prefixes.get(key[: key.find(b"/", len(self.group_id) + 1) + 1])
+                        if p is None or rec.offset < known[p] or key.startswith(mine[p]):
+                            continue
+                        foreign.add(p)
+                        h = {k: v for k, v in rec.headers}
+                        with contextlib.suppress(KeyError, ValueError):
+                            fences[p] = max(fences[p], int(h["fence"]))
+                for tp in tps:
+                    if ends[tp] is None:
+                        ends[tp] = consumer.highwater(tp)
+        finally:
+            consumer.close()
+        kept = sorted(p for p in known if p not in foreign)
+        for p in kept:
+            self.set_owner(p, fences[p] + 1, group_generation)
+        return kept
 
     def close(self) -> None:
         if self._producer is not None:
