@@ -214,3 +214,28 @@ def test_equal_fences_are_ordered_by_group_generation(broker: LocalBroker) -> No
     a.store(1, b"generation 7, later")
     a.store(1, b"generation 7, even later")
     assert _store(broker).restore(1).blob == b"generation 8"
+
+
+def test_unchanged_keeps_only_partitions_nobody_else_wrote(broker: LocalBroker) -> None:
+    """A partition given back after a rebalance is resumed from memory only when the
+    state topic's records after this owner's last known one are all its own."""
+    a = _store(broker)
+    a.ensure_topic(partitions=2)
+    a.restore_many([0, 1], group_generation=3)
+    a.store(0, b"a0 first")
+    a.store(1, b"a1 first")
+    a.store(0, b"a0 second")
+    # given back in the next generation, nobody else wrote: kept, with a new fence
+    assert a.unchanged([0, 1], group_generation=4) == [0, 1]
+    assert a.owner(0) == (2, 4) and a.owner(1) == (2, 4)
+    a.store(0, b"a0 third", (1, 3))  # a hand-over taken under the old fence lands late
+    assert a.unchanged([0], group_generation=5) == [0]  # its own writes do not count
+
+    # partition 1 was owned by b in between (it restored and wrote): a must restore it
+    b = _store(broker)
+    assert b.restore_many([1], group_generation=6)[1].blob == b"a1 first"
+    b.store(1, b"b1")
+    assert a.unchanged([0, 1], group_generation=7) == [0]
+    assert _store(broker).restore(1).blob == b"b1"
+    a.store(0, b"a0 fourth")
+    assert _store(broker).restore(0).blob == b"a0 fourth"
