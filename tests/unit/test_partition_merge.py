@@ -220,6 +220,11 @@ def test_partitioned_mode_refuses_what_it_cannot_merge() -> None:
     with pytest.raises(ConfigError, match=r"evaluation\.clock"):
         settings_from_mapping({**base, "evaluation": {"clock": "event"}})
     assert settings_from_mapping({"models": [{"name": "fraud"}]}).scale.mode == "single"
+    # the exporter must fail over within one session timeout
+    lease = {**base, "scale": {"mode": "partitioned", "exporter_lease": "10s"}}
+    with pytest.raises(ConfigError, match=r"scale\.exporter_lease: 10s must be below"):
+        settings_from_mapping(lease)
+    settings_from_mapping({**lease, "kafka": {"session_timeout_ms": 15_000}})
 
 
 def test_decode_once_ingest_equals_a_pipeline_per_partition(tmp_path: Path) -> None:
