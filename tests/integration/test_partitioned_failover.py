@@ -38,12 +38,18 @@ WINDOW = "30d"
 # bounded for CI; SCALE_TEST_PREDICTIONS=50000 runs the issue's full size
 N_PREDICTIONS = int(os.environ.get("SCALE_TEST_PREDICTIONS", "8000"))
 PARTITIONS = 6
+# each checkpoint and publication writes every partition's whole state (megabytes at the
+# full size) to tansu, which keeps every generation in memory: one every 1 s per 10,000
+INTERVAL = f"{max(1, N_PREDICTIONS // 10_000)}s"
 SLO = "fraud-accuracy"
 
 
 def stream(n: int, seed: int, now: int) -> tuple[list[tuple[str, bytes, bytes]], int, int]:
     """Keyed messages in event order, and the predictions and distinct labeled ids."""
-    t = binary_traffic(n, seed=seed, start_ms=now - 120 * 60_000, rate_per_s=2.0,
+    # event times within the last 2 hours whatever n: later ones would be in the future
+    # (beyond evaluation.max_future_skew) and rejected
+    rate = max(2.0, n / (100 * 60))
+    t = binary_traffic(n, seed=seed, start_ms=now - 120 * 60_000, rate_per_s=rate,
                        delay_mean_s=30.0)  # fmt: skip
     rng = np.random.default_rng(seed)
     events: list[tuple[int, int, str, dict[str, Any]]] = []
@@ -77,14 +83,14 @@ def config(broker: LocalBroker, tmp: Path, name: str, am: AlertmanagerServer | N
         broker.bootstrap,
         tmp / f"state-{name}",
         windows=[{"size": WINDOW}],
-        state={"checkpoint_interval": "1s", "single_instance": mode == "single"},
+        state={"checkpoint_interval": INTERVAL, "single_instance": mode == "single"},
         # JoinGroup waits up to the rebalance timeout (max_poll_interval_ms, 10 s here):
         # a request timeout above it, not the client's 5 minutes (see the scale-down)
         kafka={"group_id": group, "extra_consumer_config": {"request_timeout_ms": 20_000}},
         model={"slices": [{"dimensions": ["country"]}]},
     )
     if mode == "partitioned":
-        cfg["scale"] = {"mode": mode, "stats_interval": "1s"}
+        cfg["scale"] = {"mode": mode, "stats_interval": INTERVAL}
     if am is not None:
         cfg["slos"] = [
             {"name": SLO, "model": "fraud", "metric": "accuracy", "window": WINDOW,
