@@ -127,7 +127,7 @@ class ExporterLease:
         self._sent: dict[int, float] = {}  # seq -> monotonic time it was sent
         self._valid_until = float("-inf")
         self._producer: KafkaProducer | None = None
-        self.acquired = 0  # times this instance won the lease
+        self.acquired = 0  # times this instance started exporting
 
     def ensure_topic(self) -> None:
         """Create the lease topic (one partition, compacted) if missing."""
