@@ -57,17 +57,6 @@ def _samples(m: Metrics) -> float:
     return m.total("mlmon_window_samples", model="fraud")
 
 
-def _wait_samples(daemon: DaemonProcess, expected: int) -> None:
-    """Evaluation runs on its own thread: wait for a snapshot that holds every pair."""
-    last: list[float] = []
-
-    def counted() -> bool:
-        last[:] = [_samples(daemon.scrape())]
-        return last[0] == expected
-
-    wait_until(counted, 20, lambda: f"window samples {last} of {expected}\n{daemon.log_tail()}")
-
-
 def _evaluated_after(daemon: DaemonProcess, real_after: float) -> Metrics:
     """A scrape whose snapshot was evaluated after ``real_after`` (real Unix time)."""
     deadline = time.monotonic() + 20
@@ -106,8 +95,8 @@ def test_wall_clock_jumps_lose_nothing_and_never_stall(broker: LocalBroker, tmp_
         daemon.start()
         daemon.wait_ready()
         produce(broker.bootstrap, _pairs(200, now_ms - 300_000, "a"))
-        daemon.wait_consumed({"predictions": 200, "labels": 200})
-        _wait_samples(daemon, 200)
+        m, _ = daemon.wait_consumed({"predictions": 200, "labels": 200})
+        assert _samples(m) == 200, daemon.log_tail()  # one scrape, one evaluation
 
         offset.write_text("+2d\n")  # forward two days, for six seconds
         time.sleep(6)
