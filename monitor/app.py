@@ -783,6 +783,7 @@ class Daemon:
         if source is None:
             return None
         last_ckpt = last_lag = last_ops = last_health = time.monotonic()
+        poll_failing_since: float | None = None  # monotonic: wall-clock jumps cause these
         self._update_source_health(source)
         while not self._stop.is_set():
             if isinstance(sink, TopicDeadLetter) and sink.backlogged():
@@ -793,10 +794,20 @@ class Daemon:
             try:
                 polled = source.poll(s.kafka.poll_timeout_ms)
             except Exception as err:
-                log.warning("poll failed: %s", err)
-                self._set_status(consuming=False, source_error=f"poll failed: {err}")
+                # one failed poll is transient (kafka-python times its poll on the wall
+                # clock: a jump back fails one with EINVAL); only a persisting failure
+                # makes the daemon not ready
+                now = time.monotonic()
+                if poll_failing_since is None:
+                    poll_failing_since = now
+                failing = now - poll_failing_since
+                log.warning("poll failed (failing for %.1fs): %s", failing, err)
+                self.count_fault("poll_failed")
+                if failing >= s.kafka.poll_error_grace:
+                    self._set_status(consuming=False, source_error=f"poll failed: {err}")
                 self._stop.wait(1.0)
                 continue
+            poll_failing_since = None
             for kind in ("predictions", "labels"):
                 batch = polled.get(kind)
                 if batch is not None:

@@ -90,6 +90,8 @@ class KafkaSettings(_Section):
     # how long the broker may hold a fetch waiting for data: short keeps the pipeline fed
     fetch_max_wait_ms: int = Field(10, ge=0, le=30_000)
     poll_timeout_ms: int = Field(500, ge=1, le=60_000)
+    # failed polls make the daemon not ready only once they persist this long (monotonic)
+    poll_error_grace: PositiveSeconds = 5.0
     max_poll_interval_ms: int = Field(300_000, ge=1000)
     session_timeout_ms: int = Field(10_000, ge=1000)
     heartbeat_interval_ms: int = Field(3_000, ge=100)
