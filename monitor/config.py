@@ -33,6 +33,7 @@ from pydantic_settings.exceptions import SettingsError
 from .durations import format_duration, parse_duration
 from .engine.metric_registry import LOSSES, opt_in_metrics, task_metrics
 from .engine.models import exported_metric_names
+from .logsetup import URL_USERINFO
 from .stats.estimation import ESTIMATED_METRICS, MULTICLASS_ESTIMATED_METRICS
 
 __all__ = [
@@ -827,9 +828,7 @@ def _resolve_relative(data: dict[str, Any], base: Path) -> None:
             drift["reference"] = str(base / ref)
 
 
-# credentials inside a URL, and configuration keys that name a secret (also used by
-# monitor/logsetup.py to mask log lines)
-URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
+# configuration keys that name a secret (credentials in URLs: logsetup.URL_USERINFO)
 SECRET_KEY = re.compile(r"(?i)(pass|secret|token|credential|jaas|sasl|private|api.?key|key$)")
 
 
