@@ -55,21 +55,17 @@ def test_every_exported_family_has_a_help_text(tmp_path: Path) -> None:
     windows = [{"size": "1d"}]
     binary_metrics = ["accuracy", "f1", "fbeta", "roc_auc", "ece", "ks_statistic", "gini",
                       "gain", "precision", "recall", "log_loss", "calibration_p_value"]  # fmt: skip
+    models = [
+        {"name": "fraud", "metrics": binary_metrics, "windows": windows,
+         "costs": {"tp": 10, "fp": -1}, "estimation": {},
+         "slices": [{"dimensions": ["region"], "min_samples": 10}]},
+        {"name": "topic", "task": "multiclass", "classes": CLASSES, "windows": windows,
+         "estimation": {}},
+        {"name": "demand", "task": "regression", "windows": windows, "mase_scale": 1.0},
+        {"name": "search", "task": "ranking", "windows": windows, "k": [3, 5]},
+    ]  # fmt: skip
     settings = settings_from_mapping(
-        {
-            "http": {"port": 0},
-            "state": {"dir": str(tmp_path / "state")},
-            "models": [
-                {"name": "fraud", "metrics": binary_metrics, "windows": windows,
-                 "costs": {"tp": 10, "fp": -1}, "estimation": {},
-                 "slices": [{"dimensions": ["region"], "min_samples": 10}]},
-                {"name": "topic", "task": "multiclass", "classes": CLASSES,
-                 "windows": windows, "estimation": {}},
-                {"name": "demand", "task": "regression", "windows": windows,
-                 "mase_scale": 1.0},
-                {"name": "search", "task": "ranking", "windows": windows, "k": [3, 5]},
-            ],
-        }  # fmt: skip
+        {"http": {"port": 0}, "state": {"dir": str(tmp_path / "state")}, "models": models}
     )
     daemon = Daemon(settings)
     pipe = build_pipeline(settings, daemon.engine, FileDeadLetter(tmp_path / "dl.jsonl"))
