@@ -9,7 +9,7 @@ evaluation copies the bucket arrays under it (O(buckets)) and computes outside i
 
 Lifecycle (STYLE rule 11): on stop (SIGTERM/SIGINT via ``request_stop``) the loop
 stops polling, writes a final checkpoint, commits offsets, then the scheduler and the
-HTTP server stop.
+HTTP server stop (no evaluation runs after the final checkpoint).
 """
 
 from __future__ import annotations
@@ -634,8 +634,9 @@ class Daemon:
                 except Exception as err:
                     log.warning("closing the consumer: %s", err)
             self._stop.set()
+            # no evaluation after the final checkpoint: nobody would read it (HTTP stops
+            # next), and on a big config it took longer than shutdown_grace allows
             evaluator.join(timeout=max(1.0, s.state.shutdown_grace / 4))
-            self.evaluate_now()
             if self.dispatcher is not None:  # deliver what is queued, within a bounded wait
                 self.dispatcher.stop(timeout=min(5.0, s.state.shutdown_grace / 4))
             sink.close()
