@@ -19,6 +19,11 @@ penalised); reciprocal rank covers the whole list (0 when no relevant item is ra
 Queries whose label holds no relevant item leave every metric undefined (sklearn would score
 NDCG 0, TREC drops them); they are counted apart (:meth:`RankingLayout.excluded`).
 
+Batches. The engine scores every query a batch of records joins in one call
+(:func:`batch_query_metrics`): the items of all queries are concatenated and each step is
+a sort, a cumulative sum or a ``bincount`` over them, so the cost is per item, not a
+Python loop per query.
+
 Window layout (float64, ``width = 4 + 10·len(ks)``; all entries are sums over queries):
 ``[n, n_without_relevant, Σrr, Σrr²]`` then per k ``Σndcg, Σndcg², Σap, Σap², Σp, Σp², Σr,
 Σr², Σhit, Σhit²``. Each metric is a per-query mean with a CLT interval
