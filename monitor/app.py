@@ -9,7 +9,7 @@ evaluation copies the bucket arrays under it (O(buckets)) and computes outside i
 
 Lifecycle (STYLE rule 11): on stop (SIGTERM/SIGINT via ``request_stop``) the loop
 stops polling, writes a final checkpoint, commits offsets, then the scheduler and the
-HTTP server stop.
+HTTP server stop (no evaluation runs after the final checkpoint).
 """
 
 from __future__ import annotations
@@ -634,8 +634,9 @@ class Daemon:
                 except Exception as err:
                     log.warning("closing the consumer: %s", err)
             self._stop.set()
+            # no evaluation after the final checkpoint: nobody would read it (HTTP stops
+            # next), and on a big config it took longer than shutdown_grace allows
             evaluator.join(timeout=max(1.0, s.state.shutdown_grace / 4))
-            self.evaluate_now()
             if self.dispatcher is not None:  # deliver what is queued, within a bounded wait
                 self.dispatcher.stop(timeout=min(5.0, s.state.shutdown_grace / 4))
             sink.close()
@@ -783,6 +784,7 @@ class Daemon:
         if source is None:
             return None
         last_ckpt = last_lag = last_ops = last_health = time.monotonic()
+        poll_failing_since: float | None = None  # monotonic: wall-clock jumps cause these
         self._update_source_health(source)
         while not self._stop.is_set():
             if isinstance(sink, TopicDeadLetter) and sink.backlogged():
@@ -793,10 +795,20 @@ class Daemon:
             try:
                 polled = source.poll(s.kafka.poll_timeout_ms)
             except Exception as err:
-                log.warning("poll failed: %s", err)
-                self._set_status(consuming=False, source_error=f"poll failed: {err}")
+                # one failed poll is transient (kafka-python times its poll on the wall
+                # clock: a jump back fails one with EINVAL); only a persisting failure
+                # makes the daemon not ready
+                now = time.monotonic()
+                if poll_failing_since is None:
+                    poll_failing_since = now
+                failing = now - poll_failing_since
+                log.warning("poll failed (failing for %.1fs): %s", failing, err)
+                self.count_fault("poll_failed")
+                if failing >= s.kafka.poll_error_grace:
+                    self._set_status(consuming=False, source_error=f"poll failed: {err}")
                 self._stop.wait(1.0)
                 continue
+            poll_failing_since = None
             for kind in ("predictions", "labels"):
                 batch = polled.get(kind)
                 if batch is not None:

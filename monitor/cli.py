@@ -10,12 +10,17 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .config import ConfigError, Settings, load_settings, secret_values
 from .logsetup import LEVELS, configure_logging, register_secrets
+
+if TYPE_CHECKING:
+    from .config import Settings
+
+# The configuration (pydantic, and through the metric catalog numpy and scipy) and the
+# commands' modules are imported where used: `monitor --version` and `--help` stay fast.
 
 __all__ = ["main"]
 
@@ -65,13 +70,25 @@ def _global_options(p: argparse.ArgumentParser, top: bool) -> None:
         "so they stay at INFO unless set here",
     )
     if top:
-        g.add_argument("--version", action="version", version=_version_line())
+        g.add_argument("--version", action=_Version)
+
+
+class _Version(argparse.Action):
+    """argparse's "version" action, with the line built only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="show the version and exit")  # fmt: skip
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        sys.stdout.write(_version_line() + "\n")  # stdout, as argparse's own action
+        parser.exit()
 
 
 def _version_line() -> str:
     import platform
 
-    from .export.exposition import app_version
+    from .version import app_version
 
     return f"monitor {app_version()} (Python {platform.python_version()})"
 
@@ -137,6 +154,8 @@ def _unwritable(path: Path | None) -> str | None:
 
 
 def _load(path: Path) -> Settings:
+    from .config import load_settings
+
     return load_settings(path)
 
 
@@ -149,6 +168,8 @@ def _report_problems(source: str | Path, problems: list[tuple[str, str]]) -> int
 
 def _check_config(path: Path) -> int:
     """Validate the file, then what it points at: drift references and plugins."""
+    from .config import ConfigError
+
     try:
         settings = _load(path)
     except ConfigError as err:
@@ -209,6 +230,7 @@ def _slo_metric_problems(settings: Settings, plugins: Sequence[Any]) -> list[tup
 
 def _run(path: Path) -> int:
     from .app import Daemon, StartupError
+    from .config import secret_values
 
     settings = _load(path)
     register_secrets(secret_values(settings))
@@ -316,6 +338,8 @@ def _rules(path: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    from .config import ConfigError  # after --version and --help have exited
+
     level = getattr(args, "log_level", None) or os.environ.get("MONITOR_LOG_LEVEL", "INFO")
     fmt = getattr(args, "log_format", None) or os.environ.get("MONITOR_LOG_FORMAT", "text")
     level, fmt = level.strip().upper(), fmt.strip().lower()

@@ -33,6 +33,7 @@ from pydantic_settings.exceptions import SettingsError
 from .durations import format_duration, parse_duration
 from .engine.metric_registry import LOSSES, opt_in_metrics, task_metrics
 from .engine.models import exported_metric_names
+from .logsetup import URL_USERINFO
 from .stats.estimation import ESTIMATED_METRICS, MULTICLASS_ESTIMATED_METRICS
 
 __all__ = [
@@ -90,6 +91,8 @@ class KafkaSettings(_Section):
     # how long the broker may hold a fetch waiting for data: short keeps the pipeline fed
     fetch_max_wait_ms: int = Field(10, ge=0, le=30_000)
     poll_timeout_ms: int = Field(500, ge=1, le=60_000)
+    # failed polls make the daemon not ready only once they persist this long (monotonic)
+    poll_error_grace: PositiveSeconds = 5.0
     max_poll_interval_ms: int = Field(300_000, ge=1000)
     session_timeout_ms: int = Field(10_000, ge=1000)
     heartbeat_interval_ms: int = Field(3_000, ge=100)
@@ -834,9 +837,7 @@ def _resolve_relative(data: dict[str, Any], base: Path) -> None:
             drift["reference"] = str(base / ref)
 
 
-# credentials inside a URL, and configuration keys that name a secret (also used by
-# monitor/logsetup.py to mask log lines)
-URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
+# configuration keys that name a secret (credentials in URLs: logsetup.URL_USERINFO)
 SECRET_KEY = re.compile(r"(?i)(pass|secret|token|credential|jaas|sasl|private|api.?key|key$)")
 
 

@@ -10,13 +10,24 @@ proxy and fails for every later response of that type: the client can never boot
 again ("object.__new__(X): X is not a type object (weakref.CallableProxyType)").
 tests/unit/test_kafka_compat.py reproduces the race and shows the lock prevents it.
 
-``install()`` serialises compilation with one lock. The compiled functions are cached, so
-the lock is taken once per (message, version, flags) and costs nothing in steady state.
+A second race of the same kind: ``Message[version]`` creates a versioned wrapper class on
+first use and caches it in ``Message._VERSIONS``; creating it re-runs the message's
+``__init_subclass__``, which registers a *weak proxy* to the wrapper as the response class
+of its API key. When two threads create the wrapper of the same version at once, the
+cache keeps one and the registry may keep the other, which is then garbage collected:
+every later response of that key fails with "ReferenceError: weakly-referenced object no
+longer exists" and the client never bootstraps (seen in CI on a daemon restart).
+
+``install()`` serialises compilation with one lock, and wrapper creation with another. The
+compiled functions and the wrappers are cached, so the first lock is taken once per
+(message, version, flags); the second (re-entrant: a wrapper's lookup recurses to its
+message) is an uncontended acquire per lookup.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -24,33 +35,43 @@ from typing import Any
 __all__ = ["install"]
 
 _LOCK = threading.Lock()
+_VERSIONS_LOCK = threading.RLock()
 _MARK = "_mlmon_serialised"
 
 
 def install() -> bool:
-    """Serialise kafka-python's decoder compilation; idempotent.
+    """Serialise kafka-python's decoder compilation and versioned-class creation;
+    idempotent.
 
-    Returns False when the installed kafka-python has no lazily compiled decoders (an
-    older or a fixed release), so there is nothing to guard.
+    Returns False when the installed kafka-python has neither lazily compiled decoders
+    nor lazily created versioned classes (an older or a fixed release): nothing to guard.
     """
+    decoders = _guard("kafka.protocol.schemas.fields.struct", "StructField",
+                      "compiled_decode_from", _LOCK)  # fmt: skip
+    versions = _guard("kafka.protocol.api_message", "VersionSubscriptable", "__getitem__",
+                      _VERSIONS_LOCK)  # fmt: skip
+    return decoders or versions
+
+
+def _guard(module: str, owner: str, method: str, lock: Any) -> bool:
+    """Wrap ``module.owner.method`` so calls hold ``lock``; False if there is none."""
     try:
-        from kafka.protocol.schemas.fields.struct import StructField
-    except ImportError:
+        cls = getattr(importlib.import_module(module), owner)
+    except (ImportError, AttributeError):
         return False
-    compile_decoder = getattr(StructField, "compiled_decode_from", None)
-    if compile_decoder is None:
+    inner = cls.__dict__.get(method)
+    if inner is None:
         return False
-    if getattr(compile_decoder, _MARK, False):
-        return True
-    StructField.compiled_decode_from = _serialised(compile_decoder)  # type: ignore[method-assign]
+    if not getattr(inner, _MARK, False):
+        setattr(cls, method, _serialised(inner, lock))
     return True
 
 
-def _serialised(compile_decoder: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(compile_decoder)
+def _serialised(inner: Callable[..., Any], lock: Any) -> Callable[..., Any]:
+    @functools.wraps(inner)
     def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with _LOCK:
-            return compile_decoder(self, *args, **kwargs)
+        with lock:
+            return inner(self, *args, **kwargs)
 
     setattr(guarded, _MARK, True)
     return guarded

@@ -12,6 +12,7 @@ they stay at INFO or above unless ``--kafka-log-level`` asks for more.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import threading
 import time
@@ -19,11 +20,11 @@ from typing import Any, Literal
 
 import orjson
 
-from .config import URL_USERINFO
-
-__all__ = ["LEVELS", "configure_logging", "mask", "register_secrets"]
+__all__ = ["LEVELS", "URL_USERINFO", "configure_logging", "mask", "register_secrets"]
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+# credentials inside a URL (also masked in the configuration by monitor/config.py)
+URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
 _secrets: set[str] = set()
 _lock = threading.Lock()
 

@@ -7,17 +7,18 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from .config import ConfigError, ModelSettings, Settings
 from .durations import parse_duration
-from .engine.core import Engine
 from .engine.models import ComparisonSpec, DriftSpec, ModelSpec, SliceSpec, WindowSpec
-from .ingest.deadletter import DeadLetterSink
-from .ingest.decode import DecodeLimits, LabelDecoder, PredictionDecoder
-from .ingest.pipeline import IngestPipeline
+
+if TYPE_CHECKING:  # imported where used: `monitor check-config` needs no engine (pandas)
+    from .engine.core import Engine
+    from .ingest.deadletter import DeadLetterSink
+    from .ingest.pipeline import IngestPipeline
 
 __all__ = ["build_engine", "build_pipeline", "model_specs", "wall_clock_ms"]
 
@@ -124,8 +125,6 @@ def comparison_specs(settings: Settings) -> tuple[ComparisonSpec, ...]:
 
 def drift_specs(settings: Settings) -> tuple[DriftSpec, ...]:
     """Load every model's drift reference; ConfigError names the key of a bad one."""
-    from .drift.reference import ReferenceProfile
-
     specs, problems = [], []
     for i, m in enumerate(settings.models):
         d = m.drift
@@ -157,6 +156,8 @@ def drift_specs(settings: Settings) -> tuple[DriftSpec, ...]:
             )
             continue
         assert d.reference is not None
+        from .drift.reference import ReferenceProfile  # scipy.stats: only with a reference
+
         key = f"models[{i}].drift.reference"
         try:
             raw = Path(d.reference).read_bytes()
@@ -191,6 +192,8 @@ def load_configured_plugins(settings: Settings) -> Any:
 
 
 def build_engine(settings: Settings) -> Engine:
+    from .engine.core import Engine
+
     j = settings.join
     return Engine(
         model_specs(settings),
@@ -213,6 +216,9 @@ def build_pipeline(
     lock: threading.RLock | None = None,
     offsets: dict[str, int] | None = None,
 ) -> IngestPipeline:
+    from .ingest.decode import DecodeLimits, LabelDecoder, PredictionDecoder
+    from .ingest.pipeline import IngestPipeline
+
     ev = settings.evaluation
     limits = DecodeLimits(ev.max_record_bytes, _ms(ev.max_future_skew))
     specs = engine.models

@@ -80,9 +80,17 @@ def metric_info(name: str) -> MetricInfo | None:
 
 
 def help_text(name: str) -> str:
-    """The Prometheus help text of a metric (its name when unregistered)."""
+    """The Prometheus help text of a metric: a registered one's, an exported-only
+    name's (CBPE estimates), an F-beta name's (f2, f0_5); else the name itself."""
     info = _METRICS.get(name)
-    return info.help if info is not None else name
+    if info is not None:
+        return info.help
+    if name in _EXPORTED_HELP:
+        return _EXPORTED_HELP[name]
+    if name[:1] == "f" and name[1:2].isdigit():  # stats.binary.fbeta_name: f2, f0_5
+        beta = name[1:].replace("_", ".")
+        return f"F-beta score with beta = {beta} (recall weighs beta times precision)"
+    return name
 
 
 def score_metrics() -> frozenset[str]:
@@ -167,6 +175,28 @@ _BUILTIN: dict[str, tuple[str, bool, bool]] = {
     "mrr": ("Mean reciprocal rank of the first relevant item (per query, whole list)", False,
             False),
     "hit_rate": ("Share of queries with a relevant item in the top k", False, False),
+}  # fmt: skip
+
+# exported but not configurable by name: the label-free estimates (stats/estimation.py,
+# CBPE, NannyML's confidence-based performance estimation) and their reliability flag
+_EXPORTED_HELP: dict[str, str] = {
+    "estimated_accuracy": "Label-free estimate (CBPE, from the scores of all predictions) of "
+                          "accuracy: expected share of correct decisions if scores are calibrated",
+    "estimated_precision": "Label-free estimate (CBPE) of precision: expected TP / predicted "
+                           "positives if scores are calibrated",
+    "estimated_recall": "Label-free estimate (CBPE) of recall: expected TP / expected positives "
+                        "if scores are calibrated",
+    "estimated_f1": "Label-free estimate (CBPE) of F1 from the expected confusion matrix",
+    "estimated_roc_auc": "Label-free estimate (CBPE) of ROC AUC, each score counted as a "
+                         "positive with its own probability (delta-method interval)",
+    "estimated_precision_macro": "Label-free estimate (CBPE) of macro precision from the "
+                                 "expected confusion matrix of the class probabilities",
+    "estimated_recall_macro": "Label-free estimate (CBPE) of macro recall from the expected "
+                              "confusion matrix of the class probabilities",
+    "estimated_f1_macro": "Label-free estimate (CBPE) of macro F1 from the expected confusion "
+                          "matrix of the class probabilities",
+    "estimate_reliable": "1 when the version's debiased ECE over its longest window is at most "
+                         "estimation.max_ece (the estimated_* metrics can be trusted), else 0",
 }  # fmt: skip
 
 # each task's catalog, in the order configuration errors list it

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..stats.ranking import RankedList, RankingLayout, grades_for, query_metrics
+from ..stats.ranking import RankedList, RankingLayout, batch_query_metrics, grades_for
 
 __all__ = ["RankingState"]
 
@@ -67,6 +67,7 @@ class RankingState:
         A query whose list or grades are unknown contributes a zero row (counted nowhere),
         which a consistent state never produces."""
         out = np.zeros((keys.shape[0], layout.width))
+        known, scores, gains, unranked = [], [], [], []
         for i, (key, group, digest) in enumerate(
             zip(keys.tolist(), groups.tolist(), digests.tolist(), strict=True)
         ):
@@ -74,10 +75,16 @@ class RankingState:
             grades = self.relevance.get((key, digest))
             if ranked is None or grades is None:
                 continue
-            gains, unranked = grades_for(ranked, grades)
-            row = query_metrics(ranked.scores, gains, layout.ks, unranked)
-            if row is not None:
-                out[i] = row
+            g, u = grades_for(ranked, grades)
+            known.append(i)
+            scores.append(np.asarray(ranked.scores, np.float64))
+            gains.append(g)
+            unranked.append(u)
+        if known:  # every joined query of the batch in one pass (stats/ranking.py)
+            out[known] = batch_query_metrics(
+                np.concatenate(scores), np.concatenate(gains), np.array([x.size for x in gains]),
+                np.concatenate(unranked), np.array([x.size for x in unranked]), layout.ks,
+            )  # fmt: skip
         return out
 
     def collect(

@@ -21,7 +21,6 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
-from importlib.metadata import PackageNotFoundError, version
 
 from prometheus_client import (
     GCCollector,
@@ -33,18 +32,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from ..version import app_version
 from .http import Request, Response
 from .prometheus import MonitorCollector
 from .published import Published
 
 __all__ = ["Exposition", "app_version"]
-
-
-def app_version() -> str:
-    try:
-        return version("model-monitor")
-    except PackageNotFoundError:  # running from a source tree without metadata
-        return "0+unknown"
 
 
 class _Families(Collector):

@@ -53,6 +53,12 @@ class MonitorCollector(Collector):
     def snapshot_families(self, pub: Published) -> Iterator[Metric]:
         """What changes once per evaluation (the big part of the page: it grows with
         models, versions, windows, slices and features)."""
+        if pub.snapshot is not None:  # here, not per scrape: a stamp and its windows agree
+            yield GaugeMetricFamily(
+                "mlmon_last_evaluation_timestamp_seconds",
+                "When the latest snapshot was evaluated (Unix time)",
+                value=pub.snapshot.at_ms / 1000.0,
+            )
         yield from self._quality(pub)
         yield from self._comparisons(pub)
         yield from self._drift(pub)
@@ -415,12 +421,6 @@ class MonitorCollector(Collector):
         for topic, partition, value in status.consumer_lag:
             lag.add_metric([topic, str(partition)], value)
         yield lag
-        if pub.snapshot is not None:
-            yield GaugeMetricFamily(
-                "mlmon_last_evaluation_timestamp_seconds",
-                "When the latest snapshot was evaluated (Unix time)",
-                value=pub.snapshot.at_ms / 1000.0,
-            )
         if status.last_checkpoint_at is not None:
             yield GaugeMetricFamily(
                 "mlmon_checkpoint_age_seconds",

@@ -6,7 +6,6 @@ import functools
 import math
 
 import numpy as np
-from scipy import stats
 
 __all__ = ["wilson_interval", "z_value"]
 
@@ -18,6 +17,8 @@ def z_value(confidence: float) -> float:
     Cached: scipy's ``ppf`` costs ~70 µs a call, and every interval asks for it."""
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    from scipy import stats  # here: ~1 s of CPU that `monitor check-config` does not need
+
     return float(stats.norm.ppf(0.5 + confidence / 2.0))
 
 

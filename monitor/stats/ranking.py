@@ -19,6 +19,11 @@ penalised); reciprocal rank covers the whole list (0 when no relevant item is ra
 Queries whose label holds no relevant item leave every metric undefined (sklearn would score
 NDCG 0, TREC drops them); they are counted apart (:meth:`RankingLayout.excluded`).
 
+Batches. The engine scores every query a batch of records joins in one call
+(:func:`batch_query_metrics`): the items of all queries are concatenated and each step is
+a sort, a cumulative sum or a ``bincount`` over them, so the cost is per item, not a
+Python loop per query.
+
 Window layout (float64, ``width = 4 + 10·len(ks)``; all entries are sums over queries):
 ``[n, n_without_relevant, Σrr, Σrr²]`` then per k ``Σndcg, Σndcg², Σap, Σap², Σp, Σp², Σr,
 Σr², Σhit, Σhit²``. Each metric is a per-query mean with a CLT interval
@@ -40,6 +45,7 @@ from .results import MetricValue
 __all__ = [
     "RankedList",
     "RankingLayout",
+    "batch_query_metrics",
     "grades_for",
     "query_metrics",
     "ranking_metric_help",
@@ -90,111 +96,158 @@ def ranking_metric_names(ks: Sequence[int]) -> list[str]:
     return ["mrr"] + [f"{stem}_{k}" for k in ks for stem in _PER_K]
 
 
-def _groups(scores: np.ndarray, relevant: np.ndarray, gains: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Per position (sorted by descending score): group size, group relevant count, mean gain,
-    and the group's first position; plus the group id of each position."""
-    order = np.argsort(-scores, kind="stable")
-    s = scores[order]
-    if s.size < 2 or bool((s[1:] != s[:-1]).all()):  # no ties: every item its own group
-        pos = np.arange(s.size)
-        return np.ones(s.size, np.int64), relevant[order].astype(np.float64), gains[order], pos, pos
-    _, start, inv, size = np.unique(-s, return_index=True, return_inverse=True, return_counts=True)
-    rel_g = np.bincount(inv, weights=relevant[order].astype(np.float64), minlength=size.size)
-    gain_g = np.bincount(inv, weights=gains[order], minlength=size.size) / size
-    return size[inv], rel_g[inv], gain_g[inv], start[inv], inv
-
-
 def query_metrics(
     scores: np.ndarray,
     grades: np.ndarray,
     ks: Sequence[int],
     unranked_grades: np.ndarray | None = None,
-) -> np.ndarray | None:
-    """One query's contribution row (the layout's width), or None without a relevant item.
+) -> np.ndarray:
+    """One query's contribution row (the layout's width; ``[1, 1, 0, ...]`` without a
+    relevant item): :func:`batch_query_metrics` of a batch of one.
 
     ``scores`` and ``grades`` are per ranked item (higher score = ranked higher; grade 0 =
     not relevant or unjudged); ``unranked_grades`` are the grades of labelled items the list
     did not contain (they raise the ideal DCG and R).
     """
     scores = np.asarray(scores, dtype=np.float64)
-    gains = np.asarray(grades, dtype=np.float64)
     extra = np.zeros(0) if unranked_grades is None else np.asarray(unranked_grades, np.float64)
-    relevant = gains > 0
-    n_rel = int(relevant.sum()) + int((extra > 0).sum())
-    row = np.zeros(_BASE + 10 * len(ks))
-    row[0] = 1.0
-    if n_rel == 0:
-        row[1] = 1.0
-        return row
-    length = scores.size
-    size, rel_g, gain_g, start, _ = _groups(scores, relevant, gains)
-    q = rel_g / size  # E[rel_i] at each sorted position
-    pos = np.arange(length)
+    rows = batch_query_metrics(
+        scores, np.asarray(grades, np.float64), np.array([scores.size]), extra,
+        np.array([extra.size]), ks,
+    )  # fmt: skip
+    return rows[0]
+
+
+def batch_query_metrics(
+    scores: np.ndarray,
+    grades: np.ndarray,
+    lengths: np.ndarray,
+    unranked_grades: np.ndarray,
+    unranked_lengths: np.ndarray,
+    ks: Sequence[int],
+) -> np.ndarray:
+    """The contribution rows of many queries at once (one row per query, the layout's
+    width; a query without a relevant item gets ``[1, 1, 0, ...]``).
+
+    The queries' ranked items are concatenated: ``scores`` and ``grades`` hold
+    ``lengths[q]`` entries per query, ``unranked_grades`` holds ``unranked_lengths[q]``
+    grades of labelled items query q's list did not contain. Every step is a sort, a
+    cumulative sum or a ``bincount`` over all items of the batch, none a loop over queries.
+    """
+    lengths = np.asarray(lengths, np.int64)
+    nq, n = lengths.size, int(lengths.sum())
+    if nq == 0:
+        return np.zeros((0, _BASE + 10 * len(ks)))
+    qid = np.repeat(np.arange(nq), lengths)
+    q_start = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    # rank within each query by descending score; ties keep their order (a stable sort)
+    order = np.lexsort((-np.asarray(scores, np.float64), qid))
+    s = np.asarray(scores, np.float64)[order]
+    gains = np.asarray(grades, np.float64)[order]
+    relevant = (gains > 0).astype(np.float64)
+    pos = np.arange(n) - q_start[qid]
+    # tie groups: a new group where the query or the score changes
+    new = np.ones(n, bool)
+    new[1:] = (qid[1:] != qid[:-1]) | (s[1:] != s[:-1])
+    gid = np.cumsum(new) - 1
+    g_first = np.flatnonzero(new)
+    size_g = np.diff(np.append(g_first, n))
+    rel_g = np.bincount(gid, weights=relevant, minlength=g_first.size)
+    gain_g = np.bincount(gid, weights=gains, minlength=g_first.size) / np.maximum(size_g, 1)
+    g_pos = pos[g_first]  # each group's first position in its query
+    g_q = qid[g_first]
+    size, r, start = size_g[gid], rel_g[gid], g_pos[gid]
+    q = r / size  # E[rel_i] at each sorted position
+    extra_q = np.repeat(np.arange(nq), np.asarray(unranked_lengths, np.int64))
+    extra = np.asarray(unranked_grades, np.float64)
+    n_rel = np.bincount(qid, weights=relevant, minlength=nq) + np.bincount(
+        extra_q, weights=(extra > 0).astype(np.float64), minlength=nq
+    )
+    scored = n_rel > 0
+    n_rel_safe = np.where(scored, n_rel, 1.0)
+    # the ideal order: every judged grade of the query, descending
+    all_q = np.concatenate([qid, extra_q])
+    all_gain = np.concatenate([gains, extra])
+    ideal_order = np.lexsort((-all_gain, all_q))
+    ideal_gain, ideal_q = all_gain[ideal_order], all_q[ideal_order]
+    ideal_start = np.concatenate([[0], np.cumsum(np.bincount(all_q, minlength=nq))[:-1]])
+    ideal_pos = np.arange(ideal_q.size) - ideal_start[ideal_q]
     discount = 1.0 / np.log2(pos + 2.0)
-    ideal = np.sort(np.concatenate([gains, extra]))[::-1]
-    ideal_discount = 1.0 / np.log2(np.arange(ideal.size) + 2.0)
-    rr = _expected_reciprocal_rank(size, rel_g, start)
-    row[2], row[3] = rr, rr * rr
+    ideal_discount = 1.0 / np.log2(ideal_pos + 2.0)
     # Σ_{j<=i} E[rel_i rel_j]: q_i·q_j for j in earlier groups (independent), the
     # without-replacement r(r − 1)/(g(g − 1)) for earlier slots of i's group, q_i for j = i
     with np.errstate(divide="ignore", invalid="ignore"):
-        within = np.where(size > 1, rel_g * (rel_g - 1) / (size * (size - 1)), 0.0)
-    before = np.concatenate([[0.0], np.cumsum(q)])[start]  # Σ q_j over earlier groups
+        within = np.where(size > 1, r * (r - 1) / (size * (size - 1)), 0.0)
+    cum_q = np.concatenate([[0.0], np.cumsum(q)])
+    before = cum_q[g_first[gid]] - cum_q[q_start[qid]]  # Σ q_j over the query's earlier groups
     ap_terms = (q * before + (pos - start) * within + q) / (pos + 1.0)
+
+    out = np.zeros((nq, _BASE + 10 * len(ks)))
+    out[:, 0] = 1.0
+    out[:, 1] = ~scored
+    rr = _expected_reciprocal_rank(nq, g_q, size_g, rel_g, g_pos)
+    out[:, 2], out[:, 3] = rr, rr * rr
     for j, k in enumerate(ks):
-        top = min(k, length)
-        idcg = float(ideal[:k] @ ideal_discount[: min(k, ideal.size)])
-        dcg = float(gain_g[:top] @ discount[:top])
-        ndcg = dcg / idcg if idcg > 0 else 0.0
-        ap = float(ap_terms[:top].sum()) / min(n_rel, k)
-        hits = float(q[:top].sum())
-        precision, recall = hits / k, hits / n_rel
-        hit = _expected_hit(size, rel_g, start, top)
+        top = np.minimum(k, lengths)
+        inside = pos < k
+        idcg = np.bincount(ideal_q, weights=ideal_gain * ideal_discount * (ideal_pos < k),
+                           minlength=nq)  # fmt: skip
+        dcg = np.bincount(qid, weights=gain_g[gid] * discount * inside, minlength=nq)
+        ndcg = np.where(idcg > 0, dcg / np.where(idcg > 0, idcg, 1.0), 0.0)
+        ap = np.bincount(qid, weights=ap_terms * inside, minlength=nq) / np.minimum(n_rel_safe, k)
+        hits = np.bincount(qid, weights=q * inside, minlength=nq)
+        precision, recall = hits / k, hits / n_rel_safe
+        hit = _expected_hit(nq, g_q, size_g, rel_g, g_pos, top)
         b = _BASE + 10 * j
-        row[b : b + 10] = (
-            ndcg,
-            ndcg * ndcg,
-            ap,
-            ap * ap,
-            precision,
-            precision**2,
-            recall,
-            recall**2,
-            hit,
-            hit * hit,
-        )
-    return row
+        for i, v in enumerate((ndcg, ap, precision, recall, hit)):
+            out[:, b + 2 * i] = v
+            out[:, b + 2 * i + 1] = v * v
+    out[~scored, 2:] = 0.0
+    return out
 
 
-def _expected_reciprocal_rank(size: np.ndarray, rel_g: np.ndarray, start: np.ndarray) -> float:
-    """E[1/rank of the first relevant item]: it lies in the first group holding one; with g
-    items and r relevant there, it is at the group's j-th slot with probability
-    C(g − j, r − 1)/C(g, r) (hypergeometric waiting time)."""
-    hit = np.flatnonzero(rel_g > 0)
-    if hit.size == 0:
-        return 0.0
-    i = int(hit[0])
-    g, r, s = int(size[i]), int(rel_g[i]), int(start[i])
-    if r == g:  # every item of the group is relevant: the first slot
-        return 1.0 / (s + 1)
-    j = np.arange(1, g - r + 2)
-    prob = comb(g - j, r - 1) / comb(g, r)
-    return float(prob @ (1.0 / (s + j)))
+def _expected_reciprocal_rank(
+    nq: int, g_q: np.ndarray, size: np.ndarray, rel: np.ndarray, start: np.ndarray
+) -> np.ndarray:
+    """E[1/rank of the first relevant item] per query: it lies in the query's first group
+    holding one; with g items and r relevant there, it is at the group's j-th slot with
+    probability C(g − j, r − 1)/C(g, r) (hypergeometric waiting time)."""
+    out = np.zeros(nq)
+    holding = np.flatnonzero(rel > 0)
+    if holding.size == 0:
+        return out
+    # the first such group of each query (groups are in query, then rank order)
+    first = holding[np.concatenate([[True], g_q[holding][1:] != g_q[holding][:-1]])]
+    g, r, s = size[first], rel[first], start[first]
+    slots = (g - r + 1).astype(np.int64)  # the first relevant item's possible slots
+    owner = np.repeat(np.arange(first.size), slots)
+    jj = np.arange(owner.size) - np.repeat(np.cumsum(slots) - slots, slots) + 1.0
+    prob = comb(g[owner] - jj, r[owner] - 1) / comb(g[owner], r[owner])
+    value = np.bincount(owner, weights=prob / (s[owner] + jj), minlength=first.size)
+    # every item of the group relevant: the first slot, exactly
+    out[g_q[first]] = np.where(r == g, 1.0 / (s + 1.0), value)
+    return out
 
 
-def _expected_hit(size: np.ndarray, rel_g: np.ndarray, start: np.ndarray, top: int) -> float:
-    """P(at least one relevant item in the first ``top`` positions) under random tie orders."""
-    inside = start < top
-    if not inside.any():
-        return 0.0
-    if np.any(rel_g[inside & (start + size <= top)] > 0):
-        return 1.0
-    cut = np.flatnonzero(inside & (start + size > top))
-    if cut.size == 0:
-        return 0.0
-    i = int(cut[0])
-    g, r, m = int(size[i]), int(rel_g[i]), top - int(start[i])
-    return float(1.0 - comb(g - r, m) / comb(g, m))
+def _expected_hit(
+    nq: int,
+    g_q: np.ndarray,
+    size: np.ndarray,
+    rel: np.ndarray,
+    start: np.ndarray,
+    top: np.ndarray,
+) -> np.ndarray:
+    """P(at least one relevant item in the first ``top`` positions) per query under random
+    tie orders: 1 if a group wholly inside holds one, else the chance that the group cut
+    by ``top`` puts one of its r relevant among its m slots inside, 1 − C(g − r, m)/C(g, m)."""
+    t = top[g_q]
+    whole = (start + size <= t) & (rel > 0)
+    certain = np.bincount(g_q, weights=whole.astype(np.float64), minlength=nq) > 0
+    cut = (start < t) & (start + size > t)
+    m = np.where(cut, t - start, 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = np.where(cut, 1.0 - comb(size - rel, m) / comb(size, m), 0.0)
+    return np.where(certain, 1.0, np.bincount(g_q, weights=p, minlength=nq))
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,9 +281,7 @@ class RankingLayout:
         grades: np.ndarray,
         unranked_grades: np.ndarray | None = None,
     ) -> None:
-        row = query_metrics(scores, grades, self.ks, unranked_grades)
-        if row is not None:
-            vec += row
+        vec += query_metrics(scores, grades, self.ks, unranked_grades)
 
     def metrics(self, vec: np.ndarray, confidence: float = 0.95) -> list[MetricValue]:
         """mrr, then per k: ndcg_at_k, map_at_k, precision_at_k, recall_at_k, hit_rate_at_k."""

@@ -1,10 +1,12 @@
 """kafka-python 3 compiles protocol decoders lazily and, without a lock, two threads
 decoding the same response type for the first time can cache a decoder that fails for
 every later response (seen in CI: a daemon that could never bootstrap). The race window is
-widened deterministically by slowing the code generator down."""
+widened deterministically by slowing the code generator down. The same holds for its
+versioned wrapper classes (a dead weak proxy in the response registry)."""
 
 from __future__ import annotations
 
+import gc
 import io
 import struct
 import threading
@@ -12,6 +14,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kafka.protocol.api_header import ResponseClassRegistry
+from kafka.protocol.api_message import VersionSubscriptable
 from kafka.protocol.metadata.api_versions import ApiVersionsResponse
 from kafka.protocol.schemas.fields.struct import StructField
 
@@ -103,3 +107,77 @@ def test_install_serialises_compilation(slow_codegen: None) -> None:
     decoded = _decode()
     assert decoded.error_code == 0
     assert type(decoded).__name__ == "ApiVersionsResponse"
+
+
+# -- versioned wrapper classes -----------------------------------------------------------
+# ``Message[v]`` creates and caches a wrapper class; creating it registers a weak proxy to
+# it as the response class of the API key. Two threads creating the same wrapper at once:
+# the cache keeps one, the registry may keep the other, which dies.
+VERSION = 3
+FIRST_REGISTERED = threading.Event()
+SECOND_DONE = threading.Event()
+
+
+@pytest.fixture
+def slow_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Hold the first thread between registering its wrapper and caching it until the
+    second thread has created its own (briefly: under the lock the second cannot)."""
+    register = ResponseClassRegistry.register_response_class.__func__  # type: ignore[attr-defined]
+
+    def ordered(cls: type, response_class: Any) -> None:
+        register(cls, response_class)
+        if threading.current_thread().name == "first":
+            FIRST_REGISTERED.set()
+            SECOND_DONE.wait(0.5)
+
+    monkeypatch.setattr(ResponseClassRegistry, "register_response_class", classmethod(ordered))
+    registry = ResponseClassRegistry._response_class_registry
+    key = ApiVersionsResponse.API_KEY
+    saved_entry = registry[key]
+    saved_version = ApiVersionsResponse._VERSIONS.pop(VERSION, None)
+    yield
+    registry[key] = saved_entry
+    ApiVersionsResponse._VERSIONS.pop(VERSION, None)
+    if saved_version is not None:
+        ApiVersionsResponse._VERSIONS[VERSION] = saved_version
+
+
+def _version_race() -> None:
+    """Two threads look up a never-created versioned class at once."""
+    FIRST_REGISTERED.clear()
+    SECOND_DONE.clear()
+
+    def first() -> None:
+        ApiVersionsResponse[VERSION]
+
+    def second() -> None:
+        FIRST_REGISTERED.wait(5.0)
+        ApiVersionsResponse[VERSION]
+        SECOND_DONE.set()
+
+    threads = [threading.Thread(target=first, name="first"), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    gc.collect()
+
+
+def _registered() -> Any:
+    return ResponseClassRegistry._response_class_registry[ApiVersionsResponse.API_KEY]
+
+
+def test_the_version_race_leaves_a_dead_response_class_without_the_lock(
+    slow_registry: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inner = VersionSubscriptable.__getitem__
+    monkeypatch.setattr(VersionSubscriptable, "__getitem__", getattr(inner, "__wrapped__", inner))
+    _version_race()
+    with pytest.raises(ReferenceError, match="no longer exists"):
+        _registered()[VERSION]
+
+
+def test_install_serialises_versioned_class_creation(slow_registry: None) -> None:
+    assert kafka_compat.install()
+    _version_race()
+    assert _registered()[VERSION] is ApiVersionsResponse[VERSION]

@@ -11,7 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import ndcg_score
 
-from monitor.stats.ranking import RankingLayout, query_metrics, ranking_metric_names
+from monitor.stats.ranking import (
+    RankingLayout,
+    batch_query_metrics,
+    query_metrics,
+    ranking_metric_names,
+)
 
 KS = (1, 3, 5)
 
@@ -133,3 +138,53 @@ def test_precision_penalises_short_lists_and_bad_ks_are_refused() -> None:
     for ks in ((), (0,), (3, 3)):
         with pytest.raises(ValueError):
             RankingLayout(ks)
+
+
+queries = st.lists(
+    st.tuples(
+        st.integers(0, 6).flatmap(
+            lambda n: st.tuples(
+                st.lists(st.sampled_from([0.1, 0.4, 0.4, 0.7, 0.9]), min_size=n, max_size=n),
+                st.lists(st.sampled_from([0, 0, 1, 2, 3]), min_size=n, max_size=n),
+            )
+        ),
+        st.lists(st.sampled_from([0.0, 1.0, 2.0]), max_size=2),  # unranked judged grades
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(queries)
+def test_a_batch_of_queries_equals_each_query_and_the_oracle(batch) -> None:
+    """The batched computation (one pass over every item of many queries, no loop over
+    queries) gives each query the row it gets alone, and the oracle's values: queries of
+    different lengths, empty lists, all ties, unranked relevant items."""
+    ks = (1, 3, 5)
+    scores = np.array([s for (sc, _), _ in batch for s in sc], np.float64)
+    grades = np.array([g for (_, gr), _ in batch for g in gr], np.float64)
+    lengths = np.array([len(sc) for (sc, _), _ in batch])
+    extra = np.array([g for _, ex in batch for g in ex], np.float64)
+    extra_lengths = np.array([len(ex) for _, ex in batch])
+    rows = batch_query_metrics(scores, grades, lengths, extra, extra_lengths, ks)
+    assert rows.shape == (len(batch), RankingLayout(ks).width)
+    names = ranking_metric_names(ks)
+    for row, ((sc, gr), ex) in zip(rows, batch, strict=True):
+        alone = query_metrics(np.array(sc, float), np.array(gr, float), ks, np.array(ex))
+        np.testing.assert_allclose(row, alone, rtol=0, atol=1e-12)
+        n_rel = sum(g > 0 for g in gr) + sum(g > 0 for g in ex)
+        assert row[0] == 1.0 and row[1] == float(n_rel == 0)
+        if n_rel == 0 or ex or not sc:
+            continue  # the oracle below knows ranked items only
+        got = dict(zip(names, RankingLayout(ks).metrics(row), strict=True))
+        for k in ks:
+            want = _oracle(sc, [float(g) for g in gr], n_rel, k)
+            for stem, key in (("precision", "precision"), ("recall", "recall"),
+                              ("hit_rate", "hit"), ("map", "ap")):  # fmt: skip
+                assert got[f"{stem}_at_{k}"].value == pytest.approx(want[key], abs=1e-9)
+            if len(sc) > 1:  # sklearn's ndcg_score needs two items
+                ndcg = ndcg_score([gr], [sc], k=k)
+                assert got[f"ndcg_at_{k}"].value == pytest.approx(ndcg, abs=1e-9)
+        rr = _oracle(sc, [float(g) for g in gr], n_rel, 1)["rr"]
+        assert got["mrr"].value == pytest.approx(rr, abs=1e-9)
