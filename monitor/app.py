@@ -108,6 +108,7 @@ class Daemon:
             )
         )
         self._stop = threading.Event()
+        self._poll_failing_since: float | None = None  # monotonic; see _poll
         # three threads replace _published (consumer loop, scheduler, shutdown): each
         # read-modify-write holds this lock, or one would undo another's status change
         self._pub_lock = threading.Lock()
@@ -778,13 +779,36 @@ class Daemon:
                 )
             self._set_status(consuming=consuming, assigned_partitions=assigned, source_error=error)
 
+    def _poll(self, source: Any) -> Any:
+        """One poll of ``source``; ``None`` when it failed.
+
+        One failed poll is transient: kafka-python times its poll on the wall clock, so a
+        jump back fails one with EINVAL. Only failures persisting for
+        ``kafka.poll_error_grace`` (monotonic) make the daemon not ready.
+        """
+        try:
+            polled = source.poll(self.settings.kafka.poll_timeout_ms)
+        except Exception as err:
+            now = time.monotonic()
+            if self._poll_failing_since is None:
+                self._poll_failing_since = now
+            failing = now - self._poll_failing_since
+            log.warning("poll failed (failing for %.1fs): %s", failing, err)
+            self.count_fault("poll_failed")
+            if failing >= self.settings.kafka.poll_error_grace:
+                self._set_status(consuming=False, source_error=f"poll failed: {err}")
+            self._stop.wait(1.0)
+            return None
+        self._poll_failing_since = None
+        return polled
+
     def _consume(self, pipeline: Any, sink: DeadLetterSink) -> KafkaSource | None:
         s = self.settings
         source = self._connect()
         if source is None:
             return None
         last_ckpt = last_lag = last_ops = last_health = time.monotonic()
-        poll_failing_since: float | None = None  # monotonic: wall-clock jumps cause these
+        self._poll_failing_since = None
         self._update_source_health(source)
         while not self._stop.is_set():
             if isinstance(sink, TopicDeadLetter) and sink.backlogged():
@@ -792,23 +816,9 @@ class Daemon:
                 self._set_status(consuming=False, source_error="paused: dead-letter spool is full")
                 self._stop.wait(1.0)
                 continue
-            try:
-                polled = source.poll(s.kafka.poll_timeout_ms)
-            except Exception as err:
-                # one failed poll is transient (kafka-python times its poll on the wall
-                # clock: a jump back fails one with EINVAL); only a persisting failure
-                # makes the daemon not ready
-                now = time.monotonic()
-                if poll_failing_since is None:
-                    poll_failing_since = now
-                failing = now - poll_failing_since
-                log.warning("poll failed (failing for %.1fs): %s", failing, err)
-                self.count_fault("poll_failed")
-                if failing >= s.kafka.poll_error_grace:
-                    self._set_status(consuming=False, source_error=f"poll failed: {err}")
-                self._stop.wait(1.0)
+            polled = self._poll(source)
+            if polled is None:
                 continue
-            poll_failing_since = None
             for kind in ("predictions", "labels"):
                 batch = polled.get(kind)
                 if batch is not None:

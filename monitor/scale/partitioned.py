@@ -539,7 +539,9 @@ class PartitionedDaemon(Daemon):
         handover.start()
         try:
             while not self._stop.is_set():
-                polled = source.poll(s.kafka.poll_timeout_ms)
+                polled = self._poll(source)
+                if polled is None:
+                    continue
                 owned = {p: (part.engine, part.offsets) for p, part in self.parts.items()}
                 for kind in ("predictions", "labels"):
                     batches = {p: b for (k, p), b in polled.items() if k == kind}
