@@ -167,12 +167,13 @@ class ConfluentSource:
         topics = list(map(_topic, msgs))
         values = list(map(_value, msgs))
         # messages of one partition come in order: the last offset seen is the highest
-        partitions = list(zip(topics, map(_partition, msgs), strict=True))
-        offs = list(map(_offset, msgs))
-        last = dict(zip(partitions, offs, strict=True))
+        partitions = zip(topics, map(_partition, msgs), strict=True)
+        last = dict(zip(partitions, map(_offset, msgs), strict=True))
         position = self._position
-        if position:  # each partition's first record where we expect it (C-level passes)
-            first = dict(zip(reversed(partitions), reversed(offs), strict=True))
+        if position:  # each partition's first record where we expect it (C-level passes;
+            # streamed: a list of a tuple per message would wake the cyclic collector)
+            back = zip(reversed(topics), map(_partition, reversed(msgs)), strict=True)
+            first = dict(zip(back, map(_offset, reversed(msgs)), strict=True))
             for tp, o in first.items():
                 expected = position.get(tp)
                 if expected is not None and o < expected:
