@@ -50,6 +50,7 @@ from .export.report import (
 from .export.status_page import render_status_page
 from .ingest.dead_letter_topic import TopicDeadLetter
 from .ingest.deadletter import DeadLetterSink, FileDeadLetter
+from .ingest.decode import collector_paused
 from .ingest.group_members import GroupMembers
 from .ingest.kafka import KafkaSource, make_producer, open_source
 from .ingest.pipeline import load_offsets, offset_key
@@ -790,17 +791,26 @@ class Daemon:
                 self._set_status(consuming=False, source_error="paused: dead-letter spool is full")
                 self._stop.wait(1.0)
                 continue
-            try:
-                polled = source.poll(s.kafka.poll_timeout_ms)
-            except Exception as err:
-                log.warning("poll failed: %s", err)
-                self._set_status(consuming=False, source_error=f"poll failed: {err}")
+            # A poll's messages (confluent's are collector-tracked objects) live until
+            # the batch is applied; with the collector on, each poll's thousands of them
+            # were promoted and set off full collections over the engine's whole heap.
+            # They form no cycles: reference counting frees them before it resumes.
+            with collector_paused():
+                try:
+                    polled = source.poll(s.kafka.poll_timeout_ms)
+                except Exception as err:
+                    log.warning("poll failed: %s", err)
+                    self._set_status(consuming=False, source_error=f"poll failed: {err}")
+                    polled = None
+                for kind in ("predictions", "labels"):
+                    batch = polled.get(kind) if polled else None
+                    if batch is not None:
+                        pipeline.process_batch(kind, batch)
+                failed = polled is None
+                del polled, batch  # freed before the collector resumes
+            if failed:
                 self._stop.wait(1.0)
                 continue
-            for kind in ("predictions", "labels"):
-                batch = polled.get(kind)
-                if batch is not None:
-                    pipeline.process_batch(kind, batch)
             now = time.monotonic()
             if now - last_health >= _HEALTH_EVERY_S:
                 self._update_source_health(source)

@@ -44,6 +44,7 @@ __all__ = [
     "ModelSpec",
     "PredictionDecoder",
     "canonical_label",
+    "collector_paused",
     "label_number",
 ]
 
@@ -159,11 +160,12 @@ def _loads_all(raws: Sequence[bytes | None], limits: DecodeLimits) -> list[Any]:
 
 
 @contextmanager
-def _collector_paused() -> Iterator[None]:
+def collector_paused() -> Iterator[None]:
     """Decoding creates no reference cycles (parsed JSON is a tree), so the cyclic
     collector's passes over a batch of fresh dicts — one per 700 allocations, each
     longer as the batch grows — are pure cost; paused for the whole decode, the parsed
-    objects the batch does not keep are freed by reference counting before it resumes."""
+    objects the batch does not keep are freed by reference counting before it resumes.
+    (The consumer loop pauses it for a whole poll too: ``app.py``.)"""
     if not gc.isenabled():
         yield
         return
@@ -502,7 +504,7 @@ class PredictionDecoder:
         self, raws: Sequence[bytes | None], now_ms: int
     ) -> tuple[PredictionBatch, list[tuple[int, str, str]]]:
         """Decode a batch; returns the valid rows and ``(index, reason, detail)`` rejects."""
-        with _collector_paused():
+        with collector_paused():
             return self._decode(raws, now_ms)
 
     def _finish(self, batch: PredictionBatch) -> PredictionBatch:
@@ -1136,7 +1138,7 @@ class LabelDecoder:
         self, raws: Sequence[bytes | None], now_ms: int
     ) -> tuple[LabelBatch, list[tuple[int, str, str]]]:
         """Decode a batch; returns the valid rows and ``(index, reason, detail)`` rejects."""
-        with _collector_paused():
+        with collector_paused():
             return self._decode(raws, now_ms)
 
     def _decode(
