@@ -647,8 +647,8 @@ def bench_replay(n: int, reps: int, work: Path) -> Result:
             ],
         }
     )  # fmt: skip
-    times: list[float] = []  # decode worker on: the two-process replay
-    one_times: list[float] = []  # decode worker off: one process
+    times: list[float] = []  # decode worker on: two processes
+    one_times: list[float] = []  # decode worker off: one process (the headline figure)
     base_times: list[float] = []
     cpu: dict[str, list[float]] = {"on": [], "off": []}  # CPU seconds, worker included
     report: dict[str, Any] = {}
@@ -681,7 +681,7 @@ def bench_replay(n: int, reps: int, work: Path) -> Result:
     got = {k: whole["metrics"][k]["value"] for k in ("accuracy", "recall", "roc_auc")}
     drift = [d for d in report["drift"] if d["window"] == "all"]
     flagged = sorted(f["feature"] for d in drift for f in d["features"] if f["detected"])
-    rate = [events / x for x in times]
+    rate = [events / x for x in one_times]
     base_rate = [events / x for x in base_times]
     total = sum(one_times)
     share = {k: 100 * v / total for k, v in stages.items()}
@@ -689,7 +689,7 @@ def bench_replay(n: int, reps: int, work: Path) -> Result:
     per_m = {k: median(v) / events * 1e6 for k, v in cpu.items()}
     return Result(
         "r",
-        f"replay, {n:,} predictions + labels (decode worker on)",
+        f"replay, {n:,} predictions + labels (one process)",
         "events/s",
         median(rate),
         median(base_rate),
@@ -701,12 +701,12 @@ def bench_replay(n: int, reps: int, work: Path) -> Result:
         base_rate,
         [
             f"{events:,} events ({size:.0f} MB JSONL), 20 numeric drift features, a country "
-            f"slice; replay {median(times):.2f}s vs baseline {median(base_times):.2f}s "
-            f"({median(base_times) / median(times):.2f}× faster end to end); median of {reps}; "
-            f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs",
-            f"one process (--decode-worker off): {events / median(one_times):,.0f} events/s "
-            f"({median(base_times) / median(one_times):.2f}× the baseline); the worker's "
-            f"speed-up in this run {median(one_times) / median(times):.2f}×",
+            f"slice; replay {median(one_times):.2f}s vs baseline {median(base_times):.2f}s "
+            f"({median(base_times) / median(one_times):.2f}× faster end to end); median of "
+            f"{reps}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs",
+            f"decoding in a second process (--decode-worker on): "
+            f"{events / median(times):,.0f} events/s ({median(base_times) / median(times):.2f}×"
+            f" the baseline), {median(one_times) / median(times):.2f}× one process's speed",
             f"CPU seconds per million events (both processes): worker on {per_m['on']:.2f}, "
             f"off {per_m['off']:.2f} — {1e6 / per_m['on']:,.0f} / {1e6 / per_m['off']:,.0f} "
             "events per CPU-second; same report with and without the worker: "
