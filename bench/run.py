@@ -647,35 +647,49 @@ def bench_replay(n: int, reps: int, work: Path) -> Result:
             ],
         }
     )  # fmt: skip
-    times: list[float] = []
+    times: list[float] = []  # decode worker on: two processes
+    one_times: list[float] = []  # decode worker off: one process (the headline figure)
     base_times: list[float] = []
+    cpu: dict[str, list[float]] = {"on": [], "off": []}  # CPU seconds, worker included
     report: dict[str, Any] = {}
+    one: dict[str, Any] = {}
     oracle: dict[str, float] = {}
     stages: dict[str, float] = {"decode": 0.0, "apply": 0.0}
+    sides = ("on", "baseline", "off")
     for rep in range(reps):
-        for side in ("measured", "baseline") if rep % 2 == 0 else ("baseline", "measured"):
+        for side in sides[rep % 3 :] + sides[: rep % 3]:  # each side first once
             gc.collect()
             t = time.perf_counter()
-            if side == "measured":
-                with _stage_timers(stages):
-                    report = replay(settings, pf, lf, progress=None)
-                times.append(time.perf_counter() - t)
-            else:
+            c = _cpu_seconds()
+            if side == "baseline":
                 oracle = sklearn_replay(pf, lf, reference)
                 base_times.append(time.perf_counter() - t)
-            log(f"(g) rep {rep + 1}/{reps} {side}: {time.perf_counter() - t:.2f}s")
+            elif side == "on":
+                report = replay(settings, pf, lf, progress=None, decode_worker="on")
+                times.append(time.perf_counter() - t)
+                cpu["on"].append(_cpu_seconds() - c)
+            else:  # stage timers see only this process's decoding: one process here
+                with _stage_timers(stages):
+                    one = replay(settings, pf, lf, progress=None, decode_worker="off")
+                one_times.append(time.perf_counter() - t)
+                cpu["off"].append(_cpu_seconds() - c)
+            log(f"(r) rep {rep + 1}/{reps} {side}: {time.perf_counter() - t:.2f}s")
+    same = orjson.dumps({k: v for k, v in one.items() if k != "config"}) == orjson.dumps(
+        {k: v for k, v in report.items() if k != "config"}
+    )
     (whole,) = [r for r in report["results"] if r["window"] == "all" and r["slice"] == "all"]
     got = {k: whole["metrics"][k]["value"] for k in ("accuracy", "recall", "roc_auc")}
     drift = [d for d in report["drift"] if d["window"] == "all"]
     flagged = sorted(f["feature"] for d in drift for f in d["features"] if f["detected"])
-    rate = [events / x for x in times]
+    rate = [events / x for x in one_times]
     base_rate = [events / x for x in base_times]
-    total = sum(times)
+    total = sum(one_times)
     share = {k: 100 * v / total for k, v in stages.items()}
     share["other (read, evaluate, report)"] = 100 - sum(share.values())
+    per_m = {k: median(v) / events * 1e6 for k, v in cpu.items()}
     return Result(
         "r",
-        f"replay, {n:,} predictions + labels",
+        f"replay, {n:,} predictions + labels (one process)",
         "events/s",
         median(rate),
         median(base_rate),
@@ -687,9 +701,17 @@ def bench_replay(n: int, reps: int, work: Path) -> Result:
         base_rate,
         [
             f"{events:,} events ({size:.0f} MB JSONL), 20 numeric drift features, a country "
-            f"slice; replay {median(times):.2f}s vs baseline {median(base_times):.2f}s "
-            f"({median(base_times) / median(times):.2f}× faster end to end); median of {reps}",
-            "replay's time by stage (%, all reps): "
+            f"slice; replay {median(one_times):.2f}s vs baseline {median(base_times):.2f}s "
+            f"({median(base_times) / median(one_times):.2f}× faster end to end); median of "
+            f"{reps}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs",
+            f"decoding in a second process (--decode-worker on): "
+            f"{events / median(times):,.0f} events/s ({median(base_times) / median(times):.2f}×"
+            f" the baseline), {median(one_times) / median(times):.2f}× one process's speed",
+            f"CPU seconds per million events (both processes): worker on {per_m['on']:.2f}, "
+            f"off {per_m['off']:.2f} — {1e6 / per_m['on']:,.0f} / {1e6 / per_m['off']:,.0f} "
+            "events per CPU-second; same report with and without the worker: "
+            + ("yes" if same else "NO"),
+            "one-process replay's time by stage (%, all reps): "
             + ", ".join(f"{k} {v:.0f}" for k, v in share.items()),
             "same answers: accuracy "
             f"{got['accuracy']:.6f} vs {oracle['accuracy']:.6f}, recall {got['recall']:.6f} vs "
@@ -698,6 +720,17 @@ def bench_replay(n: int, reps: int, work: Path) -> Result:
             f"{sorted(k[3:] for k, v in oracle.items() if k.startswith('ks/') and v < 0.05)})",
         ],
     )
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU of this process and its waited-for children (the worker)."""
+    import resource
+
+    own, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 # -- (b) engine throughput ---------------------------------------------------------------

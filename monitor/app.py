@@ -50,6 +50,7 @@ from .export.report import (
 from .export.status_page import render_status_page
 from .ingest.dead_letter_topic import TopicDeadLetter
 from .ingest.deadletter import DeadLetterSink, FileDeadLetter
+from .ingest.decode import collector_paused
 from .ingest.group_members import GroupMembers
 from .ingest.kafka import KafkaSource, make_producer, open_source
 from .ingest.pipeline import load_offsets, offset_key
@@ -780,7 +781,7 @@ class Daemon:
             self._set_status(consuming=consuming, assigned_partitions=assigned, source_error=error)
 
     def _poll(self, source: Any) -> Any:
-        """One poll of ``source``; ``None`` when it failed.
+        """One poll of ``source``; ``None`` when it failed (the caller waits, then retries).
 
         One failed poll is transient: kafka-python times its poll on the wall clock, so a
         jump back fails one with EINVAL. Only failures persisting for
@@ -797,7 +798,6 @@ class Daemon:
             self.count_fault("poll_failed")
             if failing >= self.settings.kafka.poll_error_grace:
                 self._set_status(consuming=False, source_error=f"poll failed: {err}")
-            self._stop.wait(1.0)
             return None
         self._poll_failing_since = None
         return polled
@@ -816,13 +816,21 @@ class Daemon:
                 self._set_status(consuming=False, source_error="paused: dead-letter spool is full")
                 self._stop.wait(1.0)
                 continue
-            polled = self._poll(source)
-            if polled is None:
+            # A poll's messages (confluent's are collector-tracked objects) live until
+            # the batch is applied; with the collector on, each poll's thousands of them
+            # were promoted and set off full collections over the engine's whole heap.
+            # They form no cycles: reference counting frees them before it resumes.
+            with collector_paused():
+                polled = self._poll(source)
+                for kind in ("predictions", "labels"):
+                    batch = polled.get(kind) if polled is not None else None
+                    if batch is not None:
+                        pipeline.process_batch(kind, batch)
+                failed = polled is None
+                del polled, batch  # freed before the collector resumes
+            if failed:
+                self._stop.wait(1.0)
                 continue
-            for kind in ("predictions", "labels"):
-                batch = polled.get(kind)
-                if batch is not None:
-                    pipeline.process_batch(kind, batch)
             now = time.monotonic()
             if now - last_health >= _HEALTH_EVERY_S:
                 self._update_source_health(source)

@@ -124,6 +124,12 @@ def _parser() -> argparse.ArgumentParser:
         "--html", type=Path, default=None, help="also write a self-contained HTML report"
     )
     rp.add_argument("--dead-letter", type=Path, default=None)
+    rp.add_argument(
+        "--decode-worker",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="decode in a second process (auto: when a second CPU is idle); same report",
+    )
 
     cc = command("check-config", "validate a configuration file")
     cc.add_argument("-c", "--config", required=True, type=Path)
@@ -277,7 +283,13 @@ def _replay(args: argparse.Namespace) -> int:
             print(f"monitor replay: cannot write {flag} {out}: {problem}", file=sys.stderr)
             return EXIT_USAGE
     try:
-        report = replay(settings, args.predictions, args.labels, dead_letter=args.dead_letter)
+        report = replay(
+            settings,
+            args.predictions,
+            args.labels,
+            dead_letter=args.dead_letter,
+            decode_worker=args.decode_worker,
+        )
     except ReplayError as err:
         print(f"monitor replay: {err}", file=sys.stderr)
         return EXIT_FAILURE

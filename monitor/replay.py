@@ -20,7 +20,7 @@ from .engine.models import WindowSpec
 from .export.published import History, extend_history
 from .export.report import history_json, iso, layout_json, ops_json, snapshot_json
 from .ingest.deadletter import FileDeadLetter
-from .ingest.files import JsonlReader, interleave
+from .ingest.file_feed import DecodeWorker, FileFeed, use_worker
 from .wiring import build_engine, build_pipeline, wall_clock_ms
 
 __all__ = ["ReplayError", "replay"]
@@ -37,45 +37,45 @@ def replay(
     dead_letter: Path | None = None,
     progress: TextIO | None = sys.stderr,
     clock_ms: Callable[[], int] = wall_clock_ms,
+    decode_worker: DecodeWorker = "auto",
 ) -> dict[str, Any]:
     """Run the pipeline over the two files and return the report (plain JSON data).
 
     Files may be gzip-compressed. ReplayError when the predictions file holds no valid
     record, or the labels file holds records and none is valid: a report of nothing
     would look like a clean bill of health. (An empty labels file is fine: drift needs
-    no labels.)"""
+    no labels.) ``decode_worker``: decode in a second process (ingest/file_feed.py;
+    ``auto``: when two CPUs are usable) — the report is the same either way."""
     engine = build_engine(settings)
     dl_path = dead_letter or Path(settings.state.dir) / "replay-dead-letter.jsonl"
+    k = settings.kafka
+    files = {"predictions": (predictions, k.predictions_topic), "labels": (labels, k.labels_topic)}
+    total = sum(Path(p).stat().st_size for p, _ in files.values())
     sink = FileDeadLetter(dl_path)
     pipeline = build_pipeline(settings, engine, sink, clock_ms=clock_ms)
-    preds = JsonlReader(predictions, settings.kafka.predictions_topic)
-    labs = JsonlReader(labels, settings.kafka.labels_topic)
-    total = preds.size + labs.size
+    feed = FileFeed(pipeline, files, use_worker(decode_worker))
     started = last_report = time.monotonic()
     tty = progress is not None and progress.isatty()  # "\r" redraws only on a terminal
     cr, nl, every = ("\r", "", 1.0) if tty else ("", "\n", 10.0)
     history: History = ()  # the confidence sequences over the replay, for the HTML report
     try:
-        for kind, batch in interleave(preds, labs):
-            pipeline.process(kind, batch)
-            if engine.comparisons and kind == "labels":
+        for b in feed:
+            pipeline.apply(b.kind, b.decoded, b.rejects, b.raw)
+            if engine.comparisons and b.kind == "labels":
                 looks = engine.look_comparisons((), max(engine.pred_watermark_ms, 0))
                 history = extend_history(history, looks)
             now = time.monotonic()
             if progress is not None and now - last_report >= every:
-                done = preds.bytes_read + labs.bytes_read
-                rate = done / max(now - started, 1e-9) / 1e6
+                rate = b.bytes_read / max(now - started, 1e-9) / 1e6
                 progress.write(
-                    f"{cr}replay: {100 * done / max(total, 1):5.1f}% of {total / 1e6:.1f} MB "
-                    f"({rate:.1f} MB/s){nl}"
+                    f"{cr}replay: {100 * b.bytes_read / max(total, 1):5.1f}% of "
+                    f"{total / 1e6:.1f} MB ({rate:.1f} MB/s){nl}"
                 )
                 progress.flush()
                 last_report = now
     finally:
-        preds.close()
-        labs.close()
         sink.close()
-    _check_read(engine, {"predictions": (predictions, preds), "labels": (labels, labs)})
+    _check_read(engine, files, feed.lines)
     if progress is not None and total > 0:
         progress.write(
             f"{cr}replay: 100.0% of {total / 1e6:.1f} MB in {time.monotonic() - started:.1f}s\n"
@@ -111,17 +111,18 @@ def replay(
     return report
 
 
-def _check_read(engine: Engine, inputs: dict[str, tuple[Path, JsonlReader]]) -> None:
-    for kind, (path, reader) in inputs.items():
+def _check_read(engine: Engine, files: dict[str, tuple[Path, str]], lines: dict[str, int]) -> None:
+    for kind, (path, _) in files.items():
         valid = engine.records[kind, "accepted"] + engine.records[kind, "duplicate"]
-        if valid or (kind == "labels" and reader.lines == 0):
+        count = lines.get(kind, 0)
+        if valid or (kind == "labels" and count == 0):
             continue
-        if reader.lines == 0:
+        if count == 0:
             raise ReplayError(f"{path}: no {kind} in it (empty file)")
         reasons = ", ".join(
             f"{reason} {n}" for (k, reason), n in sorted(engine.invalid.items()) if k == kind
         )
         raise ReplayError(
-            f"{path}: none of its {reader.lines} {kind} is valid ({reasons}); "
+            f"{path}: none of its {count} {kind} is valid ({reasons}); "
             "rejected records are in the dead-letter file"
         )

@@ -31,7 +31,7 @@ from confluent_kafka import (
 
 from ..config import KafkaSettings
 from ..scale.assignor import warn_unpaired
-from ..state.positions import Resume, resume_position
+from ..state.positions import Resume, reset_by_client, resume_position
 from .pipeline import RawBatch, offset_key
 from .security import librdkafka_security as confluent_security
 
@@ -170,6 +170,14 @@ class ConfluentSource:
         partitions = zip(topics, map(_partition, msgs), strict=True)
         last = dict(zip(partitions, map(_offset, msgs), strict=True))
         position = self._position
+        if position:  # each partition's first record where we expect it (C-level passes;
+            # streamed: a list of a tuple per message would wake the cyclic collector)
+            back = zip(reversed(topics), map(_partition, reversed(msgs)), strict=True)
+            first = dict(zip(back, map(_offset, reversed(msgs)), strict=True))
+            for tp, o in first.items():
+                expected = position.get(tp)
+                if expected is not None and o < expected:
+                    self._reset_by_client(tp, expected, o)
         for tp, o in last.items():
             position[tp] = o + 1
         kinds = self.kinds
@@ -226,6 +234,11 @@ class ConfluentSource:
             self._position[topic, partition] = resume.offset
         if self.on_resume is not None:
             self.on_resume(topic, partition, was, resume)
+
+    def _reset_by_client(self, tp: tuple[str, int], expected: int, first: int) -> None:
+        resume = reset_by_client(expected, first)
+        if resume is not None and self.on_resume is not None:
+            self.on_resume(tp[0], tp[1], expected, resume)
 
     def _drop_errors(self, msgs: list[Message]) -> list[Message]:
         keep = []

@@ -34,7 +34,8 @@ import orjson
 from ..engine.models import ModelSpec
 from ..engine.records import LabelBatch, PredictionBatch, hash_ids
 from ..stats.ranking import RankedList
-from .ranking import RankingReject, parse_ranked_items, parse_relevance, relevance_digest
+from .fields import FieldReject, finite_float
+from .ranking import parse_ranked_items, parse_relevance, relevance_digest
 
 __all__ = [
     "REASONS",
@@ -43,6 +44,7 @@ __all__ = [
     "ModelSpec",
     "PredictionDecoder",
     "canonical_label",
+    "collector_paused",
     "label_number",
 ]
 
@@ -69,11 +71,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
 
 
-class _Reject(Exception):
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
+_Reject = FieldReject  # (short: raised on every rejection path below)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,11 +160,12 @@ def _loads_all(raws: Sequence[bytes | None], limits: DecodeLimits) -> list[Any]:
 
 
 @contextmanager
-def _collector_paused() -> Iterator[None]:
+def collector_paused() -> Iterator[None]:
     """Decoding creates no reference cycles (parsed JSON is a tree), so the cyclic
     collector's passes over a batch of fresh dicts — one per 700 allocations, each
     longer as the batch grows — are pure cost; paused for the whole decode, the parsed
-    objects the batch does not keep are freed by reference counting before it resumes."""
+    objects the batch does not keep are freed by reference counting before it resumes.
+    (The consumer loop pauses it for a whole poll too: ``app.py``.)"""
     if not gc.isenabled():
         yield
         return
@@ -286,15 +285,7 @@ def _number(value: Any, field: str, required: bool) -> float:
         if required:
             raise _Reject("missing_field", f"{field} is missing")
         return math.nan
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _Reject("wrong_type", f"{field} must be a number")
-    try:
-        out = float(value)
-    except OverflowError:
-        raise _Reject("not_finite", f"{field} is too large for a 64-bit float") from None
-    if not math.isfinite(out):
-        raise _Reject("not_finite", f"{field} is {value}")
-    return out
+    return finite_float(value, field)
 
 
 def _probability(value: Any, field: str) -> float:
@@ -430,12 +421,9 @@ class PredictionDecoder:
             get_items = self._items[m]
             assert get_items is not None
             items = get_items(obj)
-            try:
-                ranked = parse_ranked_items(
-                    None if items is _MISSING else items, spec.max_items, spec.items_path
-                )
-            except RankingReject as rej:
-                raise _Reject(rej.reason, rej.detail) from None
+            ranked = parse_ranked_items(
+                None if items is _MISSING else items, spec.max_items, spec.items_path
+            )
             return pid, ts, m, version, math.nan, 0, self._feats(m, obj), ranked
         score = get_score(obj)
         pred = get_pred(obj)
@@ -516,7 +504,7 @@ class PredictionDecoder:
         self, raws: Sequence[bytes | None], now_ms: int
     ) -> tuple[PredictionBatch, list[tuple[int, str, str]]]:
         """Decode a batch; returns the valid rows and ``(index, reason, detail)`` rejects."""
-        with _collector_paused():
+        with collector_paused():
             return self._decode(raws, now_ms)
 
     def _finish(self, batch: PredictionBatch) -> PredictionBatch:
@@ -1150,7 +1138,7 @@ class LabelDecoder:
         self, raws: Sequence[bytes | None], now_ms: int
     ) -> tuple[LabelBatch, list[tuple[int, str, str]]]:
         """Decode a batch; returns the valid rows and ``(index, reason, detail)`` rejects."""
-        with _collector_paused():
+        with collector_paused():
             return self._decode(raws, now_ms)
 
     def _decode(
@@ -1322,10 +1310,7 @@ class LabelDecoder:
         return batch, rejects
 
     def _relevance(self, obj: dict[str, Any]) -> dict[str, float]:
-        try:
-            return parse_relevance(obj, self.max_items)
-        except RankingReject as rej:
-            raise _Reject(rej.reason, rej.detail) from None
+        return parse_relevance(obj, self.max_items)
 
 
 # the label text of a ranking label (its relevance travels beside it, LabelBatch.relevance)

@@ -14,12 +14,26 @@ from typing import BinaryIO
 
 from .pipeline import RawBatch, offset_key
 
-__all__ = ["JsonlReader", "interleave"]
+__all__ = ["JsonlReader", "LineOrigin", "interleave"]
 
 _CHUNK_BYTES = 4 * 1024 * 1024
 _GZIP_MAGIC = b"\x1f\x8b"
 # a line holding nothing but spaces, tabs or a CR: layout, not a record
 _BLANK = b" \t\r"
+
+
+class LineOrigin:
+    """Where a batch's record ``i`` came from: (file's topic, 0, its line number); a
+    plain object (not a closure), so a batch can cross to another process."""
+
+    __slots__ = ("numbers", "topic")
+
+    def __init__(self, topic: str, numbers: list[int] | range) -> None:
+        self.topic = topic
+        self.numbers = numbers
+
+    def __call__(self, i: int) -> tuple[str, int, int]:
+        return self.topic, 0, self.numbers[i]
 
 
 class JsonlReader:
@@ -110,10 +124,8 @@ class JsonlReader:
         if not self._lines and self._eof:
             self.close()
             self.done = True
-        topic = self.topic
-        nums = numbers
-        next_offsets = {self._key: nums[-1] + 1} if k else {}
-        return RawBatch(values, lambda i: (topic, 0, nums[i]), next_offsets)
+        next_offsets = {self._key: numbers[-1] + 1} if k else {}
+        return RawBatch(values, LineOrigin(self.topic, numbers), next_offsets)
 
     def close(self) -> None:
         if not self._raw.closed:

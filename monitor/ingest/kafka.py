@@ -23,7 +23,7 @@ from kafka.structs import OffsetAndMetadata
 from .. import kafka_compat
 from ..config import KafkaSettings
 from ..scale.assignor import CoPartitionAssignor, warn_unpaired
-from ..state.positions import Resume, resume_position
+from ..state.positions import Resume, reset_by_client, resume_position
 from .pipeline import RawBatch, offset_key
 from .security import kafka_python_security as client_security
 
@@ -135,6 +135,9 @@ class KafkaPythonSource:
         self.settings = k
         self.on_resume = on_resume
         self.unchecked: dict[TopicPartition, int] = {}  # seeks not range-checked yet
+        # the offset each partition's next record must have: sought to, or after the last
+        # record handed out (absent: the client chose the start, nothing to compare)
+        self._position: dict[TopicPartition, int] = {}
         self.kinds = {k.predictions_topic: "predictions", k.labels_topic: "labels"}
         self._stored_offsets = stored_offsets
         self.consumer = KafkaConsumer(**consumer_config(k))
@@ -150,9 +153,14 @@ class KafkaPythonSource:
         if self.unchecked:
             self._check_starts()
         split: dict[str, tuple[list[Any], dict[str, int]]] = {}
+        position = self._position
         for tp, records in batches.items():
             if not records:
                 continue
+            expected = position.get(tp)
+            if expected is not None and records[0].offset < expected:
+                self._reset_by_client(tp, expected, records[0].offset)
+            position[tp] = records[-1].offset + 1
             records_of_kind, offsets = split.setdefault(self.kinds[tp.topic], ([], {}))
             records_of_kind.extend(records)
             offsets[offset_key(tp.topic, tp.partition)] = records[-1].offset + 1
@@ -199,20 +207,31 @@ class KafkaPythonSource:
                 continue
             if self.consumer.position(tp) < resume.offset:  # the client did not reset itself
                 self.consumer.seek(tp, resume.offset)
+                self._position[tp] = resume.offset
             if self.on_resume is not None:
                 self.on_resume(tp.topic, tp.partition, off, resume)
 
     def _check_position(self, tp: TopicPartition, high: int) -> None:
         """A fetch position past the high watermark (topic recreated or truncated) is
-        reset per auto_offset_reset, never left waiting with a lag of 0."""
-        pos = int(self.consumer.position(tp))
+        reset per auto_offset_reset, never left waiting with a lag of 0. The position is
+        the one we expect (the client may have reset its own already, records not yet
+        handed out: the daemon's offset must still follow)."""
+        pos = self._position.get(tp)
+        if pos is None:
+            pos = int(self.consumer.position(tp))
         if pos <= high:
             return
         low = int(self.consumer.beginning_offsets([tp]).get(tp, 0))
         resume = resume_position(pos, low, high, self.settings.auto_offset_reset)
         self.consumer.seek(tp, resume.offset)
+        self._position[tp] = resume.offset
         if self.on_resume is not None:
             self.on_resume(tp.topic, tp.partition, pos, resume)
+
+    def _reset_by_client(self, tp: TopicPartition, expected: int, first: int) -> None:
+        resume = reset_by_client(expected, first)
+        if resume is not None and self.on_resume is not None:
+            self.on_resume(tp.topic, tp.partition, expected, resume)
 
     def commit(self, offsets: dict[str, int]) -> None:
         commit = {}
@@ -241,6 +260,8 @@ class _SeekOnAssign(ConsumerRebalanceListener):
 
     def on_partitions_revoked(self, revoked: Any) -> None:
         log.info("revoked %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in revoked))
+        for tp in revoked:
+            self.source._position.pop(tp, None)
 
     def on_partitions_assigned(self, assigned: Any) -> None:
         log.info("assigned %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in assigned))
@@ -251,7 +272,9 @@ class _SeekOnAssign(ConsumerRebalanceListener):
         offsets = self.source._stored_offsets()
         for tp in assigned:
             off = offsets.get(offset_key(tp.topic, tp.partition))
+            self.source._position.pop(tp, None)
             if off is not None:
                 self.source.consumer.seek(tp, off)
+                self.source._position[tp] = off
                 self.source.unchecked[tp] = off  # range-checked after the poll
                 log.info("seek %s[%d] to checkpointed offset %d", tp.topic, tp.partition, off)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..engine.core import Engine
-from ..engine.records import Rejection
+from ..engine.records import LabelBatch, PredictionBatch, Rejection
 from .deadletter import DeadLetterSink
 from .decode import LabelDecoder, PredictionDecoder
 
@@ -127,18 +127,35 @@ class IngestPipeline:
 
     def process_batch(self, kind: str, batch: RawBatch) -> list[Rejection]:
         """Decode and apply one ``RawBatch``; returns the rejections (dead-lettered)."""
-        values = batch.values
-        if not values:
+        if not batch.values:
             return []
+        decoded, rejects = self.decode(kind, batch.values)
+        return self.apply(kind, decoded, rejects, batch)
+
+    def decode(
+        self, kind: str, values: Sequence[bytes | None]
+    ) -> tuple[PredictionBatch | LabelBatch, list[tuple[int, str, str]]]:
+        """The per-record half, which reads no engine state (replay may run it in another
+        process): the valid rows in columns, and ``(index, reason, detail)`` rejects."""
         now = self.clock_ms()
         if kind == "predictions":
-            decoded, rejects = self.predictions.decode(values, now)
-            apply = self.engine.apply_predictions
-        elif kind == "labels":
-            decoded, rejects = self.labels.decode(values, now)
-            apply = self.engine.apply_labels
-        else:
-            raise ValueError(f"unknown record kind {kind!r}")
+            return self.predictions.decode(values, now)
+        if kind == "labels":
+            return self.labels.decode(values, now)
+        raise ValueError(f"unknown record kind {kind!r}")
+
+    def apply(
+        self,
+        kind: str,
+        decoded: PredictionBatch | LabelBatch,
+        rejects: list[tuple[int, str, str]],
+        batch: RawBatch,
+    ) -> list[Rejection]:
+        """Apply a decoded batch, count its rejections and advance the offsets, together
+        under the lock; rejected and late records go to the dead-letter sink with their
+        original bytes (``batch.values``)."""
+        values = batch.values
+        apply = self.engine.apply_predictions if kind == "predictions" else self.engine.apply_labels
         with self.lock:
             late = apply(decoded)  # type: ignore[arg-type]
             for reason, k in Counter(reason for _, reason, _ in rejects).items():

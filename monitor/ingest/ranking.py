@@ -16,13 +16,13 @@ integers (canonicalised to text); an item listed twice is ``duplicate_item``.
 from __future__ import annotations
 
 import hashlib
-import math
 from typing import Any
 
 import numpy as np
 import orjson
 
 from ..stats.ranking import RankedList, grades_for
+from .fields import FieldReject, finite_float
 
 __all__ = [
     "RANKING_REASONS",
@@ -44,13 +44,8 @@ RANKING_REASONS = (
 )
 
 
-class RankingReject(ValueError):
-    """A ranking field that cannot be used; ``reason`` is one of ``RANKING_REASONS``."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
+# the one rejection type of the field parsers (a ValueError with reason and detail)
+RankingReject = FieldReject
 
 
 def _item_id(value: Any, field: str) -> str:
@@ -61,18 +56,6 @@ def _item_id(value: Any, field: str) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     raise RankingReject("wrong_type", f"{field} item ids must be strings or integers")
-
-
-def _finite(value: Any, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise RankingReject("wrong_type", f"{field} must be a number")
-    try:
-        out = float(value)
-    except OverflowError:
-        raise RankingReject("not_finite", f"{field} is too large for a 64-bit float") from None
-    if not math.isfinite(out):
-        raise RankingReject("not_finite", f"{field} is {value}")
-    return out
 
 
 def _bounded_list(value: Any, field: str, max_items: int) -> list[Any]:
@@ -102,7 +85,7 @@ def parse_ranked_items(value: Any, max_items: int, field: str = "items") -> Rank
             if "item" not in entry or "score" not in entry:
                 raise RankingReject("missing_field", f"{field}[{i}] needs item and score")
             items.append(_item_id(entry["item"], field))
-            scores[i] = _finite(entry["score"], f"{field}[{i}].score")
+            scores[i] = finite_float(entry["score"], f"{field}[{i}].score")
     elif any(isinstance(x, dict) for x in raw):
         raise RankingReject("wrong_type", f"{field} mixes scored entries and bare item ids")
     else:
@@ -133,7 +116,7 @@ def parse_relevance(obj: dict[str, Any], max_items: int) -> dict[str, float]:
         raise RankingReject("oversize", f"relevance has {len(rel)} items > max_items {max_items}")
     grades: dict[str, float] = {}
     for key, grade in rel.items():
-        g = _finite(grade, f"relevance[{key[:64]!r}]")
+        g = finite_float(grade, f"relevance[{key[:64]!r}]")
         if g < 0:
             raise RankingReject("out_of_range", f"relevance[{key[:64]!r}] {g} is negative")
         if not key:

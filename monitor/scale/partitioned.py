@@ -541,6 +541,7 @@ class PartitionedDaemon(Daemon):
             while not self._stop.is_set():
                 polled = self._poll(source)
                 if polled is None:
+                    self._stop.wait(1.0)
                     continue
                 owned = {p: (part.engine, part.offsets) for p, part in self.parts.items()}
                 for kind in ("predictions", "labels"):

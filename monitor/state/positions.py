@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["Resume", "resume_position"]
+__all__ = ["Resume", "reset_by_client", "resume_position"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,3 +43,14 @@ def resume_position(
     if low is not None and checkpointed < low:
         return Resume(low, "offset_before_start", low - checkpointed)
     return Resume(checkpointed)
+
+
+def reset_by_client(expected: int, first: int) -> Resume | None:
+    """A client's own out-of-range reset, seen in the records it hands over: the first
+    record of a partition below ``expected`` (the offset we sought to, or the one after
+    the last record handed out) means the client found its position past the end of the
+    log and went back per ``auto_offset_reset`` before our range check saw it. The
+    daemon's offset must follow it back (its offsets otherwise only move forward):
+    left at the old, higher position, a restart would skip or re-read records. None
+    when the records continue where expected (or after a gap, which only moves ahead)."""
+    return Resume(first, "offset_beyond_end") if first < expected else None

@@ -13,7 +13,9 @@ from monitor.config import KafkaSettings
 from monitor.engine.records import Rejection
 from monitor.ingest.dead_letter_topic import TopicDeadLetter
 from monitor.ingest.kafka import make_producer
+from monitor.ingest.pipeline import load_offsets
 from monitor.localbroker import LocalBroker, find_tansu, free_port
+from monitor.state.checkpoint import CheckpointStore
 
 from .daemon_harness import (
     DaemonProcess,
@@ -39,6 +41,12 @@ def _preds(n: int, prefix: str = "p", start: int = 0) -> list[tuple[str, tuple[b
 
 def _read_topic(bootstrap: str, topic: str) -> list[tuple[bytes, dict[str, bytes]]]:
     return [(m.value, dict(m.headers)) for m in read_topic(bootstrap, topic)]
+
+
+def _checkpointed_offsets(state: Path) -> dict[str, int]:
+    loaded = CheckpointStore(state).load()
+    assert loaded is not None, "no checkpoint written"
+    return load_offsets(loaded.meta)
 
 
 def _need_tansu() -> None:
@@ -246,6 +254,21 @@ def test_recreated_topic_is_detected_and_read_from_the_start(
             daemon.log_tail,
         )
         assert daemon.terminate() == 0
+        # The checkpoint holds the new log's position, whichever side reset first (the
+        # client's own out-of-range reset, or our range check): an offset left at the
+        # old log's 500 would skip n300..n499 below, or re-read the new log's records.
+        stored = _checkpointed_offsets(tmp_path / "state")
+        assert stored.get("predictions:0") == 300, stored
+        produce(new.bootstrap, _preds(300, prefix="n", start=300))
+        daemon.start()
+        daemon.wait_consumed({"predictions": 1100}, timeout=90)
+        assert _fault(daemon, "offset_beyond_end") == 0  # (this incarnation's count)
+        m = daemon.scrape()
+        assert m.by_labels("mlmon_records_total", "topic", "outcome") == {
+            ("predictions", "accepted"): 1100
+        }
+        assert daemon.terminate() == 0
+        assert _checkpointed_offsets(tmp_path / "state").get("predictions:0") == 600
     finally:
         daemon.close()
         old.stop()

@@ -29,7 +29,7 @@ from monitor.ingest.deadletter import FileDeadLetter
 from monitor.ingest.pipeline import RawRecord
 from monitor.state.checkpoint import FORMAT, FORMAT_VERSION, CheckpointError, CheckpointStore
 from monitor.state.lock import StateDirBusy, StateDirLock
-from monitor.state.positions import resume_position
+from monitor.state.positions import Resume, reset_by_client, resume_position
 from monitor.wiring import build_pipeline
 
 T0 = 1_700_000_000_000
@@ -365,6 +365,14 @@ def test_resume_position(
 ) -> None:
     r = resume_position(ckpt, low, high, reset)
     assert (r.offset, r.reason, r.skipped) == want
+
+
+def test_a_client_reset_back_is_reported_and_gaps_ahead_are_not() -> None:
+    # first record below the expected offset: the client went back by itself
+    assert reset_by_client(500, 0) == Resume(0, "offset_beyond_end")
+    assert reset_by_client(500, 499) == Resume(499, "offset_beyond_end")
+    assert reset_by_client(500, 500) is None
+    assert reset_by_client(500, 730) is None  # a gap (compaction, transaction markers)
 
 
 def test_a_snapshot_stamped_in_the_future_is_stale(tmp_path: Path) -> None:

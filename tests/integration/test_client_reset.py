@@ -1,0 +1,103 @@
+"""A Kafka client's own out-of-range reset, seen by the source before any range check.
+
+Both clients reset a fetch position past the end of the log (topic recreated) per
+``auto_offset_reset`` by themselves, possibly before the daemon's lag check compares the
+position with the high watermark. The pipeline only moves its offsets forward, so
+without the source noticing, the offset stayed at the old log's position: a restart then
+skipped the new log's records below it, or read them twice.
+
+tansu answers a fetch past the end with no records rather than OFFSET_OUT_OF_RANGE, so
+neither client resets there; the test moves the client's position back with the
+client's own seek, the effect of its reset, behind the source's back. Only ``poll``
+runs (no lag check), so nothing else can tell the daemon.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from monitor.config import settings_from_mapping
+from monitor.ingest.deadletter import FileDeadLetter
+from monitor.ingest.kafka import open_source
+from monitor.localbroker import LocalBroker
+from monitor.state.positions import Resume
+from monitor.wiring import build_engine, build_pipeline
+
+from .daemon_harness import encode, produce
+
+pytestmark = pytest.mark.integration
+
+
+def test_client_reset_beyond_the_end_moves_the_offset_back(
+    broker: LocalBroker, tmp_path: Path, kafka_client: str
+) -> None:
+    broker.create_topics(["predictions", "labels"])
+    now = int(time.time() * 1000) - 60_000
+    recs = [
+        {"id": f"n{i}", "ts": now + i, "model": "fraud", "version": "v1", "score": 0.7}
+        for i in range(300)
+    ]
+    produce(broker.bootstrap, [("predictions", (r["id"].encode(), encode(r))) for r in recs])
+    settings = settings_from_mapping(
+        {
+            "kafka": {
+                "client": kafka_client,
+                "bootstrap_servers": broker.bootstrap,
+                "auto_offset_reset": "earliest",
+                "session_timeout_ms": 6000,
+                "heartbeat_interval_ms": 1000,
+                "max_poll_interval_ms": 10_000,
+            },
+            "state": {"dir": str(tmp_path / "state")},
+            "models": [{"name": "fraud", "threshold": 0.5, "windows": [{"size": "30d"}]}],
+        }
+    )
+    engine = build_engine(settings)
+    # the checkpoint of the old log: 500 records read, the new log holds 300
+    offsets = {"predictions:0": 500}
+    sink = FileDeadLetter(tmp_path / "dl.jsonl")
+    pipeline = build_pipeline(settings, engine, sink, offsets=offsets)
+    resumes: list[tuple[str, int, int, Resume]] = []
+
+    def on_resume(topic: str, partition: int, was: int, resume: Resume) -> None:
+        resumes.append((topic, partition, was, resume))
+        with pipeline.lock:  # what the daemon does (app.py _on_resume)
+            offsets[f"{topic}:{partition}"] = resume.offset
+
+    source = open_source(settings.kafka, lambda: dict(offsets), on_resume)
+    reset = False
+    try:
+        deadline = time.monotonic() + 60
+        while engine.records["predictions", "accepted"] < 300:
+            assert time.monotonic() < deadline, (resumes, offsets, dict(engine.records))
+            for kind, batch in source.poll(500).items():
+                pipeline.process(kind, batch)
+            if not reset and ("predictions", 0) in source.assignment():
+                reset = _client_seek(source, kafka_client, "predictions", 0, 0)
+    finally:
+        source.close()
+        sink.close()
+    assert resumes == [("predictions", 0, 500, Resume(0, "offset_beyond_end"))]
+    # the offset a checkpoint would store: after the new log's last record, not 500
+    assert offsets == {"predictions:0": 300}
+    assert engine.records["predictions", "accepted"] == 300
+
+
+def _client_seek(source: Any, client: str, topic: str, partition: int, offset: int) -> bool:
+    """Move the client's fetch position with the client's API (not the source's)."""
+    if client == "confluent":
+        from confluent_kafka import KafkaException, TopicPartition
+
+        try:
+            source.consumer.seek(TopicPartition(topic, partition, offset))
+        except KafkaException:  # the partition's fetcher has not started yet
+            return False
+        return True
+    from kafka import TopicPartition as KTopicPartition
+
+    source.consumer.seek(KTopicPartition(topic, partition), offset)
+    return True
