@@ -6,19 +6,8 @@ side (``monitor.ingest.pipeline``), which writes them into the same checkpoint.
 Callers serialize access (the app holds one lock); every method here is synchronous,
 vectorized over a batch, and free of I/O and clocks — time comes in as arguments.
 
-Join semantics (docs/semantics.md):
-- A label joins the prediction with the same id whichever arrives first.
-- A prediction waits until the *label* stream's watermark (largest label timestamp
-  seen) passes its timestamp + ``label_ttl``; a label that arrived first waits until
-  the *prediction* stream's watermark passes its timestamp + ``orphan_label_ttl``.
-  Event time, not wall time, so a replay and a live run agree, and a stalled label
-  feed does not expire predictions that are still waiting for it.
-- At most ``max_pending`` predictions and ``max_orphan_labels`` labels are held;
-  the oldest (by event time) are evicted first. Every expiry and eviction is counted.
-- Duplicates are idempotent (first wins, counted); a second label that disagrees with
-  the first is counted and returned as a ``conflicting_label`` rejection.
-- Joined predictions stay in the buffer (marked labeled) until their TTL, so late
-  duplicates and conflicts are still recognised.
+The join itself (buffer, duplicates, conflicts, TTLs, caps) is ``join.JoinBuffer``; the
+engine hands the rows it joins to its accumulators (``accumulator.py``).
 """
 
 from __future__ import annotations
@@ -44,6 +33,8 @@ from .clock import EventWatermark
 from .comparisons import ComparisonResult, ComparisonTracker
 from .drift import DriftTracker
 from .evaluate import evaluate_all
+from .join import NO_TS as _NO_TS
+from .join import NUMERIC, RANKED, JoinBuffer, Joined, JoinReject
 from .metric_registry import LOSSES
 from .models import ComparisonSpec, DriftSpec, ModelSpec
 from .ranking import RankingState
@@ -82,25 +73,6 @@ DELAY_BOUNDS_S: tuple[float, ...] = (
     30 * 86400,
 )
 
-JoinReject = tuple[int, str, str]  # (index in the batch, reason, detail)
-
-_PRED_COLUMNS = {
-    "ts": np.int64,
-    "group": np.int32,
-    "score": np.float64,
-    "decision": np.int8,
-    "label": np.int8,  # 1/0 positive/negative for this model, -1 waiting
-    "label_code": np.int32,  # canonical label text code, -1 waiting
-    "label_ts": np.int64,
-}
-_ORPHAN_COLUMNS = {"ts": np.int64, "code": np.int32}
-_NO_TS = np.iinfo(np.int64).min
-# label_code of a label that is a number and no class name (a regression target): its
-# value lives in the float column beside it, so targets never grow the label vocabulary
-NUMERIC = -2
-# label_code of a ranking label: its relevance map waits in Engine.ranking, its digest in
-# the float column (so equal maps are duplicates and different ones conflicts)
-RANKED = -3
 _TASKS = {"binary": 0, "multiclass": 1, "regression": 2, "ranking": 3}
 
 
@@ -148,10 +120,6 @@ class Engine:
         # shadow comparison name -> [pairs, sum d, sum d^2, A wrong & B right, A right & B wrong]
         self.paired: dict[str, np.ndarray] = {}
         self._model_index = {m.name: i for i, m in enumerate(self.models)}
-        self.label_ttl_ms = int(label_ttl_ms)
-        self.orphan_label_ttl_ms = int(orphan_label_ttl_ms)
-        self.max_pending = int(max_pending)
-        self.max_orphan_labels = int(max_orphan_labels)
         # fine score histograms + calibration sums per (model, version, bucket), binary models
         self.score_layouts = {
             i: ScoreLayout(bins=m.score_bins)
@@ -228,18 +196,19 @@ class Engine:
         self._regression = bool(self.rg_layouts)
         # label values: regression targets, ranking labels' relevance digests
         self._numeric_labels = bool(self.rg_layouts or self.rank_layouts)
-        self._pred_columns: dict[str, type] = dict(_PRED_COLUMNS)
-        self._pred_columns.update({f"p{k}": np.float64 for k in range(self._kmax)})
-        self._orphan_columns: dict[str, type] = dict(_ORPHAN_COLUMNS)
+        extra: dict[str, type] = {f"p{k}": np.float64 for k in range(self._kmax)}
         if self._regression:
-            self._pred_columns.update(lower=np.float64, upper=np.float64)
-        if self._numeric_labels:
-            self._pred_columns["label_value"] = np.float64
-            self._orphan_columns["value"] = np.float64
+            extra.update(lower=np.float64, upper=np.float64)
         if self.rank_layouts:  # 1 - NDCG@k of a joined query, the ndcg_loss of comparisons
-            self._pred_columns["rank_loss"] = np.float64
-        self.preds = KeyedTable(self._pred_columns, unique=False)
-        self.orphans = KeyedTable(self._orphan_columns)
+            extra["rank_loss"] = np.float64
+        self.join = JoinBuffer(
+            extra,
+            label_ttl_ms,
+            orphan_label_ttl_ms,
+            max_pending,
+            max_orphan_labels,
+            numeric_labels=self._numeric_labels,
+        )
         # group code -> (model index, version, segment); model -1 when no longer configured.
         # The segment is the model's slice-dimension values (top-K folded), () without slices.
         self.groups: list[tuple[int, str, tuple[str, ...]]] = []
@@ -274,7 +243,6 @@ class Engine:
         self.join_events: Counter[str] = Counter()
         self.delay_counts = np.zeros(len(DELAY_BOUNDS_S) + 1, np.int64)
         self.delay_sum_s = 0.0
-        self.pending = 0
         self.pred_watermark_ms = _NO_TS
         self.label_watermark_ms = _NO_TS
         self.event_clock = EventWatermark()  # robust watermark, retention edge (clock.py)
@@ -284,8 +252,21 @@ class Engine:
         # seconds the last snapshot held the caller's lock, per section: retention, the
         # longest window-sum chunk, finishing the copy, the comparison looks
         self.lock_holds_s: tuple[float, ...] = ()
-        self._min_pred_ts = _NO_TS
-        self._min_orphan_ts = _NO_TS
+
+    @property
+    def preds(self) -> KeyedTable:
+        """The join buffer's predictions (waiting, or joined until their TTL)."""
+        return self.join.preds
+
+    @property
+    def orphans(self) -> KeyedTable:
+        """The join buffer's labels waiting for their prediction."""
+        return self.join.orphans
+
+    @property
+    def pending(self) -> int:
+        """Predictions waiting for their label."""
+        return self.join.pending
 
     def _wide_matrices(self, m: int) -> dict[str, int | tuple[int, type]]:
         out: dict[str, int | tuple[int, type]] = {}
@@ -407,7 +388,7 @@ class Engine:
             "buckets": self.buckets.nbytes(),
             "wide": sum(st.nbytes() for st in self.wide.values()),
             "sliced": sum(st.nbytes() for st in self.sliced.values()),
-            "join": self.preds.nbytes() + self.orphans.nbytes(),
+            "join": self.join.nbytes(),
         }
 
     # -- interning -------------------------------------------------------------------
@@ -613,18 +594,8 @@ class Engine:
             rejects = self._reject_versions(batch, np.flatnonzero(group < 0))
         # identity is (id, model, version): a resend with other segments is a duplicate,
         # in the same batch as across batches
-        mv = self._group_mv[group[valid]]
-        order = valid[np.lexsort((mv, batch.keys[valid]))]  # stable: earliest index first
-        ks, ms = batch.keys[order], self._group_mv[group[order]]
-        is_first = np.ones(order.shape[0], bool)
-        is_first[1:] = (ks[1:] != ks[:-1]) | (ms[1:] != ms[:-1])
-        first = np.sort(order[is_first])
-        q, rows = self.preds.lookup_all(batch.keys[first])
-        exists = np.zeros(first.shape[0], bool)
-        # identity is (id, model, version): the segment may differ on a resend
-        same = self._group_mv[self.preds.col("group")[rows]] == self._group_mv[group[first][q]]
-        exists[q[same]] = True
-        new = first[~exists]
+        mv = self._group_mv
+        new = valid[self.join.unseen(batch.keys[valid], mv[group[valid]], mv)]
         dup = valid.shape[0] - new.shape[0]
         self.records["predictions", "accepted"] += int(new.shape[0])
         if dup:
@@ -633,21 +604,16 @@ class Engine:
         if new.shape[0] == 0:
             return rejects
         keys, ts, g = batch.keys[new], batch.ts_ms[new], group[new]
-        k = new.shape[0]
-        self.preds.insert(
+        self.join.insert_predictions(
             keys,
             {
                 "ts": ts,
                 "group": g,
                 "score": batch.score[new],
                 "decision": batch.decision[new],
-                "label": np.full(k, -1, np.int8),
-                "label_code": np.full(k, -1, np.int32),
-                "label_ts": np.zeros(k, np.int64),
                 **self._task_columns(batch, new),
             },
         )
-        self.pending += k
         if batch.ranked is not None:
             self.ranking.add_lists(keys, g, [batch.ranked[i] for i in new.tolist()])
         np.maximum.at(self._mv_last, self._group_mv[g], ts)
@@ -657,56 +623,17 @@ class Engine:
         if self.est_layouts or self.mc_est_bins:
             self._count_estimation(batch, new, g, ts)
         self._count_arms(g, ts, self._estimated_errors(batch, new))
-        tmin, tmax = int(ts.min()), int(ts.max())
-        self.pred_watermark_ms = max(self.pred_watermark_ms, tmax)
+        self.pred_watermark_ms = max(self.pred_watermark_ms, int(ts.max()))
         late = self.event_clock.observe(ts)
         if late:  # behind every retained bucket: in no window (docs/semantics.md)
             self.join_events["too_late"] += late
-        if self._min_pred_ts == _NO_TS or tmin < self._min_pred_ts:
-            self._min_pred_ts = tmin
-        # Rows of the new predictions, and a labeled sibling (another version) if any.
-        q, rows = self.preds.lookup_all(keys)
-        row_group = self.preds.col("group")[rows]
-        lab = self.preds.col("label")[rows]
-        own = np.full(k, -1, np.int64)
-        mine = (row_group == g[q]) & (lab < 0)
-        own[q[mine]] = rows[mine]
-        sibling = np.full(k, -1, np.int64)
-        known = lab >= 0
-        sibling[q[known]] = rows[known]
-        joined: list[np.ndarray] = []
-        has = sibling >= 0
-        if has.any():
-            srow = sibling[has]
-            bad = self._join(
-                own[has],
-                self.preds.col("label_code")[srow],
-                self._values(self.preds, "label_value", srow),
-                self.preds.col("label_ts")[srow],
-            )
-            if bad.any():
-                self.join_events["unknown_class_label"] += int(np.count_nonzero(bad))
-            joined.append(own[has][~bad])
-        rest = np.flatnonzero(~has)
-        if rest.shape[0]:
-            orow = self.orphans.lookup(keys[rest])
-            hit = orow >= 0
-            if hit.any():
-                # A waiting label that is no class of this model is counted; its bytes
-                # went by long ago, so there is nothing to dead-letter.
-                orow = orow[hit]
-                bad = self._join(
-                    own[rest[hit]],
-                    self.orphans.col("code")[orow],
-                    self._values(self.orphans, "value", orow),
-                    self.orphans.col("ts")[orow],
-                )
-                if bad.any():
-                    self.join_events["unknown_class_label"] += int(np.count_nonzero(bad))
-                joined.append(own[rest[hit]][~bad])
-                self.orphans.delete(orow)
-        if joined:
-            self._pair_shadow(np.concatenate(joined))
+        joins, unknown = self.join.join_new(keys, g, self._classify)
+        if unknown:  # the label's bytes went by long ago: nothing to dead-letter
+            self.join_events["unknown_class_label"] += unknown
+        for joined in joins:
+            self._accumulate(joined)
+        if joins:
+            self._pair_shadow(np.concatenate([j.rows for j in joins]))
         self._expire_and_evict()
         self._collect_ranking()
         return rejects
@@ -727,18 +654,9 @@ class Engine:
             for name in ("lower", "upper"):
                 col = getattr(batch, name)
                 out[name] = col[new] if col is not None else np.full(k, np.nan)
-        if self._numeric_labels:
-            out["label_value"] = np.full(k, np.nan)
         if self.rank_layouts:
             out["rank_loss"] = np.full(k, np.nan)
         return out
-
-    @staticmethod
-    def _values(table: KeyedTable, column: str, rows: np.ndarray) -> np.ndarray:
-        """Numeric label values of some rows (NaN when no regression model keeps them)."""
-        if column in table.columns:
-            return table.col(column)[rows]
-        return np.full(rows.shape[0], np.nan)
 
     def _count_estimation(
         self, batch: PredictionBatch, new: np.ndarray, g: np.ndarray, ts: np.ndarray
@@ -844,52 +762,40 @@ class Engine:
             if value not in examples and len(examples) < d.spec.unseen_examples:
                 examples.append(value)
 
-    def _join(
-        self, prow: np.ndarray, codes: np.ndarray, values: np.ndarray, label_ts: np.ndarray
-    ) -> np.ndarray:
-        """Join unlabeled prediction rows with labels (codes, numeric values); returns the
-        mask of rows whose label does not fit their model (left unjoined, not counted)."""
-        group = self.preds.col("group")[prow]
-        y_true = self._classes_of(codes, values, self._group_model[group])
-        bad = y_true < 0
-        ok = ~bad
-        prow, y_true, group = prow[ok], y_true[ok], group[ok]
-        codes, values, label_ts = codes[ok], values[ok], label_ts[ok]
-        if prow.shape[0]:
-            pred_ts = self.preds.col("ts")[prow]
-            decision = self.preds.col("decision")[prow]
-            if self._all_binary:
-                self._add_binary(prow, group, pred_ts, y_true, decision)
-            else:
-                binary = self._task[self._group_model[group]] == 0
-                if binary.any():
-                    b = np.flatnonzero(binary)
-                    self._add_binary(prow[b], group[b], pred_ts[b], y_true[b], decision[b])
-                o = np.flatnonzero(~binary)
-                if o.shape[0]:
-                    self.buckets.add_labeled(group[o], pred_ts[o])
-                    self._add_task_stats(prow[o], group[o], pred_ts[o], y_true[o], values[o])
-            mv = self._group_mv[group]
-            n_mv = self._mv_counts.shape[0]
-            self._mv_counts[:, 0] += np.bincount(mv, minlength=n_mv)
-            wrong = y_true != decision
-            if not self._all_binary:  # regression, ranking: no errors
-                wrong &= self._task[self._group_model[group]] < 2
-            self._mv_counts[:, 1] += np.bincount(mv, weights=wrong, minlength=n_mv).astype(np.int64)
-            if self.split:
-                losses = self._losses_for(prow, y_true, values)
-                self._add_arm_losses(group, pred_ts, losses)
-            self.preds.col("label")[prow] = y_true
-            self.preds.col("label_code")[prow] = codes
-            self.preds.col("label_ts")[prow] = label_ts
-            if self._numeric_labels:
-                self.preds.col("label_value")[prow] = values
-            self.pending -= int(prow.shape[0])
-            self.join_events["joined"] += int(prow.shape[0])
-            delay_s = np.maximum(label_ts - pred_ts, 0) / 1000.0
-            np.add.at(self.delay_counts, np.searchsorted(DELAY_BOUNDS_S, delay_s, "left"), 1)
-            self.delay_sum_s += float(delay_s.sum())
-        return bad
+    def _classify(self, codes: np.ndarray, values: np.ndarray, group: np.ndarray) -> np.ndarray:
+        return self._classes_of(codes, values, self._group_model[group])
+
+    def _accumulate(self, joined: Joined) -> None:
+        """Count rows that just joined into every statistic."""
+        if not len(joined):
+            return
+        prow, group, pred_ts = joined.rows, joined.group, joined.pred_ts
+        y_true, decision, values = joined.y_true, joined.decision, joined.values
+        if self._all_binary:
+            self._add_binary(prow, group, pred_ts, y_true, decision)
+        else:
+            binary = self._task[self._group_model[group]] == 0
+            if binary.any():
+                b = np.flatnonzero(binary)
+                self._add_binary(prow[b], group[b], pred_ts[b], y_true[b], decision[b])
+            o = np.flatnonzero(~binary)
+            if o.shape[0]:
+                self.buckets.add_labeled(group[o], pred_ts[o])
+                self._add_task_stats(prow[o], group[o], pred_ts[o], y_true[o], values[o])
+        mv = self._group_mv[group]
+        n_mv = self._mv_counts.shape[0]
+        self._mv_counts[:, 0] += np.bincount(mv, minlength=n_mv)
+        wrong = y_true != decision
+        if not self._all_binary:  # regression, ranking: no errors
+            wrong &= self._task[self._group_model[group]] < 2
+        self._mv_counts[:, 1] += np.bincount(mv, weights=wrong, minlength=n_mv).astype(np.int64)
+        if self.split:
+            losses = self._losses_for(prow, y_true, values)
+            self._add_arm_losses(group, pred_ts, losses)
+        self.join_events["joined"] += len(joined)
+        delay_s = np.maximum(joined.label_ts - pred_ts, 0) / 1000.0
+        np.add.at(self.delay_counts, np.searchsorted(DELAY_BOUNDS_S, delay_s, "left"), 1)
+        self.delay_sum_s += float(delay_s.sum())
 
     def _add_binary(
         self,
@@ -1049,7 +955,7 @@ class Engine:
 
     def _row_losses(self, rows: np.ndarray) -> np.ndarray:
         p = self.preds
-        values = self._values(p, "label_value", rows)
+        values = self.join.value(p, rows)
         return np.stack(self._losses_for(rows, p.col("label")[rows], values), axis=1)
 
     def _losses_for(
@@ -1172,18 +1078,21 @@ class Engine:
             codes[ranked] = RANKED
         self.label_watermark_ms = max(self.label_watermark_ms, int(batch.ts_ms.max()))
         self.label_clock.observe(batch.ts_ms)
-        order = np.argsort(batch.keys, kind="stable")
-        sk = batch.keys[order]
-        starts = np.ones(n, bool)
-        starts[1:] = sk[1:] != sk[:-1]
-        pos = np.arange(n)
-        rank_sorted = pos - np.maximum.accumulate(np.where(starts, pos, 0))
-        rank = np.empty(n, np.int64)
-        rank[order] = rank_sorted
         rejects: list[JoinReject] = []
         dups = 0
-        for r in range(int(rank.max()) + 1):
-            dups += self._label_round(batch, codes, values, np.flatnonzero(rank == r), rejects)
+        for idx in self.join.rounds(batch.keys):
+            before = len(rejects)
+            joined, d = self.join.add_labels(
+                batch.keys, batch.ts_ms, codes, values, idx, self._classify, rejects
+            )
+            dups += d
+            unknown = sum(1 for _, reason, _ in rejects[before:] if reason == "unknown_class")
+            if unknown:
+                self.join_events["unknown_class_label"] += unknown
+                self.count_invalid("labels", "unknown_class", unknown)
+            if joined is not None:
+                self._accumulate(joined)
+                self._pair_shadow(joined.rows)
         conflicts = sum(1 for _, reason, _ in rejects if reason == "conflicting_label")
         if conflicts:
             self.join_events["conflicting_label"] += conflicts
@@ -1192,124 +1101,24 @@ class Engine:
         if dups:
             self.join_events["duplicate_label"] += dups
             self.records["labels", "duplicate"] += dups
-        # unknown-class rejects were counted as invalid in _label_round
+        # unknown-class rejects were counted as invalid above
         self.records["labels", "accepted"] += n - len(rejects) - dups
         self._expire_and_evict()
         self._collect_ranking()
         rejects.sort()
         return rejects
 
-    def _label_round(
-        self,
-        batch: LabelBatch,
-        codes: np.ndarray,
-        values: np.ndarray,
-        idx: np.ndarray,
-        rejects: list[JoinReject],
-    ) -> int:
-        """Apply labels ``idx`` (unique ids); returns how many were duplicates."""
-        dups = 0
-        code, value = codes[idx], values[idx]
-        q, rows = self.preds.lookup_all(batch.keys[idx])
-        has_rows = np.zeros(idx.shape[0], bool)
-        has_rows[q] = True
-        labeled = self.preds.col("label")[rows] >= 0
-        # a labeled id's rows all carry the same label (later versions copy it)
-        is_known = np.zeros(idx.shape[0], bool)
-        is_known[q[labeled]] = True
-        known = np.full(idx.shape[0], -1, np.int64)
-        known[q[labeled]] = self.preds.col("label_code")[rows[labeled]]
-        known_value = np.full(idx.shape[0], np.nan)
-        known_value[q[labeled]] = self._values(self.preds, "label_value", rows[labeled])
-        same = _same_label(known, known_value, code, value)
-        dup = is_known & same
-        conflict = is_known & ~same
-        dups += int(np.count_nonzero(dup))
-        for i in idx[conflict].tolist():
-            rejects.append((i, "conflicting_label", "disagrees with the joined label"))
-        todo = ~is_known[q]
-        if todo.any():
-            jq, jrows = q[todo], rows[todo]
-            bad = self._join(jrows, code[jq], value[jq], batch.ts_ms[idx][jq])
-            bad_q = np.unique(jq[bad])
-            if bad_q.shape[0]:
-                self.join_events["unknown_class_label"] += int(bad_q.shape[0])
-                self.invalid["labels", "unknown_class"] += int(bad_q.shape[0])
-                self.records["labels", "invalid"] += int(bad_q.shape[0])
-                for i in idx[bad_q].tolist():
-                    rejects.append((i, "unknown_class", "label is not a class of this model"))
-            self._pair_shadow(jrows[~bad])
-        # labels whose prediction has not arrived (or is gone)
-        rest = idx[~has_rows]
-        if rest.shape[0]:
-            orow = self.orphans.lookup(batch.keys[rest])
-            waiting = orow >= 0
-            if waiting.any():
-                ow, rw = orow[waiting], rest[waiting]
-                agree = _same_label(
-                    self.orphans.col("code")[ow],
-                    self._values(self.orphans, "value", ow),
-                    codes[rw],
-                    values[rw],
-                )
-                dups += int(np.count_nonzero(agree))
-                for i in rest[waiting][~agree].tolist():
-                    rejects.append((i, "conflicting_label", "disagrees with a waiting label"))
-            fresh = rest[~waiting]
-            if fresh.shape[0]:
-                cols = {"ts": batch.ts_ms[fresh], "code": codes[fresh]}
-                if self._numeric_labels:
-                    cols["value"] = values[fresh]
-                self.orphans.insert(batch.keys[fresh], cols)
-                tmin = int(batch.ts_ms[fresh].min())
-                if self._min_orphan_ts == _NO_TS or tmin < self._min_orphan_ts:
-                    self._min_orphan_ts = tmin
-        return dups
-
     # -- bounds ----------------------------------------------------------------------
     def _expire_and_evict(self) -> None:
         # Each side waits on the other stream's robust progress, not its maximum: one
         # far-future record must not expire everything that waits (below 100 recent
         # records the quantile says little: the maximum rules)
+        label_mark = pred_mark = None
         if self.label_watermark_ms != _NO_TS:
-            cutoff = _robust_mark(self.label_watermark_ms, self.label_clock) - self.label_ttl_ms
-            if self._min_pred_ts != _NO_TS and self._min_pred_ts < cutoff:
-                self._drop_predictions(self.preds.col("ts") < cutoff, "expired_prediction")
-        excess = len(self.preds) - self.max_pending
-        if excess > 0:
-            self._drop_predictions(self._oldest(self.preds, excess), "evicted_prediction")
+            label_mark = _robust_mark(self.label_watermark_ms, self.label_clock)
         if self.pred_watermark_ms != _NO_TS:
-            mark = _robust_mark(self.pred_watermark_ms, self.event_clock)
-            cutoff = mark - self.orphan_label_ttl_ms
-            if self._min_orphan_ts != _NO_TS and self._min_orphan_ts < cutoff:
-                self._drop_orphans(self.orphans.col("ts") < cutoff, "expired_orphan_label")
-        excess = len(self.orphans) - self.max_orphan_labels
-        if excess > 0:
-            self._drop_orphans(self._oldest(self.orphans, excess), "evicted_orphan_label")
-
-    @staticmethod
-    def _oldest(table: KeyedTable, k: int) -> np.ndarray:
-        ts = np.where(table.alive, table.col("ts"), np.iinfo(np.int64).max)
-        mask = np.zeros(table.size, bool)
-        mask[np.argpartition(ts, k - 1)[:k]] = True
-        return mask
-
-    def _drop_predictions(self, mask: np.ndarray, event: str) -> None:
-        rows = np.flatnonzero(mask & self.preds.alive)
-        if rows.shape[0]:
-            unlabeled = int(np.count_nonzero(self.preds.col("label")[rows] < 0))
-            self.pending -= unlabeled
-            if unlabeled:
-                self.join_events[event] += unlabeled
-            self.preds.delete(rows)
-        self._min_pred_ts = _live_min(self.preds)
-
-    def _drop_orphans(self, mask: np.ndarray, event: str) -> None:
-        rows = np.flatnonzero(mask & self.orphans.alive)
-        if rows.shape[0]:
-            self.join_events[event] += int(rows.shape[0])
-            self.orphans.delete(rows)
-        self._min_orphan_ts = _live_min(self.orphans)
+            pred_mark = _robust_mark(self.pred_watermark_ms, self.event_clock)
+        self.join_events.update(self.join.expire(label_mark, pred_mark))
 
     def _collect_ranking(self, force: bool = False) -> None:
         """Release ranking lists and relevance maps whose id left the join buffer, once
@@ -1318,15 +1127,7 @@ class Engine:
         if not len(self.ranking) or (not force and len(self.ranking) <= 2 * live + 1024):
             return
 
-        def in_predictions(keys: np.ndarray) -> np.ndarray:
-            present = np.zeros(keys.shape[0], bool)
-            present[self.preds.lookup_all(keys)[0]] = True
-            return present
-
-        def in_labels(keys: np.ndarray) -> np.ndarray:
-            return self.orphans.lookup(keys) >= 0
-
-        self.ranking.collect(in_predictions, in_labels)
+        self.ranking.collect(self.join.has_prediction, self.join.has_label)
 
     def count_invalid(self, kind: str, reason: str, k: int = 1) -> None:
         """Decode-time rejections are counted here so one writer owns every counter."""
@@ -1508,7 +1309,7 @@ class Engine:
             "invalid": [[k, r, c] for (k, r), c in sorted(self.invalid.items())],
             "join_events": dict(sorted(self.join_events.items())),
             "delay_sum_s": self.delay_sum_s,
-            "pending": self.pending,
+            "pending": self.join.pending,
             "pred_watermark_ms": self.pred_watermark_ms,
             "tiers": [self.tiers.hour_from, self.tiers.day_from],
             "label_watermark_ms": self.label_watermark_ms,
@@ -1541,8 +1342,7 @@ class Engine:
         arrays: dict[str, np.ndarray] = {
             "delay_counts": self.delay_counts.copy(),
         }
-        arrays.update({f"preds.{k}": v for k, v in self.preds.state().items()})
-        arrays.update({f"orphans.{k}": v for k, v in self.orphans.state().items()})
+        arrays.update(self.join.state()[1])
         arrays.update({f"buckets.{k}": v for k, v in self.buckets.state().items()})
         arrays.update(self.drift.arrays())
         if self.rank_layouts:
@@ -1614,7 +1414,6 @@ class Engine:
         if self.delay_counts.shape != (len(DELAY_BOUNDS_S) + 1,):
             raise StateMismatch("label delay histogram has a different shape")
         self.delay_sum_s = float(meta["delay_sum_s"])
-        self.pending = int(meta["pending"])
         self.pred_watermark_ms = int(meta["pred_watermark_ms"])
         self.label_watermark_ms = int(meta["label_watermark_ms"])
         self.event_clock.load(meta.get("event_clock"))
@@ -1643,8 +1442,7 @@ class Engine:
             self.ranking.load(arrays if self.rank_layouts else {})
         except (KeyError, ValueError) as err:
             raise StateMismatch(f"ranking lists in the state are unusable: {err}") from None
-        self.preds.load(_with_columns(arrays, "preds.", self._pred_columns))
-        self.orphans.load(_with_columns(arrays, "orphans.", self._orphan_columns))
+        self.join.load(meta, arrays)
         for d in self.drift.load(meta.get("drift_live", {}), arrays):
             self.wide[d.spec.model_index].add_matrix(d.matrix, d.width)
         saved = meta.get("drift_fingerprints", {})
@@ -1673,10 +1471,8 @@ class Engine:
                 raise StateMismatch("state refers to groups it does not define")
         if self.orphans.size and self.orphans.col("code").max() >= len(self.label_codes):
             raise StateMismatch("state refers to label codes it does not define")
-        if self.pending != int(np.count_nonzero(self.preds.col("label") < 0)):
+        if not self.join.consistent():
             raise StateMismatch("pending count disagrees with the join buffer")
-        self._min_pred_ts = _live_min(self.preds)
-        self._min_orphan_ts = _live_min(self.orphans)
 
 
 def _migrate_v1(
@@ -1720,14 +1516,6 @@ def _migrate_v1(
     return meta, out
 
 
-def _same_label(
-    code_a: np.ndarray, value_a: np.ndarray, code_b: np.ndarray, value_b: np.ndarray
-) -> np.ndarray:
-    """Two labels agree: the same class code, or both numeric (or both ranking labels)
-    with the same value (target, relevance digest)."""
-    return (code_a == code_b) & ((code_a >= 0) | (value_a == value_b))
-
-
 def _binary_losses(
     y: np.ndarray, decision: np.ndarray, score: np.ndarray
 ) -> tuple[np.ndarray, ...]:
@@ -1743,19 +1531,6 @@ def _binary_losses(
         )
 
 
-def _with_columns(
-    arrays: dict[str, np.ndarray], prefix: str, columns: dict[str, type]
-) -> dict[str, np.ndarray]:
-    """A table's saved columns; task columns added to the config since are filled (NaN
-    probabilities, bounds and values), so adding a model does not discard the state."""
-    state = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
-    n = np.asarray(state["keys"]).shape[0]
-    for name, dtype in columns.items():
-        if name not in state and np.dtype(dtype).kind == "f":
-            state[name] = np.full(n, np.nan, dtype)
-    return state
-
-
 def _robust_mark(maximum: int, clock: EventWatermark) -> int:
     """How far a stream has got for TTLs: its robust quantile (``EventWatermark.current``
     over at least 100 recent records), never beyond its maximum; the maximum alone while
@@ -1769,9 +1544,3 @@ def _with_all_losses(loss: np.ndarray) -> np.ndarray:
     if loss.ndim == 3 and loss.shape[0] == 2 and loss.shape[2] == 3 and loss.shape[1] < len(LOSSES):
         return np.concatenate([loss, np.zeros((2, len(LOSSES) - loss.shape[1], 3))], axis=1)
     return loss
-
-
-def _live_min(table: KeyedTable) -> int:
-    if len(table) == 0:
-        return _NO_TS
-    return int(table.col("ts")[table.alive].min())
