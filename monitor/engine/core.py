@@ -23,20 +23,23 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..plugins import JoinedRows
 from ..stats.multiclass import MulticlassLayout
 from ..stats.ranking import RankingLayout
 from ..stats.regression import RegressionLayout
 from ..stats.scores import ScoreLayout
+from .accumulator import Accumulator, LabeledRows
 from .buckets import BucketStore, SumPlan, window_group_sums
 from .clock import EventWatermark
+from .comparison_stats import Losses, ShadowPairs, SplitArms
 from .comparisons import ComparisonResult, ComparisonTracker
+from .delay import DELAY_BOUNDS_S, LabelDelay
 from .drift import DriftTracker
 from .evaluate import evaluate_all
 from .join import NO_TS as _NO_TS
 from .join import NUMERIC, RANKED, JoinBuffer, Joined, JoinReject
 from .metric_registry import LOSSES
 from .models import ComparisonSpec, DriftSpec, ModelSpec
+from .plugin_stats import PluginStats
 from .ranking import RankingState
 from .records import ID_HASH, LabelBatch, PredictionBatch
 from .result_cache import ResultCache
@@ -44,6 +47,7 @@ from .segments import SegmentFolder
 from .snapshot import DelayHistogram, OpsState, Snapshot, WindowResult
 from .state_checks import check_state
 from .table import KeyedTable
+from .task_stats import ScoreHistograms, TaskStats
 from .view import StoreView
 from .windows import DAY_MS, HOUR_MS, Tiers
 
@@ -51,27 +55,7 @@ _log = logging.getLogger(__name__)
 
 __all__ = ["DELAY_BOUNDS_S", "ENGINE_FORMAT", "LOSSES", "Engine", "JoinReject", "StateMismatch"]
 
-_ESTIMATED = LOSSES.index("estimated_error_rate")
-_LOG_EPS = 1e-15  # scikit-learn's clipping for log loss
 
-# Label delay histogram bounds, seconds: 1 s .. 30 d.
-DELAY_BOUNDS_S: tuple[float, ...] = (
-    1,
-    5,
-    15,
-    60,
-    300,
-    900,
-    3600,
-    3 * 3600,
-    6 * 3600,
-    12 * 3600,
-    86400,
-    3 * 86400,
-    7 * 86400,
-    14 * 86400,
-    30 * 86400,
-)
 
 _TASKS = {"binary": 0, "multiclass": 1, "regression": 2, "ranking": 3}
 
@@ -111,14 +95,7 @@ class Engine:
         self.comparisons = tuple(comparisons)
         self.shadow = tuple(c for c in self.comparisons if c.mode == "shadow")
         self.split = tuple(c for c in self.comparisons if c.mode == "split")
-        # Split comparisons count from the treatment's first prediction (event time), so
-        # the control's history before the canary neither skews the split nor the losses.
-        self.arm_start: dict[str, int] = {}
-        self.arm_predictions: dict[str, np.ndarray] = {}  # name -> [control, treatment]
-        self.arm_loss: dict[str, np.ndarray] = {}  # name -> (arm, loss, [n, sum, sum sq])
         self.tracker = ComparisonTracker(self.comparisons, self.models)
-        # shadow comparison name -> [pairs, sum d, sum d^2, A wrong & B right, A right & B wrong]
-        self.paired: dict[str, np.ndarray] = {}
         self._model_index = {m.name: i for i, m in enumerate(self.models)}
         # fine score histograms + calibration sums per (model, version, bucket), binary models
         self.score_layouts = {
@@ -164,10 +141,6 @@ class Engine:
         self.ranking = RankingState()
         # metric plugins: one statistic matrix per plugin and model; errors isolate them
         self.plugins = tuple(plugins.plugins) if plugins is not None else ()
-        self.plugin_errors: Counter[str] = Counter()
-        for name, _ in plugins.errors if plugins is not None else ():
-            self.plugin_errors[name] += 1
-        self.failed_plugins: set[str] = set()
         # Light per-(group, bucket) counts of every model (groups include slice segments);
         # per model, the wide per-(version, bucket) statistics — fine score histograms,
         # drift cells, plugins — which would multiply memory by the number of slices if
@@ -241,8 +214,6 @@ class Engine:
         self.records: Counter[tuple[str, str]] = Counter()
         self.invalid: Counter[tuple[str, str]] = Counter()
         self.join_events: Counter[str] = Counter()
-        self.delay_counts = np.zeros(len(DELAY_BOUNDS_S) + 1, np.int64)
-        self.delay_sum_s = 0.0
         self.pred_watermark_ms = _NO_TS
         self.label_watermark_ms = _NO_TS
         self.event_clock = EventWatermark()  # robust watermark, retention edge (clock.py)
@@ -252,6 +223,30 @@ class Engine:
         # seconds the last snapshot held the caller's lock, per section: retention, the
         # longest window-sum chunk, finishing the copy, the comparison looks
         self.lock_holds_s: tuple[float, ...] = ()
+        # what joined rows are counted into, in order (task statistics write the ranking
+        # loss the comparisons read)
+        self.delay = LabelDelay()
+        self.scores = ScoreHistograms(
+            self.score_layouts, self.slice_score_layouts, self.wide, self.sliced
+        )
+        self.task_stats = TaskStats(
+            self.join, self.sliced, self.mc_layouts, self.rg_layouts, self.rank_layouts,
+            self.ranking,
+        )  # fmt: skip
+        self.plugin_stats = PluginStats(
+            self.plugins,
+            self.wide,
+            self.score_layouts,
+            [name for name, _ in plugins.errors] if plugins is not None else (),
+        )
+        losses = Losses(self.join, self._task, self.mc_layouts)
+        self.arms = SplitArms(self.split, self.version_groups, losses)
+        self.pairs = ShadowPairs(
+            self.shadow, self.version_groups, losses, lambda g: self._group_model[g]
+        )
+        self.accumulators: tuple[Accumulator, ...] = (
+            self.delay, self.scores, self.task_stats, self.plugin_stats, self.arms, self.pairs,
+        )  # fmt: skip
 
     @property
     def preds(self) -> KeyedTable:
@@ -267,6 +262,16 @@ class Engine:
     def pending(self) -> int:
         """Predictions waiting for their label."""
         return self.join.pending
+
+    # read by the partition merge, the global view and tests
+    arm_start = property(lambda self: self.arms.start)
+    arm_predictions = property(lambda self: self.arms.predictions)
+    arm_loss = property(lambda self: self.arms.loss)
+    paired = property(lambda self: self.pairs.paired)
+    plugin_errors = property(lambda self: self.plugin_stats.errors)
+    failed_plugins = property(lambda self: self.plugin_stats.failed)
+    active_plugins = property(lambda self: self.plugin_stats.active)
+    delay_counts = property(lambda self: self.delay.counts)
 
     def _wide_matrices(self, m: int) -> dict[str, int | tuple[int, type]]:
         out: dict[str, int | tuple[int, type]] = {}
@@ -622,18 +627,16 @@ class Engine:
             self._count_drift(batch, new, g, ts)
         if self.est_layouts or self.mc_est_bins:
             self._count_estimation(batch, new, g, ts)
-        self._count_arms(g, ts, self._estimated_errors(batch, new))
+        self.arms.add_predictions(g, ts, self._estimated_errors(batch, new))
         self.pred_watermark_ms = max(self.pred_watermark_ms, int(ts.max()))
         late = self.event_clock.observe(ts)
         if late:  # behind every retained bucket: in no window (docs/semantics.md)
             self.join_events["too_late"] += late
-        joins, unknown = self.join.join_new(keys, g, self._classify)
+        joined, unknown = self.join.join_new(keys, g, self._classify)
         if unknown:  # the label's bytes went by long ago: nothing to dead-letter
             self.join_events["unknown_class_label"] += unknown
-        for joined in joins:
+        if joined is not None:
             self._accumulate(joined)
-        if joins:
-            self._pair_shadow(np.concatenate([j.rows for j in joins]))
         self._expire_and_evict()
         self._collect_ranking()
         return rejects
@@ -766,249 +769,44 @@ class Engine:
         return self._classes_of(codes, values, self._group_model[group])
 
     def _accumulate(self, joined: Joined) -> None:
-        """Count rows that just joined into every statistic."""
+        """Count rows that just joined: the light counts and per-version outcomes here,
+        everything else in the accumulators."""
         if not len(joined):
             return
-        prow, group, pred_ts = joined.rows, joined.group, joined.pred_ts
-        y_true, decision, values = joined.y_true, joined.decision, joined.values
+        group, pred_ts, y_true, decision = (
+            joined.group,
+            joined.pred_ts,
+            joined.y_true,
+            joined.decision,
+        )
+        model = self._group_model[group]
         if self._all_binary:
-            self._add_binary(prow, group, pred_ts, y_true, decision)
+            self.buckets.add_joined(group, pred_ts, y_true, decision)
         else:
-            binary = self._task[self._group_model[group]] == 0
+            binary = self._task[model] == 0
             if binary.any():
                 b = np.flatnonzero(binary)
-                self._add_binary(prow[b], group[b], pred_ts[b], y_true[b], decision[b])
+                self.buckets.add_joined(group[b], pred_ts[b], y_true[b], decision[b])
             o = np.flatnonzero(~binary)
             if o.shape[0]:
                 self.buckets.add_labeled(group[o], pred_ts[o])
-                self._add_task_stats(prow[o], group[o], pred_ts[o], y_true[o], values[o])
         mv = self._group_mv[group]
         n_mv = self._mv_counts.shape[0]
         self._mv_counts[:, 0] += np.bincount(mv, minlength=n_mv)
         wrong = y_true != decision
         if not self._all_binary:  # regression, ranking: no errors
-            wrong &= self._task[self._group_model[group]] < 2
+            wrong &= self._task[model] < 2
         self._mv_counts[:, 1] += np.bincount(mv, weights=wrong, minlength=n_mv).astype(np.int64)
-        if self.split:
-            losses = self._losses_for(prow, y_true, values)
-            self._add_arm_losses(group, pred_ts, losses)
         self.join_events["joined"] += len(joined)
-        delay_s = np.maximum(joined.label_ts - pred_ts, 0) / 1000.0
-        np.add.at(self.delay_counts, np.searchsorted(DELAY_BOUNDS_S, delay_s, "left"), 1)
-        self.delay_sum_s += float(delay_s.sum())
-
-    def _add_binary(
-        self,
-        prow: np.ndarray,
-        group: np.ndarray,
-        pred_ts: np.ndarray,
-        y_true: np.ndarray,
-        decision: np.ndarray,
-    ) -> None:
-        """Confusion counts, score histograms and plugin statistics of binary joins."""
-        score = self.preds.col("score")[prow]
-        self.buckets.add_joined(group, pred_ts, y_true, decision)
-        self._add_scores(group, pred_ts, y_true, score)
-        if self.plugins:
-            self._update_plugins(group, pred_ts, y_true, decision, score)
-
-    def _proba(self, prow: np.ndarray, k: int) -> np.ndarray:
-        """(rows, k) probabilities of multiclass predictions (NaN rows: decision only)."""
-        return np.column_stack([self.preds.col(f"p{j}")[prow] for j in range(k)])
-
-    def _add_task_stats(
-        self,
-        prow: np.ndarray,
-        group: np.ndarray,
-        pred_ts: np.ndarray,
-        y_true: np.ndarray,
-        values: np.ndarray,
-    ) -> None:
-        """Multiclass and regression statistics per (group, bucket) of joined rows."""
-        model = self._group_model[group]
-        for m, mc in self.mc_layouts.items():
-            sel = np.flatnonzero(model == m)
-            if sel.shape[0] == 0:
-                continue
-            rows = self.sliced[m].rows_for(group[sel], pred_ts[sel])
-            matrix = self.sliced[m].matrix("mc")  # after rows_for, which may grow it
-            r = prow[sel]
-            proba = self._proba(r, mc.n_classes)
-            decision = self.preds.col("decision")[r]
-            has = ~np.isnan(proba[:, 0])
-            if has.any():
-                mc.add_rows(matrix, rows[has], y_true[sel][has], decision[has], proba[has])
-            if not has.all():
-                mc.add_rows(matrix, rows[~has], y_true[sel][~has], decision[~has])
-        for m, rg in self.rg_layouts.items():
-            sel = np.flatnonzero(model == m)
-            if sel.shape[0] == 0:
-                continue
-            rows = self.sliced[m].rows_for(group[sel], pred_ts[sel])
-            r = prow[sel]
-            rg.add_rows(
-                self.sliced[m].matrix("rg"),
-                rows,
-                values[sel],
-                self.preds.col("score")[r],
-                self.preds.col("lower")[r],
-                self.preds.col("upper")[r],
-            )
-        for m, rk in self.rank_layouts.items():
-            sel = np.flatnonzero(model == m)
-            if sel.shape[0] == 0:
-                continue
-            rows = self.sliced[m].rows_for(group[sel], pred_ts[sel])
-            r = prow[sel]
-            rows_of = self.ranking.contributions(rk, self.preds.keys[r], group[sel], values[sel])
-            rk.add_rows(self.sliced[m].matrix("rk"), rows, rows_of)
-            self.preds.col("rank_loss")[r] = rk.ndcg_loss(rows_of)  # comparisons' ndcg_loss
-
-    def _add_scores(
-        self, group: np.ndarray, pred_ts: np.ndarray, y_true: np.ndarray, score: np.ndarray
-    ) -> None:
-        """Score histograms of joined predictions that carry a score (AUC, calibration)."""
-        model = self._group_model[group]
-        scored = ~np.isnan(score)
-        for m, layout in self.score_layouts.items():
-            sel = np.flatnonzero(scored & (model == m))
-            if sel.shape[0] == 0:
-                continue
-            store = self.wide[m]
-            rows = store.rows_for(self._base_group[group[sel]], pred_ts[sel])
-            layout.add_rows(store.matrix("scores"), rows, y_true[sel], score[sel])
-            coarse = self.slice_score_layouts.get(m)
-            if coarse is not None:
-                store = self.sliced[m]
-                rows = store.rows_for(group[sel], pred_ts[sel])
-                coarse.add_rows(store.matrix("scores"), rows, y_true[sel], score[sel])
-
-    @property
-    def active_plugins(self) -> tuple[Any, ...]:
-        """Plugins still trusted (one that raised in ``update`` is switched off)."""
-        return tuple(p for p in self.plugins if p.name not in self.failed_plugins)
-
-    def _update_plugins(
-        self,
-        group: np.ndarray,
-        pred_ts: np.ndarray,
-        y_true: np.ndarray,
-        decision: np.ndarray,
-        score: np.ndarray,
-    ) -> None:
-        """Feed joined rows to each plugin; one that raises is counted and switched off
-        (its statistics may be half-updated, so its metrics are no longer exported)."""
-        model = self._group_model[group]
-        for plugin in self.plugins:
-            if plugin.name in self.failed_plugins:
-                continue
-            for m in np.unique(model).tolist():
-                sel = np.flatnonzero(model == m)
-                rows = self.wide[m].rows_for(self._base_group[group[sel]], pred_ts[sel])
-                batch = JoinedRows(
-                    y_true[sel].astype(np.int8), decision[sel].astype(np.int8), score[sel]
-                )
-                try:
-                    plugin.update(self.wide[m].matrix(f"p_{plugin.name}"), rows, batch)
-                except Exception as err:
-                    self.plugin_errors[plugin.name] += 1
-                    self.failed_plugins.add(plugin.name)
-                    _log.error("plugin %s failed in update and is disabled: %r", plugin.name, err)
-                    break
-
-    def _pair_shadow(self, joined: np.ndarray) -> None:
-        """Paired statistics for shadow comparisons, counted once per id: when the
-        second of the two versions' predictions for that id gets its label."""
-        if not self.shadow or joined.shape[0] == 0:
-            return
-        gcol = self.preds.col("group")
-        for comp in self.shadow:
-            ga = self.version_groups(comp.model_index, comp.control)
-            gb = self.version_groups(comp.model_index, comp.treatment)
-            if ga.shape[0] == 0 or gb.shape[0] == 0:
-                continue
-            sel = joined[np.isin(gcol[joined], ga) | np.isin(gcol[joined], gb)]
-            if sel.shape[0] == 0:
-                continue
-            keys = np.unique(self.preds.keys[sel])
-            q, rows = self.preds.lookup_all(keys)
-            labeled = self.preds.col("label")[rows] >= 0
-            a = np.full(keys.shape[0], -1, np.int64)
-            b = np.full(keys.shape[0], -1, np.int64)
-            is_a = labeled & np.isin(gcol[rows], ga)
-            is_b = labeled & np.isin(gcol[rows], gb)
-            a[q[is_a]] = rows[is_a]
-            b[q[is_b]] = rows[is_b]
-            both = (a >= 0) & (b >= 0)
-            if not both.any():
-                continue
-            la, lb = self._row_losses(a[both]), self._row_losses(b[both])
-            li = LOSSES.index(comp.loss)
-            d = lb[:, li] - la[:, li]
-            d = d[~np.isnan(d)]
-            stats = self.paired.setdefault(comp.name, np.zeros(5, np.float64))
-            stats[0] += d.shape[0]
-            stats[1] += d.sum()
-            stats[2] += (d * d).sum()
-            stats[3] += np.count_nonzero((la[:, 0] == 1) & (lb[:, 0] == 0))  # A wrong, B right
-            stats[4] += np.count_nonzero((la[:, 0] == 0) & (lb[:, 0] == 1))  # A right, B wrong
-
-    def _row_losses(self, rows: np.ndarray) -> np.ndarray:
-        p = self.preds
-        values = self.join.value(p, rows)
-        return np.stack(self._losses_for(rows, p.col("label")[rows], values), axis=1)
-
-    def _losses_for(
-        self, prow: np.ndarray, y: np.ndarray, values: np.ndarray
-    ) -> tuple[np.ndarray, ...]:
-        """Per-prediction losses in the order of LOSSES, NaN where one does not apply.
-
-        binary: 0/1 error, log loss, (p − y)², |p − y| of the positive-class score;
-        multiclass: 0/1 error, −log p_y, Σ_k (p_k − 1[y=k])² (multiclass Brier);
-        regression: (ŷ − y)² and |ŷ − y|."""
-        decision = self.preds.col("decision")[prow]
-        score = self.preds.col("score")[prow]
-        if self._all_binary:
-            return _binary_losses(y, decision, score)
-        out = np.full((len(LOSSES), prow.shape[0]), np.nan)
-        model = self._group_model[self.preds.col("group")[prow]]
-        task = self._task[model]
-        b = task == 0
-        if b.any():
-            out[:4, b] = np.stack(_binary_losses(y[b], decision[b], score[b]))
-        for m, mc in self.mc_layouts.items():
-            sel = np.flatnonzero(model == m)
-            if sel.shape[0] == 0:
-                continue
-            ys = y[sel].astype(np.intp)
-            proba = self._proba(prow[sel], mc.n_classes)
-            out[0, sel] = ys != decision[sel]
-            p_true = np.clip(proba[np.arange(sel.shape[0]), ys], _LOG_EPS, 1 - _LOG_EPS)
-            out[1, sel] = -np.log(p_true)
-            onehot = np.zeros_like(proba)
-            onehot[np.arange(sel.shape[0]), ys] = 1.0
-            out[2, sel] = np.sum((proba - onehot) ** 2, axis=1)
-        r = task == 2
-        if r.any():
-            err = score[r] - values[r]
-            out[2, r] = err * err
-            out[3, r] = np.abs(err)
-        q = task == 3
-        if q.any():
-            out[4, q] = self.preds.col("rank_loss")[prow[q]]
-        return tuple(out)
-
-    def _arm_groups(self, c: ComparisonSpec) -> tuple[np.ndarray, np.ndarray]:
-        return (
-            self.version_groups(c.model_index, c.control),
-            self.version_groups(c.model_index, c.treatment),
-        )
+        rows = LabeledRows(joined, model, self._base_group[group])
+        for acc in self.accumulators:
+            acc.add(rows)
 
     def _estimated_errors(self, batch: PredictionBatch, new: np.ndarray) -> np.ndarray | None:
         """P(the decision is wrong) of each new prediction if its scores are calibrated
         (binary: 1 − p when decided positive, else p; multiclass: 1 − p of the decided
         class), NaN without scores; None when no comparison uses it."""
-        if not any(c.loss == "estimated_error_rate" for c in self.split):
+        if not self.arms.uses_estimates:
             return None
         score, decision = batch.score[new], batch.decision[new]
         out = np.where(decision > 0, 1.0 - score, score)  # binary (NaN stays NaN)
@@ -1019,47 +817,6 @@ class Engine:
             out[multi] = 1.0 - batch.proba[rows, decision[multi].astype(np.intp)]
         out[task > 1] = np.nan
         return out
-
-    def _count_arms(
-        self, group: np.ndarray, ts: np.ndarray, estimated: np.ndarray | None = None
-    ) -> None:
-        for c in self.split:
-            ga, gb = self._arm_groups(c)
-            if gb.shape[0] == 0:
-                continue
-            if c.name not in self.arm_start:
-                is_b = np.isin(group, gb)
-                if not is_b.any():
-                    continue
-                self.arm_start[c.name] = int(ts[is_b].min())
-                self.arm_predictions[c.name] = np.zeros(2, np.int64)
-                self.arm_loss[c.name] = np.zeros((2, len(LOSSES), 3), np.float64)
-            start = self.arm_start[c.name]
-            counts = self.arm_predictions[c.name]
-            for arm, g in enumerate((ga, gb)):
-                sel = np.isin(group, g) & (ts >= start)
-                counts[arm] += int(np.count_nonzero(sel))
-                if estimated is not None and c.loss == "estimated_error_rate":
-                    v = estimated[sel]
-                    v = v[~np.isnan(v)]
-                    self.arm_loss[c.name][arm, _ESTIMATED] += (v.shape[0], v.sum(), (v * v).sum())
-
-    def _add_arm_losses(
-        self, group: np.ndarray, pred_ts: np.ndarray, losses: tuple[np.ndarray, ...]
-    ) -> None:
-        for c in self.split:
-            start = self.arm_start.get(c.name)
-            if start is None:
-                continue
-            moments = self.arm_loss[c.name]
-            for arm, g in enumerate(self._arm_groups(c)):
-                sel = np.isin(group, g) & (pred_ts >= start)
-                if not sel.any():
-                    continue
-                for i, loss in enumerate(losses):
-                    v = loss[sel]
-                    v = v[~np.isnan(v)]  # no score (only a `prediction`): no such loss
-                    moments[arm, i] += (v.shape[0], v.sum(), (v * v).sum())
 
     def apply_labels(self, batch: LabelBatch) -> list[JoinReject]:
         """Add a batch of valid labels; returns conflicting/unknown-class rejections.
@@ -1092,7 +849,6 @@ class Engine:
                 self.count_invalid("labels", "unknown_class", unknown)
             if joined is not None:
                 self._accumulate(joined)
-                self._pair_shadow(joined.rows)
         conflicts = sum(1 for _, reason, _ in rejects if reason == "conflicting_label")
         if conflicts:
             self.join_events["conflicting_label"] += conflicts
@@ -1143,9 +899,9 @@ class Engine:
     ) -> tuple[ComparisonResult, ...]:
         """One look of every configured comparison (mutates the sticky decision state)."""
         return self.tracker.look(
-            self.arm_predictions,
-            self.arm_loss,
-            self.paired,
+            self.arms.predictions,
+            self.arms.loss,
+            self.pairs.paired,
             results,
             {name: i for i, name in enumerate(LOSSES)},
             now_ms,
@@ -1186,7 +942,7 @@ class Engine:
             pending_predictions=self.pending,
             orphan_labels=len(self.orphans),
             label_delay=DelayHistogram(
-                DELAY_BOUNDS_S, tuple(int(c) for c in self.delay_counts), self.delay_sum_s
+                DELAY_BOUNDS_S, tuple(int(c) for c in self.delay.counts), self.delay.sum_s
             ),
             prediction_watermark_ms=self.pred_watermark_ms,
             label_watermark_ms=self.label_watermark_ms,
@@ -1278,7 +1034,7 @@ class Engine:
             comparisons = self.look_comparisons(
                 results, now_ms if look_at_ms is None else look_at_ms, not_ready, confidence
             )
-            self.plugin_errors.update(errors)
+            self.plugin_stats.errors.update(errors)
             if errors:
                 ops = self.ops()
         holds.append(time.perf_counter() - held)
@@ -1308,26 +1064,15 @@ class Engine:
             "records": [[k, o, c] for (k, o), c in sorted(self.records.items())],
             "invalid": [[k, r, c] for (k, r), c in sorted(self.invalid.items())],
             "join_events": dict(sorted(self.join_events.items())),
-            "delay_sum_s": self.delay_sum_s,
             "pending": self.join.pending,
             "pred_watermark_ms": self.pred_watermark_ms,
             "tiers": [self.tiers.hour_from, self.tiers.day_from],
             "label_watermark_ms": self.label_watermark_ms,
             "event_clock": self.event_clock.state(),
             "label_clock": self.label_clock.state(),
-            "paired": {name: v.tolist() for name, v in sorted(self.paired.items())},
-            "arms": {
-                name: {
-                    "start_ms": start,
-                    "predictions": self.arm_predictions[name].tolist(),
-                    "loss": self.arm_loss[name].tolist(),
-                }
-                for name, start in sorted(self.arm_start.items())
-            },
             "comparisons": self.tracker.state(),
             "drift_fingerprints": self.drift.fingerprints(),
             "drift_live": self.drift.state(),
-            "plugin_errors": dict(self.plugin_errors),
             "outcomes": [
                 [self.models[m].name, v, lab, err] for m, v, lab, err in self.outcome_counts()
             ],
@@ -1337,12 +1082,12 @@ class Engine:
                 if m >= 0
             ],
             "versions_rejected": dict(sorted(self.versions_rejected.items())),
-            "failed_plugins": sorted(self.failed_plugins),
         }
-        arrays: dict[str, np.ndarray] = {
-            "delay_counts": self.delay_counts.copy(),
-        }
-        arrays.update(self.join.state()[1])
+        arrays: dict[str, np.ndarray] = {}
+        for part in (self.join, *self.accumulators):
+            m, a = part.state()
+            meta.update(m)
+            arrays.update(a)
         arrays.update({f"buckets.{k}": v for k, v in self.buckets.state().items()})
         arrays.update(self.drift.arrays())
         if self.rank_layouts:
@@ -1410,34 +1155,16 @@ class Engine:
         self.records = Counter({(k, o): c for k, o, c in meta["records"]})
         self.invalid = Counter({(k, r): c for k, r, c in meta["invalid"]})
         self.join_events = Counter(meta["join_events"])
-        self.delay_counts = np.asarray(arrays["delay_counts"], np.int64).copy()
-        if self.delay_counts.shape != (len(DELAY_BOUNDS_S) + 1,):
-            raise StateMismatch("label delay histogram has a different shape")
-        self.delay_sum_s = float(meta["delay_sum_s"])
         self.pred_watermark_ms = int(meta["pred_watermark_ms"])
         self.label_watermark_ms = int(meta["label_watermark_ms"])
         self.event_clock.load(meta.get("event_clock"))
         self.label_clock.load(meta.get("label_clock"))  # absent before: rebuilt from labels
-        self.paired = {str(k): np.asarray(v, np.float64) for k, v in meta.get("paired", {}).items()}
-        if any(v.shape != (5,) for v in self.paired.values()):
-            raise StateMismatch("paired comparison statistics have the wrong shape")
+        for acc in self.accumulators:
+            try:
+                acc.load(meta, arrays)
+            except ValueError as err:
+                raise StateMismatch(str(err)) from None
         self.tracker.load(meta.get("comparisons", {}))
-        self.plugin_errors = Counter(meta.get("plugin_errors", {})) + self.plugin_errors
-        self.failed_plugins = set(meta.get("failed_plugins", [])) & {p.name for p in self.plugins}
-        split = {c.name for c in self.split}
-        self.arm_start, self.arm_predictions, self.arm_loss = {}, {}, {}
-        for name, arm in meta.get("arms", {}).items():
-            if name not in split:
-                continue
-            self.arm_start[name] = int(arm["start_ms"])
-            self.arm_predictions[name] = np.asarray(arm["predictions"], np.int64)
-            self.arm_loss[name] = _with_all_losses(np.asarray(arm["loss"], np.float64))
-            if self.arm_predictions[name].shape != (2,) or self.arm_loss[name].shape != (
-                2,
-                len(LOSSES),
-                3,
-            ):
-                raise StateMismatch(f"comparison {name!r} statistics have the wrong shape")
         try:
             self.ranking.load(arrays if self.rank_layouts else {})
         except (KeyError, ValueError) as err:
@@ -1516,31 +1243,9 @@ def _migrate_v1(
     return meta, out
 
 
-def _binary_losses(
-    y: np.ndarray, decision: np.ndarray, score: np.ndarray
-) -> tuple[np.ndarray, ...]:
-    """Per-prediction binary losses in the order of LOSSES (NaN where there is no score)."""
-    yf = y.astype(np.float64)
-    p = np.clip(score, _LOG_EPS, 1 - _LOG_EPS)
-    with np.errstate(invalid="ignore"):
-        return (
-            (y != decision).astype(np.float64),
-            -(yf * np.log(p) + (1 - yf) * np.log1p(-p)),
-            (score - yf) ** 2,
-            np.abs(score - yf),
-        )
-
-
 def _robust_mark(maximum: int, clock: EventWatermark) -> int:
     """How far a stream has got for TTLs: its robust quantile (``EventWatermark.current``
     over at least 100 recent records), never beyond its maximum; the maximum alone while
     fewer records were seen."""
     robust = clock.current(min_samples=100)
     return maximum if robust == _NO_TS else min(maximum, robust)
-
-
-def _with_all_losses(loss: np.ndarray) -> np.ndarray:
-    """Arm loss moments of a state written before the last LOSSES were added (zeros)."""
-    if loss.ndim == 3 and loss.shape[0] == 2 and loss.shape[2] == 3 and loss.shape[1] < len(LOSSES):
-        return np.concatenate([loss, np.zeros((2, len(LOSSES) - loss.shape[1], 3))], axis=1)
-    return loss

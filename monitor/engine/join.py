@@ -120,6 +120,10 @@ class JoinBuffer:
             return table.col(column)[rows]
         return np.full(rows.shape[0], np.nan)
 
+    def proba(self, rows: np.ndarray, k: int) -> np.ndarray:
+        """(rows, k) probabilities of multiclass predictions (NaN rows: decision only)."""
+        return np.column_stack([self.preds.col(f"p{j}")[rows] for j in range(k)])
+
     def has_prediction(self, keys: np.ndarray) -> np.ndarray:
         present = np.zeros(keys.shape[0], bool)
         present[self.preds.lookup_all(keys)[0]] = True
@@ -166,10 +170,10 @@ class JoinBuffer:
 
     def join_new(
         self, keys: np.ndarray, group: np.ndarray, classify: Classify
-    ) -> tuple[list[Joined], int]:
+    ) -> tuple[Joined | None, int]:
         """Join just inserted predictions (``keys``, ``group``) with a label already
         known: one a sibling (another version of the id) joined, else a waiting orphan
-        (then released). Returns the joins, in order, and how many predictions had a
+        (then released). Returns the join (None if none) and how many predictions had a
         label that is no class of their model (left waiting; the label's bytes went by
         long ago, so there is nothing to dead-letter)."""
         k = keys.shape[0]
@@ -212,7 +216,7 @@ class JoinBuffer:
                 unknown += int(np.count_nonzero(bad))
                 joined.append(done)
                 self.orphans.delete(orow)
-        return joined, unknown
+        return (_concat(joined) if joined else None), unknown
 
     # -- labels ------------------------------------------------------------------------
     @staticmethod
@@ -397,6 +401,14 @@ def same_label(
     """Two labels agree: the same class code, or both numeric (or both ranking labels)
     with the same value (target, relevance digest)."""
     return (code_a == code_b) & ((code_a >= 0) | (value_a == value_b))
+
+
+def _concat(parts: list[Joined]) -> Joined:
+    if len(parts) == 1:
+        return parts[0]
+    return Joined(
+        *(np.concatenate([getattr(p, f) for p in parts]) for f in Joined.__dataclass_fields__)
+    )
 
 
 def _oldest(table: KeyedTable, k: int) -> np.ndarray:
