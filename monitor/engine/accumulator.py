@@ -16,8 +16,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from .join import Joined
+from .records import PredictionBatch
 
-__all__ = ["Accumulator", "LabeledRows", "StateParts"]
+__all__ = ["Accumulator", "LabeledRows", "NewPredictions", "PredictionAccumulator", "StateParts"]
 
 # (JSON-able meta, arrays): the two parts of a checkpoint
 StateParts = tuple[dict[str, Any], dict[str, np.ndarray]]
@@ -43,6 +44,30 @@ class Accumulator(Protocol):
     keys and array names are the checkpoint's, so they must stay stable)."""
 
     def add(self, rows: LabeledRows) -> None: ...
+
+    def state(self) -> StateParts: ...
+
+    def load(self, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class NewPredictions:
+    """Predictions just added to the join buffer (not duplicates): rows ``new`` of
+    ``batch``, with their group, base group, model index and timestamp."""
+
+    batch: PredictionBatch
+    new: np.ndarray
+    group: np.ndarray
+    base: np.ndarray
+    model: np.ndarray
+    ts: np.ndarray
+
+
+class PredictionAccumulator(Protocol):
+    """Counts predictions when they arrive, labels or not (label-free estimates, split
+    comparison arms)."""
+
+    def add_predictions(self, rows: NewPredictions) -> None: ...
 
     def state(self) -> StateParts: ...
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..stats.multiclass import MulticlassLayout
-from .accumulator import LabeledRows, StateParts
+from .accumulator import LabeledRows, NewPredictions, StateParts
 from .join import JoinBuffer
 from .metric_registry import LOSSES
 from .models import ComparisonSpec
@@ -119,10 +119,11 @@ class SplitArms:
             self.version_groups(c.model_index, c.treatment),
         )
 
-    def add_predictions(
-        self, group: np.ndarray, ts: np.ndarray, estimated: np.ndarray | None = None
-    ) -> None:
-        """New predictions (and, for ``estimated_error_rate``, P(wrong) of each)."""
+    def add_predictions(self, rows: NewPredictions) -> None:
+        if not self.split:
+            return
+        group, ts = rows.group, rows.ts
+        estimated = self._estimated_errors(rows) if self.uses_estimates else None
         for c in self.split:
             ga, gb = self._arms(c)
             if gb.shape[0] == 0:
@@ -143,6 +144,20 @@ class SplitArms:
                     v = estimated[sel]
                     v = v[~np.isnan(v)]
                     self.loss[c.name][arm, _ESTIMATED] += (v.shape[0], v.sum(), (v * v).sum())
+
+    def _estimated_errors(self, rows: NewPredictions) -> np.ndarray:
+        """P(the decision is wrong) of each new prediction if its scores are calibrated
+        (binary: 1 − p when decided positive, else p; multiclass: 1 − p of the decided
+        class), NaN without scores."""
+        batch, new = rows.batch, rows.new
+        score, decision = batch.score[new], batch.decision[new]
+        out = np.where(decision > 0, 1.0 - score, score)  # binary (NaN stays NaN)
+        task = self.losses.task[rows.model]
+        multi = np.flatnonzero(task == 1)
+        if multi.shape[0] and batch.proba is not None:
+            out[multi] = 1.0 - batch.proba[new[multi], decision[multi].astype(np.intp)]
+        out[task > 1] = np.nan
+        return out
 
     def add(self, rows: LabeledRows) -> None:
         if not self.split:

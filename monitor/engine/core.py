@@ -27,13 +27,14 @@ from ..stats.multiclass import MulticlassLayout
 from ..stats.ranking import RankingLayout
 from ..stats.regression import RegressionLayout
 from ..stats.scores import ScoreLayout
-from .accumulator import Accumulator, LabeledRows
+from .accumulator import Accumulator, LabeledRows, NewPredictions, PredictionAccumulator
 from .buckets import BucketStore, SumPlan, window_group_sums
 from .clock import EventWatermark
 from .comparison_stats import Losses, ShadowPairs, SplitArms
 from .comparisons import ComparisonResult, ComparisonTracker
 from .delay import DELAY_BOUNDS_S, LabelDelay
 from .drift import DriftTracker
+from .estimation_counts import EstimationCounts
 from .evaluate import evaluate_all
 from .join import NO_TS as _NO_TS
 from .join import NUMERIC, RANKED, JoinBuffer, Joined, JoinReject
@@ -54,7 +55,6 @@ from .windows import DAY_MS, HOUR_MS, Tiers
 _log = logging.getLogger(__name__)
 
 __all__ = ["DELAY_BOUNDS_S", "ENGINE_FORMAT", "LOSSES", "Engine", "JoinReject", "StateMismatch"]
-
 
 
 _TASKS = {"binary": 0, "multiclass": 1, "regression": 2, "ranking": 3}
@@ -244,9 +244,17 @@ class Engine:
         self.pairs = ShadowPairs(
             self.shadow, self.version_groups, losses, lambda g: self._group_model[g]
         )
+        self.estimation = EstimationCounts(self.est_layouts, self.mc_est_bins, self.wide)
+        self.prediction_accumulators: tuple[PredictionAccumulator, ...] = (
+            self.estimation, self.arms,
+        )  # fmt: skip
         self.accumulators: tuple[Accumulator, ...] = (
             self.delay, self.scores, self.task_stats, self.plugin_stats, self.arms, self.pairs,
         )  # fmt: skip
+        # each saves its own part of the checkpoint, once
+        self._saved: tuple[Accumulator | PredictionAccumulator, ...] = tuple(
+            dict.fromkeys((*self.accumulators, *self.prediction_accumulators))
+        )
 
     @property
     def preds(self) -> KeyedTable:
@@ -625,9 +633,9 @@ class Engine:
         self.buckets.add_predictions(g, ts)
         if self.drift.by_model or self.drift.bootstrap:
             self._count_drift(batch, new, g, ts)
-        if self.est_layouts or self.mc_est_bins:
-            self._count_estimation(batch, new, g, ts)
-        self.arms.add_predictions(g, ts, self._estimated_errors(batch, new))
+        arrived = NewPredictions(batch, new, g, self._base_group[g], batch.model[new], ts)
+        for counter in self.prediction_accumulators:
+            counter.add_predictions(arrived)
         self.pred_watermark_ms = max(self.pred_watermark_ms, int(ts.max()))
         late = self.event_clock.observe(ts)
         if late:  # behind every retained bucket: in no window (docs/semantics.md)
@@ -660,48 +668,6 @@ class Engine:
         if self.rank_layouts:
             out["rank_loss"] = np.full(k, np.nan)
         return out
-
-    def _count_estimation(
-        self, batch: PredictionBatch, new: np.ndarray, g: np.ndarray, ts: np.ndarray
-    ) -> None:
-        """Count and Σp per score bin of every new scored prediction, apart by decision
-        (the histogram CBPE estimates from, labels or not; monitor.stats.estimation)."""
-        model = batch.model[new]
-        score = batch.score[new]
-        for m, layout in self.est_layouts.items():
-            sel = np.flatnonzero((model == m) & ~np.isnan(score))
-            if sel.shape[0] == 0:
-                continue
-            store = self.wide[m]
-            rows = store.rows_for(self._base_group[g[sel]], ts[sel])
-            p = np.clip(score[sel], 0.0, 1.0)
-            b = layout.bins
-            col = layout.bin_of(p) + 2 * b * (batch.decision[new[sel]] > 0)
-            matrix = store.matrix("est")
-            np.add.at(matrix, (rows, col), 1.0)
-            np.add.at(matrix, (rows, col + b), p)
-        for m, b in self.mc_est_bins.items():
-            if batch.proba is None:
-                break
-            sel = np.flatnonzero((model == m) & ~np.isnan(batch.proba[new, 0]))
-            if sel.shape[0] == 0:
-                continue
-            store = self.wide[m]
-            rows = store.rows_for(self._base_group[g[sel]], ts[sel])
-            # P(correct) of a calibrated model: the probability of the class it decided
-            decided = batch.decision[new[sel]].astype(np.intp)
-            conf = np.clip(batch.proba[new[sel], decided], 0.0, 1.0)
-            col = np.minimum((conf * b).astype(np.intp), b - 1)
-            matrix = store.matrix("est")
-            np.add.at(matrix, (rows, col), 1.0)
-            np.add.at(matrix, (rows, col + b), conf)
-            # the expected confusion matrix: row decided, columns the probability vector
-            proba = np.clip(batch.proba[new[sel]], 0.0, 1.0)
-            k = proba.shape[1]
-            cells = decided[:, None] * k + np.arange(k)
-            np.add.at(
-                store.matrix("mc_cm"), (np.broadcast_to(rows[:, None], cells.shape), cells), proba
-            )
 
     def _count_drift(
         self, batch: PredictionBatch, new: np.ndarray, g: np.ndarray, ts: np.ndarray
@@ -801,22 +767,6 @@ class Engine:
         rows = LabeledRows(joined, model, self._base_group[group])
         for acc in self.accumulators:
             acc.add(rows)
-
-    def _estimated_errors(self, batch: PredictionBatch, new: np.ndarray) -> np.ndarray | None:
-        """P(the decision is wrong) of each new prediction if its scores are calibrated
-        (binary: 1 − p when decided positive, else p; multiclass: 1 − p of the decided
-        class), NaN without scores; None when no comparison uses it."""
-        if not self.arms.uses_estimates:
-            return None
-        score, decision = batch.score[new], batch.decision[new]
-        out = np.where(decision > 0, 1.0 - score, score)  # binary (NaN stays NaN)
-        task = self._task[batch.model[new]]
-        multi = np.flatnonzero(task == 1)
-        if multi.shape[0] and batch.proba is not None:
-            rows = new[multi]
-            out[multi] = 1.0 - batch.proba[rows, decision[multi].astype(np.intp)]
-        out[task > 1] = np.nan
-        return out
 
     def apply_labels(self, batch: LabelBatch) -> list[JoinReject]:
         """Add a batch of valid labels; returns conflicting/unknown-class rejections.
@@ -1084,7 +1034,7 @@ class Engine:
             "versions_rejected": dict(sorted(self.versions_rejected.items())),
         }
         arrays: dict[str, np.ndarray] = {}
-        for part in (self.join, *self.accumulators):
+        for part in (self.join, *self._saved):
             m, a = part.state()
             meta.update(m)
             arrays.update(a)
@@ -1159,7 +1109,7 @@ class Engine:
         self.label_watermark_ms = int(meta["label_watermark_ms"])
         self.event_clock.load(meta.get("event_clock"))
         self.label_clock.load(meta.get("label_clock"))  # absent before: rebuilt from labels
-        for acc in self.accumulators:
+        for acc in self._saved:
             try:
                 acc.load(meta, arrays)
             except ValueError as err:
