@@ -34,6 +34,7 @@ from .comparison_stats import Losses, ShadowPairs, SplitArms
 from .comparisons import ComparisonResult, ComparisonTracker
 from .delay import DELAY_BOUNDS_S, LabelDelay
 from .drift import DriftTracker
+from .drift_cells import DriftCells
 from .estimation_counts import EstimationCounts
 from .evaluate import evaluate_all
 from .join import NO_TS as _NO_TS
@@ -90,8 +91,6 @@ class Engine:
             raise ValueError("at least one model is required")
         self.models = tuple(models)
         self.drift = DriftTracker(drift, self.models)
-        # (model, feature) -> a few unseen categorical values, for the drift API
-        self.unseen_examples: dict[tuple[str, str], list[str]] = {}
         self.comparisons = tuple(comparisons)
         self.shadow = tuple(c for c in self.comparisons if c.mode == "shadow")
         self.split = tuple(c for c in self.comparisons if c.mode == "split")
@@ -245,8 +244,11 @@ class Engine:
             self.shadow, self.version_groups, losses, lambda g: self._group_model[g]
         )
         self.estimation = EstimationCounts(self.est_layouts, self.mc_est_bins, self.wide)
+        self.drift_cells = DriftCells(
+            self.drift, self.wide, [m.name for m in self.models], lambda g: self._base_group[g]
+        )
         self.prediction_accumulators: tuple[PredictionAccumulator, ...] = (
-            self.estimation, self.arms,
+            self.drift_cells, self.estimation, self.arms,
         )  # fmt: skip
         self.accumulators: tuple[Accumulator, ...] = (
             self.delay, self.scores, self.task_stats, self.plugin_stats, self.arms, self.pairs,
@@ -280,6 +282,7 @@ class Engine:
     failed_plugins = property(lambda self: self.plugin_stats.failed)
     active_plugins = property(lambda self: self.plugin_stats.active)
     delay_counts = property(lambda self: self.delay.counts)
+    unseen_examples = property(lambda self: self.drift_cells.unseen_examples)
 
     def _wide_matrices(self, m: int) -> dict[str, int | tuple[int, type]]:
         out: dict[str, int | tuple[int, type]] = {}
@@ -631,8 +634,6 @@ class Engine:
             self.ranking.add_lists(keys, g, [batch.ranked[i] for i in new.tolist()])
         np.maximum.at(self._mv_last, self._group_mv[g], ts)
         self.buckets.add_predictions(g, ts)
-        if self.drift.by_model or self.drift.bootstrap:
-            self._count_drift(batch, new, g, ts)
         arrived = NewPredictions(batch, new, g, self._base_group[g], batch.model[new], ts)
         for counter in self.prediction_accumulators:
             counter.add_predictions(arrived)
@@ -668,68 +669,6 @@ class Engine:
         if self.rank_layouts:
             out["rank_loss"] = np.full(k, np.nan)
         return out
-
-    def _count_drift(
-        self, batch: PredictionBatch, new: np.ndarray, g: np.ndarray, ts: np.ndarray
-    ) -> None:
-        """Histogram cells of the new predictions' features and scores, per bucket.
-
-        A model with a live reference first fills its bootstrap sample; when it is full the
-        reference's layout is built from it, its matrix registered, and the sample itself
-        counted into its buckets like any later prediction.
-        """
-        model = batch.model[new]
-
-        def features(sel: np.ndarray) -> list[dict[str, Any] | None]:
-            if not batch.features:
-                return [None] * sel.shape[0]
-            return [batch.features[i] for i in new[sel]]
-
-        counted: dict[int, int] = {}  # model -> leading events already counted
-        for m in list(self.drift.bootstrap):
-            sel = np.flatnonzero(model == m)
-            if sel.shape[0] == 0:
-                continue
-            boot = self.drift.bootstrap[m]
-            take = sel[: boot.room]
-            boot.add(ts[take], g[take], features(take), batch.score[new[take]])
-            counted[m] = take.shape[0]
-            if boot.full:
-                d = self.drift.become_ready(m)
-                self.wide[m].add_matrix(d.matrix, d.width)
-                n = boot.n
-                self._add_drift_cells(
-                    d, m, boot.rows(), boot.score[:n], boot.group[:n], boot.ts[:n]
-                )
-        for m, d in self.drift.by_model.items():
-            sel = np.flatnonzero(model == m)[counted.get(m, 0) :]
-            if sel.shape[0] == 0:
-                continue
-            numeric = None
-            if batch.numeric is not None:  # decoded in columns (monitor.ingest.decode)
-                block = batch.numeric[new[sel]]
-                numeric = {name: block[:, j] for j, name in enumerate(batch.numeric_names)}
-            self._add_drift_cells(
-                d, m, features(sel), batch.score[new[sel]], g[sel], ts[sel], numeric
-            )
-
-    def _add_drift_cells(
-        self,
-        d: Any,
-        m: int,
-        feats: Sequence[dict[str, Any] | None],
-        score: np.ndarray,
-        group: np.ndarray,
-        ts: np.ndarray,
-        numeric: dict[str, np.ndarray] | None = None,
-    ) -> None:
-        ev, cols, unseen = d.cells(feats, score, numeric)
-        rows = self.wide[m].rows_for(self._base_group[group], ts)
-        self.wide[m].add_cells(d.matrix, rows[ev], cols)
-        for feature, value in unseen:
-            examples = self.unseen_examples.setdefault((self.models[m].name, feature), [])
-            if value not in examples and len(examples) < d.spec.unseen_examples:
-                examples.append(value)
 
     def _classify(self, codes: np.ndarray, values: np.ndarray, group: np.ndarray) -> np.ndarray:
         return self._classes_of(codes, values, self._group_model[group])
@@ -1021,8 +960,6 @@ class Engine:
             "event_clock": self.event_clock.state(),
             "label_clock": self.label_clock.state(),
             "comparisons": self.tracker.state(),
-            "drift_fingerprints": self.drift.fingerprints(),
-            "drift_live": self.drift.state(),
             "outcomes": [
                 [self.models[m].name, v, lab, err] for m, v, lab, err in self.outcome_counts()
             ],
@@ -1039,7 +976,6 @@ class Engine:
             meta.update(m)
             arrays.update(a)
         arrays.update({f"buckets.{k}": v for k, v in self.buckets.state().items()})
-        arrays.update(self.drift.arrays())
         if self.rank_layouts:
             arrays.update(self.ranking.arrays())
         # per-model stores under the model's name: a reordered config still restores
@@ -1120,12 +1056,6 @@ class Engine:
         except (KeyError, ValueError) as err:
             raise StateMismatch(f"ranking lists in the state are unusable: {err}") from None
         self.join.load(meta, arrays)
-        for d in self.drift.load(meta.get("drift_live", {}), arrays):
-            self.wide[d.spec.model_index].add_matrix(d.matrix, d.width)
-        saved = meta.get("drift_fingerprints", {})
-        stale = {  # a changed reference: its old histograms no longer apply
-            name for name, fp in self.drift.fingerprints().items() if saved.get(name) != fp
-        }
         if "tiers" in meta and self.tiers.per_hour:
             hour_from, day_from = (int(x) for x in meta["tiers"])
             self.tiers = replace(self.tiers, hour_from=hour_from, day_from=day_from)
@@ -1137,7 +1067,7 @@ class Engine:
                 name = self.models[m].name
                 prefix = f"{kind}/{name}/"
                 part = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
-                if kind == "wide" and name in stale:
+                if kind == "wide" and name in self.drift_cells.stale:
                     part.pop("m.drift", None)
                 if part:
                     store.load(part)
