@@ -273,16 +273,35 @@ class Engine:
         """Predictions waiting for their label."""
         return self.join.pending
 
-    # read by the partition merge, the global view and tests
-    arm_start = property(lambda self: self.arms.start)
-    arm_predictions = property(lambda self: self.arms.predictions)
-    arm_loss = property(lambda self: self.arms.loss)
-    paired = property(lambda self: self.pairs.paired)
-    plugin_errors = property(lambda self: self.plugin_stats.errors)
-    failed_plugins = property(lambda self: self.plugin_stats.failed)
-    active_plugins = property(lambda self: self.plugin_stats.active)
-    delay_counts = property(lambda self: self.delay.counts)
-    unseen_examples = property(lambda self: self.drift_cells.unseen_examples)
+    # read by the partition merge (scale/merge.py) and the global view
+    @property
+    def arm_start(self) -> dict[str, int]:
+        return self.arms.start
+
+    @property
+    def arm_predictions(self) -> dict[str, np.ndarray]:
+        return self.arms.predictions
+
+    @property
+    def arm_loss(self) -> dict[str, np.ndarray]:
+        return self.arms.loss
+
+    @property
+    def paired(self) -> dict[str, np.ndarray]:
+        return self.pairs.paired
+
+    @property
+    def unseen_examples(self) -> dict[tuple[str, str], list[str]]:
+        return self.drift_cells.unseen_examples
+
+    @property
+    def plugin_errors(self) -> Counter[str]:
+        return self.plugin_stats.errors
+
+    @property
+    def active_plugins(self) -> tuple[Any, ...]:
+        """Plugins still trusted (one that raised in ``update`` is switched off)."""
+        return self.plugin_stats.active
 
     def _wide_matrices(self, m: int) -> dict[str, int | tuple[int, type]]:
         out: dict[str, int | tuple[int, type]] = {}
