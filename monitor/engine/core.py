@@ -39,6 +39,7 @@ from .estimation_counts import EstimationCounts
 from .evaluate import evaluate_all
 from .join import NO_TS as _NO_TS
 from .join import NUMERIC, RANKED, JoinBuffer, Joined, JoinReject
+from .light_counts import LightCounts
 from .metric_registry import LOSSES
 from .models import ComparisonSpec, DriftSpec, ModelSpec
 from .plugin_stats import PluginStats
@@ -247,11 +248,13 @@ class Engine:
         self.drift_cells = DriftCells(
             self.drift, self.wide, [m.name for m in self.models], lambda g: self._base_group[g]
         )
+        self.light = LightCounts(self.buckets, self._task == 0)
         self.prediction_accumulators: tuple[PredictionAccumulator, ...] = (
-            self.drift_cells, self.estimation, self.arms,
+            self.light, self.drift_cells, self.estimation, self.arms,
         )  # fmt: skip
         self.accumulators: tuple[Accumulator, ...] = (
-            self.delay, self.scores, self.task_stats, self.plugin_stats, self.arms, self.pairs,
+            self.light, self.delay, self.scores, self.task_stats, self.plugin_stats,
+            self.arms, self.pairs,
         )  # fmt: skip
         # each saves its own part of the checkpoint, once
         self._saved: tuple[Accumulator | PredictionAccumulator, ...] = tuple(
@@ -652,7 +655,6 @@ class Engine:
         if batch.ranked is not None:
             self.ranking.add_lists(keys, g, [batch.ranked[i] for i in new.tolist()])
         np.maximum.at(self._mv_last, self._group_mv[g], ts)
-        self.buckets.add_predictions(g, ts)
         arrived = NewPredictions(batch, new, g, self._base_group[g], batch.model[new], ts)
         for counter in self.prediction_accumulators:
             counter.add_predictions(arrived)
@@ -693,27 +695,12 @@ class Engine:
         return self._classes_of(codes, values, self._group_model[group])
 
     def _accumulate(self, joined: Joined) -> None:
-        """Count rows that just joined: the light counts and per-version outcomes here,
-        everything else in the accumulators."""
+        """Count rows that just joined: the per-version outcomes here (they grow with the
+        version registry), everything else in the accumulators."""
         if not len(joined):
             return
-        group, pred_ts, y_true, decision = (
-            joined.group,
-            joined.pred_ts,
-            joined.y_true,
-            joined.decision,
-        )
+        group, y_true, decision = joined.group, joined.y_true, joined.decision
         model = self._group_model[group]
-        if self._all_binary:
-            self.buckets.add_joined(group, pred_ts, y_true, decision)
-        else:
-            binary = self._task[model] == 0
-            if binary.any():
-                b = np.flatnonzero(binary)
-                self.buckets.add_joined(group[b], pred_ts[b], y_true[b], decision[b])
-            o = np.flatnonzero(~binary)
-            if o.shape[0]:
-                self.buckets.add_labeled(group[o], pred_ts[o])
         mv = self._group_mv[group]
         n_mv = self._mv_counts.shape[0]
         self._mv_counts[:, 0] += np.bincount(mv, minlength=n_mv)
