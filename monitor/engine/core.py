@@ -6,19 +6,8 @@ side (``monitor.ingest.pipeline``), which writes them into the same checkpoint.
 Callers serialize access (the app holds one lock); every method here is synchronous,
 vectorized over a batch, and free of I/O and clocks — time comes in as arguments.
 
-Join semantics (docs/semantics.md):
-- A label joins the prediction with the same id whichever arrives first.
-- A prediction waits until the *label* stream's watermark (largest label timestamp
-  seen) passes its timestamp + ``label_ttl``; a label that arrived first waits until
-  the *prediction* stream's watermark passes its timestamp + ``orphan_label_ttl``.
-  Event time, not wall time, so a replay and a live run agree, and a stalled label
-  feed does not expire predictions that are still waiting for it.
-- At most ``max_pending`` predictions and ``max_orphan_labels`` labels are held;
-  the oldest (by event time) are evicted first. Every expiry and eviction is counted.
-- Duplicates are idempotent (first wins, counted); a second label that disagrees with
-  the first is counted and returned as a ``conflicting_label`` rejection.
-- Joined predictions stay in the buffer (marked labeled) until their TTL, so late
-  duplicates and conflicts are still recognised.
+The join itself (buffer, duplicates, conflicts, TTLs, caps) is ``join.JoinBuffer``; the
+engine hands the rows it joins to its accumulators (``accumulator.py``).
 """
 
 from __future__ import annotations
@@ -34,18 +23,26 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..plugins import JoinedRows
 from ..stats.multiclass import MulticlassLayout
 from ..stats.ranking import RankingLayout
 from ..stats.regression import RegressionLayout
 from ..stats.scores import ScoreLayout
+from .accumulator import Accumulator, LabeledRows, NewPredictions, PredictionAccumulator
 from .buckets import BucketStore, SumPlan, window_group_sums
 from .clock import EventWatermark
+from .comparison_stats import Losses, ShadowPairs, SplitArms
 from .comparisons import ComparisonResult, ComparisonTracker
+from .delay import DELAY_BOUNDS_S, LabelDelay
 from .drift import DriftTracker
+from .drift_cells import DriftCells
+from .estimation_counts import EstimationCounts
 from .evaluate import evaluate_all
+from .join import NO_TS as _NO_TS
+from .join import NUMERIC, RANKED, JoinBuffer, Joined, JoinReject
+from .light_counts import LightCounts
 from .metric_registry import LOSSES
 from .models import ComparisonSpec, DriftSpec, ModelSpec
+from .plugin_stats import PluginStats
 from .ranking import RankingState
 from .records import ID_HASH, LabelBatch, PredictionBatch
 from .result_cache import ResultCache
@@ -53,6 +50,7 @@ from .segments import SegmentFolder
 from .snapshot import DelayHistogram, OpsState, Snapshot, WindowResult
 from .state_checks import check_state
 from .table import KeyedTable
+from .task_stats import ScoreHistograms, TaskStats
 from .view import StoreView
 from .windows import DAY_MS, HOUR_MS, Tiers
 
@@ -60,47 +58,7 @@ _log = logging.getLogger(__name__)
 
 __all__ = ["DELAY_BOUNDS_S", "ENGINE_FORMAT", "LOSSES", "Engine", "JoinReject", "StateMismatch"]
 
-_ESTIMATED = LOSSES.index("estimated_error_rate")
-_LOG_EPS = 1e-15  # scikit-learn's clipping for log loss
 
-# Label delay histogram bounds, seconds: 1 s .. 30 d.
-DELAY_BOUNDS_S: tuple[float, ...] = (
-    1,
-    5,
-    15,
-    60,
-    300,
-    900,
-    3600,
-    3 * 3600,
-    6 * 3600,
-    12 * 3600,
-    86400,
-    3 * 86400,
-    7 * 86400,
-    14 * 86400,
-    30 * 86400,
-)
-
-JoinReject = tuple[int, str, str]  # (index in the batch, reason, detail)
-
-_PRED_COLUMNS = {
-    "ts": np.int64,
-    "group": np.int32,
-    "score": np.float64,
-    "decision": np.int8,
-    "label": np.int8,  # 1/0 positive/negative for this model, -1 waiting
-    "label_code": np.int32,  # canonical label text code, -1 waiting
-    "label_ts": np.int64,
-}
-_ORPHAN_COLUMNS = {"ts": np.int64, "code": np.int32}
-_NO_TS = np.iinfo(np.int64).min
-# label_code of a label that is a number and no class name (a regression target): its
-# value lives in the float column beside it, so targets never grow the label vocabulary
-NUMERIC = -2
-# label_code of a ranking label: its relevance map waits in Engine.ranking, its digest in
-# the float column (so equal maps are duplicates and different ones conflicts)
-RANKED = -3
 _TASKS = {"binary": 0, "multiclass": 1, "regression": 2, "ranking": 3}
 
 
@@ -134,24 +92,11 @@ class Engine:
             raise ValueError("at least one model is required")
         self.models = tuple(models)
         self.drift = DriftTracker(drift, self.models)
-        # (model, feature) -> a few unseen categorical values, for the drift API
-        self.unseen_examples: dict[tuple[str, str], list[str]] = {}
         self.comparisons = tuple(comparisons)
         self.shadow = tuple(c for c in self.comparisons if c.mode == "shadow")
         self.split = tuple(c for c in self.comparisons if c.mode == "split")
-        # Split comparisons count from the treatment's first prediction (event time), so
-        # the control's history before the canary neither skews the split nor the losses.
-        self.arm_start: dict[str, int] = {}
-        self.arm_predictions: dict[str, np.ndarray] = {}  # name -> [control, treatment]
-        self.arm_loss: dict[str, np.ndarray] = {}  # name -> (arm, loss, [n, sum, sum sq])
         self.tracker = ComparisonTracker(self.comparisons, self.models)
-        # shadow comparison name -> [pairs, sum d, sum d^2, A wrong & B right, A right & B wrong]
-        self.paired: dict[str, np.ndarray] = {}
         self._model_index = {m.name: i for i, m in enumerate(self.models)}
-        self.label_ttl_ms = int(label_ttl_ms)
-        self.orphan_label_ttl_ms = int(orphan_label_ttl_ms)
-        self.max_pending = int(max_pending)
-        self.max_orphan_labels = int(max_orphan_labels)
         # fine score histograms + calibration sums per (model, version, bucket), binary models
         self.score_layouts = {
             i: ScoreLayout(bins=m.score_bins)
@@ -196,10 +141,6 @@ class Engine:
         self.ranking = RankingState()
         # metric plugins: one statistic matrix per plugin and model; errors isolate them
         self.plugins = tuple(plugins.plugins) if plugins is not None else ()
-        self.plugin_errors: Counter[str] = Counter()
-        for name, _ in plugins.errors if plugins is not None else ():
-            self.plugin_errors[name] += 1
-        self.failed_plugins: set[str] = set()
         # Light per-(group, bucket) counts of every model (groups include slice segments);
         # per model, the wide per-(version, bucket) statistics — fine score histograms,
         # drift cells, plugins — which would multiply memory by the number of slices if
@@ -228,18 +169,19 @@ class Engine:
         self._regression = bool(self.rg_layouts)
         # label values: regression targets, ranking labels' relevance digests
         self._numeric_labels = bool(self.rg_layouts or self.rank_layouts)
-        self._pred_columns: dict[str, type] = dict(_PRED_COLUMNS)
-        self._pred_columns.update({f"p{k}": np.float64 for k in range(self._kmax)})
-        self._orphan_columns: dict[str, type] = dict(_ORPHAN_COLUMNS)
+        extra: dict[str, type] = {f"p{k}": np.float64 for k in range(self._kmax)}
         if self._regression:
-            self._pred_columns.update(lower=np.float64, upper=np.float64)
-        if self._numeric_labels:
-            self._pred_columns["label_value"] = np.float64
-            self._orphan_columns["value"] = np.float64
+            extra.update(lower=np.float64, upper=np.float64)
         if self.rank_layouts:  # 1 - NDCG@k of a joined query, the ndcg_loss of comparisons
-            self._pred_columns["rank_loss"] = np.float64
-        self.preds = KeyedTable(self._pred_columns, unique=False)
-        self.orphans = KeyedTable(self._orphan_columns)
+            extra["rank_loss"] = np.float64
+        self.join = JoinBuffer(
+            extra,
+            label_ttl_ms,
+            orphan_label_ttl_ms,
+            max_pending,
+            max_orphan_labels,
+            numeric_labels=self._numeric_labels,
+        )
         # group code -> (model index, version, segment); model -1 when no longer configured.
         # The segment is the model's slice-dimension values (top-K folded), () without slices.
         self.groups: list[tuple[int, str, tuple[str, ...]]] = []
@@ -272,9 +214,6 @@ class Engine:
         self.records: Counter[tuple[str, str]] = Counter()
         self.invalid: Counter[tuple[str, str]] = Counter()
         self.join_events: Counter[str] = Counter()
-        self.delay_counts = np.zeros(len(DELAY_BOUNDS_S) + 1, np.int64)
-        self.delay_sum_s = 0.0
-        self.pending = 0
         self.pred_watermark_ms = _NO_TS
         self.label_watermark_ms = _NO_TS
         self.event_clock = EventWatermark()  # robust watermark, retention edge (clock.py)
@@ -284,8 +223,88 @@ class Engine:
         # seconds the last snapshot held the caller's lock, per section: retention, the
         # longest window-sum chunk, finishing the copy, the comparison looks
         self.lock_holds_s: tuple[float, ...] = ()
-        self._min_pred_ts = _NO_TS
-        self._min_orphan_ts = _NO_TS
+        # what joined rows are counted into, in order (task statistics write the ranking
+        # loss the comparisons read)
+        self.delay = LabelDelay()
+        self.scores = ScoreHistograms(
+            self.score_layouts, self.slice_score_layouts, self.wide, self.sliced
+        )
+        self.task_stats = TaskStats(
+            self.join, self.sliced, self.mc_layouts, self.rg_layouts, self.rank_layouts,
+            self.ranking,
+        )  # fmt: skip
+        self.plugin_stats = PluginStats(
+            self.plugins,
+            self.wide,
+            self.score_layouts,
+            [name for name, _ in plugins.errors] if plugins is not None else (),
+        )
+        losses = Losses(self.join, self._task, self.mc_layouts)
+        self.arms = SplitArms(self.split, self.version_groups, losses)
+        self.pairs = ShadowPairs(
+            self.shadow, self.version_groups, losses, lambda g: self._group_model[g]
+        )
+        self.estimation = EstimationCounts(self.est_layouts, self.mc_est_bins, self.wide)
+        self.drift_cells = DriftCells(
+            self.drift, self.wide, [m.name for m in self.models], lambda g: self._base_group[g]
+        )
+        self.light = LightCounts(self.buckets, self._task == 0)
+        self.prediction_accumulators: tuple[PredictionAccumulator, ...] = (
+            self.light, self.drift_cells, self.estimation, self.arms,
+        )  # fmt: skip
+        self.accumulators: tuple[Accumulator, ...] = (
+            self.light, self.delay, self.scores, self.task_stats, self.plugin_stats,
+            self.arms, self.pairs,
+        )  # fmt: skip
+        # each saves its own part of the checkpoint, once
+        self._saved: tuple[Accumulator | PredictionAccumulator, ...] = tuple(
+            dict.fromkeys((*self.accumulators, *self.prediction_accumulators))
+        )
+
+    @property
+    def preds(self) -> KeyedTable:
+        """The join buffer's predictions (waiting, or joined until their TTL)."""
+        return self.join.preds
+
+    @property
+    def orphans(self) -> KeyedTable:
+        """The join buffer's labels waiting for their prediction."""
+        return self.join.orphans
+
+    @property
+    def pending(self) -> int:
+        """Predictions waiting for their label."""
+        return self.join.pending
+
+    # read by the partition merge (scale/merge.py) and the global view
+    @property
+    def arm_start(self) -> dict[str, int]:
+        return self.arms.start
+
+    @property
+    def arm_predictions(self) -> dict[str, np.ndarray]:
+        return self.arms.predictions
+
+    @property
+    def arm_loss(self) -> dict[str, np.ndarray]:
+        return self.arms.loss
+
+    @property
+    def paired(self) -> dict[str, np.ndarray]:
+        return self.pairs.paired
+
+    @property
+    def unseen_examples(self) -> dict[tuple[str, str], list[str]]:
+        return self.drift_cells.unseen_examples
+
+    @property
+    def plugin_errors(self) -> Counter[str]:
+        return self.plugin_stats.errors
+
+    @property
+    def active_plugins(self) -> tuple[Any, ...]:
+        """Plugins still trusted (one that raised in ``update`` is switched off)."""
+        return self.plugin_stats.active
 
     def _wide_matrices(self, m: int) -> dict[str, int | tuple[int, type]]:
         out: dict[str, int | tuple[int, type]] = {}
@@ -407,7 +426,7 @@ class Engine:
             "buckets": self.buckets.nbytes(),
             "wide": sum(st.nbytes() for st in self.wide.values()),
             "sliced": sum(st.nbytes() for st in self.sliced.values()),
-            "join": self.preds.nbytes() + self.orphans.nbytes(),
+            "join": self.join.nbytes(),
         }
 
     # -- interning -------------------------------------------------------------------
@@ -613,18 +632,8 @@ class Engine:
             rejects = self._reject_versions(batch, np.flatnonzero(group < 0))
         # identity is (id, model, version): a resend with other segments is a duplicate,
         # in the same batch as across batches
-        mv = self._group_mv[group[valid]]
-        order = valid[np.lexsort((mv, batch.keys[valid]))]  # stable: earliest index first
-        ks, ms = batch.keys[order], self._group_mv[group[order]]
-        is_first = np.ones(order.shape[0], bool)
-        is_first[1:] = (ks[1:] != ks[:-1]) | (ms[1:] != ms[:-1])
-        first = np.sort(order[is_first])
-        q, rows = self.preds.lookup_all(batch.keys[first])
-        exists = np.zeros(first.shape[0], bool)
-        # identity is (id, model, version): the segment may differ on a resend
-        same = self._group_mv[self.preds.col("group")[rows]] == self._group_mv[group[first][q]]
-        exists[q[same]] = True
-        new = first[~exists]
+        mv = self._group_mv
+        new = valid[self.join.unseen(batch.keys[valid], mv[group[valid]], mv)]
         dup = valid.shape[0] - new.shape[0]
         self.records["predictions", "accepted"] += int(new.shape[0])
         if dup:
@@ -633,80 +642,31 @@ class Engine:
         if new.shape[0] == 0:
             return rejects
         keys, ts, g = batch.keys[new], batch.ts_ms[new], group[new]
-        k = new.shape[0]
-        self.preds.insert(
+        self.join.insert_predictions(
             keys,
             {
                 "ts": ts,
                 "group": g,
                 "score": batch.score[new],
                 "decision": batch.decision[new],
-                "label": np.full(k, -1, np.int8),
-                "label_code": np.full(k, -1, np.int32),
-                "label_ts": np.zeros(k, np.int64),
                 **self._task_columns(batch, new),
             },
         )
-        self.pending += k
         if batch.ranked is not None:
             self.ranking.add_lists(keys, g, [batch.ranked[i] for i in new.tolist()])
         np.maximum.at(self._mv_last, self._group_mv[g], ts)
-        self.buckets.add_predictions(g, ts)
-        if self.drift.by_model or self.drift.bootstrap:
-            self._count_drift(batch, new, g, ts)
-        if self.est_layouts or self.mc_est_bins:
-            self._count_estimation(batch, new, g, ts)
-        self._count_arms(g, ts, self._estimated_errors(batch, new))
-        tmin, tmax = int(ts.min()), int(ts.max())
-        self.pred_watermark_ms = max(self.pred_watermark_ms, tmax)
+        arrived = NewPredictions(batch, new, g, self._base_group[g], batch.model[new], ts)
+        for counter in self.prediction_accumulators:
+            counter.add_predictions(arrived)
+        self.pred_watermark_ms = max(self.pred_watermark_ms, int(ts.max()))
         late = self.event_clock.observe(ts)
         if late:  # behind every retained bucket: in no window (docs/semantics.md)
             self.join_events["too_late"] += late
-        if self._min_pred_ts == _NO_TS or tmin < self._min_pred_ts:
-            self._min_pred_ts = tmin
-        # Rows of the new predictions, and a labeled sibling (another version) if any.
-        q, rows = self.preds.lookup_all(keys)
-        row_group = self.preds.col("group")[rows]
-        lab = self.preds.col("label")[rows]
-        own = np.full(k, -1, np.int64)
-        mine = (row_group == g[q]) & (lab < 0)
-        own[q[mine]] = rows[mine]
-        sibling = np.full(k, -1, np.int64)
-        known = lab >= 0
-        sibling[q[known]] = rows[known]
-        joined: list[np.ndarray] = []
-        has = sibling >= 0
-        if has.any():
-            srow = sibling[has]
-            bad = self._join(
-                own[has],
-                self.preds.col("label_code")[srow],
-                self._values(self.preds, "label_value", srow),
-                self.preds.col("label_ts")[srow],
-            )
-            if bad.any():
-                self.join_events["unknown_class_label"] += int(np.count_nonzero(bad))
-            joined.append(own[has][~bad])
-        rest = np.flatnonzero(~has)
-        if rest.shape[0]:
-            orow = self.orphans.lookup(keys[rest])
-            hit = orow >= 0
-            if hit.any():
-                # A waiting label that is no class of this model is counted; its bytes
-                # went by long ago, so there is nothing to dead-letter.
-                orow = orow[hit]
-                bad = self._join(
-                    own[rest[hit]],
-                    self.orphans.col("code")[orow],
-                    self._values(self.orphans, "value", orow),
-                    self.orphans.col("ts")[orow],
-                )
-                if bad.any():
-                    self.join_events["unknown_class_label"] += int(np.count_nonzero(bad))
-                joined.append(own[rest[hit]][~bad])
-                self.orphans.delete(orow)
-        if joined:
-            self._pair_shadow(np.concatenate(joined))
+        joined, unknown = self.join.join_new(keys, g, self._classify)
+        if unknown:  # the label's bytes went by long ago: nothing to dead-letter
+            self.join_events["unknown_class_label"] += unknown
+        if joined is not None:
+            self._accumulate(joined)
         self._expire_and_evict()
         self._collect_ranking()
         return rejects
@@ -727,433 +687,31 @@ class Engine:
             for name in ("lower", "upper"):
                 col = getattr(batch, name)
                 out[name] = col[new] if col is not None else np.full(k, np.nan)
-        if self._numeric_labels:
-            out["label_value"] = np.full(k, np.nan)
         if self.rank_layouts:
             out["rank_loss"] = np.full(k, np.nan)
         return out
 
-    @staticmethod
-    def _values(table: KeyedTable, column: str, rows: np.ndarray) -> np.ndarray:
-        """Numeric label values of some rows (NaN when no regression model keeps them)."""
-        if column in table.columns:
-            return table.col(column)[rows]
-        return np.full(rows.shape[0], np.nan)
+    def _classify(self, codes: np.ndarray, values: np.ndarray, group: np.ndarray) -> np.ndarray:
+        return self._classes_of(codes, values, self._group_model[group])
 
-    def _count_estimation(
-        self, batch: PredictionBatch, new: np.ndarray, g: np.ndarray, ts: np.ndarray
-    ) -> None:
-        """Count and Σp per score bin of every new scored prediction, apart by decision
-        (the histogram CBPE estimates from, labels or not; monitor.stats.estimation)."""
-        model = batch.model[new]
-        score = batch.score[new]
-        for m, layout in self.est_layouts.items():
-            sel = np.flatnonzero((model == m) & ~np.isnan(score))
-            if sel.shape[0] == 0:
-                continue
-            store = self.wide[m]
-            rows = store.rows_for(self._base_group[g[sel]], ts[sel])
-            p = np.clip(score[sel], 0.0, 1.0)
-            b = layout.bins
-            col = layout.bin_of(p) + 2 * b * (batch.decision[new[sel]] > 0)
-            matrix = store.matrix("est")
-            np.add.at(matrix, (rows, col), 1.0)
-            np.add.at(matrix, (rows, col + b), p)
-        for m, b in self.mc_est_bins.items():
-            if batch.proba is None:
-                break
-            sel = np.flatnonzero((model == m) & ~np.isnan(batch.proba[new, 0]))
-            if sel.shape[0] == 0:
-                continue
-            store = self.wide[m]
-            rows = store.rows_for(self._base_group[g[sel]], ts[sel])
-            # P(correct) of a calibrated model: the probability of the class it decided
-            decided = batch.decision[new[sel]].astype(np.intp)
-            conf = np.clip(batch.proba[new[sel], decided], 0.0, 1.0)
-            col = np.minimum((conf * b).astype(np.intp), b - 1)
-            matrix = store.matrix("est")
-            np.add.at(matrix, (rows, col), 1.0)
-            np.add.at(matrix, (rows, col + b), conf)
-            # the expected confusion matrix: row decided, columns the probability vector
-            proba = np.clip(batch.proba[new[sel]], 0.0, 1.0)
-            k = proba.shape[1]
-            cells = decided[:, None] * k + np.arange(k)
-            np.add.at(
-                store.matrix("mc_cm"), (np.broadcast_to(rows[:, None], cells.shape), cells), proba
-            )
-
-    def _count_drift(
-        self, batch: PredictionBatch, new: np.ndarray, g: np.ndarray, ts: np.ndarray
-    ) -> None:
-        """Histogram cells of the new predictions' features and scores, per bucket.
-
-        A model with a live reference first fills its bootstrap sample; when it is full the
-        reference's layout is built from it, its matrix registered, and the sample itself
-        counted into its buckets like any later prediction.
-        """
-        model = batch.model[new]
-
-        def features(sel: np.ndarray) -> list[dict[str, Any] | None]:
-            if not batch.features:
-                return [None] * sel.shape[0]
-            return [batch.features[i] for i in new[sel]]
-
-        counted: dict[int, int] = {}  # model -> leading events already counted
-        for m in list(self.drift.bootstrap):
-            sel = np.flatnonzero(model == m)
-            if sel.shape[0] == 0:
-                continue
-            boot = self.drift.bootstrap[m]
-            take = sel[: boot.room]
-            boot.add(ts[take], g[take], features(take), batch.score[new[take]])
-            counted[m] = take.shape[0]
-            if boot.full:
-                d = self.drift.become_ready(m)
-                self.wide[m].add_matrix(d.matrix, d.width)
-                n = boot.n
-                self._add_drift_cells(
-                    d, m, boot.rows(), boot.score[:n], boot.group[:n], boot.ts[:n]
-                )
-        for m, d in self.drift.by_model.items():
-            sel = np.flatnonzero(model == m)[counted.get(m, 0) :]
-            if sel.shape[0] == 0:
-                continue
-            numeric = None
-            if batch.numeric is not None:  # decoded in columns (monitor.ingest.decode)
-                block = batch.numeric[new[sel]]
-                numeric = {name: block[:, j] for j, name in enumerate(batch.numeric_names)}
-            self._add_drift_cells(
-                d, m, features(sel), batch.score[new[sel]], g[sel], ts[sel], numeric
-            )
-
-    def _add_drift_cells(
-        self,
-        d: Any,
-        m: int,
-        feats: Sequence[dict[str, Any] | None],
-        score: np.ndarray,
-        group: np.ndarray,
-        ts: np.ndarray,
-        numeric: dict[str, np.ndarray] | None = None,
-    ) -> None:
-        ev, cols, unseen = d.cells(feats, score, numeric)
-        rows = self.wide[m].rows_for(self._base_group[group], ts)
-        self.wide[m].add_cells(d.matrix, rows[ev], cols)
-        for feature, value in unseen:
-            examples = self.unseen_examples.setdefault((self.models[m].name, feature), [])
-            if value not in examples and len(examples) < d.spec.unseen_examples:
-                examples.append(value)
-
-    def _join(
-        self, prow: np.ndarray, codes: np.ndarray, values: np.ndarray, label_ts: np.ndarray
-    ) -> np.ndarray:
-        """Join unlabeled prediction rows with labels (codes, numeric values); returns the
-        mask of rows whose label does not fit their model (left unjoined, not counted)."""
-        group = self.preds.col("group")[prow]
-        y_true = self._classes_of(codes, values, self._group_model[group])
-        bad = y_true < 0
-        ok = ~bad
-        prow, y_true, group = prow[ok], y_true[ok], group[ok]
-        codes, values, label_ts = codes[ok], values[ok], label_ts[ok]
-        if prow.shape[0]:
-            pred_ts = self.preds.col("ts")[prow]
-            decision = self.preds.col("decision")[prow]
-            if self._all_binary:
-                self._add_binary(prow, group, pred_ts, y_true, decision)
-            else:
-                binary = self._task[self._group_model[group]] == 0
-                if binary.any():
-                    b = np.flatnonzero(binary)
-                    self._add_binary(prow[b], group[b], pred_ts[b], y_true[b], decision[b])
-                o = np.flatnonzero(~binary)
-                if o.shape[0]:
-                    self.buckets.add_labeled(group[o], pred_ts[o])
-                    self._add_task_stats(prow[o], group[o], pred_ts[o], y_true[o], values[o])
-            mv = self._group_mv[group]
-            n_mv = self._mv_counts.shape[0]
-            self._mv_counts[:, 0] += np.bincount(mv, minlength=n_mv)
-            wrong = y_true != decision
-            if not self._all_binary:  # regression, ranking: no errors
-                wrong &= self._task[self._group_model[group]] < 2
-            self._mv_counts[:, 1] += np.bincount(mv, weights=wrong, minlength=n_mv).astype(np.int64)
-            if self.split:
-                losses = self._losses_for(prow, y_true, values)
-                self._add_arm_losses(group, pred_ts, losses)
-            self.preds.col("label")[prow] = y_true
-            self.preds.col("label_code")[prow] = codes
-            self.preds.col("label_ts")[prow] = label_ts
-            if self._numeric_labels:
-                self.preds.col("label_value")[prow] = values
-            self.pending -= int(prow.shape[0])
-            self.join_events["joined"] += int(prow.shape[0])
-            delay_s = np.maximum(label_ts - pred_ts, 0) / 1000.0
-            np.add.at(self.delay_counts, np.searchsorted(DELAY_BOUNDS_S, delay_s, "left"), 1)
-            self.delay_sum_s += float(delay_s.sum())
-        return bad
-
-    def _add_binary(
-        self,
-        prow: np.ndarray,
-        group: np.ndarray,
-        pred_ts: np.ndarray,
-        y_true: np.ndarray,
-        decision: np.ndarray,
-    ) -> None:
-        """Confusion counts, score histograms and plugin statistics of binary joins."""
-        score = self.preds.col("score")[prow]
-        self.buckets.add_joined(group, pred_ts, y_true, decision)
-        self._add_scores(group, pred_ts, y_true, score)
-        if self.plugins:
-            self._update_plugins(group, pred_ts, y_true, decision, score)
-
-    def _proba(self, prow: np.ndarray, k: int) -> np.ndarray:
-        """(rows, k) probabilities of multiclass predictions (NaN rows: decision only)."""
-        return np.column_stack([self.preds.col(f"p{j}")[prow] for j in range(k)])
-
-    def _add_task_stats(
-        self,
-        prow: np.ndarray,
-        group: np.ndarray,
-        pred_ts: np.ndarray,
-        y_true: np.ndarray,
-        values: np.ndarray,
-    ) -> None:
-        """Multiclass and regression statistics per (group, bucket) of joined rows."""
-        model = self._group_model[group]
-        for m, mc in self.mc_layouts.items():
-            sel = np.flatnonzero(model == m)
-            if sel.shape[0] == 0:
-                continue
-            rows = self.sliced[m].rows_for(group[sel], pred_ts[sel])
-            matrix = self.sliced[m].matrix("mc")  # after rows_for, which may grow it
-            r = prow[sel]
-            proba = self._proba(r, mc.n_classes)
-            decision = self.preds.col("decision")[r]
-            has = ~np.isnan(proba[:, 0])
-            if has.any():
-                mc.add_rows(matrix, rows[has], y_true[sel][has], decision[has], proba[has])
-            if not has.all():
-                mc.add_rows(matrix, rows[~has], y_true[sel][~has], decision[~has])
-        for m, rg in self.rg_layouts.items():
-            sel = np.flatnonzero(model == m)
-            if sel.shape[0] == 0:
-                continue
-            rows = self.sliced[m].rows_for(group[sel], pred_ts[sel])
-            r = prow[sel]
-            rg.add_rows(
-                self.sliced[m].matrix("rg"),
-                rows,
-                values[sel],
-                self.preds.col("score")[r],
-                self.preds.col("lower")[r],
-                self.preds.col("upper")[r],
-            )
-        for m, rk in self.rank_layouts.items():
-            sel = np.flatnonzero(model == m)
-            if sel.shape[0] == 0:
-                continue
-            rows = self.sliced[m].rows_for(group[sel], pred_ts[sel])
-            r = prow[sel]
-            rows_of = self.ranking.contributions(rk, self.preds.keys[r], group[sel], values[sel])
-            rk.add_rows(self.sliced[m].matrix("rk"), rows, rows_of)
-            self.preds.col("rank_loss")[r] = rk.ndcg_loss(rows_of)  # comparisons' ndcg_loss
-
-    def _add_scores(
-        self, group: np.ndarray, pred_ts: np.ndarray, y_true: np.ndarray, score: np.ndarray
-    ) -> None:
-        """Score histograms of joined predictions that carry a score (AUC, calibration)."""
-        model = self._group_model[group]
-        scored = ~np.isnan(score)
-        for m, layout in self.score_layouts.items():
-            sel = np.flatnonzero(scored & (model == m))
-            if sel.shape[0] == 0:
-                continue
-            store = self.wide[m]
-            rows = store.rows_for(self._base_group[group[sel]], pred_ts[sel])
-            layout.add_rows(store.matrix("scores"), rows, y_true[sel], score[sel])
-            coarse = self.slice_score_layouts.get(m)
-            if coarse is not None:
-                store = self.sliced[m]
-                rows = store.rows_for(group[sel], pred_ts[sel])
-                coarse.add_rows(store.matrix("scores"), rows, y_true[sel], score[sel])
-
-    @property
-    def active_plugins(self) -> tuple[Any, ...]:
-        """Plugins still trusted (one that raised in ``update`` is switched off)."""
-        return tuple(p for p in self.plugins if p.name not in self.failed_plugins)
-
-    def _update_plugins(
-        self,
-        group: np.ndarray,
-        pred_ts: np.ndarray,
-        y_true: np.ndarray,
-        decision: np.ndarray,
-        score: np.ndarray,
-    ) -> None:
-        """Feed joined rows to each plugin; one that raises is counted and switched off
-        (its statistics may be half-updated, so its metrics are no longer exported)."""
-        model = self._group_model[group]
-        for plugin in self.plugins:
-            if plugin.name in self.failed_plugins:
-                continue
-            for m in np.unique(model).tolist():
-                sel = np.flatnonzero(model == m)
-                rows = self.wide[m].rows_for(self._base_group[group[sel]], pred_ts[sel])
-                batch = JoinedRows(
-                    y_true[sel].astype(np.int8), decision[sel].astype(np.int8), score[sel]
-                )
-                try:
-                    plugin.update(self.wide[m].matrix(f"p_{plugin.name}"), rows, batch)
-                except Exception as err:
-                    self.plugin_errors[plugin.name] += 1
-                    self.failed_plugins.add(plugin.name)
-                    _log.error("plugin %s failed in update and is disabled: %r", plugin.name, err)
-                    break
-
-    def _pair_shadow(self, joined: np.ndarray) -> None:
-        """Paired statistics for shadow comparisons, counted once per id: when the
-        second of the two versions' predictions for that id gets its label."""
-        if not self.shadow or joined.shape[0] == 0:
+    def _accumulate(self, joined: Joined) -> None:
+        """Count rows that just joined: the per-version outcomes here (they grow with the
+        version registry), everything else in the accumulators."""
+        if not len(joined):
             return
-        gcol = self.preds.col("group")
-        for comp in self.shadow:
-            ga = self.version_groups(comp.model_index, comp.control)
-            gb = self.version_groups(comp.model_index, comp.treatment)
-            if ga.shape[0] == 0 or gb.shape[0] == 0:
-                continue
-            sel = joined[np.isin(gcol[joined], ga) | np.isin(gcol[joined], gb)]
-            if sel.shape[0] == 0:
-                continue
-            keys = np.unique(self.preds.keys[sel])
-            q, rows = self.preds.lookup_all(keys)
-            labeled = self.preds.col("label")[rows] >= 0
-            a = np.full(keys.shape[0], -1, np.int64)
-            b = np.full(keys.shape[0], -1, np.int64)
-            is_a = labeled & np.isin(gcol[rows], ga)
-            is_b = labeled & np.isin(gcol[rows], gb)
-            a[q[is_a]] = rows[is_a]
-            b[q[is_b]] = rows[is_b]
-            both = (a >= 0) & (b >= 0)
-            if not both.any():
-                continue
-            la, lb = self._row_losses(a[both]), self._row_losses(b[both])
-            li = LOSSES.index(comp.loss)
-            d = lb[:, li] - la[:, li]
-            d = d[~np.isnan(d)]
-            stats = self.paired.setdefault(comp.name, np.zeros(5, np.float64))
-            stats[0] += d.shape[0]
-            stats[1] += d.sum()
-            stats[2] += (d * d).sum()
-            stats[3] += np.count_nonzero((la[:, 0] == 1) & (lb[:, 0] == 0))  # A wrong, B right
-            stats[4] += np.count_nonzero((la[:, 0] == 0) & (lb[:, 0] == 1))  # A right, B wrong
-
-    def _row_losses(self, rows: np.ndarray) -> np.ndarray:
-        p = self.preds
-        values = self._values(p, "label_value", rows)
-        return np.stack(self._losses_for(rows, p.col("label")[rows], values), axis=1)
-
-    def _losses_for(
-        self, prow: np.ndarray, y: np.ndarray, values: np.ndarray
-    ) -> tuple[np.ndarray, ...]:
-        """Per-prediction losses in the order of LOSSES, NaN where one does not apply.
-
-        binary: 0/1 error, log loss, (p − y)², |p − y| of the positive-class score;
-        multiclass: 0/1 error, −log p_y, Σ_k (p_k − 1[y=k])² (multiclass Brier);
-        regression: (ŷ − y)² and |ŷ − y|."""
-        decision = self.preds.col("decision")[prow]
-        score = self.preds.col("score")[prow]
-        if self._all_binary:
-            return _binary_losses(y, decision, score)
-        out = np.full((len(LOSSES), prow.shape[0]), np.nan)
-        model = self._group_model[self.preds.col("group")[prow]]
-        task = self._task[model]
-        b = task == 0
-        if b.any():
-            out[:4, b] = np.stack(_binary_losses(y[b], decision[b], score[b]))
-        for m, mc in self.mc_layouts.items():
-            sel = np.flatnonzero(model == m)
-            if sel.shape[0] == 0:
-                continue
-            ys = y[sel].astype(np.intp)
-            proba = self._proba(prow[sel], mc.n_classes)
-            out[0, sel] = ys != decision[sel]
-            p_true = np.clip(proba[np.arange(sel.shape[0]), ys], _LOG_EPS, 1 - _LOG_EPS)
-            out[1, sel] = -np.log(p_true)
-            onehot = np.zeros_like(proba)
-            onehot[np.arange(sel.shape[0]), ys] = 1.0
-            out[2, sel] = np.sum((proba - onehot) ** 2, axis=1)
-        r = task == 2
-        if r.any():
-            err = score[r] - values[r]
-            out[2, r] = err * err
-            out[3, r] = np.abs(err)
-        q = task == 3
-        if q.any():
-            out[4, q] = self.preds.col("rank_loss")[prow[q]]
-        return tuple(out)
-
-    def _arm_groups(self, c: ComparisonSpec) -> tuple[np.ndarray, np.ndarray]:
-        return (
-            self.version_groups(c.model_index, c.control),
-            self.version_groups(c.model_index, c.treatment),
-        )
-
-    def _estimated_errors(self, batch: PredictionBatch, new: np.ndarray) -> np.ndarray | None:
-        """P(the decision is wrong) of each new prediction if its scores are calibrated
-        (binary: 1 − p when decided positive, else p; multiclass: 1 − p of the decided
-        class), NaN without scores; None when no comparison uses it."""
-        if not any(c.loss == "estimated_error_rate" for c in self.split):
-            return None
-        score, decision = batch.score[new], batch.decision[new]
-        out = np.where(decision > 0, 1.0 - score, score)  # binary (NaN stays NaN)
-        task = self._task[batch.model[new]]
-        multi = np.flatnonzero(task == 1)
-        if multi.shape[0] and batch.proba is not None:
-            rows = new[multi]
-            out[multi] = 1.0 - batch.proba[rows, decision[multi].astype(np.intp)]
-        out[task > 1] = np.nan
-        return out
-
-    def _count_arms(
-        self, group: np.ndarray, ts: np.ndarray, estimated: np.ndarray | None = None
-    ) -> None:
-        for c in self.split:
-            ga, gb = self._arm_groups(c)
-            if gb.shape[0] == 0:
-                continue
-            if c.name not in self.arm_start:
-                is_b = np.isin(group, gb)
-                if not is_b.any():
-                    continue
-                self.arm_start[c.name] = int(ts[is_b].min())
-                self.arm_predictions[c.name] = np.zeros(2, np.int64)
-                self.arm_loss[c.name] = np.zeros((2, len(LOSSES), 3), np.float64)
-            start = self.arm_start[c.name]
-            counts = self.arm_predictions[c.name]
-            for arm, g in enumerate((ga, gb)):
-                sel = np.isin(group, g) & (ts >= start)
-                counts[arm] += int(np.count_nonzero(sel))
-                if estimated is not None and c.loss == "estimated_error_rate":
-                    v = estimated[sel]
-                    v = v[~np.isnan(v)]
-                    self.arm_loss[c.name][arm, _ESTIMATED] += (v.shape[0], v.sum(), (v * v).sum())
-
-    def _add_arm_losses(
-        self, group: np.ndarray, pred_ts: np.ndarray, losses: tuple[np.ndarray, ...]
-    ) -> None:
-        for c in self.split:
-            start = self.arm_start.get(c.name)
-            if start is None:
-                continue
-            moments = self.arm_loss[c.name]
-            for arm, g in enumerate(self._arm_groups(c)):
-                sel = np.isin(group, g) & (pred_ts >= start)
-                if not sel.any():
-                    continue
-                for i, loss in enumerate(losses):
-                    v = loss[sel]
-                    v = v[~np.isnan(v)]  # no score (only a `prediction`): no such loss
-                    moments[arm, i] += (v.shape[0], v.sum(), (v * v).sum())
+        group, y_true, decision = joined.group, joined.y_true, joined.decision
+        model = self._group_model[group]
+        mv = self._group_mv[group]
+        n_mv = self._mv_counts.shape[0]
+        self._mv_counts[:, 0] += np.bincount(mv, minlength=n_mv)
+        wrong = y_true != decision
+        if not self._all_binary:  # regression, ranking: no errors
+            wrong &= self._task[model] < 2
+        self._mv_counts[:, 1] += np.bincount(mv, weights=wrong, minlength=n_mv).astype(np.int64)
+        self.join_events["joined"] += len(joined)
+        rows = LabeledRows(joined, model, self._base_group[group])
+        for acc in self.accumulators:
+            acc.add(rows)
 
     def apply_labels(self, batch: LabelBatch) -> list[JoinReject]:
         """Add a batch of valid labels; returns conflicting/unknown-class rejections.
@@ -1172,18 +730,20 @@ class Engine:
             codes[ranked] = RANKED
         self.label_watermark_ms = max(self.label_watermark_ms, int(batch.ts_ms.max()))
         self.label_clock.observe(batch.ts_ms)
-        order = np.argsort(batch.keys, kind="stable")
-        sk = batch.keys[order]
-        starts = np.ones(n, bool)
-        starts[1:] = sk[1:] != sk[:-1]
-        pos = np.arange(n)
-        rank_sorted = pos - np.maximum.accumulate(np.where(starts, pos, 0))
-        rank = np.empty(n, np.int64)
-        rank[order] = rank_sorted
         rejects: list[JoinReject] = []
         dups = 0
-        for r in range(int(rank.max()) + 1):
-            dups += self._label_round(batch, codes, values, np.flatnonzero(rank == r), rejects)
+        for idx in self.join.rounds(batch.keys):
+            before = len(rejects)
+            joined, d = self.join.add_labels(
+                batch.keys, batch.ts_ms, codes, values, idx, self._classify, rejects
+            )
+            dups += d
+            unknown = sum(1 for _, reason, _ in rejects[before:] if reason == "unknown_class")
+            if unknown:
+                self.join_events["unknown_class_label"] += unknown
+                self.count_invalid("labels", "unknown_class", unknown)
+            if joined is not None:
+                self._accumulate(joined)
         conflicts = sum(1 for _, reason, _ in rejects if reason == "conflicting_label")
         if conflicts:
             self.join_events["conflicting_label"] += conflicts
@@ -1192,124 +752,24 @@ class Engine:
         if dups:
             self.join_events["duplicate_label"] += dups
             self.records["labels", "duplicate"] += dups
-        # unknown-class rejects were counted as invalid in _label_round
+        # unknown-class rejects were counted as invalid above
         self.records["labels", "accepted"] += n - len(rejects) - dups
         self._expire_and_evict()
         self._collect_ranking()
         rejects.sort()
         return rejects
 
-    def _label_round(
-        self,
-        batch: LabelBatch,
-        codes: np.ndarray,
-        values: np.ndarray,
-        idx: np.ndarray,
-        rejects: list[JoinReject],
-    ) -> int:
-        """Apply labels ``idx`` (unique ids); returns how many were duplicates."""
-        dups = 0
-        code, value = codes[idx], values[idx]
-        q, rows = self.preds.lookup_all(batch.keys[idx])
-        has_rows = np.zeros(idx.shape[0], bool)
-        has_rows[q] = True
-        labeled = self.preds.col("label")[rows] >= 0
-        # a labeled id's rows all carry the same label (later versions copy it)
-        is_known = np.zeros(idx.shape[0], bool)
-        is_known[q[labeled]] = True
-        known = np.full(idx.shape[0], -1, np.int64)
-        known[q[labeled]] = self.preds.col("label_code")[rows[labeled]]
-        known_value = np.full(idx.shape[0], np.nan)
-        known_value[q[labeled]] = self._values(self.preds, "label_value", rows[labeled])
-        same = _same_label(known, known_value, code, value)
-        dup = is_known & same
-        conflict = is_known & ~same
-        dups += int(np.count_nonzero(dup))
-        for i in idx[conflict].tolist():
-            rejects.append((i, "conflicting_label", "disagrees with the joined label"))
-        todo = ~is_known[q]
-        if todo.any():
-            jq, jrows = q[todo], rows[todo]
-            bad = self._join(jrows, code[jq], value[jq], batch.ts_ms[idx][jq])
-            bad_q = np.unique(jq[bad])
-            if bad_q.shape[0]:
-                self.join_events["unknown_class_label"] += int(bad_q.shape[0])
-                self.invalid["labels", "unknown_class"] += int(bad_q.shape[0])
-                self.records["labels", "invalid"] += int(bad_q.shape[0])
-                for i in idx[bad_q].tolist():
-                    rejects.append((i, "unknown_class", "label is not a class of this model"))
-            self._pair_shadow(jrows[~bad])
-        # labels whose prediction has not arrived (or is gone)
-        rest = idx[~has_rows]
-        if rest.shape[0]:
-            orow = self.orphans.lookup(batch.keys[rest])
-            waiting = orow >= 0
-            if waiting.any():
-                ow, rw = orow[waiting], rest[waiting]
-                agree = _same_label(
-                    self.orphans.col("code")[ow],
-                    self._values(self.orphans, "value", ow),
-                    codes[rw],
-                    values[rw],
-                )
-                dups += int(np.count_nonzero(agree))
-                for i in rest[waiting][~agree].tolist():
-                    rejects.append((i, "conflicting_label", "disagrees with a waiting label"))
-            fresh = rest[~waiting]
-            if fresh.shape[0]:
-                cols = {"ts": batch.ts_ms[fresh], "code": codes[fresh]}
-                if self._numeric_labels:
-                    cols["value"] = values[fresh]
-                self.orphans.insert(batch.keys[fresh], cols)
-                tmin = int(batch.ts_ms[fresh].min())
-                if self._min_orphan_ts == _NO_TS or tmin < self._min_orphan_ts:
-                    self._min_orphan_ts = tmin
-        return dups
-
     # -- bounds ----------------------------------------------------------------------
     def _expire_and_evict(self) -> None:
         # Each side waits on the other stream's robust progress, not its maximum: one
         # far-future record must not expire everything that waits (below 100 recent
         # records the quantile says little: the maximum rules)
+        label_mark = pred_mark = None
         if self.label_watermark_ms != _NO_TS:
-            cutoff = _robust_mark(self.label_watermark_ms, self.label_clock) - self.label_ttl_ms
-            if self._min_pred_ts != _NO_TS and self._min_pred_ts < cutoff:
-                self._drop_predictions(self.preds.col("ts") < cutoff, "expired_prediction")
-        excess = len(self.preds) - self.max_pending
-        if excess > 0:
-            self._drop_predictions(self._oldest(self.preds, excess), "evicted_prediction")
+            label_mark = _robust_mark(self.label_watermark_ms, self.label_clock)
         if self.pred_watermark_ms != _NO_TS:
-            mark = _robust_mark(self.pred_watermark_ms, self.event_clock)
-            cutoff = mark - self.orphan_label_ttl_ms
-            if self._min_orphan_ts != _NO_TS and self._min_orphan_ts < cutoff:
-                self._drop_orphans(self.orphans.col("ts") < cutoff, "expired_orphan_label")
-        excess = len(self.orphans) - self.max_orphan_labels
-        if excess > 0:
-            self._drop_orphans(self._oldest(self.orphans, excess), "evicted_orphan_label")
-
-    @staticmethod
-    def _oldest(table: KeyedTable, k: int) -> np.ndarray:
-        ts = np.where(table.alive, table.col("ts"), np.iinfo(np.int64).max)
-        mask = np.zeros(table.size, bool)
-        mask[np.argpartition(ts, k - 1)[:k]] = True
-        return mask
-
-    def _drop_predictions(self, mask: np.ndarray, event: str) -> None:
-        rows = np.flatnonzero(mask & self.preds.alive)
-        if rows.shape[0]:
-            unlabeled = int(np.count_nonzero(self.preds.col("label")[rows] < 0))
-            self.pending -= unlabeled
-            if unlabeled:
-                self.join_events[event] += unlabeled
-            self.preds.delete(rows)
-        self._min_pred_ts = _live_min(self.preds)
-
-    def _drop_orphans(self, mask: np.ndarray, event: str) -> None:
-        rows = np.flatnonzero(mask & self.orphans.alive)
-        if rows.shape[0]:
-            self.join_events[event] += int(rows.shape[0])
-            self.orphans.delete(rows)
-        self._min_orphan_ts = _live_min(self.orphans)
+            pred_mark = _robust_mark(self.pred_watermark_ms, self.event_clock)
+        self.join_events.update(self.join.expire(label_mark, pred_mark))
 
     def _collect_ranking(self, force: bool = False) -> None:
         """Release ranking lists and relevance maps whose id left the join buffer, once
@@ -1318,15 +778,7 @@ class Engine:
         if not len(self.ranking) or (not force and len(self.ranking) <= 2 * live + 1024):
             return
 
-        def in_predictions(keys: np.ndarray) -> np.ndarray:
-            present = np.zeros(keys.shape[0], bool)
-            present[self.preds.lookup_all(keys)[0]] = True
-            return present
-
-        def in_labels(keys: np.ndarray) -> np.ndarray:
-            return self.orphans.lookup(keys) >= 0
-
-        self.ranking.collect(in_predictions, in_labels)
+        self.ranking.collect(self.join.has_prediction, self.join.has_label)
 
     def count_invalid(self, kind: str, reason: str, k: int = 1) -> None:
         """Decode-time rejections are counted here so one writer owns every counter."""
@@ -1342,9 +794,9 @@ class Engine:
     ) -> tuple[ComparisonResult, ...]:
         """One look of every configured comparison (mutates the sticky decision state)."""
         return self.tracker.look(
-            self.arm_predictions,
-            self.arm_loss,
-            self.paired,
+            self.arms.predictions,
+            self.arms.loss,
+            self.pairs.paired,
             results,
             {name: i for i, name in enumerate(LOSSES)},
             now_ms,
@@ -1385,7 +837,7 @@ class Engine:
             pending_predictions=self.pending,
             orphan_labels=len(self.orphans),
             label_delay=DelayHistogram(
-                DELAY_BOUNDS_S, tuple(int(c) for c in self.delay_counts), self.delay_sum_s
+                DELAY_BOUNDS_S, tuple(int(c) for c in self.delay.counts), self.delay.sum_s
             ),
             prediction_watermark_ms=self.pred_watermark_ms,
             label_watermark_ms=self.label_watermark_ms,
@@ -1477,7 +929,7 @@ class Engine:
             comparisons = self.look_comparisons(
                 results, now_ms if look_at_ms is None else look_at_ms, not_ready, confidence
             )
-            self.plugin_errors.update(errors)
+            self.plugin_stats.errors.update(errors)
             if errors:
                 ops = self.ops()
         holds.append(time.perf_counter() - held)
@@ -1507,26 +959,13 @@ class Engine:
             "records": [[k, o, c] for (k, o), c in sorted(self.records.items())],
             "invalid": [[k, r, c] for (k, r), c in sorted(self.invalid.items())],
             "join_events": dict(sorted(self.join_events.items())),
-            "delay_sum_s": self.delay_sum_s,
-            "pending": self.pending,
+            "pending": self.join.pending,
             "pred_watermark_ms": self.pred_watermark_ms,
             "tiers": [self.tiers.hour_from, self.tiers.day_from],
             "label_watermark_ms": self.label_watermark_ms,
             "event_clock": self.event_clock.state(),
             "label_clock": self.label_clock.state(),
-            "paired": {name: v.tolist() for name, v in sorted(self.paired.items())},
-            "arms": {
-                name: {
-                    "start_ms": start,
-                    "predictions": self.arm_predictions[name].tolist(),
-                    "loss": self.arm_loss[name].tolist(),
-                }
-                for name, start in sorted(self.arm_start.items())
-            },
             "comparisons": self.tracker.state(),
-            "drift_fingerprints": self.drift.fingerprints(),
-            "drift_live": self.drift.state(),
-            "plugin_errors": dict(self.plugin_errors),
             "outcomes": [
                 [self.models[m].name, v, lab, err] for m, v, lab, err in self.outcome_counts()
             ],
@@ -1536,15 +975,13 @@ class Engine:
                 if m >= 0
             ],
             "versions_rejected": dict(sorted(self.versions_rejected.items())),
-            "failed_plugins": sorted(self.failed_plugins),
         }
-        arrays: dict[str, np.ndarray] = {
-            "delay_counts": self.delay_counts.copy(),
-        }
-        arrays.update({f"preds.{k}": v for k, v in self.preds.state().items()})
-        arrays.update({f"orphans.{k}": v for k, v in self.orphans.state().items()})
+        arrays: dict[str, np.ndarray] = {}
+        for part in (self.join, *self._saved):
+            m, a = part.state()
+            meta.update(m)
+            arrays.update(a)
         arrays.update({f"buckets.{k}": v for k, v in self.buckets.state().items()})
-        arrays.update(self.drift.arrays())
         if self.rank_layouts:
             arrays.update(self.ranking.arrays())
         # per-model stores under the model's name: a reordered config still restores
@@ -1610,47 +1047,21 @@ class Engine:
         self.records = Counter({(k, o): c for k, o, c in meta["records"]})
         self.invalid = Counter({(k, r): c for k, r, c in meta["invalid"]})
         self.join_events = Counter(meta["join_events"])
-        self.delay_counts = np.asarray(arrays["delay_counts"], np.int64).copy()
-        if self.delay_counts.shape != (len(DELAY_BOUNDS_S) + 1,):
-            raise StateMismatch("label delay histogram has a different shape")
-        self.delay_sum_s = float(meta["delay_sum_s"])
-        self.pending = int(meta["pending"])
         self.pred_watermark_ms = int(meta["pred_watermark_ms"])
         self.label_watermark_ms = int(meta["label_watermark_ms"])
         self.event_clock.load(meta.get("event_clock"))
         self.label_clock.load(meta.get("label_clock"))  # absent before: rebuilt from labels
-        self.paired = {str(k): np.asarray(v, np.float64) for k, v in meta.get("paired", {}).items()}
-        if any(v.shape != (5,) for v in self.paired.values()):
-            raise StateMismatch("paired comparison statistics have the wrong shape")
+        for acc in self._saved:
+            try:
+                acc.load(meta, arrays)
+            except ValueError as err:
+                raise StateMismatch(str(err)) from None
         self.tracker.load(meta.get("comparisons", {}))
-        self.plugin_errors = Counter(meta.get("plugin_errors", {})) + self.plugin_errors
-        self.failed_plugins = set(meta.get("failed_plugins", [])) & {p.name for p in self.plugins}
-        split = {c.name for c in self.split}
-        self.arm_start, self.arm_predictions, self.arm_loss = {}, {}, {}
-        for name, arm in meta.get("arms", {}).items():
-            if name not in split:
-                continue
-            self.arm_start[name] = int(arm["start_ms"])
-            self.arm_predictions[name] = np.asarray(arm["predictions"], np.int64)
-            self.arm_loss[name] = _with_all_losses(np.asarray(arm["loss"], np.float64))
-            if self.arm_predictions[name].shape != (2,) or self.arm_loss[name].shape != (
-                2,
-                len(LOSSES),
-                3,
-            ):
-                raise StateMismatch(f"comparison {name!r} statistics have the wrong shape")
         try:
             self.ranking.load(arrays if self.rank_layouts else {})
         except (KeyError, ValueError) as err:
             raise StateMismatch(f"ranking lists in the state are unusable: {err}") from None
-        self.preds.load(_with_columns(arrays, "preds.", self._pred_columns))
-        self.orphans.load(_with_columns(arrays, "orphans.", self._orphan_columns))
-        for d in self.drift.load(meta.get("drift_live", {}), arrays):
-            self.wide[d.spec.model_index].add_matrix(d.matrix, d.width)
-        saved = meta.get("drift_fingerprints", {})
-        stale = {  # a changed reference: its old histograms no longer apply
-            name for name, fp in self.drift.fingerprints().items() if saved.get(name) != fp
-        }
+        self.join.load(meta, arrays)
         if "tiers" in meta and self.tiers.per_hour:
             hour_from, day_from = (int(x) for x in meta["tiers"])
             self.tiers = replace(self.tiers, hour_from=hour_from, day_from=day_from)
@@ -1662,7 +1073,7 @@ class Engine:
                 name = self.models[m].name
                 prefix = f"{kind}/{name}/"
                 part = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
-                if kind == "wide" and name in stale:
+                if kind == "wide" and name in self.drift_cells.stale:
                     part.pop("m.drift", None)
                 if part:
                     store.load(part)
@@ -1673,10 +1084,8 @@ class Engine:
                 raise StateMismatch("state refers to groups it does not define")
         if self.orphans.size and self.orphans.col("code").max() >= len(self.label_codes):
             raise StateMismatch("state refers to label codes it does not define")
-        if self.pending != int(np.count_nonzero(self.preds.col("label") < 0)):
+        if not self.join.consistent():
             raise StateMismatch("pending count disagrees with the join buffer")
-        self._min_pred_ts = _live_min(self.preds)
-        self._min_orphan_ts = _live_min(self.orphans)
 
 
 def _migrate_v1(
@@ -1720,58 +1129,9 @@ def _migrate_v1(
     return meta, out
 
 
-def _same_label(
-    code_a: np.ndarray, value_a: np.ndarray, code_b: np.ndarray, value_b: np.ndarray
-) -> np.ndarray:
-    """Two labels agree: the same class code, or both numeric (or both ranking labels)
-    with the same value (target, relevance digest)."""
-    return (code_a == code_b) & ((code_a >= 0) | (value_a == value_b))
-
-
-def _binary_losses(
-    y: np.ndarray, decision: np.ndarray, score: np.ndarray
-) -> tuple[np.ndarray, ...]:
-    """Per-prediction binary losses in the order of LOSSES (NaN where there is no score)."""
-    yf = y.astype(np.float64)
-    p = np.clip(score, _LOG_EPS, 1 - _LOG_EPS)
-    with np.errstate(invalid="ignore"):
-        return (
-            (y != decision).astype(np.float64),
-            -(yf * np.log(p) + (1 - yf) * np.log1p(-p)),
-            (score - yf) ** 2,
-            np.abs(score - yf),
-        )
-
-
-def _with_columns(
-    arrays: dict[str, np.ndarray], prefix: str, columns: dict[str, type]
-) -> dict[str, np.ndarray]:
-    """A table's saved columns; task columns added to the config since are filled (NaN
-    probabilities, bounds and values), so adding a model does not discard the state."""
-    state = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
-    n = np.asarray(state["keys"]).shape[0]
-    for name, dtype in columns.items():
-        if name not in state and np.dtype(dtype).kind == "f":
-            state[name] = np.full(n, np.nan, dtype)
-    return state
-
-
 def _robust_mark(maximum: int, clock: EventWatermark) -> int:
     """How far a stream has got for TTLs: its robust quantile (``EventWatermark.current``
     over at least 100 recent records), never beyond its maximum; the maximum alone while
     fewer records were seen."""
     robust = clock.current(min_samples=100)
     return maximum if robust == _NO_TS else min(maximum, robust)
-
-
-def _with_all_losses(loss: np.ndarray) -> np.ndarray:
-    """Arm loss moments of a state written before the last LOSSES were added (zeros)."""
-    if loss.ndim == 3 and loss.shape[0] == 2 and loss.shape[2] == 3 and loss.shape[1] < len(LOSSES):
-        return np.concatenate([loss, np.zeros((2, len(LOSSES) - loss.shape[1], 3))], axis=1)
-    return loss
-
-
-def _live_min(table: KeyedTable) -> int:
-    if len(table) == 0:
-        return _NO_TS
-    return int(table.col("ts")[table.alive].min())

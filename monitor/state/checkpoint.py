@@ -140,12 +140,6 @@ class CheckpointStore:
         _fsync_dir(self.directory)
         return moved
 
-    def age_seconds(self, now: float) -> float | None:
-        try:
-            return max(0.0, now - self.path.stat().st_mtime)
-        except FileNotFoundError:
-            return None
-
 
 def read_checkpoint(path: Path) -> LoadedCheckpoint:
     """Read and validate one checkpoint file; CheckpointError for anything unusable.

@@ -151,7 +151,7 @@ def test_state_round_trip_mid_stream_equals_one_pass(events: list[tuple], split:
     assert second.join_events == one.join_events
     assert second.records == one.records
     assert second.pending == one.pending
-    assert second.delay_counts.tolist() == one.delay_counts.tolist()
+    assert second.delay.counts.tolist() == one.delay.counts.tolist()
 
 
 def test_labels_before_predictions_join() -> None:
@@ -163,7 +163,7 @@ def test_labels_before_predictions_join() -> None:
     assert confusion_by_version(e) == {"v1": [0, 1, 0, 1]}
     assert e.pending == 0
     # label delay 5 s lands in the (1, 5] bucket
-    assert e.delay_counts[1] == 2
+    assert e.delay.counts[1] == 2
 
 
 def test_prediction_expires_when_label_watermark_passes_ttl() -> None:

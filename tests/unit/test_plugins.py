@@ -174,7 +174,7 @@ def test_plugins_on_metrics_and_failures_isolated(tmp_path: Path, monkeypatch) -
     pipe = build_pipeline(settings, engine, FileDeadLetter(tmp_path / "dl.jsonl"))
     pipe.process("predictions", [RawRecord(line, "p") for line in pf.read_bytes().splitlines()])
     pipe.process("labels", [RawRecord(line, "l") for line in lf.read_bytes().splitlines()])
-    assert engine.failed_plugins == {"broken"}
+    assert engine.plugin_stats.failed == {"broken"}
     assert engine.plugin_errors["broken"] == 1
     now = int(time.time() * 1000)
     from collections import Counter

@@ -1,0 +1,57 @@
+"""The label delay histogram: how long labels take to arrive after their prediction."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .accumulator import LabeledRows, StateParts
+
+__all__ = ["DELAY_BOUNDS_S", "LabelDelay"]
+
+# Label delay histogram bounds, seconds: 1 s .. 30 d.
+DELAY_BOUNDS_S: tuple[float, ...] = (
+    1,
+    5,
+    15,
+    60,
+    300,
+    900,
+    3600,
+    3 * 3600,
+    6 * 3600,
+    12 * 3600,
+    86400,
+    3 * 86400,
+    7 * 86400,
+    14 * 86400,
+    30 * 86400,
+)
+
+
+class LabelDelay:
+    """Counts per delay bucket (a Prometheus histogram's cells, ``le`` inclusive) and the
+    sum of delays in seconds; a label before its prediction counts as 0 s."""
+
+    def __init__(self) -> None:
+        self.counts = np.zeros(len(DELAY_BOUNDS_S) + 1, np.int64)
+        self.sum_s = 0.0
+
+    def add(self, rows: LabeledRows) -> None:
+        j = rows.joined
+        delay_s = np.maximum(j.label_ts - j.pred_ts, 0) / 1000.0
+        np.add.at(self.counts, np.searchsorted(DELAY_BOUNDS_S, delay_s, "left"), 1)
+        self.sum_s += float(delay_s.sum())
+
+    def state(self) -> StateParts:
+        return {"delay_sum_s": self.sum_s}, {"delay_counts": self.counts.copy()}
+
+    def load(self, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+        """ValueError when the saved histogram has other bounds."""
+        counts = np.asarray(arrays["delay_counts"], np.int64).copy()
+        if counts.shape != (len(DELAY_BOUNDS_S) + 1,):
+            raise ValueError("label delay histogram has a different shape")
+        self.counts = counts
+        self.sum_s = float(meta["delay_sum_s"])

@@ -1,0 +1,128 @@
+"""Per-task quality statistics of joined rows, written into the engine's bucket stores.
+
+- ``ScoreHistograms``: binary models' fine score histograms per (version, bucket) (ROC/PR
+  curves, log loss, Brier, calibration for slice ``all``) and the coarser ones per
+  (segment, bucket) that give every slice its score metrics (``stats.scores``).
+- ``TaskStats``: multiclass, regression and ranking sums per (segment, bucket)
+  (``stats.multiclass``, ``stats.regression``, ``stats.ranking``).
+
+Both keep their state in the stores (saved with them), so ``state`` is empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..stats.multiclass import MulticlassLayout
+from ..stats.ranking import RankingLayout
+from ..stats.regression import RegressionLayout
+from ..stats.scores import ScoreLayout
+from .accumulator import LabeledRows, StateParts
+from .buckets import BucketStore
+from .join import JoinBuffer
+from .ranking import RankingState
+
+__all__ = ["ScoreHistograms", "TaskStats"]
+
+
+class ScoreHistograms:
+    """Score histograms of joined binary predictions that carry a score."""
+
+    def __init__(
+        self,
+        fine: Mapping[int, ScoreLayout],
+        coarse: Mapping[int, ScoreLayout],
+        wide: Mapping[int, BucketStore],
+        sliced: Mapping[int, BucketStore],
+    ) -> None:
+        self.fine, self.coarse = fine, coarse
+        self.wide, self.sliced = wide, sliced
+
+    def add(self, rows: LabeledRows) -> None:
+        j = rows.joined
+        scored = ~np.isnan(j.score)
+        for m, layout in self.fine.items():
+            sel = rows.of_model(m, scored)
+            if sel.shape[0] == 0:
+                continue
+            y, score, ts = j.y_true[sel], j.score[sel], j.pred_ts[sel]
+            store = self.wide[m]
+            at = store.rows_for(rows.base[sel], ts)  # before matrix(): it may grow it
+            layout.add_rows(store.matrix("scores"), at, y, score)
+            coarse = self.coarse.get(m)
+            if coarse is not None:
+                store = self.sliced[m]
+                at = store.rows_for(j.group[sel], ts)
+                coarse.add_rows(store.matrix("scores"), at, y, score)
+
+    def state(self) -> StateParts:
+        return {}, {}
+
+    def load(self, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+        pass
+
+
+class TaskStats:
+    """Multiclass, regression and ranking statistics per (group, bucket)."""
+
+    def __init__(
+        self,
+        join: JoinBuffer,
+        sliced: Mapping[int, BucketStore],
+        mc: Mapping[int, MulticlassLayout],
+        rg: Mapping[int, RegressionLayout],
+        rank: Mapping[int, RankingLayout],
+        ranking: RankingState,
+    ) -> None:
+        self.join, self.sliced = join, sliced
+        self.mc, self.rg, self.rank = mc, rg, rank
+        self.ranking = ranking
+
+    def add(self, rows: LabeledRows) -> None:
+        j = rows.joined
+        preds = self.join.preds
+        for m, mc in self.mc.items():
+            sel = rows.of_model(m)
+            if sel.shape[0] == 0:
+                continue
+            at = self.sliced[m].rows_for(j.group[sel], j.pred_ts[sel])
+            matrix = self.sliced[m].matrix("mc")  # after rows_for, which may grow it
+            proba = self.join.proba(j.rows[sel], mc.n_classes)
+            y, decision = j.y_true[sel], j.decision[sel]
+            has = ~np.isnan(proba[:, 0])
+            if has.any():
+                mc.add_rows(matrix, at[has], y[has], decision[has], proba[has])
+            if not has.all():
+                mc.add_rows(matrix, at[~has], y[~has], decision[~has])
+        for m, rg in self.rg.items():
+            sel = rows.of_model(m)
+            if sel.shape[0] == 0:
+                continue
+            at = self.sliced[m].rows_for(j.group[sel], j.pred_ts[sel])
+            r = j.rows[sel]
+            rg.add_rows(
+                self.sliced[m].matrix("rg"),
+                at,
+                j.values[sel],
+                j.score[sel],
+                preds.col("lower")[r],
+                preds.col("upper")[r],
+            )
+        for m, rk in self.rank.items():
+            sel = rows.of_model(m)
+            if sel.shape[0] == 0:
+                continue
+            at = self.sliced[m].rows_for(j.group[sel], j.pred_ts[sel])
+            r = j.rows[sel]
+            rows_of = self.ranking.contributions(rk, preds.keys[r], j.group[sel], j.values[sel])
+            rk.add_rows(self.sliced[m].matrix("rk"), at, rows_of)
+            preds.col("rank_loss")[r] = rk.ndcg_loss(rows_of)  # comparisons' ndcg_loss
+
+    def state(self) -> StateParts:
+        return {}, {}
+
+    def load(self, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+        pass

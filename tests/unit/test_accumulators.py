@@ -1,0 +1,156 @@
+"""The accumulators one by one: what they count, their state round trip, their refusals,
+and that the parts of an engine's checkpoint never write the same name twice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from monitor.config import settings_from_mapping
+from monitor.engine.accumulator import LabeledRows
+from monitor.engine.buckets import BucketStore
+from monitor.engine.comparison_stats import ShadowPairs, SplitArms
+from monitor.engine.delay import DELAY_BOUNDS_S, LabelDelay
+from monitor.engine.join import Joined
+from monitor.engine.metric_registry import LOSSES
+from monitor.engine.plugin_stats import PluginStats
+from monitor.plugins import JoinedRows
+from monitor.wiring import build_engine
+
+
+def _rows(pred_ts: list[int], label_ts: list[int], model: int = 0) -> LabeledRows:
+    n = len(pred_ts)
+    joined = Joined(
+        rows=np.arange(n), group=np.zeros(n, np.int32), pred_ts=np.asarray(pred_ts, np.int64),
+        y_true=np.ones(n, np.int8), decision=np.ones(n, np.int8), score=np.full(n, 0.9),
+        codes=np.zeros(n, np.int32), values=np.full(n, np.nan),
+        label_ts=np.asarray(label_ts, np.int64),
+    )  # fmt: skip
+    return LabeledRows(joined, np.full(n, model, np.int16), np.zeros(n, np.int32))
+
+
+def test_label_delay_bins_are_inclusive_and_early_labels_count_as_zero() -> None:
+    d = LabelDelay()
+    # delays 0 s (label first), exactly 1 s, 1.001 s, 40 days
+    d.add(_rows([5000, 0, 0, 0], [0, 1000, 1001, 40 * 86_400_000]))
+    assert d.counts[0] == 2  # 0 s and 1 s: le="1"
+    assert d.counts[1] == 1  # 1.001 s: le="5"
+    assert d.counts[len(DELAY_BOUNDS_S)] == 1  # beyond 30 d: +Inf only
+    assert d.sum_s == pytest.approx(0 + 1 + 1.001 + 40 * 86_400)
+    again = LabelDelay()
+    again.load(*d.state())
+    assert again.counts.tolist() == d.counts.tolist() and again.sum_s == d.sum_s
+    meta, arrays = d.state()
+    with pytest.raises(ValueError, match="different shape"):
+        again.load(meta, {"delay_counts": arrays["delay_counts"][:-1]})
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10**9), st.integers(0, 10**9)), max_size=40),
+       st.integers(0, 40))  # fmt: skip
+def test_label_delay_of_a_split_stream_is_the_delay_of_the_whole(
+    pairs: list[tuple[int, int]], cut: int
+) -> None:
+    whole, parts = LabelDelay(), LabelDelay()
+    pred, label = [p for p, _ in pairs], [q for _, q in pairs]
+    whole.add(_rows(pred, label))
+    parts.add(_rows(pred[:cut], label[:cut]))
+    parts.add(_rows(pred[cut:], label[cut:]))
+    assert parts.counts.tolist() == whole.counts.tolist()
+    assert parts.sum_s == pytest.approx(whole.sum_s)
+
+
+class _Boom:
+    name = "boom"
+
+    def width(self) -> int:
+        return 1
+
+    def update(self, matrix: np.ndarray, rows: np.ndarray, batch: JoinedRows) -> None:
+        raise RuntimeError("boom")
+
+
+class _Count:
+    name = "count"
+
+    def width(self) -> int:
+        return 1
+
+    def update(self, matrix: np.ndarray, rows: np.ndarray, batch: JoinedRows) -> None:
+        np.add.at(matrix, (rows, 0), 1.0)
+
+
+def test_a_plugin_that_raises_is_switched_off_and_the_others_go_on() -> None:
+    store = BucketStore(60_000, {"p_boom": (1, np.float64), "p_count": (1, np.float64)})
+    stats = PluginStats([_Boom(), _Count()], {0: store}, binary=[0], load_errors=["nope"])
+    stats.add(_rows([0, 1, 2], [5, 5, 5]))
+    stats.add(_rows([3], [5]))
+    stats.add(_rows([4], [5], model=1))  # not a binary model: plugins do not see it
+    assert stats.failed == {"boom"} and stats.errors == {"boom": 1, "nope": 1}
+    assert [p.name for p in stats.active] == ["count"]
+    assert store.matrix("p_count").sum() == 4
+    again = PluginStats([_Boom(), _Count()], {0: store}, binary=[0])
+    again.load(*stats.state())
+    assert again.failed == {"boom"} and again.errors == {"boom": 1, "nope": 1}
+
+
+def _arms() -> SplitArms:
+    comparison = {"name": "c", "model": "m", "control": "a", "treatment": "b"}
+    cfg = {"models": [{"name": "m", "windows": [{"size": "1h"}]}], "comparisons": [comparison]}
+    return build_engine(settings_from_mapping(cfg)).arms
+
+
+def test_split_arms_state_round_trips_and_pads_older_loss_lists() -> None:
+    arms = _arms()
+    old = np.arange(2 * 4 * 3, dtype=np.float64).reshape(2, 4, 3)  # four losses then
+    arms.load({"arms": {"c": {"start_ms": 7, "predictions": [3, 4], "loss": old.tolist()}}}, {})
+    assert arms.start == {"c": 7} and arms.predictions["c"].tolist() == [3, 4]
+    assert arms.loss["c"].shape == (2, len(LOSSES), 3)
+    assert arms.loss["c"][:, :4].tolist() == old.tolist() and not arms.loss["c"][:, 4:].any()
+    again = _arms()
+    again.load(*arms.state())
+    assert again.state() == arms.state()
+    bad: dict[str, Any] = {"arms": {"c": {"start_ms": 7, "predictions": [1, 2, 3],
+                                          "loss": old.tolist()}}}  # fmt: skip
+    with pytest.raises(ValueError, match="wrong shape"):
+        again.load(bad, {})
+
+
+def test_shadow_pairs_refuse_statistics_of_the_wrong_shape() -> None:
+    pairs = ShadowPairs((), lambda m, v: np.empty(0, np.int32), None, lambda g: g)  # type: ignore[arg-type]
+    pairs.load({"paired": {"s": [1.0, 2.0, 3.0, 0.0, 1.0]}}, {})
+    assert pairs.state()[0] == {"paired": {"s": [1.0, 2.0, 3.0, 0.0, 1.0]}}
+    with pytest.raises(ValueError, match="wrong shape"):
+        pairs.load({"paired": {"s": [1.0]}}, {})
+
+
+def test_checkpoint_parts_never_write_the_same_name() -> None:
+    cfg = {
+        "models": [
+            {"name": "b", "windows": [{"size": "1h"}], "estimation": {"max_ece": 0.05},
+             "slices": [{"dimensions": ["c"]}],
+             "drift": {"reference_window": "previous:1h", "bootstrap": 100}},
+            {"name": "t", "task": "multiclass", "classes": ["x", "y"],
+             "windows": [{"size": "1h"}]},
+        ],
+        "comparisons": [
+            {"name": "s", "model": "b", "control": "1", "treatment": "2"},
+            {"name": "p", "model": "t", "control": "1", "treatment": "2", "mode": "shadow"},
+        ],
+    }  # fmt: skip
+    engine = build_engine(settings_from_mapping(cfg))
+    seen_meta: set[str] = set()
+    seen_arrays: set[str] = set()
+    parts = (engine.join, *engine.accumulators, *engine.prediction_accumulators)
+    assert engine.arms in engine.accumulators and engine.arms in engine.prediction_accumulators
+    for part in dict.fromkeys(parts):
+        meta, arrays = part.state()
+        assert not seen_meta & meta.keys() and not seen_arrays & arrays.keys(), part
+        seen_meta |= meta.keys()
+        seen_arrays |= arrays.keys()
+    full_meta, full_arrays = engine.state()
+    assert seen_meta <= full_meta.keys() and seen_arrays <= full_arrays.keys()
