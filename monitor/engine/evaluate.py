@@ -30,7 +30,7 @@ from ..stats.scores import (
     gini_from_auc,
 )
 from .buckets import window_group_sums
-from .models import SCORE_METRICS, ModelSpec, exported_metric_names
+from .models import SCORE_METRICS, ModelSpec, SliceSpec, exported_metric_names
 from .result_cache import ResultCache, digest
 from .slice_scores import SliceScores, slice_score_metrics_many
 from .snapshot import Economics, FairnessGap, OpsState, WindowResult
@@ -115,13 +115,13 @@ def _evaluate(
             catalog.measure_top_label_calibration(view, now_ms, m)
         tasks = view.sliced.get(m, _EMPTY)
         task_matrix = tasks.get(_SLICED_MATRIX[spec.task])
-        dims = spec.slice_dimensions
         versions: dict[str, list[int]] = {}
         for gid in gids.tolist():
             versions.setdefault(groups[gid][1], []).append(gid)
         in_model = group_model[b_group] == m
         local = np.full(n_groups, -1, np.intp)  # group -> row of the model's task sums
         local[gids] = np.arange(gids.shape[0])
+        parts = _slice_parts(spec, groups, versions)  # the same for every window
         for w in spec.windows:
             lo, hi = view.tiers.window(now_ms, w.size_ms, w.delay_ms)
             sel = np.flatnonzero(in_model & (b_bucket >= lo) & (b_bucket <= hi))
@@ -158,42 +158,79 @@ def _evaluate(
             )
             emit = win.emit
             none = np.empty(0, np.int64)
+            lab_l = labeled.tolist()
             pending_gaps: list[tuple[str, str, list[tuple[str, _Pending]]]] = []
             for version, members in versions.items():
                 base_gid = base.get((m, version), -1)
                 emit(version, "all", members, wide_sel[w_group[wide_sel] == base_gid])
-                for sl in spec.slices:
-                    idx = [dims.index(d) for d in sl.dimensions]
-                    parts: dict[tuple[str, ...], list[int]] = {}
-                    for gid in members:
-                        if not groups[gid][2]:
-                            continue  # the version's base group carries no segment
-                        key = tuple(groups[gid][2][i] for i in idx)
-                        parts.setdefault(key, []).append(gid)
+                for sl, keyed in parts[version]:
                     shown: list[tuple[str, _Pending]] = []
-                    for key, part in sorted(parts.items()):
-                        if labeled[part].sum() < sl.min_samples:
+                    for first, label, part in keyed:
+                        if _total(lab_l, part) < sl.min_samples:
                             continue  # too few labeled samples to say anything
-                        label = ",".join(
-                            f"{d}={v}" for d, v in zip(sl.dimensions, key, strict=True)
-                        )
                         r = emit(version, label, part, none)
                         if r is not None:
-                            shown.append((key[0], r))
+                            shown.append((first, r))
                     if spec.task == "binary" and len(sl.dimensions) == 1 and len(shown) >= 2:
                         pending_gaps.append((version, sl.dimensions[0], shown))
             win.flush()
             for version, dimension, shown in pending_gaps:
-                done = [(value, p.result) for value, p in shown if p.result is not None]
+                done = [(value, p) for value, p in shown if p.result is not None]
                 gaps.extend(_fairness(spec.name, version, w.label, dimension, done))
     return tuple(results), tuple(gaps)
+
+
+def _slice_parts(
+    spec: ModelSpec,
+    groups: Sequence[tuple[int, str, tuple[str, ...]]],
+    versions: dict[str, list[int]],
+) -> dict[str, list[tuple[SliceSpec, list[tuple[str, str, list[int]]]]]]:
+    """Per version, per configured slice: its parts in label order, each (first dimension
+    value, slice label, the groups it merges)."""
+    dims = spec.slice_dimensions
+    out: dict[str, list[tuple[SliceSpec, list[tuple[str, str, list[int]]]]]] = {}
+    for version, members in versions.items():
+        per_slice = []
+        for sl in spec.slices:
+            idx = [dims.index(d) for d in sl.dimensions]
+            merged: dict[tuple[str, ...], list[int]] = {}
+            for gid in members:
+                segment = groups[gid][2]
+                if not segment:
+                    continue  # the version's base group carries no segment
+                merged.setdefault(tuple(segment[i] for i in idx), []).append(gid)
+            keyed = [
+                (
+                    key[0],
+                    ",".join(f"{d}={v}" for d, v in zip(sl.dimensions, key, strict=True)),
+                    part,
+                )
+                for key, part in sorted(merged.items())
+            ]
+            per_slice.append((sl, keyed))
+        out[version] = per_slice
+    return out
+
+
+def _total(values: list[float], members: list[int]) -> float:
+    """Sum of ``values`` over ``members`` (usually one group)."""
+    return values[members[0]] if len(members) == 1 else sum(values[g] for g in members)
 
 
 class _Pending:
     """A window result whose binary catalog is computed with its model window's others
     (:meth:`BinaryLayout.metrics_many`); ``result`` is set by :meth:`_Window.flush`."""
 
-    __slots__ = ("members", "n_lab", "n_pred", "result", "slice_label", "version", "wide_rows")
+    __slots__ = (
+        "members",
+        "n_lab",
+        "n_pred",
+        "rates",
+        "result",
+        "slice_label",
+        "version",
+        "wide_rows",
+    )
 
     def __init__(
         self,
@@ -208,6 +245,7 @@ class _Pending:
         self.members, self.wide_rows = members, wide_rows
         self.n_pred, self.n_lab = n_pred, n_lab
         self.result: WindowResult | None = None
+        self.rates: tuple[float, float] = (math.nan, math.nan)  # ECE, ROC-AUC (fairness)
 
 
 class _Window:
@@ -238,6 +276,7 @@ class _Window:
         self.start_ms, self.end_ms = start_ms, end_ms
         self.sel, self.g = sel, g
         self.predicted, self.labeled, self.conf = predicted, labeled, conf
+        self.pred_l, self.lab_l = predicted.tolist(), labeled.tolist()
         self.confidence, self.out = confidence, out
         self.pending: list[_Pending] = []
 
@@ -245,8 +284,8 @@ class _Window:
         self, version: str, slice_label: str, members: list[int], wide_rows: np.ndarray
     ) -> _Pending | None:
         """Queue a binary result for :meth:`flush`, or append a multiclass/regression one."""
-        n_pred = int(self.predicted[members].sum())
-        n_lab = int(self.labeled[members].sum())
+        n_pred = int(_total(self.pred_l, members))
+        n_lab = int(_total(self.lab_l, members))
         if n_pred == 0 and n_lab == 0:
             return None
         pending = _Pending(version, slice_label, members, wide_rows, n_pred, n_lab)
@@ -267,7 +306,7 @@ class _Window:
             return
         confs = _member_sums(self.conf, [p.members for p in self.pending])
         catalog = self.catalog
-        binary = _cached_rows(
+        binary, binary_keys = _cached_rows(
             self.cache,
             confs.astype(np.float64),
             ("binary", catalog.binary.betas, self.confidence),
@@ -275,8 +314,10 @@ class _Window:
         )
         # slice "all" reads the version's fine histograms; a segment slice the sum of its
         # segments' coarser ones, whose score metrics are computed here in one batch
-        coarse: list[np.ndarray | None] = [None] * len(self.pending)
-        scored: list[SliceScores | None] = [None] * len(self.pending)
+        n = len(self.pending)
+        coarse: list[np.ndarray | None] = [None] * n
+        scored: list[SliceScores | None] = [None] * n
+        slice_keys: list[Any] = [None] * n
         layout = self.catalog.slice_layout
         if self.task_sums is not None and layout is not None:
             at = [i for i, p in enumerate(self.pending) if p.slice_label != "all"]
@@ -286,25 +327,37 @@ class _Window:
                 vecs = _member_sums(
                     self.task_sums, [local[self.pending[i].members].tolist() for i in at]
                 )
-                batch = _cached_rows(
+                batch, keys = _cached_rows(
                     self.cache,
                     vecs,
                     ("slice", layout.bins, layout.logit_range, self.confidence),
                     lambda rows: slice_score_metrics_many(layout, rows, self.confidence),
                 )
                 for j, i in enumerate(at):
-                    coarse[i], scored[i] = vecs[j], batch[j]
-        for k, (p, c, values) in enumerate(zip(self.pending, confs, binary, strict=True)):
-            metrics, reliability, economics = self.catalog.compute(
-                c, values, p.wide_rows, self.confidence, coarse[k], scored[k]
-            )
-            if p.slice_label == "all" and self.catalog.est is not None:
-                metrics += self.catalog.estimates(p.version, p.wide_rows, self.confidence)
+                    coarse[i], scored[i], slice_keys[i] = vecs[j], batch[j], keys[j]
+        cache = self.cache
+        for k, (p, c, values) in enumerate(zip(self.pending, confs.tolist(), binary, strict=True)):
+            # a segment slice's catalog is a pure function of its counts: reused whole
+            key = None
+            done = None
+            if cache is not None and p.slice_label != "all":
+                key = (catalog.token, binary_keys[k], slice_keys[k])
+                done = cache.get(key)
+            if done is None:
+                metrics, reliability, economics = catalog.compute(
+                    confs[k], values, p.wide_rows, self.confidence, coarse[k], scored[k]
+                )
+                if p.slice_label == "all" and catalog.est is not None:
+                    metrics += catalog.estimates(p.version, p.wide_rows, self.confidence)
+                done = (metrics, reliability, economics, _score_rates(metrics))
+                if key is not None:
+                    cache.put(key, done)  # type: ignore[union-attr]
+            p.rates = done[3]
             extra = {
-                "metrics": metrics,
+                "metrics": done[0],
                 "confusion": (int(c[0]), int(c[1]), int(c[2]), int(c[3])),
-                "reliability": reliability,
-                "economics": economics,
+                "reliability": done[1],
+                "economics": done[2],
             }
             self._finish(p, extra)
         self.pending = []
@@ -340,8 +393,19 @@ class _Window:
         }
 
 
+def _score_rates(metrics: Sequence[MetricValue]) -> tuple[float, float]:
+    """(ECE, ROC-AUC) among ``metrics``, NaN where not exported: the fairness gaps' inputs."""
+    ece = auc = math.nan
+    for mv in metrics:
+        if mv.name == "ece":
+            ece = mv.value
+        elif mv.name == "roc_auc":
+            auc = mv.value
+    return ece, auc
+
+
 def _fairness(
-    model: str, version: str, window: str, dimension: str, shown: list[tuple[str, WindowResult]]
+    model: str, version: str, window: str, dimension: str, shown: list[tuple[str, _Pending]]
 ) -> list[FairnessGap]:
     """Demographic parity (predicted-positive-rate gap), equal opportunity (recall gap) and
     equalized odds (max of the TPR and FPR gaps) across a dimension's exported values
@@ -349,12 +413,14 @@ def _fairness(
     scores should mean the same probability, Kleinberg, Mullainathan & Raghavan 2017) and
     the ROC-AUC gap (ranking quality per group), when those metrics are exported."""
     rates: dict[str, dict[str, float]] = {"ppr": {}, "tpr": {}, "fpr": {}, "ece": {}, "auc": {}}
-    for value, r in shown:
-        for mv in r.metrics:
-            key = {"ece": "ece", "roc_auc": "auc"}.get(mv.name)
-            if key is not None and math.isfinite(mv.value):
-                rates[key][value] = mv.value
-        tn, fp, fn, tp = r.confusion
+    for value, p in shown:
+        assert p.result is not None
+        ece, auc = p.rates
+        if math.isfinite(ece):
+            rates["ece"][value] = ece
+        if math.isfinite(auc):
+            rates["auc"][value] = auc
+        tn, fp, fn, tp = p.result.confusion
         n = tn + fp + fn + tp
         if n:
             rates["ppr"][value] = (tp + fp) / n
@@ -414,6 +480,7 @@ class _Catalog:
             spec.metrics, spec.fbeta, spec.quantiles, spec.gain_fractions, spec.ks
         )
         self.wanted = wanted
+        self.token = digest(repr(spec))  # what a cached catalog depends on besides counts
         self.needs_scores = bool(wanted & SCORE_METRICS) or spec.costs is not None
         self.credit = bool(wanted & {"ks_statistic", "gini", "gain"})
         self.task_layout: MulticlassLayout | RegressionLayout | RankingLayout | None = None
@@ -651,11 +718,12 @@ def _cached_rows(
     rows: np.ndarray,
     context: tuple[Any, ...],
     compute: Callable[[np.ndarray], list[Any]],
-) -> list[Any]:
+) -> tuple[list[Any], list[Any]]:
     """``compute(rows)``, reusing the result of every row whose bytes (and ``context``:
-    what else the result depends on) an earlier or this pass already computed."""
+    what else the result depends on) an earlier or this pass already computed; and each
+    row's cache key (None without a cache)."""
     if cache is None:
-        return compute(rows)
+        return compute(rows), [None] * rows.shape[0]
     if rows.shape[1] <= 8:  # a few counts: the bytes themselves are a cheaper key
         keys: list[Any] = [(row, context) for row in map(bytes, rows)]
     else:
@@ -671,7 +739,7 @@ def _cached_rows(
             cache.put(key, value)
             for i in at:
                 out[i] = value
-    return out
+    return out, keys
 
 
 def _member_sums(matrix: np.ndarray, members: Sequence[list[int]]) -> np.ndarray:
