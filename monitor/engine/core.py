@@ -1443,6 +1443,8 @@ class Engine:
         try:
             for _, plan in plans:  # the bulk copy, while ingestion goes on
                 plan.copy()
+            for _, store, sum_plan, _ in sums:  # running window sums advanced, unlocked
+                store.advance_sums(sum_plan)
             for m, store, sum_plan, _ in sums:  # window sums a chunk per lock hold
                 more, rounds = True, 0
                 while more and rounds < _MAX_SUM_CHUNKS:  # the writer may keep adding rows

@@ -194,3 +194,51 @@ def test_roll_up_and_retention_move_only_the_rows_they_remove() -> None:
     # writes after the removal land in the right rows
     rows = store.rows_for(np.array([2]), np.array([399 * WIDTH]))
     assert store._keys(rows).tolist() == [(2 << 38) | 399]
+
+
+def test_running_window_sums_equal_fresh_sums_pass_after_pass() -> None:
+    """Running window sums: each pass starts from the last one's sums; rows written
+    between passes, during a pass (before and after it advanced), new rows, new groups
+    and windows that slide all end up as a fresh sum of the final rows, while a pass
+    reads only what changed (no chunk of the whole store)."""
+    rng = np.random.default_rng(8)
+    store = _store()
+    for _ in range(10):
+        _write(store, rng, 30, 60)
+    n_groups = 30
+    incremental = 0
+    for step in range(12):
+        lo = step * 3  # the windows slide; one stays put, one is empty
+        bounds = [(lo, lo + 40), (lo + 30, lo + 45), (0, 80), (500, 600)]
+        plan = store.begin_sums("scores", bounds, np.arange(n_groups), n_groups)
+        incremental += plan.base is not None
+        _write(store, rng, n_groups, 70)  # before the pass advanced
+        store.advance_sums(plan)
+        n_groups += 2  # new groups meanwhile
+        _write(store, rng, n_groups, 75 + step)  # after it advanced
+        assert not store.sum_chunk(plan, np.arange(n_groups), n_groups) or plan.base is None
+        while store.sum_chunk(plan, np.arange(n_groups), n_groups):
+            pass
+        got = store.finish_sums(plan, np.arange(n_groups), n_groups)
+        for a, b in zip(got, _fresh_sums(store, bounds, n_groups), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9)
+        _write(store, rng, n_groups, 80)  # between passes
+    assert incremental == 11  # every pass after the first was incremental
+
+
+def test_running_window_sums_start_afresh_after_rows_move() -> None:
+    rng = np.random.default_rng(9)
+    store = _store()
+    for _ in range(10):
+        _write(store, rng, 5, 200)
+    bounds = [(0, 199)]
+    plan = store.begin_sums("scores", bounds, np.arange(5), 5)
+    store.finish_sums(plan, np.arange(5), 5)
+    assert store.roll_up(store.tiers.advanced(200 * WIDTH, 2 * 3_600_000, 8 * 86_400_000)) > 0
+    _write(store, rng, 5, 200)
+    plan = store.begin_sums("scores", bounds, np.arange(5), 5)
+    assert plan.base is None  # the rows moved: summed afresh
+    while store.sum_chunk(plan, np.arange(5), 5):
+        pass
+    got = store.finish_sums(plan, np.arange(5), 5)
+    np.testing.assert_allclose(got[0], _fresh_sums(store, bounds, 5)[0], rtol=1e-12)
