@@ -193,6 +193,7 @@ class BucketStore:
         self._open_copies = 0
         self._sum_plans: list[SumPlan] = []
         self._running: dict[str, RunningSums] = {}  # matrix -> the last pass's window sums
+        self._rolled_to: Tiers | None = None  # the tiers every row is rolled up to
 
     def __len__(self) -> int:
         return self._n
@@ -281,9 +282,12 @@ class BucketStore:
         Incremental: only the rows that change tier are touched — each is added into the
         existing coarse row of its (group, hour/day), or becomes that row — so the hourly
         roll-up costs the rows that move plus one in-place compaction, not a copy."""
+        if tiers == self._rolled_to:  # rows are made in their tier: nothing new to move
+            return 0
         self.tiers = tiers
         n = self._n
         if not tiers.per_hour or n == 0:
+            self._rolled_to = tiers
             return 0
         bucket, tier = self.bucket, self.tier
         moving = ((tier == 0) & (bucket < tiers.hour_from)) | (
@@ -291,6 +295,7 @@ class BucketStore:
         )
         src = np.flatnonzero(moving)
         if src.shape[0] == 0:
+            self._rolled_to = tiers
             return 0
         keys = (self.group[src].astype(np.int64) << _GROUP_SHIFT) | self._tiered(bucket[src])
         uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
@@ -325,6 +330,7 @@ class BucketStore:
         gone = src[add]
         if gone.shape[0]:
             self._remove_rows(gone)
+        self._rolled_to = tiers
         return int(gone.shape[0])
 
     def _keys(self, rows: np.ndarray) -> np.ndarray:
@@ -418,11 +424,15 @@ class BucketStore:
 
     def drop_before(self, bucket_idx: int) -> int:
         """Forget rows that end before ``bucket_idx`` (retention); returns rows dropped."""
-        keep = self.bucket + self.span() > bucket_idx
-        dropped = int(self._n - np.count_nonzero(keep))
-        if dropped:
-            self._remove_rows(np.flatnonzero(~keep))
-        return dropped
+        older = np.flatnonzero(self.bucket < bucket_idx)  # only these can end before it
+        if older.shape[0] == 0:
+            return 0
+        t = self.tiers
+        span = np.array([1, t.per_hour or 1, t.per_day or 1], np.int64)[self.tier[older]]
+        gone = older[self.bucket[older] + span <= bucket_idx]
+        if gone.shape[0]:
+            self._remove_rows(gone)
+        return int(gone.shape[0])
 
     def state(self) -> dict[str, np.ndarray]:
         return {k: v.copy() for k, v in self.view().items()}
@@ -655,6 +665,7 @@ class BucketStore:
             cols[name] = arr
         self._cap = max(_MIN_ROWS, n)
         self._n = n
+        self._rolled_to = None  # restored rows may predate the tiers
         self._dirty = np.zeros(self._cap, bool)
         self.generation += 1
         self._cols = {}
