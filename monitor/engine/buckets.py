@@ -32,10 +32,11 @@ _FIXED = {"group": ((), np.int32), "bucket": ((), np.int64), "tier": ((), np.int
 class CopyPlan:
     """A copy of a store's rows in progress (:meth:`BucketStore.begin_copy`)."""
 
-    __slots__ = ("copied", "generation", "n", "patched", "source")
+    __slots__ = ("copied", "generation", "n", "patched", "skip", "source")
 
     def __init__(self, n: int, generation: int, source: dict[str, np.ndarray]) -> None:
         self.n, self.generation, self.source = n, generation, source
+        self.skip = frozenset[str]()  # columns the store has and the copy leaves out
         self.copied: dict[str, np.ndarray] | None = None
         self.patched = 0
 
@@ -437,7 +438,7 @@ class BucketStore:
     def state(self) -> dict[str, np.ndarray]:
         return {k: v.copy() for k, v in self.view().items()}
 
-    def begin_copy(self) -> CopyPlan:
+    def begin_copy(self, skip: tuple[str, ...] = ()) -> CopyPlan:
         """Start a copy of the rows in use that the caller makes *without* holding the
         writer's lock (:meth:`CopyPlan.copy`), then completes under it
         (:meth:`finish_copy`). Call under the lock.
@@ -446,11 +447,15 @@ class BucketStore:
         stalled ingestion for the whole copy. The writer keeps writing meanwhile; every
         row it touches is marked (:meth:`rows_for`), and :meth:`finish_copy` re-copies
         just those rows and the new ones — the read-copy-update pattern with a dirty map
-        instead of versions (McKenney & Slingwine 1998)."""
+        instead of versions (McKenney & Slingwine 1998). ``skip``: columns left out (read
+        as window sums instead)."""
         if self._open_copies == 0:  # another copy in progress needs its marks kept
             self._dirty[:] = False
         self._open_copies += 1
-        return CopyPlan(self._n, self.generation, self.view())
+        view = {k: v for k, v in self.view().items() if k not in skip}
+        plan = CopyPlan(self._n, self.generation, view)
+        plan.skip = frozenset(skip)
+        return plan
 
     def finish_copy(self, plan: CopyPlan) -> dict[str, np.ndarray]:
         """The copy as of now (call under the lock): rows written since
@@ -458,14 +463,15 @@ class BucketStore:
         were dropped meanwhile (roll-up, retention, restore: none run in the writer's
         normal path). Every plan must be finished (or :meth:`abandon_copy`-ed)."""
         self._open_copies = max(0, self._open_copies - 1)
+        live_cols = {k: v for k, v in self.view().items() if k not in plan.skip}
         if plan.copied is None or plan.generation != self.generation:
-            return self.state()
+            return {k: v.copy() for k, v in live_cols.items()}
         n0 = plan.n
         rows = np.flatnonzero(self._dirty[:n0])
         out: dict[str, np.ndarray] = {}
-        for name, live in self.view().items():
+        for name, live in live_cols.items():
             if name not in plan.copied:  # a matrix registered meanwhile (generation moved)
-                return self.state()
+                return {k: v.copy() for k, v in live_cols.items()}
             copied = plan.copied[name]
             if rows.shape[0]:
                 copied[rows] = live[rows]

@@ -34,7 +34,7 @@ from .models import SCORE_METRICS, ModelSpec, SliceSpec, exported_metric_names
 from .result_cache import ResultCache, digest
 from .slice_scores import SliceScores, slice_score_metrics_many
 from .snapshot import Economics, FairnessGap, OpsState, WindowResult
-from .view import StoreView
+from .view import StoreView, base_group_index
 
 if TYPE_CHECKING:
     from .core import Engine
@@ -106,11 +106,13 @@ def _evaluate(
             plugin_errors,
             wide.get("m.est"),
             wide.get("m.mc_cm"),
+            cache,
         )
         empty = np.empty(0, np.int64)
         w_group, w_bucket = wide.get("group", empty), wide.get("bucket", empty)
+        w_index = base_group_index(groups, m)[0] if view.wide_sums else None
         if catalog.est is not None:
-            catalog.measure_calibration(view, now_ms, w_group, w_bucket, base, m)
+            catalog.measure_calibration(view, now_ms, w_group, w_bucket, base, m, w_index)
         if catalog.mc_est is not None:
             catalog.measure_top_label_calibration(view, now_ms, m)
         tasks = view.sliced.get(m, _EMPTY)
@@ -131,6 +133,7 @@ def _evaluate(
             conf = np.zeros((n_groups, 4), np.int64)
             np.add.at(conf, g, buckets["confusion"][sel])
             wide_sel = np.flatnonzero((w_bucket >= lo) & (w_bucket <= hi))
+            fine = view.wide_sums.get((m, lo, hi))  # per-version fine score sums, if summed
             # the model's task statistics per group (a row per group of the model)
             task_sums = view.window_sums.get((m, lo, hi))
             if task_sums is None and task_matrix is not None:
@@ -162,7 +165,9 @@ def _evaluate(
             pending_gaps: list[tuple[str, str, list[tuple[str, _Pending]]]] = []
             for version, members in versions.items():
                 base_gid = base.get((m, version), -1)
-                emit(version, "all", members, wide_sel[w_group[wide_sel] == base_gid])
+                r = emit(version, "all", members, wide_sel[w_group[wide_sel] == base_gid])
+                if r is not None and fine is not None and w_index is not None and base_gid >= 0:
+                    r.fine = fine[w_index[base_gid]]
                 for sl, keyed in parts[version]:
                     shown: list[tuple[str, _Pending]] = []
                     for first, label, part in keyed:
@@ -222,6 +227,7 @@ class _Pending:
     (:meth:`BinaryLayout.metrics_many`); ``result`` is set by :meth:`_Window.flush`."""
 
     __slots__ = (
+        "fine",
         "members",
         "n_lab",
         "n_pred",
@@ -246,6 +252,7 @@ class _Pending:
         self.n_pred, self.n_lab = n_pred, n_lab
         self.result: WindowResult | None = None
         self.rates: tuple[float, float] = (math.nan, math.nan)  # ECE, ROC-AUC (fairness)
+        self.fine: np.ndarray | None = None  # slice "all": the version's fine score sums
 
 
 class _Window:
@@ -345,7 +352,7 @@ class _Window:
                 done = cache.get(key)
             if done is None:
                 metrics, reliability, economics = catalog.compute(
-                    confs[k], values, p.wide_rows, self.confidence, coarse[k], scored[k]
+                    confs[k], values, p.wide_rows, self.confidence, coarse[k], scored[k], p.fine
                 )
                 if p.slice_label == "all" and catalog.est is not None:
                     metrics += catalog.estimates(p.version, p.wide_rows, self.confidence)
@@ -462,8 +469,10 @@ class _Catalog:
         plugin_errors: Counter[str] | None = None,
         est: np.ndarray | None = None,
         mc_cm: np.ndarray | None = None,
+        cache: ResultCache | None = None,
     ) -> None:
         self.spec = spec
+        self.cache = cache
         self.plugins = plugins
         self.plugin_errors = plugin_errors if plugin_errors is not None else Counter()
         self.binary = BinaryLayout(betas=spec.fbeta)
@@ -501,23 +510,29 @@ class _Catalog:
         w_bucket: np.ndarray,
         base: dict[tuple[int, str], int],
         m: int,
+        w_index: np.ndarray | None = None,
     ) -> None:
         """Debiased ECE of each version's labelled rows over the model's longest window:
         the calibration CBPE's estimates rest on (older labels vouch for newer windows)."""
         self.ece = {}
-        if self.scores is None:
-            return
         longest = max(self.spec.windows, key=lambda w: w.size_ms + w.delay_ms)
         lo, hi = view.tiers.window(now_ms, longest.size_ms, longest.delay_ms)
+        sums = view.wide_sums.get((m, lo, hi))
+        if self.scores is None and (sums is None or w_index is None):
+            return
         sel = np.flatnonzero((w_bucket >= lo) & (w_bucket <= hi))
         layout = self.score_layout
         for (model, version), gid in base.items():
             if model != m:
                 continue
-            rows = sel[w_group[sel] == gid]
-            if rows.shape[0] == 0:
-                continue
-            count, sp, sy = layout.calibration(_sum_rows(self.scores, rows))
+            if sums is not None and w_index is not None:
+                vec = sums[w_index[gid]]
+            else:
+                rows = sel[w_group[sel] == gid]
+                if rows.shape[0] == 0 or self.scores is None:
+                    continue
+                vec = _sum_rows(self.scores, rows)
+            count, sp, sy = layout.calibration(vec)
             if count.sum() > 0:
                 self.ece[version] = ece_debiased_from_bins(count, sp, sy).value
 
@@ -638,6 +653,7 @@ class _Catalog:
         confidence: float,
         coarse: np.ndarray | None = None,
         scored: SliceScores | None = None,
+        fine: np.ndarray | None = None,
     ) -> tuple[tuple[MetricValue, ...], tuple[ReliabilityBin, ...], Economics | None]:
         """The binary catalog ``binary`` of merged confusion counts ``conf`` (computed in a
         batch by the caller), plus the score-based metrics from the fine histogram rows
@@ -650,6 +666,8 @@ class _Catalog:
         layout = self.score_layout
         if coarse is not None and self.slice_layout is not None:
             vec, layout = coarse, self.slice_layout
+        elif self.needs_scores and fine is not None:
+            vec = fine
         elif self.needs_scores and self.scores is not None and rows.shape[0]:
             vec = _sum_rows(self.scores, rows)
         if vec is not None and vec[layout.width - 5] <= 0:  # no scored rows (decisions only)
@@ -662,8 +680,8 @@ class _Catalog:
                 values += scored[0]
                 reliability = scored[1]
             else:
-                values += layout.metrics(vec, confidence)
-                reliability = tuple(layout.reliability(vec, confidence))
+                fine_values, reliability = self._fine_scores(vec, layout, confidence)
+                values += fine_values
             if self.credit:  # opt-in (config OPT_IN_METRICS)
                 auc = next(mv for mv in values if mv.name == "roc_auc")
                 values += [layout.ks_statistic(vec), gini_from_auc(auc)]
@@ -674,6 +692,19 @@ class _Catalog:
         if self.spec.costs is not None:
             economics = self._economics(conf, vec, layout, confidence)
         return metrics, reliability, economics
+
+    def _fine_scores(
+        self, vec: np.ndarray, layout: ScoreLayout, confidence: float
+    ) -> tuple[list[MetricValue], tuple[ReliabilityBin, ...]]:
+        """A version's score metrics and reliability diagram from its fine histogram,
+        reused while the histogram is unchanged (keyed by its digest)."""
+        key = digest(vec, ("fine", layout.bins, confidence))
+        done = self.cache.get(key) if self.cache is not None else None
+        if done is None:
+            done = (layout.metrics(vec, confidence), tuple(layout.reliability(vec, confidence)))
+            if self.cache is not None:
+                self.cache.put(key, done)
+        return done  # type: ignore[no-any-return]
 
     def _plugin_metrics(self, rows: np.ndarray, confidence: float) -> list[MetricValue]:
         out: list[MetricValue] = []

@@ -242,3 +242,56 @@ def test_running_window_sums_start_afresh_after_rows_move() -> None:
         pass
     got = store.finish_sums(plan, np.arange(5), 5)
     np.testing.assert_allclose(got[0], _fresh_sums(store, bounds, 5)[0], rtol=1e-12)
+
+
+def test_locked_snapshot_reads_fine_scores_as_window_sums_and_equals_unlocked() -> None:
+    """Under a lock the fine score histograms are window sums (never copied): slice
+    "all" score metrics, CBPE estimates (the calibration they rest on) and reliability
+    equal the row-summing path, pass after pass (running sums), with writes between."""
+    import threading
+
+    from monitor.config import settings_from_mapping
+    from monitor.engine.records import LabelBatch, PredictionBatch, hash_ids
+    from monitor.wiring import build_engine
+
+    settings = settings_from_mapping(
+        {"models": [{"name": "m", "windows": [{"size": "1h"}, {"size": "1d"}],
+                     "estimation": {"max_ece": 0.2},
+                     "slices": [{"dimensions": ["seg"], "top_k": 4, "min_samples": 1}]}]},
+        "<test>",
+    )  # fmt: skip
+    engine = build_engine(settings)
+    rng = np.random.default_rng(12)
+    now = 1_700_000_000_000
+    lock = threading.RLock()
+    for step in range(3):
+        n = 2_000
+        ts = np.sort(rng.integers(now - 20 * 3_600_000, now, n)).astype(np.int64)
+        y = (rng.random(n) < 0.3).astype(np.int8)
+        score = 1 / (1 + np.exp(-(2.0 * (y - 0.5) + rng.normal(size=n))))
+        keys = hash_ids([f"{step}-{i}" for i in range(n)])
+        engine.apply_predictions(
+            PredictionBatch(keys, ts, np.zeros(n, np.int16), [f"v{i % 2}" for i in range(n)],
+                            score, (score >= 0.5).astype(np.int8),
+                            segments=[{"seg": f"s{i % 4}"} for i in range(n)])
+        )  # fmt: skip
+        labeled = np.flatnonzero(rng.random(n) < 0.7)
+        engine.apply_labels(
+            LabelBatch(keys[labeled], ts[labeled] + 1, [str(v) for v in y[labeled]])
+        )
+        locked = engine.snapshot(now, lock=lock, retain=False)
+        free = engine.snapshot(now, retain=False)
+        assert len(locked.results) == len(free.results) > 0
+        names = set()
+        for a, b in zip(locked.results, free.results, strict=True):
+            assert (a.slice, a.window, a.version) == (b.slice, b.window, b.version)
+            assert [m.name for m in a.metrics] == [m.name for m in b.metrics]
+            names.update(m.name for m in a.metrics if a.slice == "all")
+            for x, z in zip(a.metrics, b.metrics, strict=True):
+                np.testing.assert_allclose(
+                    [x.value, x.lower, x.upper], [z.value, z.lower, z.upper], rtol=1e-9, atol=1e-12
+                )
+            assert [(r.count, r.upper) for r in a.reliability] == [
+                (r.count, r.upper) for r in b.reliability
+            ]
+        assert {"roc_auc", "ece", "estimated_accuracy"} <= names
