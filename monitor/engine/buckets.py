@@ -12,6 +12,7 @@ that share the row index and every merge, retention and checkpoint rule.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 
 import numpy as np
@@ -562,30 +563,37 @@ class BucketStore:
         plan.sums = sums
 
     def sum_chunk(self, plan: SumPlan, index: np.ndarray, size: int) -> bool:
-        """Sum the plan's next chunk of rows — rows the writer added meanwhile included,
-        so the lock-held finish only has the last few; False when every row is summed
-        (or rows moved meanwhile: :meth:`finish_sums` then sums afresh). ``index`` and
-        ``size``: the plan's group index now (groups added meanwhile appended)."""
-        if plan.base is not None:  # incremental: no chunks (advanced here if not yet)
-            self.advance_sums(plan)
-            if plan.sums is not None and size > plan.size:
-                plan.sums = [np.pad(x, ((0, size - plan.size), (0, 0))) for x in plan.sums]
-            plan.index, plan.size = index, size
-            return False
-        if plan.generation != self.generation or plan.done >= self._n:
+        """One lock hold's share of the plan: fold up to a chunk of rows changed since
+        their value was summed (the sums take their value now; the row leaves the undo
+        log, so its next write keeps this value), then sum the next chunk of rows not
+        yet summed — rows the writer added meanwhile included, so the lock-held finish
+        only has the last few. False when every row is summed (or rows moved meanwhile:
+        :meth:`finish_sums` then sums afresh). ``index`` and ``size``: the plan's group
+        index now (groups added meanwhile appended)."""
+        if plan.base is not None and plan.sums is None:
+            self.advance_sums(plan)  # incremental (normally advanced outside the lock)
+        if plan.generation != self.generation or (plan.base is not None and plan.sums is None):
             return False
         if plan.sums is not None and size > plan.size:
             plan.sums = [np.pad(x, ((0, size - plan.size), (0, 0))) for x in plan.sums]
         plan.index, plan.size = index, size
         col = self._cols[plan.matrix]
         step = max(1, _SUM_CHUNK_BYTES // max(1, col.itemsize * col.shape[1]))
-        lo, hi = plan.done, min(self._n, plan.done + step)
         if plan.sums is None:
             plan.sums = [np.zeros((plan.size, col.shape[1])) for _ in plan.bounds]
-        group, bucket = self.group[lo:hi], self.bucket[lo:hi]
-        for sums, b in zip(plan.sums, plan.bounds, strict=True):
-            window_group_sums(group, bucket, col[lo:hi], b, plan.index, plan.size, sums)
-        plan.done = hi
+        if plan.undo:
+            rows = np.fromiter(itertools.islice(plan.undo, step), np.int64)
+            old = np.stack([plan.undo.pop(r) for r in rows.tolist()])
+            delta = col[rows] - old
+            b, at = self._cols["bucket"][rows], plan.index[self._cols["group"][rows]]
+            for x, (lo, hi) in zip(plan.sums, plan.bounds, strict=True):
+                _scatter(x, at, delta, (b >= lo) & (b <= hi))
+        if plan.done < self._n:
+            lo, hi = plan.done, min(self._n, plan.done + step)
+            group, bucket = self.group[lo:hi], self.bucket[lo:hi]
+            for sums, b in zip(plan.sums, plan.bounds, strict=True):
+                window_group_sums(group, bucket, col[lo:hi], b, plan.index, plan.size, sums)
+            plan.done = hi
         return plan.done < self._n
 
     def finish_sums(self, plan: SumPlan, index: np.ndarray, size: int) -> list[np.ndarray]:

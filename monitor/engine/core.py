@@ -284,6 +284,7 @@ class Engine:
         # seconds the last snapshot held the caller's lock, per section: retention, the
         # longest window-sum chunk, finishing the copy, the comparison looks
         self.lock_holds_s: tuple[float, ...] = ()
+        self._base_index: dict[int, tuple[int, np.ndarray, int]] = {}  # _sum_index's, cached
         self._min_pred_ts = _NO_TS
         self._min_orphan_ts = _NO_TS
 
@@ -380,7 +381,10 @@ class Engine:
         """The rows of a store's window sums: a wide store's per version of model m,
         a sliced store's per group of it."""
         if store is self.wide.get(m):
-            return base_group_index(self.groups, m)
+            known = self._base_index.get(m)
+            if known is None or known[0] != len(self.groups):  # appended only (load clears)
+                known = self._base_index[m] = (len(self.groups), *base_group_index(self.groups, m))
+            return known[1], known[2]
         return self._model_index_of_groups(m)
 
     def _wide_summed(self, m: int) -> tuple[str, ...]:
@@ -1604,6 +1608,7 @@ class Engine:
                 f"{self.buckets.width_ms / 1000:g}s; restore with the old width or start fresh"
             )
         self.groups, self._group_index, self._version_groups = [], {}, {}
+        self._base_index = {}
         for name, v, *seg in meta["groups"]:
             self._add_group((self._model_index.get(name, -1), v, tuple(seg[0] if seg else ())))
         self._group_model = np.empty(0, np.int16)
