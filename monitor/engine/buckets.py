@@ -165,7 +165,7 @@ _RUNNING_PASSES = 60  # incremental passes before the sums are taken afresh
 _SUM_CHUNK_BYTES = 4 << 20  # rows summed per lock hold: ~4 MB of matrix, about a ms
 # a big store grows by a quarter, not double: at most 25 % of it allocated and unused
 # (still amortized O(1) per row)
-_GROW_SLOWER_FROM = 1 << 15
+_GROW_SLOWER_FROM = 1 << 12
 
 
 class BucketStore:
