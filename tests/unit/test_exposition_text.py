@@ -120,10 +120,11 @@ def test_fleet_page_has_per_slice_scores_and_reliability() -> None:
         assert (name, 'segment=s"3\\') in seen
 
 
-@pytest.mark.parametrize(
-    "value", [0.0, -0.0, 1.0, 0.1, 123456.7, 999999.9, 1e6, 2.5e7, 1e300, -3e9, 7, math.inf,
-              -math.inf, math.nan, 5e-324]  # fmt: skip
-)
+_VALUES = [0.0, -0.0, 1.0, 0.1, 123456.7, 999999.9, 1e6, 2.5e7, 1e300, -3e9, 7, math.inf,
+           -math.inf, math.nan, 5e-324]  # fmt: skip
+
+
+@pytest.mark.parametrize("value", _VALUES)
 def test_go_float_is_floattogostring(value: float) -> None:
     from prometheus_client.utils import floatToGoString
 
