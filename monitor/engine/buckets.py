@@ -567,7 +567,8 @@ class BucketStore:
         their value was summed (the sums take their value now; the row leaves the undo
         log, so its next write keeps this value), then sum the next chunk of rows not
         yet summed — rows the writer added meanwhile included, so the lock-held finish
-        only has the last few. False when every row is summed (or rows moved meanwhile:
+        only has the last few. False when every row is summed and at most a chunk of
+        changed rows is left to the finish (or rows moved meanwhile:
         :meth:`finish_sums` then sums afresh). ``index`` and ``size``: the plan's group
         index now (groups added meanwhile appended)."""
         if plan.base is not None and plan.sums is None:
@@ -594,7 +595,9 @@ class BucketStore:
             for sums, b in zip(plan.sums, plan.bounds, strict=True):
                 window_group_sums(group, bucket, col[lo:hi], b, plan.index, plan.size, sums)
             plan.done = hi
-        return plan.done < self._n
+        # more to do while rows are unsummed or more than a chunk's worth changed: the
+        # writer may keep rewriting summed rows, and the finishing hold takes the rest
+        return plan.done < self._n or len(plan.undo) > step
 
     def finish_sums(self, plan: SumPlan, index: np.ndarray, size: int) -> list[np.ndarray]:
         """The plan's window sums as of now (call under the lock), group g in row

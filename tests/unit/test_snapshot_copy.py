@@ -132,8 +132,9 @@ def test_window_sums_by_chunks_equal_sums_of_the_final_rows(monkeypatch) -> None
     chunks = 0
     while store.sum_chunk(plan, np.arange(40), 40):
         chunks += 1
-        _write(store, rng, 40, 70)  # old rows (summed or not), new rows, new groups
-    assert chunks > 3 and plan.undo
+        if chunks <= 12:  # a writer that stops: the chunks then catch up
+            _write(store, rng, 40, 70)  # old rows (summed or not), new rows, new groups
+    assert chunks > 3
     got = store.finish_sums(plan, np.arange(40), 40)
     for a, b in zip(got, _fresh_sums(store, bounds, 40), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
