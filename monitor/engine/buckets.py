@@ -12,6 +12,7 @@ that share the row index and every merge, retention and checkpoint rule.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 
 import numpy as np
@@ -19,7 +20,7 @@ from scipy.sparse import csr_matrix
 
 from .windows import Tiers
 
-__all__ = ["BucketStore", "CopyPlan", "SumPlan", "window_group_sums"]
+__all__ = ["BucketStore", "CopyPlan", "RunningSums", "SumPlan", "window_group_sums"]
 
 _BUCKET_BITS = 36  # bucket index < 2**36 (over 2000 years of 1 s buckets)
 _GROUP_SHIFT = np.int64(_BUCKET_BITS + 2)  # then 2 bits of tier (0 base, 1 hour, 2 day)
@@ -32,10 +33,11 @@ _FIXED = {"group": ((), np.int32), "bucket": ((), np.int64), "tier": ((), np.int
 class CopyPlan:
     """A copy of a store's rows in progress (:meth:`BucketStore.begin_copy`)."""
 
-    __slots__ = ("copied", "generation", "n", "patched", "source")
+    __slots__ = ("copied", "generation", "n", "patched", "skip", "source")
 
     def __init__(self, n: int, generation: int, source: dict[str, np.ndarray]) -> None:
         self.n, self.generation, self.source = n, generation, source
+        self.skip = frozenset[str]()  # columns the store has and the copy leaves out
         self.copied: dict[str, np.ndarray] | None = None
         self.patched = 0
 
@@ -78,6 +80,23 @@ def window_group_sums(
     return out
 
 
+def _save_old(undo: dict[int, np.ndarray], col: np.ndarray, rows: np.ndarray) -> None:
+    """Keep the current value of each of ``rows`` not kept yet (before it is written)."""
+    for r in rows.tolist():
+        if r not in undo:
+            undo[r] = col[r].copy()
+
+
+def _scatter(x: np.ndarray, at: np.ndarray, vals: np.ndarray, weight: np.ndarray) -> None:
+    """``x[at[i]] += weight[i] * vals[i]`` (weights 0/±1 or bool), as one sparse product."""
+    w = np.asarray(weight, np.float64)
+    keep = np.flatnonzero(w)
+    if keep.shape[0] == 0:
+        return
+    selector = csr_matrix((w[keep], (at[keep], keep)), shape=(x.shape[0], vals.shape[0]))
+    x += selector @ vals
+
+
 class SumPlan:
     """Window sums of one matrix of a store, computed a chunk of rows at a time with the
     writer's lock held only per chunk (:meth:`BucketStore.begin_sums`).
@@ -88,7 +107,10 @@ class SumPlan:
     corrected at the end from an undo copy taken before the write (write-ahead of the old
     value, as in a database's undo log); rows added meanwhile are added then."""
 
-    __slots__ = ("bounds", "done", "generation", "index", "matrix", "n", "size", "sums", "undo")
+    __slots__ = (
+        "base", "bounds", "done", "generation", "index", "matrix", "n", "prior", "size", "sums",
+        "undo",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -105,9 +127,45 @@ class SumPlan:
         self.done = 0  # rows [0, done) summed
         self.sums: list[np.ndarray] | None = None
         self.undo: dict[int, np.ndarray] = {}
+        # incremental: the last pass's sums, and the old values of rows changed since then
+        self.base: RunningSums | None = None
+        self.prior: dict[int, np.ndarray] = {}
 
 
-_SUM_CHUNK_BYTES = 16 << 20  # rows summed per lock hold: ~16 MB of matrix, a few ms
+class RunningSums:
+    """The window sums the last pass finished with, kept for the next one (running
+    window sums): the next pass starts from them, swaps the rows changed since for their
+    new values (old values kept by the writer, as :class:`SumPlan`'s undo), adds the rows
+    that entered a window and subtracts the rows that left it — so a steady tick reads
+    the rows that changed or moved, not the whole store.
+
+    Valid while no row moves or drops (the store's ``generation``): roll-up and
+    retention start afresh; so does every :data:`_RUNNING_PASSES` passes, which bounds
+    the rounding a long chain of float additions and subtractions could gather."""
+
+    __slots__ = ("bounds", "generation", "index", "n", "passes", "sums", "undo")
+
+    def __init__(
+        self,
+        sums: list[np.ndarray],
+        bounds: list[tuple[int, int]],
+        n: int,
+        index: np.ndarray,
+        generation: int,
+        passes: int,
+    ) -> None:
+        self.sums, self.bounds, self.n, self.index = sums, bounds, n, index
+        self.generation, self.passes = generation, passes
+        self.undo: dict[int, np.ndarray] = {}  # row -> value when the sums were taken
+
+
+_RUNNING_PASSES = 60  # incremental passes before the sums are taken afresh
+
+
+_SUM_CHUNK_BYTES = 4 << 20  # rows summed per lock hold: ~4 MB of matrix, about a ms
+# a big store grows by a quarter, not double: at most 25 % of it allocated and unused
+# (still amortized O(1) per row)
+_GROW_SLOWER_FROM = 1 << 12
 
 
 class BucketStore:
@@ -128,7 +186,7 @@ class BucketStore:
         self._index: dict[int, int] = {}
         self.tiers = Tiers.for_width(self.width_ms)  # moved forward by the engine (roll_up)
         self._n = 0
-        self._cap = _MIN_ROWS  # grows by doubling: an idle store stays small
+        self._cap = _MIN_ROWS  # grows by doubling, then by a quarter: an idle store stays small
         self._cols = {k: np.zeros((self._cap, *sh), dt) for k, (sh, dt) in self._shapes.items()}
         # copy-out bookkeeping (:meth:`begin_copy`): rows written since the copy began, and
         # a counter of changes that move or drop rows (the copy then starts over)
@@ -136,6 +194,8 @@ class BucketStore:
         self.generation = 0
         self._open_copies = 0
         self._sum_plans: list[SumPlan] = []
+        self._running: dict[str, RunningSums] = {}  # matrix -> the last pass's window sums
+        self._rolled_to: Tiers | None = None  # the tiers every row is rolled up to
 
     def __len__(self) -> int:
         return self._n
@@ -180,6 +240,11 @@ class BucketStore:
         self._dirty[urows] = True  # every write to a row comes through here first
         for plan in self._sum_plans:  # keep the old value of rows already summed
             self._save_undo(plan, urows)
+        for name, run in list(self._running.items()):  # and of rows in the running sums
+            if run.generation != self.generation:
+                del self._running[name]  # rows moved: the next pass sums afresh
+            else:
+                _save_old(run.undo, self._cols[name], urows[urows < run.n])
         return urows[inverse.reshape(-1)]
 
     def _tiered(self, bidx: np.ndarray) -> np.ndarray:
@@ -193,7 +258,8 @@ class BucketStore:
 
     def _new_row(self, key: int) -> int:
         if self._n == self._cap:
-            self._grow(self._cap * 2)
+            cap = self._cap
+            self._grow(cap * 2 if cap < _GROW_SLOWER_FROM else cap + cap // 4)
         row = self._n
         self._n += 1
         self._index[key] = row
@@ -218,9 +284,12 @@ class BucketStore:
         Incremental: only the rows that change tier are touched — each is added into the
         existing coarse row of its (group, hour/day), or becomes that row — so the hourly
         roll-up costs the rows that move plus one in-place compaction, not a copy."""
+        if tiers == self._rolled_to:  # rows are made in their tier: nothing new to move
+            return 0
         self.tiers = tiers
         n = self._n
         if not tiers.per_hour or n == 0:
+            self._rolled_to = tiers
             return 0
         bucket, tier = self.bucket, self.tier
         moving = ((tier == 0) & (bucket < tiers.hour_from)) | (
@@ -228,6 +297,7 @@ class BucketStore:
         )
         src = np.flatnonzero(moving)
         if src.shape[0] == 0:
+            self._rolled_to = tiers
             return 0
         keys = (self.group[src].astype(np.int64) << _GROUP_SHIFT) | self._tiered(bucket[src])
         uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
@@ -262,6 +332,7 @@ class BucketStore:
         gone = src[add]
         if gone.shape[0]:
             self._remove_rows(gone)
+        self._rolled_to = tiers
         return int(gone.shape[0])
 
     def _keys(self, rows: np.ndarray) -> np.ndarray:
@@ -355,16 +426,20 @@ class BucketStore:
 
     def drop_before(self, bucket_idx: int) -> int:
         """Forget rows that end before ``bucket_idx`` (retention); returns rows dropped."""
-        keep = self.bucket + self.span() > bucket_idx
-        dropped = int(self._n - np.count_nonzero(keep))
-        if dropped:
-            self._remove_rows(np.flatnonzero(~keep))
-        return dropped
+        older = np.flatnonzero(self.bucket < bucket_idx)  # only these can end before it
+        if older.shape[0] == 0:
+            return 0
+        t = self.tiers
+        span = np.array([1, t.per_hour or 1, t.per_day or 1], np.int64)[self.tier[older]]
+        gone = older[self.bucket[older] + span <= bucket_idx]
+        if gone.shape[0]:
+            self._remove_rows(gone)
+        return int(gone.shape[0])
 
     def state(self) -> dict[str, np.ndarray]:
         return {k: v.copy() for k, v in self.view().items()}
 
-    def begin_copy(self) -> CopyPlan:
+    def begin_copy(self, skip: tuple[str, ...] = ()) -> CopyPlan:
         """Start a copy of the rows in use that the caller makes *without* holding the
         writer's lock (:meth:`CopyPlan.copy`), then completes under it
         (:meth:`finish_copy`). Call under the lock.
@@ -373,11 +448,15 @@ class BucketStore:
         stalled ingestion for the whole copy. The writer keeps writing meanwhile; every
         row it touches is marked (:meth:`rows_for`), and :meth:`finish_copy` re-copies
         just those rows and the new ones — the read-copy-update pattern with a dirty map
-        instead of versions (McKenney & Slingwine 1998)."""
+        instead of versions (McKenney & Slingwine 1998). ``skip``: columns left out (read
+        as window sums instead)."""
         if self._open_copies == 0:  # another copy in progress needs its marks kept
             self._dirty[:] = False
         self._open_copies += 1
-        return CopyPlan(self._n, self.generation, self.view())
+        view = {k: v for k, v in self.view().items() if k not in skip}
+        plan = CopyPlan(self._n, self.generation, view)
+        plan.skip = frozenset(skip)
+        return plan
 
     def finish_copy(self, plan: CopyPlan) -> dict[str, np.ndarray]:
         """The copy as of now (call under the lock): rows written since
@@ -385,14 +464,15 @@ class BucketStore:
         were dropped meanwhile (roll-up, retention, restore: none run in the writer's
         normal path). Every plan must be finished (or :meth:`abandon_copy`-ed)."""
         self._open_copies = max(0, self._open_copies - 1)
+        live_cols = {k: v for k, v in self.view().items() if k not in plan.skip}
         if plan.copied is None or plan.generation != self.generation:
-            return self.state()
+            return {k: v.copy() for k, v in live_cols.items()}
         n0 = plan.n
         rows = np.flatnonzero(self._dirty[:n0])
         out: dict[str, np.ndarray] = {}
-        for name, live in self.view().items():
+        for name, live in live_cols.items():
             if name not in plan.copied:  # a matrix registered meanwhile (generation moved)
-                return self.state()
+                return {k: v.copy() for k, v in live_cols.items()}
             copied = plan.copied[name]
             if rows.shape[0]:
                 copied[rows] = live[rows]
@@ -413,29 +493,111 @@ class BucketStore:
         the lock, then :meth:`sum_chunk` (each call under the lock) until it returns
         False, then :meth:`finish_sums` under it."""
         plan = SumPlan(f"m.{matrix}", list(bounds), self._n, index, size, self.generation)
+        run = self._running.pop(plan.matrix, None)
+        if (
+            run is not None
+            and run.generation == self.generation
+            and run.passes < _RUNNING_PASSES
+            and len(run.bounds) == len(plan.bounds)
+            and index.shape[0] >= run.index.shape[0]
+            and np.array_equal(index[: run.index.shape[0]], run.index)
+        ):
+            plan.base, plan.prior = run, run.undo
+            plan.done = self._n  # rows written from now on keep their old value in undo
         self._sum_plans.append(plan)
         return plan
 
+    def advance_sums(self, plan: SumPlan) -> None:
+        """An incremental plan's sums as of :meth:`begin_sums`, from the last pass's
+        (:class:`RunningSums`); call *without* the lock. Reads only the rows changed
+        since the last pass, the rows that entered or left a window, and the rows added
+        since. A row is read, then looked up in the plan's undo: the writer saves a row's
+        old value before its first write after ``begin_sums``, so a row found there is
+        taken from it and one not found was not yet written when it was read."""
+        run = plan.base
+        if run is None or plan.sums is not None or plan.generation != self.generation:
+            return
+        n0, col = plan.n, self._cols[plan.matrix]
+        group, bucket = self._cols["group"][:n0], self._cols["bucket"][:n0]
+        index, size = plan.index, plan.size
+
+        def as_of_begin(rows: np.ndarray) -> np.ndarray:
+            vals = col[rows].astype(np.float64)
+            undo = plan.undo
+            for i, r in enumerate(rows.tolist()):
+                old = undo.get(r)
+                if old is not None:
+                    vals[i] = old
+            return vals
+
+        changed = np.fromiter(plan.prior, np.int64, len(plan.prior))
+        before = (
+            np.stack(list(plan.prior.values())).astype(np.float64)
+            if plan.prior
+            else np.zeros((0, col.shape[1]))
+        )
+        now = as_of_begin(changed)
+        fresh = np.arange(run.n, n0)
+        fresh_vals = as_of_begin(fresh)
+        untouched = np.ones(run.n, bool)
+        untouched[changed] = False
+        old_b = bucket[: run.n]
+        sums = []
+        for (lo, hi), (plo, phi), last in zip(plan.bounds, run.bounds, run.sums, strict=True):
+            x = np.zeros((size, col.shape[1]))
+            x[: last.shape[0]] = last
+            b = bucket[changed]
+            _scatter(
+                x, index[group[changed]], before, -((b >= plo) & (b <= phi)).astype(np.float64)
+            )
+            _scatter(x, index[group[changed]], now, (b >= lo) & (b <= hi))
+            if (lo, hi) != (plo, phi):  # rows that entered or left the window
+                inside, was = (old_b >= lo) & (old_b <= hi), (old_b >= plo) & (old_b <= phi)
+                moved = np.flatnonzero((inside != was) & untouched)
+                if moved.shape[0]:
+                    sign = np.where(inside[moved], 1.0, -1.0)
+                    _scatter(x, index[group[moved]], as_of_begin(moved), sign)
+            b = bucket[fresh]
+            _scatter(x, index[group[fresh]], fresh_vals, (b >= lo) & (b <= hi))
+            sums.append(x)
+        plan.sums = sums
+
     def sum_chunk(self, plan: SumPlan, index: np.ndarray, size: int) -> bool:
-        """Sum the plan's next chunk of rows — rows the writer added meanwhile included,
-        so the lock-held finish only has the last few; False when every row is summed
-        (or rows moved meanwhile: :meth:`finish_sums` then sums afresh). ``index`` and
-        ``size``: the plan's group index now (groups added meanwhile appended)."""
-        if plan.generation != self.generation or plan.done >= self._n:
+        """One lock hold's share of the plan: fold up to a chunk of rows changed since
+        their value was summed (the sums take their value now; the row leaves the undo
+        log, so its next write keeps this value), then sum the next chunk of rows not
+        yet summed — rows the writer added meanwhile included, so the lock-held finish
+        only has the last few. False when every row is summed and at most a chunk of
+        changed rows is left to the finish (or rows moved meanwhile:
+        :meth:`finish_sums` then sums afresh). ``index`` and ``size``: the plan's group
+        index now (groups added meanwhile appended)."""
+        if plan.base is not None and plan.sums is None:
+            self.advance_sums(plan)  # incremental (normally advanced outside the lock)
+        if plan.generation != self.generation or (plan.base is not None and plan.sums is None):
             return False
         if plan.sums is not None and size > plan.size:
             plan.sums = [np.pad(x, ((0, size - plan.size), (0, 0))) for x in plan.sums]
         plan.index, plan.size = index, size
         col = self._cols[plan.matrix]
         step = max(1, _SUM_CHUNK_BYTES // max(1, col.itemsize * col.shape[1]))
-        lo, hi = plan.done, min(self._n, plan.done + step)
         if plan.sums is None:
             plan.sums = [np.zeros((plan.size, col.shape[1])) for _ in plan.bounds]
-        group, bucket = self.group[lo:hi], self.bucket[lo:hi]
-        for sums, b in zip(plan.sums, plan.bounds, strict=True):
-            window_group_sums(group, bucket, col[lo:hi], b, plan.index, plan.size, sums)
-        plan.done = hi
-        return plan.done < self._n
+        if plan.undo:
+            rows = np.fromiter(itertools.islice(plan.undo, step), np.int64)
+            old = np.stack([plan.undo.pop(r) for r in rows.tolist()])
+            delta = col[rows] - old
+            b, at = self._cols["bucket"][rows], plan.index[self._cols["group"][rows]]
+            for x, (lo, hi) in zip(plan.sums, plan.bounds, strict=True):
+                _scatter(x, at, delta, (b >= lo) & (b <= hi))
+        if plan.done < self._n:
+            lo, hi = plan.done, min(self._n, plan.done + step)
+            group, bucket = self.group[lo:hi], self.bucket[lo:hi]
+            for sums, b in zip(plan.sums, plan.bounds, strict=True):
+                window_group_sums(group, bucket, col[lo:hi], b, plan.index, plan.size, sums)
+            plan.done = hi
+        # more to do while rows are unsummed or more than a chunk's worth changed: the
+        # writer may keep rewriting summed rows, and the finishing hold takes the rest
+        return plan.done < self._n or len(plan.undo) > step
 
     def finish_sums(self, plan: SumPlan, index: np.ndarray, size: int) -> list[np.ndarray]:
         """The plan's window sums as of now (call under the lock), group g in row
@@ -446,7 +608,9 @@ class BucketStore:
         col = self._cols[plan.matrix][: self._n]
         group, bucket = self.group, self.bucket
         if plan.generation != self.generation or plan.sums is None:
-            return [window_group_sums(group, bucket, col, b, index, size) for b in plan.bounds]
+            sums = [window_group_sums(group, bucket, col, b, index, size) for b in plan.bounds]
+            self._keep_running(plan, sums, index, 0)
+            return sums
         sums = plan.sums
         if size > plan.size:
             sums = [np.pad(x, ((0, size - plan.size), (0, 0))) for x in sums]
@@ -462,7 +626,17 @@ class BucketStore:
                 np.add.at(x, at, col[changed[inside]] - old[inside])
             if rest.shape[0]:
                 window_group_sums(group[rest], bucket[rest], col[rest], (lo, hi), index, size, x)
+        self._keep_running(plan, sums, index, plan.base.passes + 1 if plan.base else 0)
         return sums
+
+    def _keep_running(
+        self, plan: SumPlan, sums: list[np.ndarray], index: np.ndarray, passes: int
+    ) -> None:
+        """The finished sums become the next pass's start (never changed in place: the
+        next pass adds into copies, as these are the caller's)."""
+        self._running[plan.matrix] = RunningSums(
+            sums, list(plan.bounds), self._n, index.copy(), self.generation, passes
+        )
 
     def abandon_sums(self, plan: SumPlan) -> None:
         if plan in self._sum_plans:
@@ -471,10 +645,7 @@ class BucketStore:
     def _save_undo(self, plan: SumPlan, rows: np.ndarray) -> None:
         if plan.generation != self.generation:
             return
-        col = self._cols[plan.matrix]
-        for r in rows[rows < plan.done].tolist():
-            if r not in plan.undo:
-                plan.undo[r] = col[r].copy()
+        _save_old(plan.undo, self._cols[plan.matrix], rows[rows < plan.done])
 
     def abandon_copy(self) -> None:
         """A plan that will not be finished (its pass failed)."""
@@ -511,6 +682,7 @@ class BucketStore:
             cols[name] = arr
         self._cap = max(_MIN_ROWS, n)
         self._n = n
+        self._rolled_to = None  # restored rows may predate the tiers
         self._dirty = np.zeros(self._cap, bool)
         self.generation += 1
         self._cols = {}

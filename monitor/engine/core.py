@@ -51,7 +51,7 @@ from .snapshot import DelayHistogram, OpsState, Snapshot, WindowResult
 from .state_checks import check_state
 from .table import KeyedTable
 from .task_stats import ScoreHistograms, TaskStats
-from .view import StoreView
+from .view import StoreView, base_group_index
 from .windows import DAY_MS, HOUR_MS, Tiers
 
 _log = logging.getLogger(__name__)
@@ -223,6 +223,7 @@ class Engine:
         # seconds the last snapshot held the caller's lock, per section: retention, the
         # longest window-sum chunk, finishing the copy, the comparison looks
         self.lock_holds_s: tuple[float, ...] = ()
+        self._base_index: dict[int, tuple[int, np.ndarray, int]] = {}  # _sum_index's, cached
         # what joined rows are counted into, in order (task statistics write the ranking
         # loss the comparisons read)
         self.delay = LabelDelay()
@@ -348,6 +349,7 @@ class Engine:
         copy: bool = True,
         copies: dict[int, dict[str, np.ndarray]] | None = None,
         window_sums: dict[tuple[int, int, int], np.ndarray] | None = None,
+        wide_sums: dict[tuple[int, int, int], np.ndarray] | None = None,
     ) -> StoreView:
         """The stores evaluation reads; ``copy=False`` shares the arrays (replay, tests:
         valid until the next mutation); ``copies``: finished copies by ``id(store)``;
@@ -369,6 +371,7 @@ class Engine:
             if window_sums is not None
             else {m: take(st) for m, st in self.sliced.items() if len(st)},
             window_sums=window_sums or {},
+            wide_sums=wide_sums or {},
         )
 
     def _window_bounds(
@@ -381,14 +384,31 @@ class Engine:
     def _begin_window_sums(
         self, models: Sequence[ModelSpec], now_ms: int
     ) -> list[tuple[int, BucketStore, SumPlan, list[tuple[int, int]]]]:
-        """Window sums of each sliced store, to be computed a chunk per lock hold."""
+        """Window sums of each sliced store and of each wide store's fine score
+        histograms, to be computed a chunk per lock hold (or advanced from the last
+        pass's: running sums)."""
         out = []
-        for m, store in self.sliced.items():
-            name = next(iter(self._sliced_matrices(m)))
+        summed = [(m, st, next(iter(self._sliced_matrices(m)))) for m, st in self.sliced.items()]
+        summed += [(m, st, "scores") for m, st in self.wide.items() if m in self.score_layouts]
+        for m, store, name in summed:
             bounds = self._window_bounds(models, m, now_ms)
-            index, size = self._model_index_of_groups(m)
+            index, size = self._sum_index(m, store)
             out.append((m, store, store.begin_sums(name, bounds, index, size), bounds))
         return out
+
+    def _sum_index(self, m: int, store: BucketStore) -> tuple[np.ndarray, int]:
+        """The rows of a store's window sums: a wide store's per version of model m,
+        a sliced store's per group of it."""
+        if store is self.wide.get(m):
+            known = self._base_index.get(m)
+            if known is None or known[0] != len(self.groups):  # appended only (load clears)
+                known = self._base_index[m] = (len(self.groups), *base_group_index(self.groups, m))
+            return known[1], known[2]
+        return self._model_index_of_groups(m)
+
+    def _wide_summed(self, m: int) -> tuple[str, ...]:
+        """Wide columns read as window sums, not copied (the fine score histograms)."""
+        return ("m.scores",) if m in self.score_layouts else ()
 
     def _model_index_of_groups(self, m: int) -> tuple[np.ndarray, int]:
         """(group -> row among model m's groups, -1 for other models' groups; how many):
@@ -404,21 +424,23 @@ class Engine:
         sums: list[tuple[int, BucketStore, SumPlan, list[tuple[int, int]]]],
         models: Sequence[ModelSpec],
         now_ms: int,
-    ) -> dict[tuple[int, int, int], np.ndarray]:
+    ) -> tuple[dict[tuple[int, int, int], np.ndarray], dict[tuple[int, int, int], np.ndarray]]:
+        """(sliced window sums, wide fine-score window sums)."""
         out: dict[tuple[int, int, int], np.ndarray] = {}
+        wide: dict[tuple[int, int, int], np.ndarray] = {}
         for m, store, plan, bounds in sums:
-            index, size = self._model_index_of_groups(m)
+            index, size = self._sum_index(m, store)
             done = store.finish_sums(plan, index, size)
             if self._window_bounds(models, m, now_ms) != bounds:  # the tiers moved meanwhile
                 bounds = self._window_bounds(models, m, now_ms)
-                name = next(iter(self._sliced_matrices(m)))
-                col = store.matrix(name)
+                col = store.matrix(plan.matrix[2:])
                 done = [
                     window_group_sums(store.group, store.bucket, col, b, index, size)
                     for b in bounds
                 ]
-            out.update({(m, lo, hi): x for (lo, hi), x in zip(bounds, done, strict=True)})
-        return out
+            into = wide if store is self.wide.get(m) else out
+            into.update({(m, lo, hi): x for (lo, hi), x in zip(bounds, done, strict=True)})
+        return out, wide
 
     def store_bytes(self) -> dict[str, int]:
         """Allocated bytes per store kind (sizing, benchmarks)."""
@@ -886,8 +908,11 @@ class Engine:
             else:
                 self.freeze_live_references()
                 self.roll_up(now_ms)
-            copied = [self.buckets, *self.wide.values()]
-            plans = [(st, st.begin_copy()) for st in copied] if lock is not None else []
+            copied = [
+                (self.buckets, ()),
+                *((st, self._wide_summed(m)) for m, st in self.wide.items()),
+            ]
+            plans = [(st, st.begin_copy(skip)) for st, skip in copied] if lock is not None else []
             sums = (
                 self._begin_window_sums(models or self.models, now_ms) if lock is not None else []
             )
@@ -895,12 +920,14 @@ class Engine:
         try:
             for _, plan in plans:  # the bulk copy, while ingestion goes on
                 plan.copy()
+            for _, store, sum_plan, _ in sums:  # running window sums advanced, unlocked
+                store.advance_sums(sum_plan)
             for m, store, sum_plan, _ in sums:  # window sums a chunk per lock hold
                 more, rounds = True, 0
                 while more and rounds < _MAX_SUM_CHUNKS:  # the writer may keep adding rows
                     held = time.perf_counter()
                     with guard:
-                        more = store.sum_chunk(sum_plan, *self._model_index_of_groups(m))
+                        more = store.sum_chunk(sum_plan, *self._sum_index(m, store))
                     holds.append(time.perf_counter() - held)
                     rounds += 1
         except BaseException:
@@ -912,10 +939,17 @@ class Engine:
         held = time.perf_counter()
         with guard:
             copies = {id(st): st.finish_copy(plan) for st, plan in plans}
-            window_sums = (
-                self._finish_window_sums(sums, models or self.models, now_ms) if sums else None
+            window_sums, wide_sums = (
+                self._finish_window_sums(sums, models or self.models, now_ms)
+                if sums
+                else (None, None)
             )
-            view = self.view(copy=False, copies=copies if plans else None, window_sums=window_sums)
+            view = self.view(
+                copy=False,
+                copies=copies if plans else None,
+                window_sums=window_sums,
+                wide_sums=wide_sums,
+            )
             ops = self.ops()
             unseen = {k: list(v) for k, v in self.unseen_examples.items()}
             plugins = self.active_plugins
@@ -1011,6 +1045,7 @@ class Engine:
                 f"{self.buckets.width_ms / 1000:g}s; restore with the old width or start fresh"
             )
         self.groups, self._group_index, self._version_groups = [], {}, {}
+        self._base_index = {}
         for name, v, *seg in meta["groups"]:
             self._add_group((self._model_index.get(name, -1), v, tuple(seg[0] if seg else ())))
         self._group_model = np.empty(0, np.int16)

@@ -30,11 +30,11 @@ from ..stats.scores import (
     gini_from_auc,
 )
 from .buckets import window_group_sums
-from .models import SCORE_METRICS, ModelSpec, exported_metric_names
+from .models import SCORE_METRICS, ModelSpec, SliceSpec, exported_metric_names
 from .result_cache import ResultCache, digest
 from .slice_scores import SliceScores, slice_score_metrics_many
 from .snapshot import Economics, FairnessGap, OpsState, WindowResult
-from .view import StoreView
+from .view import StoreView, base_group_index
 
 if TYPE_CHECKING:
     from .core import Engine
@@ -106,22 +106,24 @@ def _evaluate(
             plugin_errors,
             wide.get("m.est"),
             wide.get("m.mc_cm"),
+            cache,
         )
         empty = np.empty(0, np.int64)
         w_group, w_bucket = wide.get("group", empty), wide.get("bucket", empty)
+        w_index = base_group_index(groups, m)[0] if view.wide_sums else None
         if catalog.est is not None:
-            catalog.measure_calibration(view, now_ms, w_group, w_bucket, base, m)
+            catalog.measure_calibration(view, now_ms, w_group, w_bucket, base, m, w_index)
         if catalog.mc_est is not None:
             catalog.measure_top_label_calibration(view, now_ms, m)
         tasks = view.sliced.get(m, _EMPTY)
         task_matrix = tasks.get(_SLICED_MATRIX[spec.task])
-        dims = spec.slice_dimensions
         versions: dict[str, list[int]] = {}
         for gid in gids.tolist():
             versions.setdefault(groups[gid][1], []).append(gid)
         in_model = group_model[b_group] == m
         local = np.full(n_groups, -1, np.intp)  # group -> row of the model's task sums
         local[gids] = np.arange(gids.shape[0])
+        parts = _slice_parts(spec, groups, versions)  # the same for every window
         for w in spec.windows:
             lo, hi = view.tiers.window(now_ms, w.size_ms, w.delay_ms)
             sel = np.flatnonzero(in_model & (b_bucket >= lo) & (b_bucket <= hi))
@@ -131,6 +133,7 @@ def _evaluate(
             conf = np.zeros((n_groups, 4), np.int64)
             np.add.at(conf, g, buckets["confusion"][sel])
             wide_sel = np.flatnonzero((w_bucket >= lo) & (w_bucket <= hi))
+            fine = view.wide_sums.get((m, lo, hi))  # per-version fine score sums, if summed
             # the model's task statistics per group (a row per group of the model)
             task_sums = view.window_sums.get((m, lo, hi))
             if task_sums is None and task_matrix is not None:
@@ -158,42 +161,82 @@ def _evaluate(
             )
             emit = win.emit
             none = np.empty(0, np.int64)
+            lab_l = labeled.tolist()
             pending_gaps: list[tuple[str, str, list[tuple[str, _Pending]]]] = []
             for version, members in versions.items():
                 base_gid = base.get((m, version), -1)
-                emit(version, "all", members, wide_sel[w_group[wide_sel] == base_gid])
-                for sl in spec.slices:
-                    idx = [dims.index(d) for d in sl.dimensions]
-                    parts: dict[tuple[str, ...], list[int]] = {}
-                    for gid in members:
-                        if not groups[gid][2]:
-                            continue  # the version's base group carries no segment
-                        key = tuple(groups[gid][2][i] for i in idx)
-                        parts.setdefault(key, []).append(gid)
+                r = emit(version, "all", members, wide_sel[w_group[wide_sel] == base_gid])
+                if r is not None and fine is not None and w_index is not None and base_gid >= 0:
+                    r.fine = fine[w_index[base_gid]]
+                for sl, keyed in parts[version]:
                     shown: list[tuple[str, _Pending]] = []
-                    for key, part in sorted(parts.items()):
-                        if labeled[part].sum() < sl.min_samples:
+                    for first, label, part in keyed:
+                        if _total(lab_l, part) < sl.min_samples:
                             continue  # too few labeled samples to say anything
-                        label = ",".join(
-                            f"{d}={v}" for d, v in zip(sl.dimensions, key, strict=True)
-                        )
                         r = emit(version, label, part, none)
                         if r is not None:
-                            shown.append((key[0], r))
+                            shown.append((first, r))
                     if spec.task == "binary" and len(sl.dimensions) == 1 and len(shown) >= 2:
                         pending_gaps.append((version, sl.dimensions[0], shown))
             win.flush()
             for version, dimension, shown in pending_gaps:
-                done = [(value, p.result) for value, p in shown if p.result is not None]
+                done = [(value, p) for value, p in shown if p.result is not None]
                 gaps.extend(_fairness(spec.name, version, w.label, dimension, done))
     return tuple(results), tuple(gaps)
+
+
+def _slice_parts(
+    spec: ModelSpec,
+    groups: Sequence[tuple[int, str, tuple[str, ...]]],
+    versions: dict[str, list[int]],
+) -> dict[str, list[tuple[SliceSpec, list[tuple[str, str, list[int]]]]]]:
+    """Per version, per configured slice: its parts in label order, each (first dimension
+    value, slice label, the groups it merges)."""
+    dims = spec.slice_dimensions
+    out: dict[str, list[tuple[SliceSpec, list[tuple[str, str, list[int]]]]]] = {}
+    for version, members in versions.items():
+        per_slice = []
+        for sl in spec.slices:
+            idx = [dims.index(d) for d in sl.dimensions]
+            merged: dict[tuple[str, ...], list[int]] = {}
+            for gid in members:
+                segment = groups[gid][2]
+                if not segment:
+                    continue  # the version's base group carries no segment
+                merged.setdefault(tuple(segment[i] for i in idx), []).append(gid)
+            keyed = [
+                (
+                    key[0],
+                    ",".join(f"{d}={v}" for d, v in zip(sl.dimensions, key, strict=True)),
+                    part,
+                )
+                for key, part in sorted(merged.items())
+            ]
+            per_slice.append((sl, keyed))
+        out[version] = per_slice
+    return out
+
+
+def _total(values: list[float], members: list[int]) -> float:
+    """Sum of ``values`` over ``members`` (usually one group)."""
+    return values[members[0]] if len(members) == 1 else sum(values[g] for g in members)
 
 
 class _Pending:
     """A window result whose binary catalog is computed with its model window's others
     (:meth:`BinaryLayout.metrics_many`); ``result`` is set by :meth:`_Window.flush`."""
 
-    __slots__ = ("members", "n_lab", "n_pred", "result", "slice_label", "version", "wide_rows")
+    __slots__ = (
+        "fine",
+        "members",
+        "n_lab",
+        "n_pred",
+        "rates",
+        "result",
+        "slice_label",
+        "version",
+        "wide_rows",
+    )
 
     def __init__(
         self,
@@ -208,6 +251,8 @@ class _Pending:
         self.members, self.wide_rows = members, wide_rows
         self.n_pred, self.n_lab = n_pred, n_lab
         self.result: WindowResult | None = None
+        self.rates: tuple[float, float] = (math.nan, math.nan)  # ECE, ROC-AUC (fairness)
+        self.fine: np.ndarray | None = None  # slice "all": the version's fine score sums
 
 
 class _Window:
@@ -238,6 +283,7 @@ class _Window:
         self.start_ms, self.end_ms = start_ms, end_ms
         self.sel, self.g = sel, g
         self.predicted, self.labeled, self.conf = predicted, labeled, conf
+        self.pred_l, self.lab_l = predicted.tolist(), labeled.tolist()
         self.confidence, self.out = confidence, out
         self.pending: list[_Pending] = []
 
@@ -245,8 +291,8 @@ class _Window:
         self, version: str, slice_label: str, members: list[int], wide_rows: np.ndarray
     ) -> _Pending | None:
         """Queue a binary result for :meth:`flush`, or append a multiclass/regression one."""
-        n_pred = int(self.predicted[members].sum())
-        n_lab = int(self.labeled[members].sum())
+        n_pred = int(_total(self.pred_l, members))
+        n_lab = int(_total(self.lab_l, members))
         if n_pred == 0 and n_lab == 0:
             return None
         pending = _Pending(version, slice_label, members, wide_rows, n_pred, n_lab)
@@ -267,7 +313,7 @@ class _Window:
             return
         confs = _member_sums(self.conf, [p.members for p in self.pending])
         catalog = self.catalog
-        binary = _cached_rows(
+        binary, binary_keys = _cached_rows(
             self.cache,
             confs.astype(np.float64),
             ("binary", catalog.binary.betas, self.confidence),
@@ -275,8 +321,10 @@ class _Window:
         )
         # slice "all" reads the version's fine histograms; a segment slice the sum of its
         # segments' coarser ones, whose score metrics are computed here in one batch
-        coarse: list[np.ndarray | None] = [None] * len(self.pending)
-        scored: list[SliceScores | None] = [None] * len(self.pending)
+        n = len(self.pending)
+        coarse: list[np.ndarray | None] = [None] * n
+        scored: list[SliceScores | None] = [None] * n
+        slice_keys: list[Any] = [None] * n
         layout = self.catalog.slice_layout
         if self.task_sums is not None and layout is not None:
             at = [i for i, p in enumerate(self.pending) if p.slice_label != "all"]
@@ -286,25 +334,37 @@ class _Window:
                 vecs = _member_sums(
                     self.task_sums, [local[self.pending[i].members].tolist() for i in at]
                 )
-                batch = _cached_rows(
+                batch, keys = _cached_rows(
                     self.cache,
                     vecs,
                     ("slice", layout.bins, layout.logit_range, self.confidence),
                     lambda rows: slice_score_metrics_many(layout, rows, self.confidence),
                 )
                 for j, i in enumerate(at):
-                    coarse[i], scored[i] = vecs[j], batch[j]
-        for k, (p, c, values) in enumerate(zip(self.pending, confs, binary, strict=True)):
-            metrics, reliability, economics = self.catalog.compute(
-                c, values, p.wide_rows, self.confidence, coarse[k], scored[k]
-            )
-            if p.slice_label == "all" and self.catalog.est is not None:
-                metrics += self.catalog.estimates(p.version, p.wide_rows, self.confidence)
+                    coarse[i], scored[i], slice_keys[i] = vecs[j], batch[j], keys[j]
+        cache = self.cache
+        for k, (p, c, values) in enumerate(zip(self.pending, confs.tolist(), binary, strict=True)):
+            # a segment slice's catalog is a pure function of its counts: reused whole
+            key = None
+            done = None
+            if cache is not None and p.slice_label != "all":
+                key = (catalog.token, binary_keys[k], slice_keys[k])
+                done = cache.get(key)
+            if done is None:
+                metrics, reliability, economics = catalog.compute(
+                    confs[k], values, p.wide_rows, self.confidence, coarse[k], scored[k], p.fine
+                )
+                if p.slice_label == "all" and catalog.est is not None:
+                    metrics += catalog.estimates(p.version, p.wide_rows, self.confidence)
+                done = (metrics, reliability, economics, _score_rates(metrics))
+                if key is not None:
+                    cache.put(key, done)  # type: ignore[union-attr]
+            p.rates = done[3]
             extra = {
-                "metrics": metrics,
+                "metrics": done[0],
                 "confusion": (int(c[0]), int(c[1]), int(c[2]), int(c[3])),
-                "reliability": reliability,
-                "economics": economics,
+                "reliability": done[1],
+                "economics": done[2],
             }
             self._finish(p, extra)
         self.pending = []
@@ -340,8 +400,19 @@ class _Window:
         }
 
 
+def _score_rates(metrics: Sequence[MetricValue]) -> tuple[float, float]:
+    """(ECE, ROC-AUC) among ``metrics``, NaN where not exported: the fairness gaps' inputs."""
+    ece = auc = math.nan
+    for mv in metrics:
+        if mv.name == "ece":
+            ece = mv.value
+        elif mv.name == "roc_auc":
+            auc = mv.value
+    return ece, auc
+
+
 def _fairness(
-    model: str, version: str, window: str, dimension: str, shown: list[tuple[str, WindowResult]]
+    model: str, version: str, window: str, dimension: str, shown: list[tuple[str, _Pending]]
 ) -> list[FairnessGap]:
     """Demographic parity (predicted-positive-rate gap), equal opportunity (recall gap) and
     equalized odds (max of the TPR and FPR gaps) across a dimension's exported values
@@ -349,12 +420,14 @@ def _fairness(
     scores should mean the same probability, Kleinberg, Mullainathan & Raghavan 2017) and
     the ROC-AUC gap (ranking quality per group), when those metrics are exported."""
     rates: dict[str, dict[str, float]] = {"ppr": {}, "tpr": {}, "fpr": {}, "ece": {}, "auc": {}}
-    for value, r in shown:
-        for mv in r.metrics:
-            key = {"ece": "ece", "roc_auc": "auc"}.get(mv.name)
-            if key is not None and math.isfinite(mv.value):
-                rates[key][value] = mv.value
-        tn, fp, fn, tp = r.confusion
+    for value, p in shown:
+        assert p.result is not None
+        ece, auc = p.rates
+        if math.isfinite(ece):
+            rates["ece"][value] = ece
+        if math.isfinite(auc):
+            rates["auc"][value] = auc
+        tn, fp, fn, tp = p.result.confusion
         n = tn + fp + fn + tp
         if n:
             rates["ppr"][value] = (tp + fp) / n
@@ -396,8 +469,10 @@ class _Catalog:
         plugin_errors: Counter[str] | None = None,
         est: np.ndarray | None = None,
         mc_cm: np.ndarray | None = None,
+        cache: ResultCache | None = None,
     ) -> None:
         self.spec = spec
+        self.cache = cache
         self.plugins = plugins
         self.plugin_errors = plugin_errors if plugin_errors is not None else Counter()
         self.binary = BinaryLayout(betas=spec.fbeta)
@@ -414,6 +489,7 @@ class _Catalog:
             spec.metrics, spec.fbeta, spec.quantiles, spec.gain_fractions, spec.ks
         )
         self.wanted = wanted
+        self.token = digest(repr(spec))  # what a cached catalog depends on besides counts
         self.needs_scores = bool(wanted & SCORE_METRICS) or spec.costs is not None
         self.credit = bool(wanted & {"ks_statistic", "gini", "gain"})
         self.task_layout: MulticlassLayout | RegressionLayout | RankingLayout | None = None
@@ -434,23 +510,29 @@ class _Catalog:
         w_bucket: np.ndarray,
         base: dict[tuple[int, str], int],
         m: int,
+        w_index: np.ndarray | None = None,
     ) -> None:
         """Debiased ECE of each version's labelled rows over the model's longest window:
         the calibration CBPE's estimates rest on (older labels vouch for newer windows)."""
         self.ece = {}
-        if self.scores is None:
-            return
         longest = max(self.spec.windows, key=lambda w: w.size_ms + w.delay_ms)
         lo, hi = view.tiers.window(now_ms, longest.size_ms, longest.delay_ms)
+        sums = view.wide_sums.get((m, lo, hi))
+        if self.scores is None and (sums is None or w_index is None):
+            return
         sel = np.flatnonzero((w_bucket >= lo) & (w_bucket <= hi))
         layout = self.score_layout
         for (model, version), gid in base.items():
             if model != m:
                 continue
-            rows = sel[w_group[sel] == gid]
-            if rows.shape[0] == 0:
-                continue
-            count, sp, sy = layout.calibration(_sum_rows(self.scores, rows))
+            if sums is not None and w_index is not None:
+                vec = sums[w_index[gid]]
+            else:
+                rows = sel[w_group[sel] == gid]
+                if rows.shape[0] == 0 or self.scores is None:
+                    continue
+                vec = _sum_rows(self.scores, rows)
+            count, sp, sy = layout.calibration(vec)
             if count.sum() > 0:
                 self.ece[version] = ece_debiased_from_bins(count, sp, sy).value
 
@@ -571,6 +653,7 @@ class _Catalog:
         confidence: float,
         coarse: np.ndarray | None = None,
         scored: SliceScores | None = None,
+        fine: np.ndarray | None = None,
     ) -> tuple[tuple[MetricValue, ...], tuple[ReliabilityBin, ...], Economics | None]:
         """The binary catalog ``binary`` of merged confusion counts ``conf`` (computed in a
         batch by the caller), plus the score-based metrics from the fine histogram rows
@@ -583,6 +666,8 @@ class _Catalog:
         layout = self.score_layout
         if coarse is not None and self.slice_layout is not None:
             vec, layout = coarse, self.slice_layout
+        elif self.needs_scores and fine is not None:
+            vec = fine
         elif self.needs_scores and self.scores is not None and rows.shape[0]:
             vec = _sum_rows(self.scores, rows)
         if vec is not None and vec[layout.width - 5] <= 0:  # no scored rows (decisions only)
@@ -595,8 +680,8 @@ class _Catalog:
                 values += scored[0]
                 reliability = scored[1]
             else:
-                values += layout.metrics(vec, confidence)
-                reliability = tuple(layout.reliability(vec, confidence))
+                fine_values, reliability = self._fine_scores(vec, layout, confidence)
+                values += fine_values
             if self.credit:  # opt-in (config OPT_IN_METRICS)
                 auc = next(mv for mv in values if mv.name == "roc_auc")
                 values += [layout.ks_statistic(vec), gini_from_auc(auc)]
@@ -607,6 +692,19 @@ class _Catalog:
         if self.spec.costs is not None:
             economics = self._economics(conf, vec, layout, confidence)
         return metrics, reliability, economics
+
+    def _fine_scores(
+        self, vec: np.ndarray, layout: ScoreLayout, confidence: float
+    ) -> tuple[list[MetricValue], tuple[ReliabilityBin, ...]]:
+        """A version's score metrics and reliability diagram from its fine histogram,
+        reused while the histogram is unchanged (keyed by its digest)."""
+        key = digest(vec, ("fine", layout.bins, confidence))
+        done = self.cache.get(key) if self.cache is not None else None
+        if done is None:
+            done = (layout.metrics(vec, confidence), tuple(layout.reliability(vec, confidence)))
+            if self.cache is not None:
+                self.cache.put(key, done)
+        return done  # type: ignore[no-any-return]
 
     def _plugin_metrics(self, rows: np.ndarray, confidence: float) -> list[MetricValue]:
         out: list[MetricValue] = []
@@ -651,11 +749,12 @@ def _cached_rows(
     rows: np.ndarray,
     context: tuple[Any, ...],
     compute: Callable[[np.ndarray], list[Any]],
-) -> list[Any]:
+) -> tuple[list[Any], list[Any]]:
     """``compute(rows)``, reusing the result of every row whose bytes (and ``context``:
-    what else the result depends on) an earlier or this pass already computed."""
+    what else the result depends on) an earlier or this pass already computed; and each
+    row's cache key (None without a cache)."""
     if cache is None:
-        return compute(rows)
+        return compute(rows), [None] * rows.shape[0]
     if rows.shape[1] <= 8:  # a few counts: the bytes themselves are a cheaper key
         keys: list[Any] = [(row, context) for row in map(bytes, rows)]
     else:
@@ -671,7 +770,7 @@ def _cached_rows(
             cache.put(key, value)
             for i in at:
                 out[i] = value
-    return out
+    return out, keys
 
 
 def _member_sums(matrix: np.ndarray, members: Sequence[list[int]]) -> np.ndarray:

@@ -40,14 +40,6 @@ from .published import Published
 __all__ = ["Exposition", "app_version"]
 
 
-class _Families(Collector):
-    def __init__(self, families: Iterator[Metric]) -> None:
-        self._families = list(families)
-
-    def collect(self) -> Iterator[Metric]:
-        return iter(self._families)
-
-
 class _Live(Collector):
     """Operations, build info and the cached page's own size, per scrape."""
 
@@ -136,9 +128,7 @@ class Exposition:
         if self._key is not None and self._key[0] is key[0] and self._key[1] is key[1]:
             return
         started = time.perf_counter()
-        reg = CollectorRegistry(auto_describe=False)
-        reg.register(_Families(self.collector.snapshot_families(pub)))
-        text = generate_latest(reg)
+        text = self.collector.snapshot_text(pub)
         self._text = text
         self._gz = None
         if self._gzip_wanted:  # compress here, in the evaluation thread, not in a scrape

@@ -18,15 +18,18 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
-from prometheus_client.registry import Collector
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector, CollectorRegistry
 
 from ..engine.metric_registry import help_text
 from ..stats.ranking import ranking_metric_help
 from .published import Published
+from .sinks import Family, FamilySink, Sink, TextSink
 
 __all__ = ["QUALITY_LABELS", "MonitorCollector"]
 
 QUALITY_LABELS = ("model", "version", "window", "slice")
+_FAIRNESS_BASE = ("model", "version", "window")  # then dimension, metric
 
 
 def _split_class(name: str) -> tuple[str, str | None]:
@@ -35,6 +38,52 @@ def _split_class(name: str) -> tuple[str, str | None]:
         base, _, cls = name[:-1].partition("[")
         return base, cls
     return name, None
+
+
+class _Listed(Collector):
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
+
+
+class _MetricFamilies:
+    """The families of one metric name: its value, and its interval bounds (created when
+    the first bounded value comes, as the families' order on the page follows creation)."""
+
+    __slots__ = ("doc", "extra", "extra_names", "fam", "family", "lower", "name", "upper", "value")
+
+    def __init__(self, fam: Callable[..., Family], metric: str) -> None:
+        name, cls = _split_class(metric)
+        self.fam, self.name = fam, (metric,)
+        self.lower: Family | None = None
+        self.upper: Family | None = None
+        if cls is None:
+            self.extra: tuple[str, ...] = ()
+            self.extra_names: tuple[str, ...] = ()
+            self.family = f"mlmon_{name}"
+            doc = ranking_metric_help(name) or help_text(name)
+            if name.startswith("pinball_q"):
+                doc = "Mean pinball (quantile) loss at quantile " + name[9:].replace("_", ".")
+            elif name.startswith(("gain_at_", "lift_at_")):
+                pct = name[8:].replace("_", ".")
+                doc = (
+                    f"Share of positives among the top {pct}% scores"
+                    if name[0] == "g"
+                    else f"Cumulative gain at the top {pct}% scores / {pct}%"
+                )
+        else:  # per-class multiclass metric: precision[cat] -> {class="cat"}
+            self.extra, self.extra_names = (cls,), ("class",)
+            self.family = f"mlmon_class_{name}"
+            doc = f"Per-class (one vs rest) {name} of a multiclass model"
+        self.value = fam(self.family, doc, self.extra_names)
+
+    def bounds(self) -> None:
+        if self.lower is None:
+            f, extra = self.family, self.extra_names
+            self.lower = self.fam(f"{f}_ci_lower", f"Lower confidence bound of {f}", extra)
+            self.upper = self.fam(f"{f}_ci_upper", f"Upper confidence bound of {f}", extra)
 
 
 class MonitorCollector(Collector):
@@ -53,110 +102,123 @@ class MonitorCollector(Collector):
     def snapshot_families(self, pub: Published) -> Iterator[Metric]:
         """What changes once per evaluation (the big part of the page: it grows with
         models, versions, windows, slices and features)."""
-        if pub.snapshot is not None:  # here, not per scrape: a stamp and its windows agree
+        yield from self._quality(pub)
+        yield from self._comparisons(pub)
+        yield from self._drift(pub)
+        yield from self._slo_states(pub)
+        yield from self._stamp(pub)
+
+    @staticmethod
+    def _stamp(pub: Published) -> Iterator[Metric]:
+        """Here, not per scrape: one page's stamp and its windows come from one snapshot."""
+        if pub.snapshot is not None:
             yield GaugeMetricFamily(
                 "mlmon_last_evaluation_timestamp_seconds",
                 "When the latest snapshot was evaluated (Unix time)",
                 value=pub.snapshot.at_ms / 1000.0,
             )
-        yield from self._quality(pub)
-        yield from self._comparisons(pub)
-        yield from self._drift(pub)
-        yield from self._slo_states(pub)
 
     def operation_families(self, pub: Published) -> Iterator[Metric]:
         """What changes between evaluations (a few dozen series)."""
         yield from self._operations(pub)
         yield from self._alert_delivery(pub)
 
+    def snapshot_text(self, pub: Published) -> bytes:
+        """:meth:`snapshot_families` as the text exposition ``generate_latest`` writes,
+        the quality part (nearly all of a fleet's page) written directly (.sinks)."""
+        sink = TextSink()
+        self._write_quality(pub, sink)
+        rest = CollectorRegistry(auto_describe=False)
+        rest.register(
+            _Listed(
+                [
+                    *self._comparisons(pub),
+                    *self._drift(pub),
+                    *self._slo_states(pub),
+                    *self._stamp(pub),
+                ]
+            )
+        )
+        return sink.text().encode() + generate_latest(rest)
+
     def _quality(self, pub: Published) -> Iterator[Metric]:
+        sink = FamilySink()
+        self._write_quality(pub, sink)
+        return sink.families()
+
+    def _write_quality(self, pub: Published, out: Sink) -> None:
+        """The quality families of every window result, then the fairness gaps."""
         snap = pub.snapshot
         if snap is None:
             return
-        fams: dict[str, GaugeMetricFamily] = {}
-
-        def fam(name: str, doc: str, extra: tuple[str, ...] = ()) -> GaugeMetricFamily:
-            if name not in fams:
-                fams[name] = GaugeMetricFamily(name, doc, labels=QUALITY_LABELS + extra)
-            return fams[name]
-
+        fam = out.family
         samples = fam("mlmon_window_samples", "Labeled predictions in the window")
         preds = fam("mlmon_window_predictions", "Predictions in the window (labeled or not)")
         coverage = fam("mlmon_label_coverage", "Labeled / predicted in the window")
         metric_n = fam(
             "mlmon_metric_samples", "Sample count behind each metric's estimate", ("metric",)
         )
-        rel = {
-            name: fam(f"mlmon_reliability_{name}", doc, ("bin",))
+        rel_samples, rel_mean, rel_observed = (
+            fam(f"mlmon_reliability_{name}", doc, ("bin",))
             for name, doc in (
                 ("samples", "Reliability diagram: scored predictions per score bin"),
                 ("mean_predicted", "Reliability diagram: mean predicted probability per bin"),
                 ("observed", "Reliability diagram: observed positive frequency per bin"),
             )
-        }
+        )
+        by_name: dict[str, _MetricFamilies] = {}  # one lookup per sample
+        bin_label: dict[float, tuple[str]] = {}
+        isnan = math.isnan
         for r in snap.results:
-            labels = [r.model, r.version, r.window, r.slice]
+            key = out.key((r.model, r.version, r.window, r.slice))
             for b in r.reliability:
-                key = [*labels, f"{b.upper:g}"]
-                rel["samples"].add_metric(key, b.count)
+                at = bin_label.get(b.upper)
+                if at is None:
+                    at = bin_label[b.upper] = (f"{b.upper:g}",)
+                rel_samples.add(key, b.count, at)
                 if b.count:
-                    rel["mean_predicted"].add_metric(key, b.mean_predicted)
-                    rel["observed"].add_metric(key, b.observed)
+                    rel_mean.add(key, b.mean_predicted, at)
+                    rel_observed.add(key, b.observed, at)
             e = r.economics
             if e is not None:
-                if not math.isnan(e.deployed.value):
+                if not isnan(e.deployed.value):
                     fam(
                         "mlmon_expected_value",
                         "Expected value per prediction at the deployed "
                         "threshold (configured costs)",
-                    ).add_metric(labels, e.deployed.value)
-                    fam(
-                        "mlmon_expected_value_ci_lower", "Lower bound of mlmon_expected_value"
-                    ).add_metric(labels, e.deployed.lower)
-                    fam(
-                        "mlmon_expected_value_ci_upper", "Upper bound of mlmon_expected_value"
-                    ).add_metric(labels, e.deployed.upper)
-                if not math.isnan(e.best.value):
+                    ).add(key, e.deployed.value)
+                    fam("mlmon_expected_value_ci_lower", "Lower bound of mlmon_expected_value").add(
+                        key, e.deployed.lower
+                    )
+                    fam("mlmon_expected_value_ci_upper", "Upper bound of mlmon_expected_value").add(
+                        key, e.deployed.upper
+                    )
+                if not isnan(e.best.value):
                     fam(
                         "mlmon_expected_value_best",
                         "Expected value per prediction at the EV-maximizing threshold",
-                    ).add_metric(labels, e.best.value)
+                    ).add(key, e.best.value)
                     fam(
                         "mlmon_best_threshold",
                         "Score threshold that maximizes expected value in the window",
-                    ).add_metric(labels, e.best_threshold)
-            samples.add_metric(labels, r.labeled)
-            preds.add_metric(labels, r.predictions)
+                    ).add(key, e.best_threshold)
+            samples.add(key, r.labeled)
+            preds.add(key, r.predictions)
             if r.predictions:
-                coverage.add_metric(labels, r.coverage)
+                coverage.add(key, r.coverage)
             for m in r.metrics:
-                if math.isnan(m.value):
+                if isnan(m.value):
                     continue  # undefined (e.g. precision with no predicted positives)
-                name, cls = _split_class(m.name)
-                if cls is None:
-                    key, extra, family = labels, (), f"mlmon_{name}"
-                    doc = ranking_metric_help(name) or help_text(name)
-                    if name.startswith("pinball_q"):
-                        doc = "Mean pinball (quantile) loss at quantile " + name[9:].replace(
-                            "_", "."
-                        )
-                    elif name.startswith(("gain_at_", "lift_at_")):
-                        pct = name[8:].replace("_", ".")
-                        doc = (
-                            f"Share of positives among the top {pct}% scores"
-                            if name[0] == "g"
-                            else f"Cumulative gain at the top {pct}% scores / {pct}%"
-                        )
-                else:  # per-class multiclass metric: precision[cat] -> {class="cat"}
-                    key, extra, family = [*labels, cls], ("class",), f"mlmon_class_{name}"
-                    doc = f"Per-class (one vs rest) {name} of a multiclass model"
-                fam(family, doc, extra).add_metric(key, m.value)
-                if not (math.isnan(m.lower) or math.isnan(m.upper)):  # withheld: m.note says why
-                    lower = f"Lower confidence bound of {family}"
-                    upper = f"Upper confidence bound of {family}"
-                    fam(f"{family}_ci_lower", lower, extra).add_metric(key, m.lower)
-                    fam(f"{family}_ci_upper", upper, extra).add_metric(key, m.upper)
-                metric_n.add_metric([*labels, m.name], m.n)
+                known = by_name.get(m.name)
+                if known is None:
+                    known = by_name[m.name] = _MetricFamilies(fam, m.name)
+                extra = known.extra
+                known.value.add(key, m.value, extra)
+                if not (isnan(m.lower) or isnan(m.upper)):  # withheld: m.note says why
+                    known.bounds()
+                    known.lower.add(key, m.lower, extra)  # type: ignore[union-attr]
+                    known.upper.add(key, m.upper, extra)  # type: ignore[union-attr]
+                metric_n.add(key, m.n, known.name)
             if r.class_confusion and r.slice == "all":
                 cm = fam(
                     "mlmon_confusion_matrix",
@@ -165,7 +227,7 @@ class MonitorCollector(Collector):
                 )
                 k = len(r.classes)
                 for i, count in enumerate(r.class_confusion):
-                    cm.add_metric([*labels, r.classes[i // k], r.classes[i % k]], count)
+                    cm.add(key, count, (r.classes[i // k], r.classes[i % k]))
             for metric, rows in r.excluded:
                 fam(
                     "mlmon_excluded_rows",
@@ -173,19 +235,22 @@ class MonitorCollector(Collector):
                     "smape: both zero; male: values <= -1), or ranking queries without a "
                     "relevant item (without_relevant)",
                     ("metric",),
-                ).add_metric([*labels, metric], rows)
-        yield from fams.values()
+                ).add(key, rows, (metric,))
         if snap.fairness:
-            gap = GaugeMetricFamily(
+            gap = out.family(
                 "mlmon_fairness_gap",
                 "Largest minus smallest rate across a slice dimension's values: "
                 "demographic_parity (predicted positive rate), equal_opportunity (recall), "
                 "equalized_odds (max of the TPR and FPR gaps), ece_gap, auc_gap",
-                labels=("model", "version", "window", "dimension", "metric"),
+                ("dimension", "metric"),
+                base=_FAIRNESS_BASE,
             )
             for f in snap.fairness:
-                gap.add_metric([f.model, f.version, f.window, f.dimension, f.metric], f.gap)
-            yield gap
+                gap.add(
+                    out.key((f.model, f.version, f.window), _FAIRNESS_BASE),
+                    f.gap,
+                    (f.dimension, f.metric),
+                )
 
     def _drift(self, pub: Published) -> Iterator[Metric]:
         snap = pub.snapshot
