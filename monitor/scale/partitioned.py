@@ -324,15 +324,20 @@ class PartitionedDaemon(Daemon):
             with self._assign_lock:
                 if p not in self.paused:
                     continue  # revoked meanwhile: never own (or store) it
-                with self.lock:
-                    self.parts[p] = part
-                self.stats_out.set_owner(p, *self.state_store.owner(p))
-                self.paused.discard(p)
-                if source is not None:
-                    source.start(p, part.offsets)
+                self._own(p, part, source)
         if source is not None:
             with self._assign_lock:
                 source.pause_only(self.paused)
+
+    def _own(self, p: int, part: _Partition, source: Any) -> None:
+        """Make ``p`` owned (its state in ``part``) and resume consuming it; the caller
+        holds ``_assign_lock``."""
+        with self.lock:
+            self.parts[p] = part
+        self.stats_out.set_owner(p, *self.state_store.owner(p))
+        self.paused.discard(p)
+        if source is not None:
+            source.start(p, part.offsets)
 
     def _keep_retained(self, waiting: list[int], generation: int) -> set[int]:
         """Resume the partitions given back to this instance from memory, when the state
@@ -354,12 +359,7 @@ class PartitionedDaemon(Daemon):
                     continue
                 part.group_generation = generation
                 part.stats_published = False
-                with self.lock:
-                    self.parts[p] = part
-                self.stats_out.set_owner(p, *self.state_store.owner(p))
-                self.paused.discard(p)
-                if source is not None:
-                    source.start(p, part.offsets)
+                self._own(p, part, source)
         if kept:
             log.info("partitions %s: given back, kept in memory (no restore)", sorted(kept))
         return kept
