@@ -1,10 +1,10 @@
 """The scale-out acceptance run at the issue's size (50,000 predictions; set
-``SCALE_TEST_PREDICTIONS`` for a quicker local run): 6 partitions per topic, a stream with delayed, early,
-duplicate and conflicting labels; scale 1 -> 3 during traffic, SIGKILL an instance three
-times at seeded random moments (restarting it; the third time the exporter), scale 3 ->
-1. At the end every instance serves the same global view, and it equals what a single
-instance in another consumer group reads from the same topics (counts exactly, metrics
-1e-9); the SLO alert reached Alertmanager's receiver once."""
+``SCALE_TEST_PREDICTIONS`` for a quicker local run): 6 partitions per topic, a stream
+with delayed, early, duplicate and conflicting labels; scale 1 -> 3 during traffic,
+SIGKILL an instance three times at seeded random moments (restarting it; the third time
+the exporter), scale 3 -> 1. At the end every instance serves the same global view, and
+it equals what a single instance in another consumer group reads from the same topics
+(counts exactly, metrics 1e-9); the SLO alert reached Alertmanager's receiver once."""
 
 from __future__ import annotations
 
