@@ -165,7 +165,7 @@ class KafkaPythonSource:
             records_of_kind.extend(records)
             offsets[offset_key(tp.topic, tp.partition)] = records[-1].offset + 1
         return {
-            kind: RawBatch([r.value for r in records], _record_origin(records), offsets)
+            kind: RawBatch([r.value for r in records], record_origin(records), offsets)
             for kind, (records, offsets) in split.items()
         }
 
@@ -246,7 +246,9 @@ class KafkaPythonSource:
         self.consumer.close(autocommit=False)
 
 
-def _record_origin(records: list[Any]) -> Callable[[int], tuple[str, int, int]]:
+def record_origin(records: list[Any]) -> Callable[[int], tuple[str, int, int]]:
+    """(topic, partition, offset) of a polled batch's i-th record, for dead letters."""
+
     def origin(i: int) -> tuple[str, int, int]:
         r = records[i]
         return r.topic, r.partition, r.offset

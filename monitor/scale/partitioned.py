@@ -50,7 +50,7 @@ from ..engine.core import Engine, StateMismatch
 from ..engine.snapshot import Snapshot
 from ..export.published import Published
 from ..ingest.deadletter import DeadLetterSink
-from ..ingest.kafka import KafkaPythonSource, consumer_config
+from ..ingest.kafka import KafkaPythonSource, consumer_config, record_origin
 from ..ingest.pipeline import RawBatch, offset_key
 from ..scale.assignor import warn_unpaired
 from ..scale.layout import LayoutError, metadata_config
@@ -655,7 +655,7 @@ class PartitionedSource(KafkaPythonSource):
             if records:
                 out[(self.kinds[tp.topic], tp.partition)] = RawBatch(
                     [r.value for r in records],
-                    _origin(records),
+                    record_origin(records),
                     {offset_key(tp.topic, tp.partition): records[-1].offset + 1},
                 )
         return out
@@ -693,14 +693,6 @@ class PartitionedSource(KafkaPythonSource):
         self.consumer.resume(*[tp for tp in assigned if tp.partition not in numbers])
         if pause:
             self.consumer.pause(*pause)
-
-
-def _origin(records: list[Any]) -> Callable[[int], tuple[str, int, int]]:
-    def origin(i: int) -> tuple[str, int, int]:
-        r = records[i]
-        return r.topic, r.partition, r.offset
-
-    return origin
 
 
 class _HandOver(ConsumerRebalanceListener):
