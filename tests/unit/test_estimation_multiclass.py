@@ -20,6 +20,7 @@ from monitor.ingest.files import JsonlReader
 from monitor.replay import replay
 from monitor.stats.estimation import cbpe_top_label
 from monitor.wiring import build_engine, build_pipeline
+from tests.unit.replay_reports import overall_metrics
 
 N, LABELED, BINS, K = 6_000, 1_500, 64, 3
 CLASSES = ["a", "b", "c"]
@@ -59,13 +60,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
 
 
 def _metrics(report: dict, model: str) -> dict:
-    (res,) = [
-        r
-        for r in report["results"]
-        if r["model"] == model and r["window"] == "all" and r["slice"] == "all"
-    ]
-    assert res["predictions"] == N and res["labeled"] == LABELED
-    return res["metrics"]
+    return overall_metrics(report, model, N, LABELED)
 
 
 def test_estimated_accuracy_covers_every_prediction_before_its_label(run: tuple) -> None:

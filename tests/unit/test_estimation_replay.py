@@ -14,6 +14,7 @@ from monitor.config import settings_from_mapping
 from monitor.replay import replay
 from monitor.stats.estimation import cbpe_split
 from monitor.stats.scores import ScoreLayout
+from tests.unit.replay_reports import overall_metrics
 
 N, LABELED = 6_000, 2_000
 
@@ -47,13 +48,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
 
 
 def _metrics(report: dict, model: str) -> dict:
-    (res,) = [
-        r
-        for r in report["results"]
-        if r["model"] == model and r["window"] == "all" and r["slice"] == "all"
-    ]
-    assert res["predictions"] == N and res["labeled"] == LABELED
-    return res["metrics"]
+    return overall_metrics(report, model, N, LABELED)
 
 
 def test_estimates_cover_every_prediction_before_its_label(run: tuple[dict, dict]) -> None:
