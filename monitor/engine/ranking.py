@@ -141,31 +141,22 @@ class RankingState:
         sizes = a["list_sizes"].astype(np.int64)
         items = _unpack(a["item_len"], a["item_bytes"])
         scores = a["list_scores"].astype(np.float64)
-        keys, groups = a["list_keys"], a["list_groups"]
-        if not (sizes.shape == keys.shape == groups.shape) or (sizes < 0).any():
-            raise ValueError("ranked lists: keys, groups and sizes disagree")
-        if int(sizes.sum()) != len(items) or scores.shape != (len(items),):
-            raise ValueError("ranked lists: item counts disagree")
-        ends = np.cumsum(sizes)
-        for key, group, end, size in zip(keys.tolist(), groups.tolist(), ends.tolist(),
-                                         sizes.tolist(), strict=True):  # fmt: skip
+        packed = _packed(
+            "ranked lists", "groups", sizes, a["list_keys"], a["list_groups"], len(items), scores
+        )
+        for key, group, start, end in packed:
             self.lists[(int(key), int(group))] = RankedList(
-                tuple(items[end - size : end]), scores[end - size : end].copy()
+                tuple(items[start:end]), scores[start:end].copy()
             )
         sizes = a["rel_sizes"].astype(np.int64)
         names = _unpack(a["rel_item_len"], a["rel_item_bytes"])
         grades = a["rel_grades"].astype(np.float64)
-        keys, digests = a["rel_keys"], a["rel_digests"]
-        if not (sizes.shape == keys.shape == digests.shape) or (sizes < 0).any():
-            raise ValueError("relevance maps: keys, digests and sizes disagree")
-        if int(sizes.sum()) != len(names) or grades.shape != (len(names),):
-            raise ValueError("relevance maps: item counts disagree")
-        ends = np.cumsum(sizes)
-        for key, digest, end, size in zip(keys.tolist(), digests.tolist(), ends.tolist(),
-                                          sizes.tolist(), strict=True):  # fmt: skip
-            g = grades[end - size : end].tolist()
+        packed = _packed(
+            "relevance maps", "digests", sizes, a["rel_keys"], a["rel_digests"], len(names), grades
+        )
+        for key, digest, start, end in packed:
             self.relevance[(int(key), float(digest))] = dict(
-                zip(names[end - size : end], g, strict=True)
+                zip(names[start:end], grades[start:end].tolist(), strict=True)
             )
 
 
@@ -186,3 +177,24 @@ def _unpack(lengths: np.ndarray, data: np.ndarray) -> list[str]:
         return [raw[s:e].decode("utf-8") for s, e in zip(starts, ends, strict=True)]
     except UnicodeDecodeError as err:
         raise ValueError(f"item ids are not UTF-8: {err}") from None
+
+
+def _packed(
+    what: str,
+    tag: str,
+    sizes: np.ndarray,
+    keys: np.ndarray,
+    tags: np.ndarray,
+    items: int,
+    values: np.ndarray,
+) -> list[tuple[int, int | float, int, int]]:
+    """(key, tag, start, end) of each entry packed as ``sizes`` consecutive ones of the
+    ``items`` item ids and their ``values``; ValueError when the arrays do not fit."""
+    if not (sizes.shape == keys.shape == tags.shape) or (sizes < 0).any():
+        raise ValueError(f"{what}: keys, {tag} and sizes disagree")
+    if int(sizes.sum()) != items or values.shape != (items,):
+        raise ValueError(f"{what}: item counts disagree")
+    ends = np.cumsum(sizes)
+    return list(
+        zip(keys.tolist(), tags.tolist(), (ends - sizes).tolist(), ends.tolist(), strict=True)
+    )

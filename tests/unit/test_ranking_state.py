@@ -156,3 +156,50 @@ def test_a_state_from_before_the_new_losses_still_loads(tmp_path: Path) -> None:
     fresh.load(meta, arrays)
     assert fresh.arm_loss["c"][:, :4].tolist() == old.tolist()
     assert not fresh.arm_loss["c"][:, 4:].any()
+
+
+def _waiting() -> Any:
+    from monitor.engine.ranking import RankingState
+    from monitor.stats.ranking import RankedList
+
+    state = RankingState()
+    state.add_lists(
+        np.array([7, 8], np.uint64),
+        np.array([0, 1]),
+        [RankedList(("a", "b"), np.array([0.9, 0.1])), RankedList(("c",), np.array([0.5]))],
+    )
+    state.add_relevance(np.array([7], np.uint64), np.array([1.5]), [{"a": 2.0, "z": 0.0}])
+    return state
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("list_groups", np.array([0], np.int64), "ranked lists: keys, groups and sizes disagree"),
+        (
+            "list_sizes",
+            np.array([2, -1], np.int64),
+            "ranked lists: keys, groups and sizes disagree",
+        ),
+        ("list_sizes", np.array([2, 2], np.int64), "ranked lists: item counts disagree"),
+        ("list_scores", np.zeros(2), "ranked lists: item counts disagree"),
+        ("rel_digests", np.zeros(2), "relevance maps: keys, digests and sizes disagree"),
+        ("rel_sizes", np.array([3], np.int64), "relevance maps: item counts disagree"),
+        ("rel_grades", np.zeros(1), "relevance maps: item counts disagree"),
+    ],
+)
+def test_waiting_lists_round_trip_and_refuse_arrays_that_do_not_fit(
+    name: str, value: np.ndarray, message: str
+) -> None:
+    from monitor.engine.ranking import RankingState
+
+    state = _waiting()
+    arrays = state.arrays()
+    again = RankingState()
+    again.load(arrays)
+    assert again.relevance == state.relevance
+    assert {k: (r.items, r.scores.tolist()) for k, r in again.lists.items()} == {
+        k: (r.items, r.scores.tolist()) for k, r in state.lists.items()
+    }
+    with pytest.raises(ValueError, match=message):
+        RankingState().load({**arrays, f"ranking.{name}": value})
