@@ -9,6 +9,7 @@ discordant counts (McNemar 1947).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ from .join import JoinBuffer
 from .metric_registry import LOSSES
 from .models import ComparisonSpec
 
-__all__ = ["Losses", "ShadowPairs", "SplitArms"]
+__all__ = ["ArmSums", "Losses", "PairedSums", "ShadowPairs", "SplitArms"]
 
 _ESTIMATED = LOSSES.index("estimated_error_rate")
 _LOG_EPS = 1e-15  # scikit-learn's clipping for log loss
@@ -96,6 +97,78 @@ def binary_losses(y: np.ndarray, decision: np.ndarray, score: np.ndarray) -> tup
         )
 
 
+@dataclass
+class ArmSums:
+    """What split comparisons count, per comparison name: where counting starts (event
+    ms), predictions per arm [control, treatment] and loss moments (arm, loss, [n, Σ,
+    Σ²]).
+
+    Sums over events, so the sums of two disjoint streams add (``+``; the mergeable
+    summaries of Agarwal et al., PODS 2012): moments and counts add, counting starts at
+    the earlier start. ``+`` is commutative and associative (the float moments up to
+    rounding) and an empty ``ArmSums()`` is its identity."""
+
+    start: dict[str, int] = field(default_factory=dict)
+    predictions: dict[str, np.ndarray] = field(default_factory=dict)
+    loss: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __add__(self, other: ArmSums) -> ArmSums:
+        out = self.copy()
+        for name, start in other.start.items():
+            if name in out.start:
+                out.start[name] = min(out.start[name], start)
+                out.predictions[name] = out.predictions[name] + other.predictions[name]
+                out.loss[name] = out.loss[name] + other.loss[name]
+            else:
+                out.start[name] = start
+                out.predictions[name] = other.predictions[name].copy()
+                out.loss[name] = other.loss[name].copy()
+        return out
+
+    def copy(self) -> ArmSums:
+        return ArmSums(
+            dict(self.start),
+            {k: v.copy() for k, v in self.predictions.items()},
+            {k: v.copy() for k, v in self.loss.items()},
+        )
+
+    def check(self) -> None:
+        """ValueError unless every comparison has its start, counts and moments, shaped."""
+        if not self.start.keys() == self.predictions.keys() == self.loss.keys():
+            raise ValueError("comparison arms name different comparisons")
+        for name in self.start:
+            if self.predictions[name].shape != (2,) or self.loss[name].shape != (
+                2,
+                len(LOSSES),
+                3,
+            ):
+                raise ValueError(f"comparison {name!r} statistics have the wrong shape")
+
+
+@dataclass
+class PairedSums:
+    """What shadow comparisons count, per comparison name: [pairs, Σd, Σd², A wrong & B
+    right, A right & B wrong] (d the loss difference B − A). Sums, so two disjoint
+    streams' add (``+``: commutative, associative up to float rounding, identity
+    ``PairedSums()``)."""
+
+    by_name: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __add__(self, other: PairedSums) -> PairedSums:
+        out = self.copy()
+        for name, v in other.by_name.items():
+            out.by_name[name] = out.by_name[name] + v if name in out.by_name else v.copy()
+        return out
+
+    def copy(self) -> PairedSums:
+        return PairedSums({k: v.copy() for k, v in self.by_name.items()})
+
+    def check(self) -> None:
+        """ValueError when a comparison's statistics have the wrong shape."""
+        if any(v.shape != (5,) for v in self.by_name.values()):
+            raise ValueError("paired comparison statistics have the wrong shape")
+
+
 class SplitArms:
     """Split (canary) comparisons: predictions per arm and loss moments per arm.
 
@@ -108,9 +181,7 @@ class SplitArms:
         self.split = tuple(split)
         self.version_groups = version_groups
         self.losses = losses
-        self.start: dict[str, int] = {}
-        self.predictions: dict[str, np.ndarray] = {}  # name -> [control, treatment]
-        self.loss: dict[str, np.ndarray] = {}  # name -> (arm, loss, [n, Σ, Σ²])
+        self.sums = ArmSums()
         self.uses_estimates = any(c.loss == "estimated_error_rate" for c in self.split)
 
     def _arms(self, c: ComparisonSpec) -> tuple[np.ndarray, np.ndarray]:
@@ -128,22 +199,23 @@ class SplitArms:
             ga, gb = self._arms(c)
             if gb.shape[0] == 0:
                 continue
-            if c.name not in self.start:
+            sums = self.sums
+            if c.name not in sums.start:
                 is_b = np.isin(group, gb)
                 if not is_b.any():
                     continue
-                self.start[c.name] = int(ts[is_b].min())
-                self.predictions[c.name] = np.zeros(2, np.int64)
-                self.loss[c.name] = np.zeros((2, len(LOSSES), 3), np.float64)
-            start = self.start[c.name]
-            counts = self.predictions[c.name]
+                sums.start[c.name] = int(ts[is_b].min())
+                sums.predictions[c.name] = np.zeros(2, np.int64)
+                sums.loss[c.name] = np.zeros((2, len(LOSSES), 3), np.float64)
+            start = sums.start[c.name]
+            counts = sums.predictions[c.name]
             for arm, g in enumerate((ga, gb)):
                 sel = np.isin(group, g) & (ts >= start)
                 counts[arm] += int(np.count_nonzero(sel))
                 if estimated is not None and c.loss == "estimated_error_rate":
                     v = estimated[sel]
                     v = v[~np.isnan(v)]
-                    self.loss[c.name][arm, _ESTIMATED] += (v.shape[0], v.sum(), (v * v).sum())
+                    sums.loss[c.name][arm, _ESTIMATED] += (v.shape[0], v.sum(), (v * v).sum())
 
     def _estimated_errors(self, rows: NewPredictions) -> np.ndarray:
         """P(the decision is wrong) of each new prediction if its scores are calibrated
@@ -165,10 +237,10 @@ class SplitArms:
         j = rows.joined
         losses = self.losses.of(j.rows, j.y_true, j.values, rows.model)
         for c in self.split:
-            start = self.start.get(c.name)
+            start = self.sums.start.get(c.name)
             if start is None:
                 continue
-            moments = self.loss[c.name]
+            moments = self.sums.loss[c.name]
             for arm, g in enumerate(self._arms(c)):
                 sel = np.isin(j.group, g) & (j.pred_ts >= start)
                 if not sel.any():
@@ -179,38 +251,34 @@ class SplitArms:
                     moments[arm, i] += (v.shape[0], v.sum(), (v * v).sum())
 
     def state(self) -> StateParts:
+        sums = self.sums
         arms = {
             name: {
                 "start_ms": start,
-                "predictions": self.predictions[name].tolist(),
-                "loss": self.loss[name].tolist(),
+                "predictions": sums.predictions[name].tolist(),
+                "loss": sums.loss[name].tolist(),
             }
-            for name, start in sorted(self.start.items())
+            for name, start in sorted(sums.start.items())
         }
         return {"arms": arms}, {}
 
     def load(self, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
         """ValueError when a saved arm has the wrong shape."""
         split = {c.name for c in self.split}
-        self.start, self.predictions, self.loss = {}, {}, {}
+        sums = ArmSums()
         for name, arm in meta.get("arms", {}).items():
             if name not in split:
                 continue
-            self.start[name] = int(arm["start_ms"])
-            self.predictions[name] = np.asarray(arm["predictions"], np.int64)
-            self.loss[name] = _with_all_losses(np.asarray(arm["loss"], np.float64))
-            if self.predictions[name].shape != (2,) or self.loss[name].shape != (
-                2,
-                len(LOSSES),
-                3,
-            ):
-                raise ValueError(f"comparison {name!r} statistics have the wrong shape")
+            sums.start[name] = int(arm["start_ms"])
+            sums.predictions[name] = np.asarray(arm["predictions"], np.int64)
+            sums.loss[name] = _with_all_losses(np.asarray(arm["loss"], np.float64))
+        sums.check()
+        self.sums = sums
 
 
 class ShadowPairs:
-    """Paired statistics of shadow comparisons, per name: [pairs, Σd, Σd², A wrong & B
-    right, A right & B wrong], d the loss difference B − A. Counted once per id: when the
-    second of the two versions' predictions for that id gets its label."""
+    """Paired statistics of shadow comparisons (``PairedSums``), counted once per id:
+    when the second of the two versions' predictions for that id gets its label."""
 
     def __init__(
         self,
@@ -223,7 +291,7 @@ class ShadowPairs:
         self.version_groups = version_groups
         self.losses = losses
         self.model_of = model_of  # groups -> model index
-        self.paired: dict[str, np.ndarray] = {}
+        self.sums = PairedSums()
 
     def add(self, rows: LabeledRows) -> None:
         joined = rows.joined.rows
@@ -256,7 +324,7 @@ class ShadowPairs:
             li = LOSSES.index(comp.loss)
             d = lb[:, li] - la[:, li]
             d = d[~np.isnan(d)]
-            stats = self.paired.setdefault(comp.name, np.zeros(5, np.float64))
+            stats = self.sums.by_name.setdefault(comp.name, np.zeros(5, np.float64))
             stats[0] += d.shape[0]
             stats[1] += d.sum()
             stats[2] += (d * d).sum()
@@ -264,13 +332,16 @@ class ShadowPairs:
             stats[4] += np.count_nonzero((la[:, 0] == 0) & (lb[:, 0] == 1))  # A right, B wrong
 
     def state(self) -> StateParts:
-        return {"paired": {name: v.tolist() for name, v in sorted(self.paired.items())}}, {}
+        paired = self.sums.by_name
+        return {"paired": {name: v.tolist() for name, v in sorted(paired.items())}}, {}
 
     def load(self, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
         """ValueError when saved statistics have the wrong shape."""
-        self.paired = {str(k): np.asarray(v, np.float64) for k, v in meta.get("paired", {}).items()}
-        if any(v.shape != (5,) for v in self.paired.values()):
-            raise ValueError("paired comparison statistics have the wrong shape")
+        sums = PairedSums(
+            {str(k): np.asarray(v, np.float64) for k, v in meta.get("paired", {}).items()}
+        )
+        sums.check()
+        self.sums = sums
 
 
 def _with_all_losses(loss: np.ndarray) -> np.ndarray:

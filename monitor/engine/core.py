@@ -47,7 +47,7 @@ from .ranking import RankingState
 from .records import ID_HASH, LabelBatch, PredictionBatch
 from .result_cache import ResultCache
 from .segments import SegmentFolder
-from .snapshot import DelayHistogram, OpsState, Snapshot, WindowResult
+from .snapshot import OpsState, Snapshot, WindowResult
 from .state_checks import check_state
 from .table import KeyedTable
 from .task_stats import ScoreHistograms, TaskStats
@@ -276,27 +276,6 @@ class Engine:
     def pending(self) -> int:
         """Predictions waiting for their label."""
         return self.join.pending
-
-    # read by the partition merge (scale/merge.py) and the global view
-    @property
-    def arm_start(self) -> dict[str, int]:
-        return self.arms.start
-
-    @property
-    def arm_predictions(self) -> dict[str, np.ndarray]:
-        return self.arms.predictions
-
-    @property
-    def arm_loss(self) -> dict[str, np.ndarray]:
-        return self.arms.loss
-
-    @property
-    def paired(self) -> dict[str, np.ndarray]:
-        return self.pairs.paired
-
-    @property
-    def unseen_examples(self) -> dict[tuple[str, str], list[str]]:
-        return self.drift_cells.unseen_examples
 
     @property
     def plugin_errors(self) -> Counter[str]:
@@ -816,9 +795,9 @@ class Engine:
     ) -> tuple[ComparisonResult, ...]:
         """One look of every configured comparison (mutates the sticky decision state)."""
         return self.tracker.look(
-            self.arms.predictions,
-            self.arms.loss,
-            self.pairs.paired,
+            self.arms.sums.predictions,
+            self.arms.sums.loss,
+            self.pairs.sums.by_name,
             results,
             {name: i for i, name in enumerate(LOSSES)},
             now_ms,
@@ -858,9 +837,7 @@ class Engine:
             join_events=tuple(sorted(self.join_events.items())),
             pending_predictions=self.pending,
             orphan_labels=len(self.orphans),
-            label_delay=DelayHistogram(
-                DELAY_BOUNDS_S, tuple(int(c) for c in self.delay.counts), self.delay.sum_s
-            ),
+            label_delay=self.delay.histogram(),
             prediction_watermark_ms=self.pred_watermark_ms,
             label_watermark_ms=self.label_watermark_ms,
             plugin_errors=tuple(sorted(self.plugin_errors.items())),
@@ -951,7 +928,7 @@ class Engine:
                 wide_sums=wide_sums,
             )
             ops = self.ops()
-            unseen = {k: list(v) for k, v in self.unseen_examples.items()}
+            unseen = self.drift_cells.unseen.copy().by_feature
             plugins = self.active_plugins
         holds.append(time.perf_counter() - held)
         errors: Counter[str] = Counter()

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from .accumulator import LabeledRows, StateParts
+from .snapshot import DelayHistogram
 
 __all__ = ["DELAY_BOUNDS_S", "LabelDelay"]
 
@@ -33,11 +34,34 @@ DELAY_BOUNDS_S: tuple[float, ...] = (
 
 class LabelDelay:
     """Counts per delay bucket (a Prometheus histogram's cells, ``le`` inclusive) and the
-    sum of delays in seconds; a label before its prediction counts as 0 s."""
+    sum of delays in seconds; a label before its prediction counts as 0 s.
+
+    Sums, so the delays of two disjoint streams add (``+``: commutative, associative up
+    to float rounding of the sum, identity ``LabelDelay()``)."""
 
     def __init__(self) -> None:
         self.counts = np.zeros(len(DELAY_BOUNDS_S) + 1, np.int64)
         self.sum_s = 0.0
+
+    def __add__(self, other: LabelDelay) -> LabelDelay:
+        out = LabelDelay()
+        out.counts = self.counts + other.counts
+        out.sum_s = self.sum_s + other.sum_s
+        return out
+
+    def histogram(self) -> DelayHistogram:
+        """The immutable histogram a snapshot carries."""
+        return DelayHistogram(DELAY_BOUNDS_S, tuple(int(c) for c in self.counts), self.sum_s)
+
+    @classmethod
+    def of(cls, histogram: DelayHistogram) -> LabelDelay:
+        """The accumulator a snapshot's histogram was taken from (ValueError when it has
+        other bounds)."""
+        if tuple(histogram.bounds) != DELAY_BOUNDS_S:
+            raise ValueError("label delay histogram has other bounds")
+        out = cls()
+        out.load({"delay_sum_s": histogram.total}, {"delay_counts": np.asarray(histogram.counts)})
+        return out
 
     def add(self, rows: LabeledRows) -> None:
         j = rows.joined

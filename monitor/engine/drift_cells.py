@@ -9,6 +9,7 @@ per feature for the drift API.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,28 @@ from .accumulator import NewPredictions, StateParts
 from .buckets import BucketStore
 from .drift import DriftTracker
 
-__all__ = ["DriftCells"]
+__all__ = ["DriftCells", "UnseenValues"]
+
+
+@dataclass
+class UnseenValues:
+    """A few categorical values per (model, feature) that its reference has not seen,
+    for the drift API. ``+`` is the union (sorted, so commutative and associative; the
+    empty ``UnseenValues()`` is its identity); one engine keeps arrival order."""
+
+    by_feature: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+
+    def __add__(self, other: UnseenValues) -> UnseenValues:
+        keys = self.by_feature.keys() | other.by_feature.keys()
+        return UnseenValues(
+            {
+                k: sorted({*self.by_feature.get(k, ()), *other.by_feature.get(k, ())})
+                for k in sorted(keys)
+            }
+        )
+
+    def copy(self) -> UnseenValues:
+        return UnseenValues({k: list(v) for k, v in self.by_feature.items()})
 
 
 class DriftCells:
@@ -30,8 +52,7 @@ class DriftCells:
     ) -> None:
         self.tracker, self.wide, self.model_names = tracker, wide, tuple(model_names)
         self.base_of = base_of  # groups -> their (model, version) group without segment
-        # (model, feature) -> a few unseen categorical values, for the drift API
-        self.unseen_examples: dict[tuple[str, str], list[str]] = {}
+        self.unseen = UnseenValues()
         # models whose saved histograms belong to another reference (set by ``load``)
         self.stale: set[str] = set()
 
@@ -90,7 +111,7 @@ class DriftCells:
         at = self.wide[m].rows_for(base, ts)
         self.wide[m].add_cells(d.matrix, at[ev], cols)
         for feature, value in unseen:
-            examples = self.unseen_examples.setdefault((self.model_names[m], feature), [])
+            examples = self.unseen.by_feature.setdefault((self.model_names[m], feature), [])
             if value not in examples and len(examples) < d.spec.unseen_examples:
                 examples.append(value)
 

@@ -38,9 +38,9 @@ def global_snapshot(
         stats.view, holder.models, now_ms, confidence, holder.active_plugins, errors
     )
     comparisons = holder.tracker.look(
-        dict(stats.arm_predictions),
-        dict(stats.arm_loss),
-        dict(stats.paired),
+        dict(stats.arms.predictions),
+        dict(stats.arms.loss),
+        dict(stats.paired.by_name),
         results,
         {name: i for i, name in enumerate(LOSSES)},
         now_ms if look_at_ms is None else look_at_ms,
@@ -52,7 +52,7 @@ def global_snapshot(
     if errors:
         merged = Counter(dict(ops.plugin_errors)) + errors
         ops = replace(ops, plugin_errors=tuple(sorted(merged.items())))
-    drift = holder.drift.evaluate(stats.view, now_ms, None, unseen=stats.unseen)
+    drift = holder.drift.evaluate(stats.view, now_ms, None, unseen=stats.unseen.by_feature)
     return Snapshot(
         at_ms=at_ms,
         results=results,

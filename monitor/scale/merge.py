@@ -7,15 +7,10 @@ the statistics of a union of partitions are the sums of theirs — the mergeable
 property (Agarwal et al., "Mergeable Summaries", PODS 2012) the bucket design rests on.
 
 ``PartitionStats`` is what one partition contributes: its bucket stores (as a
-``StoreView``), its operational counters and the comparison sums kept outside the stores.
-``merge`` combines any number of them into one; groups are keyed by (model, version,
-segment) and sorted, so the merged view is the same on every instance whatever order the
-partitions arrive in. Rows of the same (group, bucket) from two partitions are kept side
-by side: evaluation sums rows by group within a window, so they add up.
-
-Time tiers: each engine rolls rows up from the same clock, so their tiers agree; the
-merge takes the coarsest (the largest ``hour_from``/``day_from``), which keeps every
-window edge on a row boundary of every input.
+``StoreView``), its operational counters and the accumulators' sums kept outside the
+stores. ``merge`` adds them up through the engine's own merges: the stores by
+``view_sum.sum_views`` (groups sorted, so the merged view is the same on every instance
+whatever order the partitions arrive in), the accumulators' sums by ``+``.
 """
 
 from __future__ import annotations
@@ -24,14 +19,18 @@ import io
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ..engine.core import DELAY_BOUNDS_S, Engine
-from ..engine.snapshot import DelayHistogram, OpsState
+from ..engine.comparison_stats import ArmSums, PairedSums
+from ..engine.core import Engine
+from ..engine.delay import LabelDelay
+from ..engine.drift_cells import UnseenValues
+from ..engine.snapshot import OpsState
 from ..engine.view import StoreView
+from ..engine.view_sum import sum_views
 from ..engine.windows import Tiers
 from ..state.checkpoint import META_KEY, npz_payload
 
@@ -59,11 +58,9 @@ class PartitionStats:
 
     view: StoreView
     ops: OpsState
-    arm_start: Mapping[str, int] = field(default_factory=dict)
-    arm_predictions: Mapping[str, np.ndarray] = field(default_factory=dict)
-    arm_loss: Mapping[str, np.ndarray] = field(default_factory=dict)
-    paired: Mapping[str, np.ndarray] = field(default_factory=dict)
-    unseen: Mapping[tuple[str, str], Sequence[str]] = field(default_factory=dict)
+    arms: ArmSums = field(default_factory=ArmSums)
+    paired: PairedSums = field(default_factory=PairedSums)
+    unseen: UnseenValues = field(default_factory=UnseenValues)
 
 
 def partition_stats(engine: Engine) -> PartitionStats:
@@ -71,107 +68,24 @@ def partition_stats(engine: Engine) -> PartitionStats:
     return PartitionStats(
         view=engine.view(copy=True),
         ops=engine.ops(),
-        arm_start=dict(engine.arm_start),
-        arm_predictions={k: v.copy() for k, v in engine.arm_predictions.items()},
-        arm_loss={k: v.copy() for k, v in engine.arm_loss.items()},
-        paired={k: v.copy() for k, v in engine.paired.items()},
-        unseen={k: list(v) for k, v in engine.unseen_examples.items()},
+        arms=engine.arms.sums.copy(),
+        paired=engine.pairs.sums.copy(),
+        unseen=engine.drift_cells.unseen.copy(),
     )
 
 
 # -- merge -------------------------------------------------------------------------------
 
 
-def merge(parts: Sequence[PartitionStats], width_ms: int, n_models: int) -> PartitionStats:
+def merge(parts: Sequence[PartitionStats], width_ms: int) -> PartitionStats:
     """The statistics of the union of ``parts`` (an empty sequence gives empty stats)."""
-    groups: list[Group] = sorted({g for p in parts for g in p.view.groups})
-    index = {g: i for i, g in enumerate(groups)}
-    remaps = [
-        np.array([index[g] for g in p.view.groups] or [0], np.int32)[: len(p.view.groups)]
-        for p in parts
-    ]
-    tiers = Tiers.for_width(width_ms)
-    for p in parts:
-        t = p.view.tiers
-        tiers = replace(
-            tiers,
-            hour_from=max(tiers.hour_from, t.hour_from),
-            day_from=max(tiers.day_from, t.day_from),
-        )
-    view = StoreView(
-        width_ms=width_ms,
-        tiers=tiers,
-        groups=tuple(groups),
-        buckets=_concat([(p.view.buckets, r) for p, r in zip(parts, remaps, strict=True)]),
-        wide=_per_model([p.view.wide for p in parts], remaps, n_models),
-        sliced=_per_model([p.view.sliced for p in parts], remaps, n_models),
-    )
-    arm_start: dict[str, int] = {}
-    arm_predictions: dict[str, np.ndarray] = {}
-    arm_loss: dict[str, np.ndarray] = {}
-    paired: dict[str, np.ndarray] = {}
-    unseen: dict[tuple[str, str], list[str]] = {}
-    for p in parts:
-        for name, start in p.arm_start.items():
-            arm_start[name] = min(start, arm_start.get(name, start))
-        _add_into(arm_predictions, p.arm_predictions)
-        _add_into(arm_loss, p.arm_loss)
-        _add_into(paired, p.paired)
-        for key, values in p.unseen.items():
-            have = unseen.setdefault(key, [])
-            have.extend(v for v in values if v not in have)
     return PartitionStats(
-        view=view,
+        view=sum_views([p.view for p in parts], width_ms),
         ops=merge_ops([p.ops for p in parts]),
-        arm_start=arm_start,
-        arm_predictions=arm_predictions,
-        arm_loss=arm_loss,
-        paired=paired,
-        unseen={k: sorted(v) for k, v in unseen.items()},
+        arms=sum((p.arms for p in parts), ArmSums()),
+        paired=sum((p.paired for p in parts), PairedSums()),
+        unseen=sum((p.unseen for p in parts), UnseenValues()),
     )
-
-
-def _add_into(out: dict[str, np.ndarray], add: Mapping[str, np.ndarray]) -> None:
-    for name, v in add.items():
-        out[name] = out[name] + v if name in out else np.array(v, copy=True)
-
-
-def _concat(parts: Sequence[tuple[Mapping[str, np.ndarray], np.ndarray]]) -> dict[str, np.ndarray]:
-    """Rows of several stores as one (group codes remapped); a matrix missing from one
-    part (a drift reference that became ready later) is zeros there."""
-    parts = [(a, r) for a, r in parts if "group" in a and len(a["group"])]
-    if not parts:
-        return {}
-    shapes: dict[str, tuple[tuple[int, ...], np.dtype[Any]]] = {}
-    for arrays, _ in parts:
-        for k, v in arrays.items():
-            shapes.setdefault(k, (v.shape[1:], v.dtype))
-    out: dict[str, np.ndarray] = {}
-    for k, (shape, dtype) in shapes.items():
-        cols = []
-        for arrays, remap in parts:
-            n = len(arrays["group"])
-            v = arrays.get(k)
-            if v is None:
-                v = np.zeros((n, *shape), dtype)
-            elif k == "group":
-                v = remap[v]
-            cols.append(v)
-        out[k] = np.concatenate(cols)
-    return out
-
-
-def _per_model(
-    stores: Sequence[Mapping[int, Mapping[str, np.ndarray]]],
-    remaps: Sequence[np.ndarray],
-    n_models: int,
-) -> dict[int, dict[str, np.ndarray]]:
-    out = {}
-    for m in range(n_models):
-        merged = _concat([(s.get(m, {}), r) for s, r in zip(stores, remaps, strict=True)])
-        if merged:
-            out[m] = merged
-    return out
 
 
 def merge_ops(ops: Iterable[OpsState]) -> OpsState:
@@ -184,8 +98,6 @@ def merge_ops(ops: Iterable[OpsState]) -> OpsState:
     rejected: Counter[str] = Counter()
     untracked: Counter[str] = Counter()
     outcomes: dict[tuple[str, str], list[Any]] = {}
-    delay = np.zeros(len(DELAY_BOUNDS_S) + 1, np.int64)
-    delay_total = 0.0
     for o in ops:
         records.update({(k, x): c for k, x, c in o.records})
         invalid.update({(k, r): c for k, r, c in o.invalid})
@@ -198,15 +110,14 @@ def merge_ops(ops: Iterable[OpsState]) -> OpsState:
             acc[0] += labeled
             if errors is not None:
                 acc[1] = (acc[1] or 0) + errors
-        delay += np.asarray(o.label_delay.counts, np.int64)
-        delay_total += o.label_delay.total
+    delay = sum((LabelDelay.of(o.label_delay) for o in ops), LabelDelay())
     return OpsState(
         records=tuple((k, x, c) for (k, x), c in sorted(records.items())),
         invalid=tuple((k, r, c) for (k, r), c in sorted(invalid.items())),
         join_events=tuple(sorted(join.items())),
         pending_predictions=sum(o.pending_predictions for o in ops),
         orphan_labels=sum(o.orphan_labels for o in ops),
-        label_delay=DelayHistogram(DELAY_BOUNDS_S, tuple(int(c) for c in delay), delay_total),
+        label_delay=delay.histogram(),
         prediction_watermark_ms=max((o.prediction_watermark_ms for o in ops), default=_NO_TS),
         label_watermark_ms=max((o.label_watermark_ms for o in ops), default=_NO_TS),
         plugin_errors=tuple(sorted(plugin_errors.items())),
@@ -247,8 +158,12 @@ def encode(stats: PartitionStats, model_names: Sequence[str]) -> bytes:
     for kind, stores in (("wide", v.wide), ("sliced", v.sliced)):
         for m, cols in stores.items():
             arrays.update({f"{kind}/{model_names[m]}/{k}": a for k, a in cols.items()})
-    for kind, values in (("arm_predictions", stats.arm_predictions), ("arm_loss", stats.arm_loss),
-                         ("paired", stats.paired)):  # fmt: skip
+    named = (
+        ("arm_predictions", stats.arms.predictions),
+        ("arm_loss", stats.arms.loss),
+        ("paired", stats.paired.by_name),
+    )
+    for kind, values in named:
         arrays.update({f"{kind}/{name}": a for name, a in values.items()})
     meta = {
         "format": FORMAT,
@@ -271,8 +186,8 @@ def encode(stats: PartitionStats, model_names: Sequence[str]) -> bytes:
             "versions_rejected": o.versions_rejected,
             "drift_untracked": o.drift_untracked,
         },
-        "arm_start": dict(stats.arm_start),
-        "unseen": [[m, f, list(vals)] for (m, f), vals in sorted(stats.unseen.items())],
+        "arm_start": dict(stats.arms.start),
+        "unseen": [[m, f, list(vals)] for (m, f), vals in sorted(stats.unseen.by_feature.items())],
     }
     return pack(meta, arrays)
 
@@ -299,11 +214,7 @@ def decode(blob: bytes, model_names: Sequence[str], width_ms: int) -> PartitionS
             join_events=tuple((str(e), int(c)) for e, c in o["join_events"]),
             pending_predictions=int(o["pending_predictions"]),
             orphan_labels=int(o["orphan_labels"]),
-            label_delay=DelayHistogram(
-                DELAY_BOUNDS_S,
-                tuple(int(c) for c in o["label_delay"][0]),
-                float(o["label_delay"][1]),
-            ),
+            label_delay=_delay(o["label_delay"]).histogram(),
             prediction_watermark_ms=int(o["prediction_watermark_ms"]),
             label_watermark_ms=int(o["label_watermark_ms"]),
             plugin_errors=tuple((str(n), int(c)) for n, c in o["plugin_errors"]),
@@ -314,8 +225,6 @@ def decode(blob: bytes, model_names: Sequence[str], width_ms: int) -> PartitionS
             versions_rejected=tuple((str(m), int(c)) for m, c in o["versions_rejected"]),
             drift_untracked=tuple((str(m), int(c)) for m, c in o["drift_untracked"]),
         )
-        if len(ops.label_delay.counts) != len(DELAY_BOUNDS_S) + 1:
-            raise ValueError("label delay histogram has another shape")
         stores: dict[str, dict[int, dict[str, np.ndarray]]] = {"wide": {}, "sliced": {}}
         per_name: dict[str, dict[str, np.ndarray]] = {}
         buckets: dict[str, np.ndarray] = {}
@@ -347,14 +256,29 @@ def decode(blob: bytes, model_names: Sequence[str], width_ms: int) -> PartitionS
             wide=stores["wide"],
             sliced=stores["sliced"],
         )
+        arms = ArmSums(
+            {str(k): int(v) for k, v in meta["arm_start"].items()},
+            per_name.get("arm_predictions", {}),
+            per_name.get("arm_loss", {}),
+        )
+        paired = PairedSums(per_name.get("paired", {}))
+        arms.check()
+        paired.check()
         return PartitionStats(
             view=view,
             ops=ops,
-            arm_start={str(k): int(v) for k, v in meta["arm_start"].items()},
-            arm_predictions=per_name.get("arm_predictions", {}),
-            arm_loss=per_name.get("arm_loss", {}),
-            paired=per_name.get("paired", {}),
-            unseen={(str(m), str(f)): [str(x) for x in vals] for m, f, vals in meta["unseen"]},
+            arms=arms,
+            paired=paired,
+            unseen=UnseenValues(
+                {(str(m), str(f)): [str(x) for x in vals] for m, f, vals in meta["unseen"]}
+            ),
         )
     except (KeyError, TypeError, ValueError) as err:
         raise ValueError(f"malformed partition statistics: {err}") from None
+
+
+def _delay(saved: Sequence[Any]) -> LabelDelay:
+    """The label delay of a blob's [counts, total] (ValueError for another shape)."""
+    delay = LabelDelay()
+    delay.load({"delay_sum_s": float(saved[1])}, {"delay_counts": np.asarray(saved[0], np.int64)})
+    return delay

@@ -425,7 +425,7 @@ class PartitionedDaemon(Daemon):
             remote = self.stats_in.latest()
             stats = [own.get(p) or remote[p] for p in sorted(own.keys() | remote.keys())]
             width = self.engine.buckets.width_ms
-            merged = merge(stats, width, len(self.engine.models))
+            merged = merge(stats, width)
             st = self._published.status
             not_ready = (
                 []

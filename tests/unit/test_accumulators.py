@@ -108,9 +108,10 @@ def test_split_arms_state_round_trips_and_pads_older_loss_lists() -> None:
     arms = _arms()
     old = np.arange(2 * 4 * 3, dtype=np.float64).reshape(2, 4, 3)  # four losses then
     arms.load({"arms": {"c": {"start_ms": 7, "predictions": [3, 4], "loss": old.tolist()}}}, {})
-    assert arms.start == {"c": 7} and arms.predictions["c"].tolist() == [3, 4]
-    assert arms.loss["c"].shape == (2, len(LOSSES), 3)
-    assert arms.loss["c"][:, :4].tolist() == old.tolist() and not arms.loss["c"][:, 4:].any()
+    sums = arms.sums
+    assert sums.start == {"c": 7} and sums.predictions["c"].tolist() == [3, 4]
+    assert sums.loss["c"].shape == (2, len(LOSSES), 3)
+    assert sums.loss["c"][:, :4].tolist() == old.tolist() and not sums.loss["c"][:, 4:].any()
     again = _arms()
     again.load(*arms.state())
     assert again.state() == arms.state()

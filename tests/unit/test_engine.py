@@ -269,11 +269,11 @@ def test_comparison_arms_match_sklearn_and_start_with_the_treatment() -> None:
     e.apply_predictions(preds([(f"i{i}", i, str(version[i]), float(score[i])) for i in range(n)]))
     e.apply_labels(labels([(f"i{i}", n + i, str(y[i])) for i in range(n)]))
     start = int(np.flatnonzero(version == "v2")[0])
-    assert e.arm_start["c"] == BASE + start
+    assert e.arms.sums.start["c"] == BASE + start
     for arm, v in enumerate(("v1", "v2")):
         sel = (version == v) & (np.arange(n) >= start)
         yy, ss = y[sel], score[sel]
-        moments = e.arm_loss["c"][arm]
+        moments = e.arms.sums.loss["c"][arm]
         k = int(sel.sum())
         assert moments[:, 0].tolist() == [k] * 4 + [0, 0]  # ranking, estimated: other specs
         mean = moments[:, 1] / k
@@ -281,11 +281,11 @@ def test_comparison_arms_match_sklearn_and_start_with_the_treatment() -> None:
         assert mean[1] == pytest.approx(log_loss(yy, ss, labels=[0, 1]), abs=1e-9)
         assert mean[2] == pytest.approx(brier_score_loss(yy, ss), abs=1e-12)
         assert mean[3] == pytest.approx(mean_absolute_error(yy, ss), abs=1e-12)
-        assert e.arm_predictions["c"][arm] == k
+        assert e.arms.sums.predictions["c"][arm] == k
     meta, arrays = e.state()
     again = Engine([MODEL], 60_000, 10**12, 10**12, 10**6, 10**6, comparisons=[spec])
     again.load(meta, arrays)
-    assert again.arm_loss["c"].tolist() == e.arm_loss["c"].tolist()
+    assert again.arms.sums.loss["c"].tolist() == e.arms.sums.loss["c"].tolist()
 
 
 @settings(max_examples=60, deadline=None)
@@ -308,7 +308,7 @@ def test_shadow_pairs_are_counted_once_whatever_the_order(cases: list, rnd: obje
             e.apply_predictions(preds([(ev[1], 0, ev[2], ev[3])]))
         else:
             e.apply_labels(labels([(ev[1], 1000, ev[2])]))
-    assert e.paired["s"].tolist() == expected.tolist()
+    assert e.pairs.sums.by_name["s"].tolist() == expected.tolist()
     assert e.join_events["joined"] == 2 * len(cases)
     assert e.join_events["duplicate_prediction"] == 0
 

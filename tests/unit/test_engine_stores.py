@@ -130,7 +130,8 @@ def test_format_2_checkpoint_of_the_engine_before_its_split_loads_exactly(
         assert np.array_equal(arrays[name], value, equal_nan=True), name
     # the checkpoint exercises every part the engine handed to an accumulator
     assert engine.pending > 0 and len(engine.orphans) > 0
-    assert engine.paired["shadow"][0] > 0 and engine.arm_predictions["canary"].sum() > 0
+    assert engine.pairs.sums.by_name["shadow"][0] > 0
+    assert engine.arms.sums.predictions["canary"].sum() > 0
     assert engine.delay.counts.sum() > 0 and 0 in engine.drift.by_model
     assert engine.join_events["conflicting_label"] > 0
     # ... and today's engine, fed the same records, reaches that state

@@ -173,14 +173,14 @@ def test_merged_partitions_evaluate_like_one_engine(tmp_path: Path) -> None:
         e.retain(NOW)
     stats = [partition_stats(parts[p]) for p in sorted(parts)]
     width = single.buckets.width_ms
-    got = global_snapshot(build_engine(s), merge(stats, width, 1), NOW, at_ms=NOW, confidence=0.95)
+    got = global_snapshot(build_engine(s), merge(stats, width), NOW, at_ms=NOW, confidence=0.95)
     _assert_same(want, got)
     assert want.ops is not None and dict(want.ops.join_events).get("conflicting_label", 0) > 0
 
     # the same through the stats topic's bytes, merged in another order
     names = [m.name for m in single.models]
     wire = [decode(encode(st, names), names, width) for st in reversed(stats)]
-    again = global_snapshot(build_engine(s), merge(wire, width, 1), NOW, at_ms=NOW,
+    again = global_snapshot(build_engine(s), merge(wire, width), NOW, at_ms=NOW,
                             confidence=0.95)  # fmt: skip
     _assert_same(want, again)
 

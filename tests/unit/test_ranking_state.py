@@ -154,8 +154,8 @@ def test_a_state_from_before_the_new_losses_still_loads(tmp_path: Path) -> None:
     meta["arms"]["c"]["loss"] = old.tolist()
     fresh = build_engine(settings)
     fresh.load(meta, arrays)
-    assert fresh.arm_loss["c"][:, :4].tolist() == old.tolist()
-    assert not fresh.arm_loss["c"][:, 4:].any()
+    assert fresh.arms.sums.loss["c"][:, :4].tolist() == old.tolist()
+    assert not fresh.arms.sums.loss["c"][:, 4:].any()
 
 
 def _waiting() -> Any:

@@ -150,20 +150,20 @@ def test_comparison_losses_for_each_task(tmp_path: Path) -> None:
     _feed(pipe, "predictions", p1 + p2)
     _feed(pipe, "labels", l1 + l2)
     li = LOSSES.index("log_loss")
-    n, total, _ = engine.arm_loss["mc"][0, li]
+    n, total, _ = engine.arms.sums.loss["mc"][0, li]
     assert n == 300
     oracle = 0.0
     for p, lab in zip(p1[::2], l1[::2], strict=True):
         oracle -= math.log(p["scores"][lab["label"]])
     assert total == pytest.approx(oracle, rel=1e-9)
     si = LOSSES.index("squared_error")
-    n, total, _ = engine.arm_loss["rg"][1, si]
+    n, total, _ = engine.arms.sums.loss["rg"][1, si]
     oracle = sum(
         (p["prediction"] - lab["label"]) ** 2 for p, lab in zip(p2[1::2], l2[1::2], strict=True)
     )
     assert n == 300 and total == pytest.approx(oracle, rel=1e-9)
     # error_rate does not apply to regression: no samples, not zeros
-    assert engine.arm_loss["rg"][1, LOSSES.index("error_rate")][0] == 0
+    assert engine.arms.sums.loss["rg"][1, LOSSES.index("error_rate")][0] == 0
 
 
 def test_a_degrading_regression_slice_shows_in_its_interval(tmp_path: Path) -> None:
