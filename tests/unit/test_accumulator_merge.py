@@ -150,7 +150,8 @@ CONFIG: dict[str, Any] = {
     "models": [{"name": "fraud", "windows": [{"size": "1h"}],
                 "slices": [{"dimensions": ["country"]}]}],
     "comparisons": [
-        {"name": "split", "model": "fraud", "control": "v1", "treatment": "v2", "loss": "squared_error"},
+        {"name": "split", "model": "fraud", "control": "v1", "treatment": "v2",
+         "loss": "squared_error"},
         {"name": "shadow", "model": "fraud", "control": "v1", "treatment": "v3",
          "mode": "shadow", "loss": "log_loss"},
     ],
