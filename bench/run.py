@@ -902,7 +902,7 @@ def profile_engine(work: Workload) -> list[str]:
 
         return wrapper
 
-    engine._group_codes = timed("_group_codes", engine._group_codes)  # type: ignore[method-assign]
+    engine.registry.codes = timed("registry.codes", engine.registry.codes)  # type: ignore[method-assign]
     engine._label_code = timed("_label_code", engine._label_code)  # type: ignore[method-assign]
     engine.buckets.rows_for = timed("buckets.rows_for", engine.buckets.rows_for)  # type: ignore[method-assign]
     t = time.perf_counter()

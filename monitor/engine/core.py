@@ -12,7 +12,6 @@ engine hands the rows it joins to its accumulators (``accumulator.py``).
 
 from __future__ import annotations
 
-import logging
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -37,6 +36,7 @@ from .drift import DriftTracker
 from .drift_cells import DriftCells
 from .estimation_counts import EstimationCounts
 from .evaluate import evaluate_all
+from .groups import GroupRegistry
 from .join import NO_TS as _NO_TS
 from .join import NUMERIC, RANKED, JoinBuffer, Joined, JoinReject
 from .light_counts import LightCounts
@@ -46,15 +46,12 @@ from .plugin_stats import PluginStats
 from .ranking import RankingState
 from .records import ID_HASH, LabelBatch, PredictionBatch
 from .result_cache import ResultCache
-from .segments import SegmentFolder
 from .snapshot import OpsState, Snapshot, WindowResult
 from .state_checks import check_state
 from .table import KeyedTable
 from .task_stats import ScoreHistograms, TaskStats
 from .view import StoreView, base_group_index
 from .windows import DAY_MS, HOUR_MS, Tiers
-
-_log = logging.getLogger(__name__)
 
 __all__ = ["DELAY_BOUNDS_S", "ENGINE_FORMAT", "LOSSES", "Engine", "JoinReject", "StateMismatch"]
 
@@ -96,7 +93,6 @@ class Engine:
         self.shadow = tuple(c for c in self.comparisons if c.mode == "shadow")
         self.split = tuple(c for c in self.comparisons if c.mode == "split")
         self.tracker = ComparisonTracker(self.comparisons, self.models)
-        self._model_index = {m.name: i for i, m in enumerate(self.models)}
         # fine score histograms + calibration sums per (model, version, bucket), binary models
         self.score_layouts = {
             i: ScoreLayout(bins=m.score_bins)
@@ -182,24 +178,8 @@ class Engine:
             max_orphan_labels,
             numeric_labels=self._numeric_labels,
         )
-        # group code -> (model index, version, segment); model -1 when no longer configured.
-        # The segment is the model's slice-dimension values (top-K folded), () without slices.
-        self.groups: list[tuple[int, str, tuple[str, ...]]] = []
-        self._group_index: dict[tuple[int, str, tuple[str, ...]], int] = {}
-        self._group_model = np.empty(0, np.int16)
-        self._version_groups: dict[tuple[int, str], list[int]] = {}
-        self._group_mv = np.empty(0, np.int32)  # group -> index of its (model, version)
-        self._base_group = np.empty(0, np.int32)  # group -> group of (model, version, ())
-        # cumulative [labeled, errors] per (model, version) in _version_groups order: the
-        # counters error-budget burn-rate alerts take rates of (monitor rules)
-        self._mv_counts = np.zeros((0, 2), np.int64)
-        # version lifecycle: newest prediction time per (model, version) (same order), the
-        # versions retired for idleness, live versions per model and rejected predictions
-        self._mv_last = np.zeros(0, np.int64)
-        self._retired: set[tuple[int, str]] = set()
-        self._live_versions: Counter[int] = Counter()
-        self.versions_rejected: Counter[str] = Counter()
-        self.folders = {i: SegmentFolder(m) for i, m in enumerate(self.models) if m.slices}
+        # (model, version, segment) groups and the version lifecycle
+        self.registry = GroupRegistry(self.models)
         # canonical label text -> code; per model: code -> 1 positive / 0 negative / -1
         self.label_codes: list[str] = []
         self._label_index: dict[str, int] = {}
@@ -241,13 +221,13 @@ class Engine:
             [name for name, _ in plugins.errors] if plugins is not None else (),
         )
         losses = Losses(self.join, self._task, self.mc_layouts)
-        self.arms = SplitArms(self.split, self.version_groups, losses)
+        self.arms = SplitArms(self.split, self.registry.version_groups, losses)
         self.pairs = ShadowPairs(
-            self.shadow, self.version_groups, losses, lambda g: self._group_model[g]
+            self.shadow, self.registry.version_groups, losses, lambda g: self.registry.model[g]
         )
         self.estimation = EstimationCounts(self.est_layouts, self.mc_est_bins, self.wide)
         self.drift_cells = DriftCells(
-            self.drift, self.wide, [m.name for m in self.models], lambda g: self._base_group[g]
+            self.drift, self.wide, [m.name for m in self.models], lambda g: self.registry.base[g]
         )
         self.light = LightCounts(self.buckets, self._task == 0)
         self.prediction_accumulators: tuple[PredictionAccumulator, ...] = (
@@ -276,6 +256,11 @@ class Engine:
     def pending(self) -> int:
         """Predictions waiting for their label."""
         return self.join.pending
+
+    @property
+    def groups(self) -> list[tuple[int, str, tuple[str, ...]]]:
+        """Group code -> (model index, version, segment) (``groups.GroupRegistry``)."""
+        return self.registry.groups
 
     @property
     def plugin_errors(self) -> Counter[str]:
@@ -392,8 +377,7 @@ class Engine:
     def _model_index_of_groups(self, m: int) -> tuple[np.ndarray, int]:
         """(group -> row among model m's groups, -1 for other models' groups; how many):
         window sums hold a row per group of the model only."""
-        self._sync_groups()
-        gids = np.flatnonzero(self._group_model == m)
+        gids = np.flatnonzero(self.registry.model == m)
         index = np.full(len(self.groups), -1, np.intp)
         index[gids] = np.arange(gids.shape[0])
         return index, int(gids.shape[0])
@@ -431,140 +415,6 @@ class Engine:
         }
 
     # -- interning -------------------------------------------------------------------
-    def _group_codes(
-        self,
-        model: np.ndarray,
-        version: list[str],
-        segments: list[dict[str, Any] | None] | None = None,
-    ) -> np.ndarray:
-        """Group code per row; only the batch's distinct (model, version, segment) keys
-        touch Python (pd.factorize hashes the strings in C)."""
-        n = len(version)
-        seg_codes = np.zeros(n, np.int64)
-        seg_keys: list[tuple[str, ...]] = [()]
-        if self.folders:
-            seen: dict[tuple[str, ...], int] = {(): 0}
-            for m, folder in self.folders.items():
-                rows = np.flatnonzero(model == m)
-                if rows.shape[0] == 0:
-                    continue
-                if not segments:
-                    segs: list[dict[str, Any] | None] = [None] * rows.shape[0]
-                elif rows.shape[0] == n:
-                    segs = segments
-                else:
-                    segs = [segments[i] for i in rows.tolist()]
-                codes, keys = folder.fold(segs)
-                remap = np.empty(len(keys), np.int64)
-                for j, key in enumerate(keys):
-                    code = seen.get(key)
-                    if code is None:
-                        code = seen[key] = len(seg_keys)
-                        seg_keys.append(key)
-                    remap[j] = code
-                seg_codes[rows] = remap[codes]
-        vcodes, vuniq = pd.factorize(np.asarray(version, dtype=object))
-        nv, ns = len(vuniq), len(seg_keys)
-        combined = (model.astype(np.int64) * nv + vcodes) * ns + seg_codes
-        ucomb, inverse = np.unique(combined, return_inverse=True)
-        index = self._group_index
-        ucodes = np.empty(ucomb.shape[0], np.int32)
-        for i, c in enumerate(ucomb.tolist()):
-            mv, seg = divmod(c, ns)
-            m, v = divmod(mv, nv)
-            key = (m, str(vuniq[v]), seg_keys[seg])
-            code = index.get(key)
-            if (code is None or (m, key[1]) in self._retired) and not self._admit(m, key[1]):
-                ucodes[i] = -1  # over the model's max_versions: rejected by the caller
-                continue
-            if code is None:
-                code = self._add_group(key)
-            ucodes[i] = code
-        self._sync_groups()
-        return ucodes[inverse.reshape(-1)]
-
-    def _admit(self, m: int, version: str) -> bool:
-        """Whether a version may have groups: a live one always; a new or retired one
-        while its model has fewer than ``max_versions`` live versions. Versions are
-        admitted in arrival order (factorize keeps first appearance), so the batch
-        boundaries never change which versions get in."""
-        key = (m, version)
-        if key in self._version_groups and key not in self._retired:
-            return True
-        if self._live_versions[m] >= self.models[m].max_versions:
-            return False
-        if key in self._retired:
-            self._retired.discard(key)
-            self._live_versions[m] += 1
-        return True
-
-    def _reject_versions(self, batch: PredictionBatch, rows: np.ndarray) -> list[JoinReject]:
-        """Count and return predictions of versions over their model's cap."""
-        rejects: list[JoinReject] = []
-        for m in np.unique(batch.model[rows]).tolist():
-            sel = rows[batch.model[rows] == m]
-            spec = self.models[m]
-            k = int(sel.shape[0])
-            before = self.versions_rejected[spec.name]
-            self.versions_rejected[spec.name] += k
-            self.count_invalid("predictions", "version_limit", k)
-            detail = f"model {spec.name!r} has max_versions={spec.max_versions} live versions"
-            if before == 0 or (before + k).bit_length() > before.bit_length():  # 1, 2, 4, 8…
-                _log.warning(
-                    "%s: %d prediction(s) rejected so far (latest version %r); raise "
-                    "max_versions or fix the producer's version field",
-                    detail, before + k, batch.version[int(sel[-1])],
-                )  # fmt: skip
-            rejects.extend((int(i), "version_limit", detail) for i in sel.tolist())
-        return rejects
-
-    def _retire_idle_versions(self, now_ms: int) -> None:
-        """A version without predictions for ``version_idle_ttl`` — and for longer than its
-        model's windows reach, so nothing it counted is still shown — stops counting
-        against ``max_versions``; it comes back as a new version if it reappears."""
-        for i, (m, v) in enumerate(self._version_groups):
-            if m < 0 or (m, v) in self._retired:
-                continue
-            spec = self.models[m]
-            if now_ms - int(self._mv_last[i]) > max(spec.version_idle_ttl_ms, spec.horizon_ms):
-                self._retired.add((m, v))
-                self._live_versions[m] -= 1
-
-    def _sync_groups(self) -> None:
-        if len(self.groups) != self._group_model.shape[0]:
-            self._group_model = np.array([g[0] for g in self.groups], np.int16)
-            mv = {k: i for i, k in enumerate(self._version_groups)}
-            self._group_mv = np.array([mv[(g[0], g[1])] for g in self.groups], np.int32)
-            index = self._group_index
-            self._base_group = np.array([index[(g[0], g[1], ())] for g in self.groups], np.int32)
-            grow = len(self._version_groups) - self._mv_counts.shape[0]
-            if grow > 0:
-                self._mv_counts = np.vstack([self._mv_counts, np.zeros((grow, 2), np.int64)])
-                self._mv_last = np.concatenate([self._mv_last, np.full(grow, _NO_TS)])
-
-    def _add_group(self, key: tuple[int, str, tuple[str, ...]]) -> int:
-        if key[2] and (key[0], key[1], ()) not in self._group_index:
-            self._add_group((key[0], key[1], ()))  # the version's base group (wide stats)
-        code = len(self.groups)
-        self.groups.append(key)
-        self._group_index[key] = code
-        if (key[0], key[1]) not in self._version_groups and key[0] >= 0:
-            self._live_versions[key[0]] += 1
-        self._version_groups.setdefault((key[0], key[1]), []).append(code)
-        return code
-
-    def outcome_counts(self) -> list[tuple[int, str, int, int]]:
-        """(model index, version, labeled, errors) so far, cumulative since first start."""
-        return [
-            (m, v, int(c[0]), int(c[1]))
-            for (m, v), c in zip(self._version_groups, self._mv_counts, strict=True)
-            if m >= 0
-        ]
-
-    def version_groups(self, model: int, version: str) -> np.ndarray:
-        """Every group (segment) of one model version."""
-        return np.asarray(self._version_groups.get((model, version), []), np.int32)
-
     def _label_code(self, labels: list[str]) -> np.ndarray:
         """Code per label text; texts that are no classifier's class get ``NUMERIC``
         (regression targets: their value travels in the float column)."""
@@ -626,14 +476,16 @@ class Engine:
         n = len(batch)
         if n == 0:
             return []
-        group = self._group_codes(batch.model, batch.version, batch.segments)
+        reg = self.registry
+        group = reg.codes(batch.model, batch.version, batch.segments)
         rejects: list[JoinReject] = []
         valid = np.flatnonzero(group >= 0)
         if valid.shape[0] < n:
-            rejects = self._reject_versions(batch, np.flatnonzero(group < 0))
+            rejects = reg.reject(batch.model, batch.version, np.flatnonzero(group < 0))
+            self.count_invalid("predictions", "version_limit", len(rejects))
         # identity is (id, model, version): a resend with other segments is a duplicate,
         # in the same batch as across batches
-        mv = self._group_mv
+        mv = reg.mv
         new = valid[self.join.unseen(batch.keys[valid], mv[group[valid]], mv)]
         dup = valid.shape[0] - new.shape[0]
         self.records["predictions", "accepted"] += int(new.shape[0])
@@ -655,8 +507,8 @@ class Engine:
         )
         if batch.ranked is not None:
             self.ranking.add_lists(keys, g, [batch.ranked[i] for i in new.tolist()])
-        np.maximum.at(self._mv_last, self._group_mv[g], ts)
-        arrived = NewPredictions(batch, new, g, self._base_group[g], batch.model[new], ts)
+        reg.seen(g, ts)
+        arrived = NewPredictions(batch, new, g, reg.base[g], batch.model[new], ts)
         for counter in self.prediction_accumulators:
             counter.add_predictions(arrived)
         self.pred_watermark_ms = max(self.pred_watermark_ms, int(ts.max()))
@@ -693,24 +545,21 @@ class Engine:
         return out
 
     def _classify(self, codes: np.ndarray, values: np.ndarray, group: np.ndarray) -> np.ndarray:
-        return self._classes_of(codes, values, self._group_model[group])
+        return self._classes_of(codes, values, self.registry.model[group])
 
     def _accumulate(self, joined: Joined) -> None:
-        """Count rows that just joined: the per-version outcomes here (they grow with the
-        version registry), everything else in the accumulators."""
+        """Count rows that just joined: the per-version outcomes in the registry (they
+        grow with it), everything else in the accumulators."""
         if not len(joined):
             return
-        group, y_true, decision = joined.group, joined.y_true, joined.decision
-        model = self._group_model[group]
-        mv = self._group_mv[group]
-        n_mv = self._mv_counts.shape[0]
-        self._mv_counts[:, 0] += np.bincount(mv, minlength=n_mv)
-        wrong = y_true != decision
+        reg, group = self.registry, joined.group
+        model = reg.model[group]
+        wrong = joined.y_true != joined.decision
         if not self._all_binary:  # regression, ranking: no errors
             wrong &= self._task[model] < 2
-        self._mv_counts[:, 1] += np.bincount(mv, weights=wrong, minlength=n_mv).astype(np.int64)
+        reg.count_outcomes(group, wrong)
         self.join_events["joined"] += len(joined)
-        rows = LabeledRows(joined, model, self._base_group[group])
+        rows = LabeledRows(joined, model, reg.base[group])
         for acc in self.accumulators:
             acc.add(rows)
 
@@ -809,7 +658,7 @@ class Engine:
         """Freeze completed live drift references, retire idle versions, then drop buckets
         no window (or live "previous" reference) can reach any more; returns rows dropped."""
         self.freeze_live_references()
-        self._retire_idle_versions(now_ms)
+        self.registry.retire_idle(now_ms)
         self._collect_ranking(force=True)
         self.roll_up(now_ms)
         horizon = max(w.size_ms + w.delay_ms for m in self.models for w in m.windows)
@@ -841,7 +690,7 @@ class Engine:
             prediction_watermark_ms=self.pred_watermark_ms,
             label_watermark_ms=self.label_watermark_ms,
             plugin_errors=tuple(sorted(self.plugin_errors.items())),
-            versions_rejected=tuple(sorted(self.versions_rejected.items())),
+            versions_rejected=tuple(sorted(self.registry.rejected.items())),
             drift_untracked=tuple(self.drift.untracked_features().items()),
             outcomes=tuple(
                 (
@@ -850,7 +699,7 @@ class Engine:
                     lab,
                     err if self.models[m].is_classifier else None,
                 )
-                for m, v, lab, err in self.outcome_counts()
+                for m, v, lab, err in self.registry.outcome_counts()
             ),
         )
 
@@ -962,10 +811,7 @@ class Engine:
             "engine_format": ENGINE_FORMAT,
             "id_hash": ID_HASH,
             "bucket_width_ms": self.buckets.width_ms,
-            "groups": [
-                [self.models[m].name if m >= 0 else None, v, list(seg)] for m, v, seg in self.groups
-            ],
-            "segment_counts": {str(m): f.state() for m, f in self.folders.items()},
+            **self.registry.groups_state(),
             "label_codes": list(self.label_codes),
             "records": [[k, o, c] for (k, o), c in sorted(self.records.items())],
             "invalid": [[k, r, c] for (k, r), c in sorted(self.invalid.items())],
@@ -977,15 +823,7 @@ class Engine:
             "event_clock": self.event_clock.state(),
             "label_clock": self.label_clock.state(),
             "comparisons": self.tracker.state(),
-            "outcomes": [
-                [self.models[m].name, v, lab, err] for m, v, lab, err in self.outcome_counts()
-            ],
-            "version_last_ms": [
-                [self.models[m].name, v, int(t), (m, v) in self._retired]
-                for (m, v), t in zip(self._version_groups, self._mv_last, strict=True)
-                if m >= 0
-            ],
-            "versions_rejected": dict(sorted(self.versions_rejected.items())),
+            **self.registry.lifecycle_state(),
         }
         arrays: dict[str, np.ndarray] = {}
         for part in (self.join, *self._saved):
@@ -1021,38 +859,8 @@ class Engine:
                 f"state has bucket_width {meta['bucket_width_ms'] / 1000:g}s but the config says "
                 f"{self.buckets.width_ms / 1000:g}s; restore with the old width or start fresh"
             )
-        self.groups, self._group_index, self._version_groups = [], {}, {}
+        self.registry.load(meta)
         self._base_index = {}
-        for name, v, *seg in meta["groups"]:
-            self._add_group((self._model_index.get(name, -1), v, tuple(seg[0] if seg else ())))
-        self._group_model = np.empty(0, np.int16)
-        self._mv_counts = np.zeros((0, 2), np.int64)
-        self._mv_last = np.zeros(0, np.int64)
-        self._sync_groups()
-        mv_index = {k: i for i, k in enumerate(self._version_groups)}
-        for name, v, lab, err in meta.get("outcomes", []):
-            i = mv_index.get((self._model_index.get(name, -1), v))
-            if i is not None:
-                self._mv_counts[i] = (int(lab), int(err))
-        # checkpoints before version lifecycles: every version was last seen "now"
-        self._mv_last[:] = int(meta["pred_watermark_ms"])
-        self._retired = set()
-        for name, v, last, retired in meta.get("version_last_ms", []):
-            m = self._model_index.get(name, -1)
-            i = mv_index.get((m, v))
-            if i is not None:
-                self._mv_last[i] = int(last)
-                if retired:
-                    self._retired.add((m, v))
-        self._live_versions = Counter(
-            m for m, v in self._version_groups if m >= 0 and (m, v) not in self._retired
-        )
-        self.versions_rejected = Counter(
-            {str(k): int(c) for k, c in meta.get("versions_rejected", {}).items()}
-        )
-        for key, st in meta.get("segment_counts", {}).items():
-            if int(key) in self.folders:
-                self.folders[int(key)].load(st)
         self.label_codes = list(meta["label_codes"])
         self._label_index = {t: i for i, t in enumerate(self.label_codes)}
         self._label_class = [np.empty(0, np.int8) for _ in self.models]

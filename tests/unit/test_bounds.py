@@ -116,7 +116,7 @@ def test_a_million_distinct_slice_values_stay_within_top_k(tmp_path: Path) -> No
     max_groups = 1 + (top_country + 2) * (top_user + 2)
     assert len(engine.groups) <= max_groups, len(engine.groups)
     # the frequency counters are bounded too (10·K per dimension after each batch)
-    for dim, counts in engine.folders[0].counts.items():
+    for dim, counts in engine.registry.folders[0].counts.items():
         k = top_user if dim == "user" else top_country
         assert len(counts) <= 10 * k, (dim, len(counts))
 

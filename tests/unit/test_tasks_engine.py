@@ -99,8 +99,9 @@ def test_restart_from_state_equals_one_run(tmp_path: Path) -> None:
             assert got[key][name] == pytest.approx(value, rel=1e-12, nan_ok=True), (key, name)
     assert second.pending == one.pending == 0
     # the burn-rate counters: cumulative labeled/errors per version, kept across restarts
-    counts = {(one.models[m].name, v): (lab, err) for m, v, lab, err in one.outcome_counts()}
-    assert second.outcome_counts() == one.outcome_counts()
+    outcomes = one.registry.outcome_counts()
+    counts = {(one.models[m].name, v): (lab, err) for m, v, lab, err in outcomes}
+    assert second.registry.outcome_counts() == one.registry.outcome_counts()
     mc_errors = 0
     for p, lab in zip(preds[::2], labels[::2], strict=True):
         scores = p["scores"]

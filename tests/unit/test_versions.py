@@ -63,7 +63,7 @@ def test_versions_over_the_cap_are_rejected_counted_and_logged(
     assert {v for _, v, _ in engine.groups} == {"v0", "v1", "v2"}
     assert sorted(i for i, _, _ in rejects) == [i for i in range(40) if i % 10 >= 3]
     assert {reason for _, reason, _ in rejects} == {"version_limit"}
-    assert engine.versions_rejected["m"] == 28
+    assert engine.registry.rejected["m"] == 28
     assert engine.invalid["predictions", "version_limit"] == 28
     assert engine.records["predictions", "accepted"] == 12
     assert engine.records["predictions", "invalid"] == 28
@@ -92,7 +92,7 @@ def test_idle_versions_retire_after_their_windows_and_free_a_slot() -> None:
     again.load(meta, arrays)
     assert again.apply_predictions(_preds([("h", 2 * HOUR + 30, "v2", "de", 0.7)]))
     assert again.apply_predictions(_preds([("i", 2 * HOUR + 31, "v4", "de", 0.7)])) == []
-    assert again.versions_rejected["m"] == engine.versions_rejected["m"] + 1 == 4
+    assert again.registry.rejected["m"] == engine.registry.rejected["m"] + 1 == 4
 
 
 def test_pipeline_dead_letters_version_limit_rejections(tmp_path: Path) -> None:

@@ -1,0 +1,267 @@
+"""The group registry: interning of (model, version, segment) groups and the version
+lifecycle.
+
+A group is what a bucket row is keyed by: a model, a version and the model's
+slice-dimension values (top-K folded by ``segments.SegmentFolder``; ``()`` without
+slices). Codes are handed out in arrival order and never reused, so every store, the
+join buffer and a checkpoint can refer to a group by its code.
+
+Versions are bounded: a model has at most ``max_versions`` live versions; predictions
+of one more are rejected with a counted reason and a log line, never merged into
+another version. A version without predictions for ``version_idle_ttl`` (and for longer
+than its model's windows reach) is retired and stops counting; it comes back as a new
+version if it reappears. Per version the registry also keeps the cumulative labeled and
+wrong counts that error-budget burn rates are taken of (``monitor rules``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .join import NO_TS, JoinReject
+from .models import ModelSpec
+from .segments import SegmentFolder
+
+__all__ = ["Group", "GroupRegistry"]
+
+_log = logging.getLogger(__name__)
+
+Group = tuple[int, str, tuple[str, ...]]  # (model index or -1, version, segment)
+
+
+class GroupRegistry:
+    def __init__(self, models: Sequence[ModelSpec]) -> None:
+        self.models = tuple(models)
+        self.model_index = {m.name: i for i, m in enumerate(self.models)}
+        self.folders = {i: SegmentFolder(m) for i, m in enumerate(self.models) if m.slices}
+        self._clear()
+
+    def _clear(self) -> None:
+        # group code -> (model index, version, segment); model -1 when no longer configured
+        self.groups: list[Group] = []
+        self._index: dict[Group, int] = {}
+        self.model = np.empty(0, np.int16)  # group -> model index
+        self.mv = np.empty(0, np.int32)  # group -> index of its (model, version)
+        self.base = np.empty(0, np.int32)  # group -> group of (model, version, ())
+        self._versions: dict[tuple[int, str], list[int]] = {}  # (model, version) -> groups
+        # per (model, version) in ``_versions`` order: cumulative [labeled, errors] and the
+        # newest prediction time
+        self.outcomes = np.zeros((0, 2), np.int64)
+        self.last_seen = np.zeros(0, np.int64)
+        self.retired: set[tuple[int, str]] = set()
+        self.live: Counter[int] = Counter()  # live versions per model
+        self.rejected: Counter[str] = Counter()  # predictions rejected per model name
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+    # -- interning -------------------------------------------------------------------
+    def codes(
+        self,
+        model: np.ndarray,
+        version: list[str],
+        segments: list[dict[str, Any] | None] | None = None,
+    ) -> np.ndarray:
+        """Group code per row, -1 for a version over its model's cap; only the batch's
+        distinct (model, version, segment) keys touch Python (pd.factorize hashes the
+        strings in C)."""
+        n = len(version)
+        seg_codes = np.zeros(n, np.int64)
+        seg_keys: list[tuple[str, ...]] = [()]
+        if self.folders:
+            seen: dict[tuple[str, ...], int] = {(): 0}
+            for m, folder in self.folders.items():
+                rows = np.flatnonzero(model == m)
+                if rows.shape[0] == 0:
+                    continue
+                if not segments:
+                    segs: list[dict[str, Any] | None] = [None] * rows.shape[0]
+                elif rows.shape[0] == n:
+                    segs = segments
+                else:
+                    segs = [segments[i] for i in rows.tolist()]
+                codes, keys = folder.fold(segs)
+                remap = np.empty(len(keys), np.int64)
+                for j, key in enumerate(keys):
+                    code = seen.get(key)
+                    if code is None:
+                        code = seen[key] = len(seg_keys)
+                        seg_keys.append(key)
+                    remap[j] = code
+                seg_codes[rows] = remap[codes]
+        vcodes, vuniq = pd.factorize(np.asarray(version, dtype=object))
+        nv, ns = len(vuniq), len(seg_keys)
+        combined = (model.astype(np.int64) * nv + vcodes) * ns + seg_codes
+        ucomb, inverse = np.unique(combined, return_inverse=True)
+        index = self._index
+        ucodes = np.empty(ucomb.shape[0], np.int32)
+        for i, c in enumerate(ucomb.tolist()):
+            mv, seg = divmod(c, ns)
+            m, v = divmod(mv, nv)
+            key = (m, str(vuniq[v]), seg_keys[seg])
+            code = index.get(key)
+            if (code is None or (m, key[1]) in self.retired) and not self._admit(m, key[1]):
+                ucodes[i] = -1  # over the model's max_versions: rejected by the caller
+                continue
+            if code is None:
+                code = self._add(key)
+            ucodes[i] = code
+        self._sync()
+        return ucodes[inverse.reshape(-1)]
+
+    def _admit(self, m: int, version: str) -> bool:
+        """Whether a version may have groups: a live one always; a new or retired one
+        while its model has fewer than ``max_versions`` live versions. Versions are
+        admitted in arrival order (factorize keeps first appearance), so the batch
+        boundaries never change which versions get in."""
+        key = (m, version)
+        if key in self._versions and key not in self.retired:
+            return True
+        if self.live[m] >= self.models[m].max_versions:
+            return False
+        if key in self.retired:
+            self.retired.discard(key)
+            self.live[m] += 1
+        return True
+
+    def _add(self, key: Group) -> int:
+        if key[2] and (key[0], key[1], ()) not in self._index:
+            self._add((key[0], key[1], ()))  # the version's base group (wide stats)
+        code = len(self.groups)
+        self.groups.append(key)
+        self._index[key] = code
+        if (key[0], key[1]) not in self._versions and key[0] >= 0:
+            self.live[key[0]] += 1
+        self._versions.setdefault((key[0], key[1]), []).append(code)
+        return code
+
+    def _sync(self) -> None:
+        """The per-group arrays after groups were added."""
+        if len(self.groups) == self.model.shape[0]:
+            return
+        self.model = np.array([g[0] for g in self.groups], np.int16)
+        mv = {k: i for i, k in enumerate(self._versions)}
+        self.mv = np.array([mv[(g[0], g[1])] for g in self.groups], np.int32)
+        index = self._index
+        self.base = np.array([index[(g[0], g[1], ())] for g in self.groups], np.int32)
+        grow = len(self._versions) - self.outcomes.shape[0]
+        if grow > 0:
+            self.outcomes = np.vstack([self.outcomes, np.zeros((grow, 2), np.int64)])
+            self.last_seen = np.concatenate([self.last_seen, np.full(grow, NO_TS)])
+
+    def version_groups(self, model: int, version: str) -> np.ndarray:
+        """Every group (segment) of one model version."""
+        return np.asarray(self._versions.get((model, version), []), np.int32)
+
+    # -- version lifecycle -----------------------------------------------------------
+    def reject(
+        self, model: np.ndarray, version: Sequence[str], rows: np.ndarray
+    ) -> list[JoinReject]:
+        """Count and return the predictions ``rows`` (of versions over their model's cap),
+        with their reason; logs at the 1st, 2nd, 4th, 8th… rejection of a model."""
+        rejects: list[JoinReject] = []
+        for m in np.unique(model[rows]).tolist():
+            sel = rows[model[rows] == m]
+            spec = self.models[m]
+            k = int(sel.shape[0])
+            before = self.rejected[spec.name]
+            self.rejected[spec.name] += k
+            detail = f"model {spec.name!r} has max_versions={spec.max_versions} live versions"
+            if before == 0 or (before + k).bit_length() > before.bit_length():  # 1, 2, 4, 8…
+                _log.warning(
+                    "%s: %d prediction(s) rejected so far (latest version %r); raise "
+                    "max_versions or fix the producer's version field",
+                    detail, before + k, version[int(sel[-1])],
+                )  # fmt: skip
+            rejects.extend((int(i), "version_limit", detail) for i in sel.tolist())
+        return rejects
+
+    def seen(self, group: np.ndarray, ts: np.ndarray) -> None:
+        """Predictions of ``group`` arrived at event times ``ts``."""
+        np.maximum.at(self.last_seen, self.mv[group], ts)
+
+    def count_outcomes(self, group: np.ndarray, wrong: np.ndarray) -> None:
+        """Joined rows of ``group``, ``wrong`` where the decision missed the label."""
+        mv = self.mv[group]
+        n = self.outcomes.shape[0]
+        self.outcomes[:, 0] += np.bincount(mv, minlength=n)
+        self.outcomes[:, 1] += np.bincount(mv, weights=wrong, minlength=n).astype(np.int64)
+
+    def retire_idle(self, now_ms: int) -> None:
+        """A version without predictions for ``version_idle_ttl`` — and for longer than its
+        model's windows reach, so nothing it counted is still shown — stops counting
+        against ``max_versions``; it comes back as a new version if it reappears."""
+        for i, (m, v) in enumerate(self._versions):
+            if m < 0 or (m, v) in self.retired:
+                continue
+            spec = self.models[m]
+            if now_ms - int(self.last_seen[i]) > max(spec.version_idle_ttl_ms, spec.horizon_ms):
+                self.retired.add((m, v))
+                self.live[m] -= 1
+
+    def outcome_counts(self) -> list[tuple[int, str, int, int]]:
+        """(model index, version, labeled, errors) so far, cumulative since first start."""
+        return [
+            (m, v, int(c[0]), int(c[1]))
+            for (m, v), c in zip(self._versions, self.outcomes, strict=True)
+            if m >= 0
+        ]
+
+    # -- state -----------------------------------------------------------------------
+    def groups_state(self) -> dict[str, Any]:
+        """The groups (by model name: a reordered config still restores) and the
+        segment folders' counts."""
+        return {
+            "groups": [
+                [self.models[m].name if m >= 0 else None, v, list(seg)] for m, v, seg in self.groups
+            ],
+            "segment_counts": {str(m): f.state() for m, f in self.folders.items()},
+        }
+
+    def lifecycle_state(self) -> dict[str, Any]:
+        """Per-version outcomes, last prediction times and retirements; rejections."""
+        return {
+            "outcomes": [
+                [self.models[m].name, v, lab, err] for m, v, lab, err in self.outcome_counts()
+            ],
+            "version_last_ms": [
+                [self.models[m].name, v, int(t), (m, v) in self.retired]
+                for (m, v), t in zip(self._versions, self.last_seen, strict=True)
+                if m >= 0
+            ],
+            "versions_rejected": dict(sorted(self.rejected.items())),
+        }
+
+    def load(self, meta: Mapping[str, Any]) -> None:
+        """Restore from ``groups_state`` and ``lifecycle_state`` (a state written before
+        version lifecycles: every version was last seen at the prediction watermark)."""
+        self._clear()
+        for name, v, *seg in meta["groups"]:
+            self._add((self.model_index.get(name, -1), v, tuple(seg[0] if seg else ())))
+        self._sync()
+        mv_index = {k: i for i, k in enumerate(self._versions)}
+        for name, v, lab, err in meta.get("outcomes", []):
+            i = mv_index.get((self.model_index.get(name, -1), v))
+            if i is not None:
+                self.outcomes[i] = (int(lab), int(err))
+        self.last_seen[:] = int(meta["pred_watermark_ms"])
+        for name, v, last, retired in meta.get("version_last_ms", []):
+            m = self.model_index.get(name, -1)
+            i = mv_index.get((m, v))
+            if i is not None:
+                self.last_seen[i] = int(last)
+                if retired:
+                    self.retired.add((m, v))
+        self.live = Counter(m for m, v in self._versions if m >= 0 and (m, v) not in self.retired)
+        self.rejected = Counter(
+            {str(k): int(c) for k, c in meta.get("versions_rejected", {}).items()}
+        )
+        for key, st in meta.get("segment_counts", {}).items():
+            if int(key) in self.folders:
+                self.folders[int(key)].load(st)
