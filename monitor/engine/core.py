@@ -29,7 +29,7 @@ from ..stats.scores import ScoreLayout
 from .accumulator import Accumulator, LabeledRows, NewPredictions, PredictionAccumulator
 from .buckets import BucketStore, SumPlan, window_group_sums
 from .clock import EventWatermark
-from .comparison_stats import Losses, ShadowPairs, SplitArms
+from .comparison_stats import ArmSums, Losses, PairedSums, ShadowPairs, SplitArms
 from .comparisons import ComparisonResult, ComparisonTracker
 from .delay import DELAY_BOUNDS_S, LabelDelay
 from .drift import DriftTracker
@@ -641,12 +641,15 @@ class Engine:
         now_ms: int,
         not_ready: Sequence[str] = (),
         confidence: float = 0.95,
+        sums: tuple[ArmSums, PairedSums] | None = None,
     ) -> tuple[ComparisonResult, ...]:
-        """One look of every configured comparison (mutates the sticky decision state)."""
+        """One look of every configured comparison (mutates the sticky decision state) at
+        this engine's arm and pair sums, or at ``sums`` (merged from partition engines)."""
+        arms, pairs = sums if sums is not None else (self.arms.sums, self.pairs.sums)
         return self.tracker.look(
-            self.arms.sums.predictions,
-            self.arms.sums.loss,
-            self.pairs.sums.by_name,
+            arms.predictions,
+            arms.loss,
+            pairs.by_name,
             results,
             {name: i for i, name in enumerate(LOSSES)},
             now_ms,

@@ -189,33 +189,23 @@ class JoinBuffer:
         joined: list[Joined] = []
         unknown = 0
         has = sibling >= 0
-        if has.any():
-            srow = sibling[has]
+        # a sibling's label lives in the prediction table, a waiting one in the orphans
+        sources = [(own[has], self.preds, sibling[has], "label_code", "label_ts")]
+        rest = np.flatnonzero(~has)
+        orow = self.orphans.lookup(keys[rest]) if rest.shape[0] else rest
+        hit = orow >= 0
+        orow = orow[hit]
+        sources.append((own[rest[hit]], self.orphans, orow, "code", "ts"))
+        for prow, table, src, code, ts in sources:
+            if src.shape[0] == 0:
+                continue
             done, bad = self._attach(
-                own[has],
-                self.preds.col("label_code")[srow],
-                self.value(self.preds, srow),
-                self.preds.col("label_ts")[srow],
-                classify,
+                prow, table.col(code)[src], self.value(table, src), table.col(ts)[src], classify
             )
             unknown += int(np.count_nonzero(bad))
             joined.append(done)
-        rest = np.flatnonzero(~has)
-        if rest.shape[0]:
-            orow = self.orphans.lookup(keys[rest])
-            hit = orow >= 0
-            if hit.any():
-                orow = orow[hit]
-                done, bad = self._attach(
-                    own[rest[hit]],
-                    self.orphans.col("code")[orow],
-                    self.value(self.orphans, orow),
-                    self.orphans.col("ts")[orow],
-                    classify,
-                )
-                unknown += int(np.count_nonzero(bad))
-                joined.append(done)
-                self.orphans.delete(orow)
+        if orow.shape[0]:
+            self.orphans.delete(orow)
         return (_concat(joined) if joined else None), unknown
 
     # -- labels ------------------------------------------------------------------------

@@ -11,7 +11,7 @@ Both keep their state in the stores (saved with them), so ``state`` is empty.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,7 @@ from ..stats.regression import RegressionLayout
 from ..stats.scores import ScoreLayout
 from .accumulator import LabeledRows, StateParts
 from .buckets import BucketStore
-from .join import JoinBuffer
+from .join import JoinBuffer, Joined
 from .ranking import RankingState
 
 __all__ = ["ScoreHistograms", "TaskStats"]
@@ -83,43 +83,45 @@ class TaskStats:
 
     def add(self, rows: LabeledRows) -> None:
         j = rows.joined
-        preds = self.join.preds
-        for m, mc in self.mc.items():
-            sel = rows.of_model(m)
-            if sel.shape[0] == 0:
-                continue
-            at = self.sliced[m].rows_for(j.group[sel], j.pred_ts[sel])
-            matrix = self.sliced[m].matrix("mc")  # after rows_for, which may grow it
-            proba = self.join.proba(j.rows[sel], mc.n_classes)
-            y, decision = j.y_true[sel], j.decision[sel]
-            has = ~np.isnan(proba[:, 0])
-            if has.any():
-                mc.add_rows(matrix, at[has], y[has], decision[has], proba[has])
-            if not has.all():
-                mc.add_rows(matrix, at[~has], y[~has], decision[~has])
-        for m, rg in self.rg.items():
-            sel = rows.of_model(m)
-            if sel.shape[0] == 0:
-                continue
-            at = self.sliced[m].rows_for(j.group[sel], j.pred_ts[sel])
-            r = j.rows[sel]
-            rg.add_rows(
-                self.sliced[m].matrix("rg"),
-                at,
-                j.values[sel],
-                j.score[sel],
-                preds.col("lower")[r],
-                preds.col("upper")[r],
-            )
-        for m, rk in self.rank.items():
-            sel = rows.of_model(m)
-            if sel.shape[0] == 0:
-                continue
-            at = self.sliced[m].rows_for(j.group[sel], j.pred_ts[sel])
-            r = j.rows[sel]
-            rows_of = self.ranking.contributions(rk, preds.keys[r], j.group[sel], j.values[sel])
-            rk.add_rows(self.sliced[m].matrix("rk"), at, rows_of)
-            preds.col("rank_loss")[r] = rk.ndcg_loss(rows_of)  # comparisons' ndcg_loss
+        tasks: tuple[tuple[Mapping[int, Any], str, Callable[..., None]], ...] = (
+            (self.mc, "mc", self._add_multiclass),
+            (self.rg, "rg", self._add_regression),
+            (self.rank, "rk", self._add_ranking),
+        )
+        for layouts, name, add in tasks:
+            for m, layout in layouts.items():
+                sel = rows.of_model(m)
+                if sel.shape[0] == 0:
+                    continue
+                store = self.sliced[m]
+                at = store.rows_for(j.group[sel], j.pred_ts[sel])
+                add(layout, store.matrix(name), at, j, sel)  # after rows_for: it may grow
+
+    def _add_multiclass(
+        self, mc: MulticlassLayout, matrix: np.ndarray, at: np.ndarray, j: Joined, sel: np.ndarray
+    ) -> None:
+        proba = self.join.proba(j.rows[sel], mc.n_classes)
+        y, decision = j.y_true[sel], j.decision[sel]
+        has = ~np.isnan(proba[:, 0])
+        if has.any():
+            mc.add_rows(matrix, at[has], y[has], decision[has], proba[has])
+        if not has.all():
+            mc.add_rows(matrix, at[~has], y[~has], decision[~has])
+
+    def _add_regression(
+        self, rg: RegressionLayout, matrix: np.ndarray, at: np.ndarray, j: Joined, sel: np.ndarray
+    ) -> None:
+        preds, r = self.join.preds, j.rows[sel]
+        lower, upper = preds.col("lower")[r], preds.col("upper")[r]
+        rg.add_rows(matrix, at, j.values[sel], j.score[sel], lower, upper)
+
+    def _add_ranking(
+        self, rk: RankingLayout, matrix: np.ndarray, at: np.ndarray, j: Joined, sel: np.ndarray
+    ) -> None:
+        preds, r = self.join.preds, j.rows[sel]
+        rows_of = self.ranking.contributions(rk, preds.keys[r], j.group[sel], j.values[sel])
+        rk.add_rows(matrix, at, rows_of)
+        preds.col("rank_loss")[r] = rk.ndcg_loss(rows_of)  # comparisons' ndcg_loss
 
     def state(self) -> StateParts:
         return {}, {}

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ..engine.core import LOSSES, Engine
+from ..engine.core import Engine
 from ..engine.evaluate import evaluate_all
 from ..engine.snapshot import Snapshot
 from .merge import PartitionStats
@@ -37,15 +37,12 @@ def global_snapshot(
     results, fairness = evaluate_all(
         stats.view, holder.models, now_ms, confidence, holder.active_plugins, errors
     )
-    comparisons = holder.tracker.look(
-        dict(stats.arms.predictions),
-        dict(stats.arms.loss),
-        dict(stats.paired.by_name),
+    comparisons = holder.look_comparisons(
         results,
-        {name: i for i, name in enumerate(LOSSES)},
         now_ms if look_at_ms is None else look_at_ms,
         not_ready,
         confidence,
+        sums=(stats.arms, stats.paired),
     )
     holder.plugin_errors.update(errors)
     ops = stats.ops
