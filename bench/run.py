@@ -889,7 +889,7 @@ def bench_engine(n: int, reps: int) -> Result:
 
 def profile_engine(work: Workload) -> list[str]:
     """Where the engine's time goes: the per-row Python loops used for interning
-    (``_group_codes`` for versions, ``_label_code`` for labels) against the whole run."""
+    (``registry.codes`` for versions, ``_label_code`` for labels) against the whole run."""
     engine = build_engine(settings_for())
     spent: Counter[str] = Counter()
 

@@ -33,7 +33,7 @@ from .comparison_stats import ArmSums, Losses, PairedSums, ShadowPairs, SplitArm
 from .comparisons import ComparisonResult, ComparisonTracker
 from .delay import DELAY_BOUNDS_S, LabelDelay
 from .drift import DriftTracker
-from .drift_cells import DriftCells
+from .drift_cells import DriftCells, UnseenValues
 from .estimation_counts import EstimationCounts
 from .evaluate import evaluate_all
 from .groups import GroupRegistry
@@ -203,6 +203,7 @@ class Engine:
         # seconds the last snapshot held the caller's lock, per section: retention, the
         # longest window-sum chunk, finishing the copy, the comparison looks
         self.lock_holds_s: tuple[float, ...] = ()
+        self._look_hold_s = 0.0
         self._base_index: dict[int, tuple[int, np.ndarray, int]] = {}  # _sum_index's, cached
         # what joined rows are counted into, in order (task statistics write the ranking
         # loss the comparisons read)
@@ -780,24 +781,60 @@ class Engine:
                 wide_sums=wide_sums,
             )
             ops = self.ops()
-            unseen = self.drift_cells.unseen.copy().by_feature
+            unseen = self.drift_cells.unseen.copy()
             plugins = self.active_plugins
         holds.append(time.perf_counter() - held)
+        snap = self.evaluate_view(
+            view, ops, unseen, now_ms, at_ms=at_ms, confidence=confidence, models=models,
+            plugins=plugins, not_ready=not_ready, look_at_ms=look_at_ms, lock=lock,
+        )  # fmt: skip
+        self.lock_holds_s = (holds[0], max(holds[1:-1], default=0.0), holds[-1], self._look_hold_s)
+        return snap
+
+    def evaluate_view(
+        self,
+        view: StoreView,
+        ops: OpsState,
+        unseen: UnseenValues,
+        now_ms: int,
+        *,
+        at_ms: int | None = None,
+        confidence: float = 0.95,
+        models: Sequence[ModelSpec] | None = None,
+        plugins: Sequence[Any] | None = None,
+        not_ready: Sequence[str] = (),
+        look_at_ms: int | None = None,
+        sums: tuple[ArmSums, PairedSums] | None = None,
+        lock: AbstractContextManager[Any] | None = None,
+    ) -> Snapshot:
+        """The evaluation half of :meth:`snapshot`: every window, slice, fairness gap,
+        comparison look and drift test of ``view``, outside ``lock`` but for the look
+        (sticky decision state) and the plugin error counts. The partitioned global view
+        (``scale/global_view.py``) evaluates with it too: ``view``, ``ops``, ``unseen``
+        and the comparison ``sums`` merged from the partition engines, this engine
+        holding the configuration, the sticky comparison state and drift references."""
+        guard = lock if lock is not None else nullcontext()
         errors: Counter[str] = Counter()
         results, fairness = evaluate_all(
-            view, models or self.models, now_ms, confidence, plugins, errors, self.result_cache
+            view,
+            models or self.models,
+            now_ms,
+            confidence,
+            self.active_plugins if plugins is None else plugins,
+            errors,
+            self.result_cache,
         )
         held = time.perf_counter()
         with guard:
             comparisons = self.look_comparisons(
-                results, now_ms if look_at_ms is None else look_at_ms, not_ready, confidence
+                results, now_ms if look_at_ms is None else look_at_ms, not_ready, confidence, sums
             )
             self.plugin_stats.errors.update(errors)
-            if errors:
-                ops = self.ops()
-        holds.append(time.perf_counter() - held)
-        self.lock_holds_s = (holds[0], max(holds[1:-2], default=0.0), *holds[-2:])
-        drift = self.drift.evaluate(view, now_ms, models, unseen=unseen)
+        self._look_hold_s = time.perf_counter() - held
+        if errors:  # this evaluation's plugin errors beside those counted before
+            counted = Counter(dict(ops.plugin_errors)) + errors
+            ops = replace(ops, plugin_errors=tuple(sorted(counted.items())))
+        drift = self.drift.evaluate(view, now_ms, models, unseen=unseen.by_feature)
         return Snapshot(
             at_ms=now_ms if at_ms is None else at_ms,
             results=results,
