@@ -263,6 +263,12 @@ class Engine:
         """Group code -> (model index, version, segment) (``groups.GroupRegistry``)."""
         return self.registry.groups
 
+    def sums(self) -> tuple[ArmSums, PairedSums, UnseenValues]:
+        """Copies of the sums accumulators keep outside the bucket stores (split arms,
+        shadow pairs, unseen drift values): with ``view`` and ``ops``, what the partition
+        merge adds up (``scale/merge.py``)."""
+        return self.arms.sums.copy(), self.pairs.sums.copy(), self.drift_cells.unseen.copy()
+
     @property
     def plugin_errors(self) -> Counter[str]:
         return self.plugin_stats.errors

@@ -65,13 +65,8 @@ class PartitionStats:
 
 def partition_stats(engine: Engine) -> PartitionStats:
     """A copy of ``engine``'s statistics (call under the lock that guards the engine)."""
-    return PartitionStats(
-        view=engine.view(copy=True),
-        ops=engine.ops(),
-        arms=engine.arms.sums.copy(),
-        paired=engine.pairs.sums.copy(),
-        unseen=engine.drift_cells.unseen.copy(),
-    )
+    arms, paired, unseen = engine.sums()
+    return PartitionStats(engine.view(copy=True), engine.ops(), arms, paired, unseen)
 
 
 # -- merge -------------------------------------------------------------------------------
