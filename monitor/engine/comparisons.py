@@ -36,6 +36,8 @@ from ..experiments.sequential import (
     tau2_for_horizon,
 )
 from ..experiments.srm import SRMResult, sample_ratio_mismatch
+from .comparison_stats import ArmSums, PairedSums
+from .metric_registry import LOSSES
 from .models import ComparisonSpec, ModelSpec
 from .snapshot import ComparisonResult, WindowDifference, WindowResult
 
@@ -86,45 +88,32 @@ class ComparisonTracker:
     # -- one look --------------------------------------------------------------------
     def look(
         self,
-        arm_predictions: dict[str, np.ndarray],
-        arm_loss: dict[str, np.ndarray],
-        paired: dict[str, np.ndarray],
+        arms: ArmSums,
+        pairs: PairedSums,
         results: Sequence[WindowResult],
-        loss_index: dict[str, int],
         now_ms: int,
         not_ready: Sequence[str] = (),
         confidence: float = 0.95,
     ) -> tuple[ComparisonResult, ...]:
+        """One look of every comparison at the split arms' and shadow pairs' sums."""
         return tuple(
-            self._one(
-                spec,
-                arm_predictions,
-                arm_loss,
-                paired,
-                results,
-                loss_index,
-                now_ms,
-                not_ready,
-                confidence,
-            )
+            self._one(spec, arms, pairs, results, now_ms, not_ready, confidence)
             for spec in self.specs
         )
 
     def _one(
         self,
         spec: ComparisonSpec,
-        arm_predictions: dict[str, np.ndarray],
-        arm_loss: dict[str, np.ndarray],
-        paired: dict[str, np.ndarray],
+        arms: ArmSums,
+        pairs: PairedSums,
         results: Sequence[WindowResult],
-        loss_index: dict[str, int],
         now_ms: int,
         not_ready: Sequence[str],
         confidence: float,
     ) -> ComparisonResult:
         model = self.models[spec.model_index].name
-        li = loss_index[spec.loss]
-        loss = arm_loss.get(spec.name)
+        li = LOSSES.index(spec.loss)
+        loss = arms.loss.get(spec.name)
 
         def moments(arm: int) -> LossMoments:
             if loss is None:
@@ -133,12 +122,12 @@ class ComparisonTracker:
             return LossMoments(int(n), float(total), float(total_sq))
 
         stats_a, stats_b = moments(0), moments(1)
-        counts = arm_predictions.get(spec.name, np.zeros(2, np.int64))
+        counts = arms.predictions.get(spec.name, np.zeros(2, np.int64))
         preds_a, preds_b = int(counts[0]), int(counts[1])
         srm = mcn = None
         diffs: LossMoments | None = None
         if spec.mode == "shadow":
-            p = paired.get(spec.name, np.zeros(5))
+            p = pairs.by_name.get(spec.name, np.zeros(5))
             diffs = LossMoments(int(p[0]), float(p[1]), float(p[2]))
             n_a = n_b = diffs.n
             mcn = mcnemar_exact(int(p[3]), int(p[4])) if p[3] + p[4] > 0 else None

@@ -653,16 +653,7 @@ class Engine:
         """One look of every configured comparison (mutates the sticky decision state) at
         this engine's arm and pair sums, or at ``sums`` (merged from partition engines)."""
         arms, pairs = sums if sums is not None else (self.arms.sums, self.pairs.sums)
-        return self.tracker.look(
-            arms.predictions,
-            arms.loss,
-            pairs.by_name,
-            results,
-            {name: i for i, name in enumerate(LOSSES)},
-            now_ms,
-            not_ready,
-            confidence,
-        )
+        return self.tracker.look(arms, pairs, results, now_ms, not_ready, confidence)
 
     def retain(self, now_ms: int) -> int:
         """Freeze completed live drift references, retire idle versions, then drop buckets
