@@ -50,11 +50,13 @@ from ..engine.core import Engine, StateMismatch
 from ..engine.snapshot import Snapshot
 from ..export.published import Published
 from ..ingest.deadletter import DeadLetterSink
+from ..ingest.decode import collector_paused
 from ..ingest.kafka import KafkaPythonSource, consumer_config, record_origin
 from ..ingest.pipeline import RawBatch, offset_key
 from ..scale.assignor import warn_unpaired
 from ..scale.layout import LayoutError, metadata_config
 from ..state.kafka_store import KafkaStateStore, StoredState
+from ..state.positions import Resume
 from .global_view import global_snapshot
 from .lease import ExporterLease
 from .merge import PartitionStats, encode, merge, merge_ops, pack, partition_stats, unpack
@@ -210,6 +212,16 @@ class PartitionedDaemon(Daemon):
             number, found.generation, found.fence, len(found.blob), offsets,
         )  # fmt: skip
         return _Partition(number, engine, offsets, generation)
+
+    def _on_resume(self, topic: str, partition: int, was: int, resume: Resume) -> None:
+        """A position outside the log (the client's own reset, ``reset_by_client``): the
+        partition's offsets follow it back, so its next store records where reading
+        resumed (they otherwise only move forward)."""
+        with self.lock:
+            part = self.parts.get(partition)
+            if part is not None:
+                part.offsets[offset_key(topic, partition)] = resume.offset
+        self._report_resume(topic, partition, was, resume)
 
     # -- rebalance hooks (called inside poll, on the consumer thread) ----------------------
     def on_revoked(self, numbers: set[int]) -> None:
@@ -539,15 +551,9 @@ class PartitionedDaemon(Daemon):
         handover.start()
         try:
             while not self._stop.is_set():
-                polled = self._poll(source)
-                if polled is None:
+                if not self._poll_and_apply(source, ingest):
                     self._stop.wait(1.0)
                     continue
-                owned = {p: (part.engine, part.offsets) for p, part in self.parts.items()}
-                for kind in ("predictions", "labels"):
-                    batches = {p: b for (k, p), b in polled.items() if k == kind}
-                    if batches:
-                        ingest.process(kind, batches, owned)
                 now = time.monotonic()
                 if self.paused and (self._restore_due or now - last_retry >= 1.0):
                     self._restore_due = False
@@ -578,6 +584,22 @@ class PartitionedDaemon(Daemon):
             self.lease.close()
             self.stats_in.close()
         return source
+
+    def _poll_and_apply(self, source: PartitionedSource, ingest: PartitionedIngest) -> bool:
+        """One poll applied to the owned partitions' engines; False when it failed. With
+        the cycle collector paused, as in the single daemon's loop (``app.py``): a poll's
+        records form no cycles and are freed by reference counting before it resumes."""
+        with collector_paused():
+            polled = self._poll(source)
+            if polled is None:
+                return False
+            owned = {p: (part.engine, part.offsets) for p, part in self.parts.items()}
+            for kind in ("predictions", "labels"):
+                batches = {p: b for (k, p), b in polled.items() if k == kind}
+                if batches:
+                    ingest.process(kind, batches, owned)
+            del polled, batches  # freed before the collector resumes
+        return True
 
     def _check_group(self) -> None:
         """Several members are this mode's purpose: no single-instance warning."""
@@ -631,8 +653,10 @@ class PartitionedSource(KafkaPythonSource):
 
     def __init__(self, k: KafkaSettings, daemon: PartitionedDaemon) -> None:
         self.settings = k
-        self.on_resume = None
+        self.on_resume = daemon._on_resume
         self.unchecked: dict[TopicPartition, int] = {}
+        # each owned partition's next expected offset (KafkaPythonSource._handed_out)
+        self._position: dict[TopicPartition, int] = {}
         self.kinds = {k.predictions_topic: "predictions", k.labels_topic: "labels"}
         self._stored_offsets: Callable[[], dict[str, int]] = self._offsets
         self.daemon = daemon
@@ -653,6 +677,7 @@ class PartitionedSource(KafkaPythonSource):
         out: dict[tuple[str, int], RawBatch] = {}
         for tp, records in batches.items():
             if records:
+                self._handed_out(tp, records)
                 out[(self.kinds[tp.topic], tp.partition)] = RawBatch(
                     [r.value for r in records],
                     record_origin(records),
@@ -682,10 +707,11 @@ class PartitionedSource(KafkaPythonSource):
         """Seek both topics' partition ``number`` to the restored state's offsets."""
         for topic in self.kinds:
             off = offsets.get(offset_key(topic, number))
-            if off is not None:
-                tp = TopicPartition(topic, number)
-                if tp in self.consumer.assignment():
-                    self.consumer.seek(tp, off)
+            tp = TopicPartition(topic, number)
+            self._position.pop(tp, None)
+            if off is not None and tp in self.consumer.assignment():
+                self.consumer.seek(tp, off)
+                self._position[tp] = off
 
     def pause_only(self, numbers: set[int]) -> None:
         assigned = self.consumer.assignment()
@@ -701,10 +727,14 @@ class _HandOver(ConsumerRebalanceListener):
 
     def on_partitions_revoked(self, revoked: Any) -> None:
         log.info("revoked %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in revoked))
+        for tp in revoked:
+            self.source._position.pop(tp, None)
         self.source.daemon.on_revoked({tp.partition for tp in revoked})
 
     def on_partitions_lost(self, lost: Any) -> None:
         log.warning("lost %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in lost))
+        for tp in lost:
+            self.source._position.pop(tp, None)
         self.source.daemon.on_lost({tp.partition for tp in lost})
 
     def on_partitions_assigned(self, assigned: Any) -> None:
