@@ -133,6 +133,9 @@ class PartitionedDaemon(Daemon):
         )
         self.handovers = 0
         self.fenced = 0  # stores refused: the membership they were owned in is gone
+        # (published snapshot, its operational part): what a non-exporter's /metrics
+        # renders, made once per evaluation so the page's cache holds between scrapes
+        self._ops_only: tuple[Snapshot, Snapshot] | None = None
         self.registry.register(_ScaleCollector(self))
 
     # -- state per partition --------------------------------------------------------------
@@ -459,13 +462,17 @@ class PartitionedDaemon(Daemon):
         return snap
 
     def published(self) -> Published:
-        """What /metrics renders: the global quality series only on the exporter."""
+        """What /metrics renders: the global quality series only on the exporter. The
+        others' operational snapshot is one object per evaluation: the exposition renders
+        again only when the snapshot it is given is another object."""
         pub = self._published
-        if self.exporter or pub.snapshot is None:
+        full = pub.snapshot
+        if self.exporter or full is None:
             return pub
-        return replace(
-            pub, snapshot=Snapshot(at_ms=pub.snapshot.at_ms, ops=pub.snapshot.ops), slos=()
-        )
+        cached = self._ops_only
+        if cached is None or cached[0] is not full:
+            cached = self._ops_only = (full, Snapshot(at_ms=full.at_ms, ops=full.ops))
+        return replace(pub, snapshot=cached[1], slos=())
 
     def _evaluate_slos(self, snap: Snapshot) -> tuple[SloStatus, ...]:
         if self.exporter:
