@@ -730,9 +730,12 @@ class Daemon:
     def _on_resume(self, topic: str, partition: int, was: int, resume: Resume) -> None:
         """A position outside the partition's log (state/positions.py): the engine's
         offset follows the reset, so the next checkpoint records where reading resumed."""
-        key = offset_key(topic, partition)
         with self.lock:
-            self.offsets[key] = resume.offset
+            self.offsets[offset_key(topic, partition)] = resume.offset
+        self._report_resume(topic, partition, was, resume)
+
+    def _report_resume(self, topic: str, partition: int, was: int, resume: Resume) -> None:
+        """Log and count a position outside the log (both modes)."""
         if resume.reason == "offset_beyond_end":
             log.error(
                 "%s[%d]: position %d is past the end of the log (topic recreated or "

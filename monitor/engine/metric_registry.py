@@ -81,7 +81,8 @@ def metric_info(name: str) -> MetricInfo | None:
 
 def help_text(name: str) -> str:
     """The Prometheus help text of a metric: a registered one's, an exported-only
-    name's (CBPE estimates), an F-beta name's (f2, f0_5); else the name itself."""
+    name's (CBPE estimates), a parametrised name's (F-beta ``f0_5``, pinball loss
+    ``pinball_q0_9``, gain and lift ``gain_at_10``); else the name itself."""
     info = _METRICS.get(name)
     if info is not None:
         return info.help
@@ -90,6 +91,13 @@ def help_text(name: str) -> str:
     if name[:1] == "f" and name[1:2].isdigit():  # stats.binary.fbeta_name: f2, f0_5
         beta = name[1:].replace("_", ".")
         return f"F-beta score with beta = {beta} (recall weighs beta times precision)"
+    if name.startswith("pinball_q"):  # stats.regression.pinball_name
+        return "Mean pinball (quantile) loss at quantile " + name[9:].replace("_", ".")
+    if name.startswith("gain_at_"):  # stats.scores.gain_name
+        return f"Share of positives among the top {name[8:].replace('_', '.')}% scores"
+    if name.startswith("lift_at_"):
+        pct = name[8:].replace("_", ".")
+        return f"Cumulative gain at the top {pct}% scores / {pct}%"
     return name
 
 

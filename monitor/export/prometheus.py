@@ -64,15 +64,6 @@ class _MetricFamilies:
             self.extra_names: tuple[str, ...] = ()
             self.family = f"mlmon_{name}"
             doc = ranking_metric_help(name) or help_text(name)
-            if name.startswith("pinball_q"):
-                doc = "Mean pinball (quantile) loss at quantile " + name[9:].replace("_", ".")
-            elif name.startswith(("gain_at_", "lift_at_")):
-                pct = name[8:].replace("_", ".")
-                doc = (
-                    f"Share of positives among the top {pct}% scores"
-                    if name[0] == "g"
-                    else f"Cumulative gain at the top {pct}% scores / {pct}%"
-                )
         else:  # per-class multiclass metric: precision[cat] -> {class="cat"}
             self.extra, self.extra_names = (cls,), ("class",)
             self.family = f"mlmon_class_{name}"

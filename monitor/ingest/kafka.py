@@ -153,14 +153,10 @@ class KafkaPythonSource:
         if self.unchecked:
             self._check_starts()
         split: dict[str, tuple[list[Any], dict[str, int]]] = {}
-        position = self._position
         for tp, records in batches.items():
             if not records:
                 continue
-            expected = position.get(tp)
-            if expected is not None and records[0].offset < expected:
-                self._reset_by_client(tp, expected, records[0].offset)
-            position[tp] = records[-1].offset + 1
+            self._handed_out(tp, records)
             records_of_kind, offsets = split.setdefault(self.kinds[tp.topic], ([], {}))
             records_of_kind.extend(records)
             offsets[offset_key(tp.topic, tp.partition)] = records[-1].offset + 1
@@ -227,6 +223,14 @@ class KafkaPythonSource:
         self._position[tp] = resume.offset
         if self.on_resume is not None:
             self.on_resume(tp.topic, tp.partition, pos, resume)
+
+    def _handed_out(self, tp: TopicPartition, records: list[Any]) -> None:
+        """Move ``tp``'s expected position past ``records``, telling the daemon first when
+        they start below it: the client's own reset (``reset_by_client``)."""
+        expected = self._position.get(tp)
+        if expected is not None and records[0].offset < expected:
+            self._reset_by_client(tp, expected, records[0].offset)
+        self._position[tp] = records[-1].offset + 1
 
     def _reset_by_client(self, tp: TopicPartition, expected: int, first: int) -> None:
         resume = reset_by_client(expected, first)

@@ -50,11 +50,13 @@ from ..engine.core import Engine, StateMismatch
 from ..engine.snapshot import Snapshot
 from ..export.published import Published
 from ..ingest.deadletter import DeadLetterSink
+from ..ingest.decode import collector_paused
 from ..ingest.kafka import KafkaPythonSource, consumer_config, record_origin
 from ..ingest.pipeline import RawBatch, offset_key
 from ..scale.assignor import warn_unpaired
 from ..scale.layout import LayoutError, metadata_config
 from ..state.kafka_store import KafkaStateStore, StoredState
+from ..state.positions import Resume
 from .global_view import global_snapshot
 from .lease import ExporterLease
 from .merge import PartitionStats, encode, merge, merge_ops, pack, partition_stats, unpack
@@ -131,6 +133,9 @@ class PartitionedDaemon(Daemon):
         )
         self.handovers = 0
         self.fenced = 0  # stores refused: the membership they were owned in is gone
+        # (published snapshot, its operational part): what a non-exporter's /metrics
+        # renders, made once per evaluation so the page's cache holds between scrapes
+        self._ops_only: tuple[Snapshot, Snapshot] | None = None
         self.registry.register(_ScaleCollector(self))
 
     # -- state per partition --------------------------------------------------------------
@@ -210,6 +215,16 @@ class PartitionedDaemon(Daemon):
             number, found.generation, found.fence, len(found.blob), offsets,
         )  # fmt: skip
         return _Partition(number, engine, offsets, generation)
+
+    def _on_resume(self, topic: str, partition: int, was: int, resume: Resume) -> None:
+        """A position outside the log (the client's own reset, ``reset_by_client``): the
+        partition's offsets follow it back, so its next store records where reading
+        resumed (they otherwise only move forward)."""
+        with self.lock:
+            part = self.parts.get(partition)
+            if part is not None:
+                part.offsets[offset_key(topic, partition)] = resume.offset
+        self._report_resume(topic, partition, was, resume)
 
     # -- rebalance hooks (called inside poll, on the consumer thread) ----------------------
     def on_revoked(self, numbers: set[int]) -> None:
@@ -447,13 +462,17 @@ class PartitionedDaemon(Daemon):
         return snap
 
     def published(self) -> Published:
-        """What /metrics renders: the global quality series only on the exporter."""
+        """What /metrics renders: the global quality series only on the exporter. The
+        others' operational snapshot is one object per evaluation: the exposition renders
+        again only when the snapshot it is given is another object."""
         pub = self._published
-        if self.exporter or pub.snapshot is None:
+        full = pub.snapshot
+        if self.exporter or full is None:
             return pub
-        return replace(
-            pub, snapshot=Snapshot(at_ms=pub.snapshot.at_ms, ops=pub.snapshot.ops), slos=()
-        )
+        cached = self._ops_only
+        if cached is None or cached[0] is not full:
+            cached = self._ops_only = (full, Snapshot(at_ms=full.at_ms, ops=full.ops))
+        return replace(pub, snapshot=cached[1], slos=())
 
     def _evaluate_slos(self, snap: Snapshot) -> tuple[SloStatus, ...]:
         if self.exporter:
@@ -539,15 +558,9 @@ class PartitionedDaemon(Daemon):
         handover.start()
         try:
             while not self._stop.is_set():
-                polled = self._poll(source)
-                if polled is None:
+                if not self._poll_and_apply(source, ingest):
                     self._stop.wait(1.0)
                     continue
-                owned = {p: (part.engine, part.offsets) for p, part in self.parts.items()}
-                for kind in ("predictions", "labels"):
-                    batches = {p: b for (k, p), b in polled.items() if k == kind}
-                    if batches:
-                        ingest.process(kind, batches, owned)
                 now = time.monotonic()
                 if self.paused and (self._restore_due or now - last_retry >= 1.0):
                     self._restore_due = False
@@ -578,6 +591,22 @@ class PartitionedDaemon(Daemon):
             self.lease.close()
             self.stats_in.close()
         return source
+
+    def _poll_and_apply(self, source: PartitionedSource, ingest: PartitionedIngest) -> bool:
+        """One poll applied to the owned partitions' engines; False when it failed. With
+        the cycle collector paused, as in the single daemon's loop (``app.py``): a poll's
+        records form no cycles and are freed by reference counting before it resumes."""
+        with collector_paused():
+            polled = self._poll(source)
+            if polled is None:
+                return False
+            owned = {p: (part.engine, part.offsets) for p, part in self.parts.items()}
+            for kind in ("predictions", "labels"):
+                batches = {p: b for (k, p), b in polled.items() if k == kind}
+                if batches:
+                    ingest.process(kind, batches, owned)
+            del polled, batches  # freed before the collector resumes
+        return True
 
     def _check_group(self) -> None:
         """Several members are this mode's purpose: no single-instance warning."""
@@ -631,8 +660,10 @@ class PartitionedSource(KafkaPythonSource):
 
     def __init__(self, k: KafkaSettings, daemon: PartitionedDaemon) -> None:
         self.settings = k
-        self.on_resume = None
+        self.on_resume = daemon._on_resume
         self.unchecked: dict[TopicPartition, int] = {}
+        # each owned partition's next expected offset (KafkaPythonSource._handed_out)
+        self._position: dict[TopicPartition, int] = {}
         self.kinds = {k.predictions_topic: "predictions", k.labels_topic: "labels"}
         self._stored_offsets: Callable[[], dict[str, int]] = self._offsets
         self.daemon = daemon
@@ -653,6 +684,7 @@ class PartitionedSource(KafkaPythonSource):
         out: dict[tuple[str, int], RawBatch] = {}
         for tp, records in batches.items():
             if records:
+                self._handed_out(tp, records)
                 out[(self.kinds[tp.topic], tp.partition)] = RawBatch(
                     [r.value for r in records],
                     record_origin(records),
@@ -682,10 +714,11 @@ class PartitionedSource(KafkaPythonSource):
         """Seek both topics' partition ``number`` to the restored state's offsets."""
         for topic in self.kinds:
             off = offsets.get(offset_key(topic, number))
-            if off is not None:
-                tp = TopicPartition(topic, number)
-                if tp in self.consumer.assignment():
-                    self.consumer.seek(tp, off)
+            tp = TopicPartition(topic, number)
+            self._position.pop(tp, None)
+            if off is not None and tp in self.consumer.assignment():
+                self.consumer.seek(tp, off)
+                self._position[tp] = off
 
     def pause_only(self, numbers: set[int]) -> None:
         assigned = self.consumer.assignment()
@@ -701,10 +734,14 @@ class _HandOver(ConsumerRebalanceListener):
 
     def on_partitions_revoked(self, revoked: Any) -> None:
         log.info("revoked %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in revoked))
+        for tp in revoked:
+            self.source._position.pop(tp, None)
         self.source.daemon.on_revoked({tp.partition for tp in revoked})
 
     def on_partitions_lost(self, lost: Any) -> None:
         log.warning("lost %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in lost))
+        for tp in lost:
+            self.source._position.pop(tp, None)
         self.source.daemon.on_lost({tp.partition for tp in lost})
 
     def on_partitions_assigned(self, assigned: Any) -> None:

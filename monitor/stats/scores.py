@@ -25,8 +25,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import chdtrc, expit, gammaln, logit, stdtrit
 
+# scipy.special is imported where it is used: `monitor check-config` imports this module
+# (the configuration's metric names) and needs none of it (~0.4 s of CPU per start)
 from .common import NAN, class_count_reason, clt_mean, wald, withheld
 from .common import as_index as _as_index
 from .common import ratio as _ratio
@@ -214,6 +215,8 @@ EVIDENCE_POWER = 0.5
 def _binomial_mad(n: np.ndarray, p: np.ndarray) -> np.ndarray:
     """E|X − np| for X ~ Binomial(n, p), de Moivre's closed form 2(m+1)(1−p)·P(X = m+1),
     m = ⌊np⌋ (Diaconis & Zabell 1991, "Closed form summation for classical distributions")."""
+    from scipy.special import gammaln
+
     m = np.floor(n * p)
     k = m + 1.0
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -336,6 +339,8 @@ def calibration_test(count: np.ndarray, sum_p: np.ndarray, sum_y: np.ndarray) ->
     if not usable or (len(groups) == 1 and (groups[0][2] < 1 or groups[0][3] < 1)):
         reason = "too few expected events for a calibration test"
         return MetricValue("calibration_p_value", NAN, NAN, NAN, n, "hosmer-lemeshow", reason)
+    from scipy.special import chdtrc
+
     chi2 = float(sum(g[0] ** 2 / g[1] for g in usable))
     p_value = float(chdtrc(len(usable), chi2))
     return MetricValue("calibration_p_value", p_value, NAN, NAN, n, "hosmer-lemeshow", note)
@@ -368,6 +373,8 @@ def _logit_interval(name: str, value: float, half_width: float, n: int, method: 
         return MetricValue(name, value, NAN, NAN, n, method)
     if value <= 0.0 or value >= 1.0:
         return MetricValue(name, value, value, value, n, method)
+    from scipy.special import expit, logit
+
     eta, half = float(logit(value)), half_width / (value * (1.0 - value))
     return MetricValue(name, value, float(expit(eta - half)), float(expit(eta + half)), n, method)
 
@@ -406,6 +413,8 @@ class ScoreLayout:
 
     def interior_edges(self) -> np.ndarray:
         """The B − 1 interior fine-bin edges, uniform in logit."""
+        from scipy.special import expit
+
         return expit(np.linspace(-self.logit_range, self.logit_range, self.bins - 1))
 
     def lower_edges(self) -> np.ndarray:
@@ -479,6 +488,8 @@ class ScoreLayout:
         n_pos, n_neg = float(pos.sum()), float(neg.sum())
         label = method.replace("_", "-") + "-logit"
         df = min(n_pos, n_neg) - 1.0
+        from scipy.special import stdtrit
+
         quantile = float(stdtrit(df, 0.5 + confidence / 2.0)) if df >= 1 else math.inf
         mv = _logit_interval("roc_auc", auc, se * quantile, n, label)
         reason = class_count_reason(n_pos, n_neg, MIN_SCORE_CLASS_COUNT)
@@ -592,6 +603,8 @@ class ScoreLayout:
         if ap <= 0.0 or ap >= 1.0:
             return MetricValue(name, ap, ap, ap, n, "logit")
         half = z_value(confidence) / math.sqrt(n_pos * ap * (1 - ap))
+        from scipy.special import expit, logit
+
         eta = float(logit(ap))
         return MetricValue(name, ap, float(expit(eta - half)), float(expit(eta + half)), n, "logit")
 

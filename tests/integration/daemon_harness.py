@@ -553,7 +553,8 @@ def assert_quality(
 
 
 class StreamProducer(threading.Thread):
-    """Sends the messages in order, paced to last about ``seconds``."""
+    """Sends the messages in order, paced to last about ``seconds`` (the rest unpaced
+    after ``hurry``: a test whose kills needed a live stream has done them)."""
 
     def __init__(self, bootstrap: str, messages: Sequence[StreamMessage], seconds: float):
         super().__init__(name="stream-producer", daemon=True)
@@ -562,6 +563,11 @@ class StreamProducer(threading.Thread):
         self.seconds = seconds
         self.sent = 0
         self.error: BaseException | None = None
+        self._hurry = threading.Event()
+
+    def hurry(self) -> None:
+        """Send what is left as fast as the broker takes it."""
+        self._hurry.set()
 
     def run(self) -> None:
         try:
@@ -576,7 +582,7 @@ class StreamProducer(threading.Thread):
                 self.sent = min(i + chunk, len(self.messages))
                 ahead = started + (i // chunk + 1) * per_chunk - time.monotonic()
                 if ahead > 0:
-                    time.sleep(ahead)
+                    self._hurry.wait(ahead)
             producer.close(timeout=10)
         except BaseException as err:  # reported by the test
             self.error = err

@@ -247,10 +247,13 @@ def test_degradation_fires_in_alertmanager_and_prometheus_then_resolves(
         assert {k: v for k, v in from_prom["labels"].items() if k not in ("job", "instance")} == (
             labels
         )
-        assert (
-            prom.query('mlmon_slo_breached{slo="fraud-accuracy",version="v1"}')[0]["value"][1]
-            == "1"
-        )
+
+        def prom_breached() -> bool:  # (its newest scrape may still predate the breach)
+            assert prom is not None
+            found = prom.query('mlmon_slo_breached{slo="fraud-accuracy",version="v1"}')
+            return [x["value"][1] for x in found] == ["1"]
+
+        prom.wait_until(prom_breached, 30, lambda: f"{prom.query('mlmon_slo_breached')}")
         metrics = daemon.scrape()
         assert metrics.get("mlmon_slo_breached", slo="fraud-accuracy", version="v1") == 1.0
         assert metrics.get("mlmon_slo_state", slo="fraud-accuracy", version="v1",

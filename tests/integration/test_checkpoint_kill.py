@@ -111,6 +111,7 @@ def test_sigkill_during_checkpoint_write_restores_last_good_and_equals_oracle(
         assert restored is not None, daemon.log_tail()
         assert restored == (kill["good_path"], kill["good_records"]), kill
 
+        producer.hurry()  # the kill landed mid-stream: the rest needs no pacing
         producer.join(timeout=120)
         assert producer.error is None, repr(producer.error)
         assert producer.sent == len(messages)

@@ -84,7 +84,14 @@ def storage_fault(kind: str, daemon: DaemonProcess, state: Path) -> Iterator[Non
             state.chmod(0o755)
     else:  # root ignores modes: a directory squatting the temp file's name (EISDIR)
         blocker = state / "checkpoint.npz.tmp"
-        blocker.mkdir()
+        deadline = time.monotonic() + 10
+        while True:  # a checkpoint write in flight holds the name for a moment
+            try:
+                blocker.mkdir()
+                break
+            except FileExistsError:
+                assert time.monotonic() < deadline, "the checkpoint temp file stays"
+                time.sleep(0.01)
         try:
             yield
         finally:

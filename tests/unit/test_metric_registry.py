@@ -37,6 +37,19 @@ def test_prometheus_help_comes_from_the_registry() -> None:
     assert prometheus.help_text is reg.help_text
 
 
+def test_parametrised_names_have_their_help_in_the_registry() -> None:
+    """The per-quantile and per-fraction names a configuration makes (pinball_q0_9,
+    gain_at_2_5, lift_at_10, f0_5) are documented by the registry, nowhere else."""
+    from monitor.stats.binary import fbeta_name
+    from monitor.stats.regression import pinball_name
+    from monitor.stats.scores import gain_name
+
+    assert reg.help_text(pinball_name(0.9)) == "Mean pinball (quantile) loss at quantile 0.9"
+    assert reg.help_text(gain_name(0.025)) == "Share of positives among the top 2.5% scores"
+    assert reg.help_text(gain_name(0.1, "lift")) == "Cumulative gain at the top 10% scores / 10%"
+    assert reg.help_text(fbeta_name(0.5)).startswith("F-beta score with beta = 0.5 ")
+
+
 def test_a_new_task_registers_its_metrics() -> None:
     reg.register(reg.MetricInfo("test_ndcg_probe", frozenset({"test-task"}), "NDCG probe"))
     reg.register(reg.MetricInfo("accuracy", frozenset({"test-task"}), "ignored: known"))
