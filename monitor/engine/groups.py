@@ -98,37 +98,46 @@ class GroupRegistry:
         vcodes, vuniq = pd.factorize(np.asarray(version, dtype=object))
         nv, ns = len(vuniq), len(seg_keys)
         combined = (model.astype(np.int64) * nv + vcodes) * ns + seg_codes
-        ucomb, inverse = np.unique(combined, return_inverse=True)
+        ucomb, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
+        arrival = ucomb[np.argsort(first, kind="stable")] // ns
+        refused = self._refused(
+            [(m, str(vuniq[v])) for m, v in (divmod(mv, nv) for mv in arrival.tolist())]
+        )
         index = self._index
         ucodes = np.empty(ucomb.shape[0], np.int32)
         for i, c in enumerate(ucomb.tolist()):
             mv, seg = divmod(c, ns)
             m, v = divmod(mv, nv)
             key = (m, str(vuniq[v]), seg_keys[seg])
-            code = index.get(key)
-            if (code is None or (m, key[1]) in self.retired) and not self._admit(m, key[1]):
+            if (m, key[1]) in refused:
                 ucodes[i] = -1  # over the model's max_versions: rejected by the caller
                 continue
+            code = index.get(key)
             if code is None:
                 code = self._add(key)
             ucodes[i] = code
         self._sync()
         return ucodes[inverse.reshape(-1)]
 
-    def _admit(self, m: int, version: str) -> bool:
-        """Whether a version may have groups: a live one always; a new or retired one
-        while its model has fewer than ``max_versions`` live versions. Versions are
-        admitted in arrival order (factorize keeps first appearance), so the batch
-        boundaries never change which versions get in."""
-        key = (m, version)
-        if key in self._versions and key not in self.retired:
-            return True
-        if self.live[m] >= self.models[m].max_versions:
-            return False
-        if key in self.retired:
-            self.retired.discard(key)
-            self.live[m] += 1
-        return True
+    def _refused(self, pairs: list[tuple[int, str]]) -> set[tuple[int, str]]:
+        """The (model, version) pairs of a batch that may not have groups. A live version
+        always may; a new or retired one while its model has fewer than ``max_versions``
+        live versions. Pairs are decided in arrival order (first row of each), so the
+        batch boundaries never change which versions get in."""
+        refused: set[tuple[int, str]] = set()
+        pending = [0] * len(self.models)
+        for key in dict.fromkeys(pairs):
+            m = key[0]
+            if key in self._versions and key not in self.retired:
+                continue
+            if self.live[m] + pending[m] >= self.models[m].max_versions:
+                refused.add(key)
+            elif key in self.retired:
+                self.retired.discard(key)
+                self.live[m] += 1
+            else:
+                pending[m] += 1  # counted live by _add
+        return refused
 
     def _add(self, key: Group) -> int:
         if key[2] and (key[0], key[1], ()) not in self._index:
