@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy.sparse import csr_matrix
 
+from ..collector import collector_paused
 from ..plugins import MetricPlugin
 from ..stats.binary import BinaryLayout, clt_mean
 from ..stats.estimation import cbpe_multiclass, cbpe_split, cbpe_top_label
@@ -68,7 +69,8 @@ def evaluate_all(
     if cache is not None:
         cache.begin()
     try:
-        return _evaluate(view, models, now_ms, confidence, plugins, plugin_errors, cache)
+        with collector_paused():  # ~10⁵ result tuples, no cycles (monitor/collector.py)
+            return _evaluate(view, models, now_ms, confidence, plugins, plugin_errors, cache)
     finally:
         if cache is not None:
             cache.end()
@@ -316,8 +318,8 @@ class _Window:
         binary, binary_keys = _cached_rows(
             self.cache,
             confs.astype(np.float64),
-            ("binary", catalog.binary.betas, self.confidence),
-            lambda rows: catalog.binary.metrics_many(rows, self.confidence),
+            ("binary", catalog.token, self.confidence),
+            lambda rows: catalog.binary.metrics_many(rows, self.confidence, names=catalog.wanted),
         )
         # slice "all" reads the version's fine histograms; a segment slice the sum of its
         # segments' coarser ones, whose score metrics are computed here in one batch
