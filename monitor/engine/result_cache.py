@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ResultCache", "digest"]
+__all__ = ["ResultCache", "digest", "row_digests"]
 
 
 def digest(*parts: np.ndarray | bytes | str | float | tuple[Any, ...]) -> bytes:
@@ -33,6 +33,21 @@ def digest(*parts: np.ndarray | bytes | str | float | tuple[Any, ...]) -> bytes:
             h.update(repr(part).encode())
         h.update(b"\x00")
     return h.digest()
+
+
+def row_digests(rows: np.ndarray, context: tuple[Any, ...]) -> list[bytes]:
+    """The digest of each row of a 2-D array with ``context`` (what else a row's result
+    depends on): the context hashed once, then one copy of that state per row — a tick
+    keys ~10⁴ slice rows, and five hash updates per row cost more than the hashing."""
+    rows = np.ascontiguousarray(rows)
+    base = hashlib.blake2b(digest_size=16)
+    base.update(f"rows{rows.dtype.str}{rows.shape[1:]}{context!r}".encode())
+    out = []
+    for row in rows:
+        h = base.copy()
+        h.update(row.data)
+        out.append(h.digest())
+    return out
 
 
 class ResultCache:

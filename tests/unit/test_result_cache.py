@@ -7,7 +7,7 @@ import numpy as np
 
 from monitor.engine.evaluate import evaluate_all
 from monitor.engine.records import LabelBatch, PredictionBatch, hash_ids
-from monitor.engine.result_cache import ResultCache, digest
+from monitor.engine.result_cache import ResultCache, digest, row_digests
 from tests.unit.test_slice_scores import BASE, NOW, _data, _engine, _feed
 
 
@@ -67,3 +67,16 @@ def test_digest_tells_arrays_and_context_apart() -> None:
     b = a.copy()
     b[3] += 1e-12
     assert digest(a) != digest(b)
+
+
+def test_row_digests_tell_rows_and_context_apart() -> None:
+    rows = np.arange(12, dtype=np.float64).reshape(3, 4)
+    rows[2] = rows[0]
+    keys = row_digests(rows, ("slice", 0.95))
+    assert keys[0] == keys[2] and len({keys[0], keys[1]}) == 2  # equal rows, equal keys
+    assert keys == row_digests(rows[:, :].copy(order="F"), ("slice", 0.95))  # any layout
+    assert row_digests(rows, ("slice", 0.9))[0] != keys[0]
+    assert row_digests(rows.astype(np.float32), ("slice", 0.95))[0] != keys[0]
+    changed = rows.copy()
+    changed[1, 3] += 1e-12
+    assert row_digests(changed, ("slice", 0.95))[1] != keys[1]
