@@ -5,9 +5,9 @@ intervals draw from a fixed seed), and from one tick to the next most slice wind
 fleet receive no new event: a 7-day window of a slice with a few events an hour keeps its
 counts for many ticks. Keyed by a digest of the counts, a result computed once is reused
 until its counts change — its catalog, and the finished ``WindowResult`` object itself
-while the window's bounds also stay (a bucket's width: most ticks of a 10 s interval). Only the entries the last pass used survive the next one, so the
-cache never holds more than one pass's results — the objects the published snapshot
-already references.
+while the window's bounds also stay (a bucket's width: most ticks of a 10 s interval).
+Only the entries the last pass used survive the next one, so the cache never holds more
+than one pass's results — the objects the published snapshot already references.
 """
 
 from __future__ import annotations
