@@ -10,11 +10,12 @@ import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 from scipy.sparse import csr_matrix
 
+from ..collector import collector_paused
 from ..plugins import MetricPlugin
 from ..stats.binary import BinaryLayout, clt_mean
 from ..stats.estimation import cbpe_multiclass, cbpe_split, cbpe_top_label
@@ -31,7 +32,7 @@ from ..stats.scores import (
 )
 from .buckets import window_group_sums
 from .models import SCORE_METRICS, ModelSpec, SliceSpec, exported_metric_names
-from .result_cache import ResultCache, digest
+from .result_cache import ResultCache, digest, row_digests
 from .slice_scores import SliceScores, slice_score_metrics_many
 from .snapshot import Economics, FairnessGap, OpsState, WindowResult
 from .view import StoreView, base_group_index
@@ -68,7 +69,8 @@ def evaluate_all(
     if cache is not None:
         cache.begin()
     try:
-        return _evaluate(view, models, now_ms, confidence, plugins, plugin_errors, cache)
+        with collector_paused():  # ~10⁵ result tuples, no cycles (monitor/collector.py)
+            return _evaluate(view, models, now_ms, confidence, plugins, plugin_errors, cache)
     finally:
         if cache is not None:
             cache.end()
@@ -92,7 +94,7 @@ def _evaluate(
     if n_groups == 0:
         return (), ()
     group_model = np.array([g[0] for g in groups], np.int64)
-    b_group, b_bucket = buckets["group"], buckets["bucket"]
+    light = _LightSums(buckets, n_groups)
     base = {(g[0], g[1]): i for i, g in enumerate(groups) if not g[2]}
     for m, spec in enumerate(models):
         gids = np.flatnonzero(group_model == m)
@@ -120,18 +122,12 @@ def _evaluate(
         versions: dict[str, list[int]] = {}
         for gid in gids.tolist():
             versions.setdefault(groups[gid][1], []).append(gid)
-        in_model = group_model[b_group] == m
         local = np.full(n_groups, -1, np.intp)  # group -> row of the model's task sums
         local[gids] = np.arange(gids.shape[0])
         parts = _slice_parts(spec, groups, versions)  # the same for every window
         for w in spec.windows:
             lo, hi = view.tiers.window(now_ms, w.size_ms, w.delay_ms)
-            sel = np.flatnonzero(in_model & (b_bucket >= lo) & (b_bucket <= hi))
-            g = b_group[sel]
-            predicted = np.bincount(g, buckets["predicted"][sel], minlength=n_groups)
-            labeled = np.bincount(g, buckets["labeled"][sel], minlength=n_groups)
-            conf = np.zeros((n_groups, 4), np.int64)
-            np.add.at(conf, g, buckets["confusion"][sel])
+            sums = light.of(lo, hi)
             wide_sel = np.flatnonzero((w_bucket >= lo) & (w_bucket <= hi))
             fine = view.wide_sums.get((m, lo, hi))  # per-version fine score sums, if summed
             # the model's task statistics per group (a row per group of the model)
@@ -148,11 +144,7 @@ def _evaluate(
                 w.label,
                 lo * width_ms,
                 (hi + 1) * width_ms,
-                sel,
-                g,
-                predicted,
-                labeled,
-                conf,
+                sums,
                 confidence,
                 results,
                 task_sums,
@@ -161,7 +153,7 @@ def _evaluate(
             )
             emit = win.emit
             none = np.empty(0, np.int64)
-            lab_l = labeled.tolist()
+            lab_l = sums.labeled
             pending_gaps: list[tuple[str, str, list[tuple[str, _Pending]]]] = []
             for version, members in versions.items():
                 base_gid = base.get((m, version), -1)
@@ -183,6 +175,43 @@ def _evaluate(
                 done = [(value, p) for value, p in shown if p.result is not None]
                 gaps.extend(_fairness(spec.name, version, w.label, dimension, done))
     return tuple(results), tuple(gaps)
+
+
+class _GroupCounts(NamedTuple):
+    """Every group's light counts over one window's buckets."""
+
+    predicted: list[float]
+    labeled: list[float]
+    confusion: np.ndarray  # (groups, 4) int64: TN, FP, FN, TP
+
+
+class _LightSums:
+    """The light counts of every group over a window's buckets, summed once per distinct
+    bucket range of the pass: the models of a fleet share their window sizes, and one
+    pass over the light rows per size replaces one per model and size (each a scan of
+    every row). Sums in row order, as a per-model pass would (equal bit for bit)."""
+
+    def __init__(self, buckets: dict[str, np.ndarray], n_groups: int) -> None:
+        self.buckets, self.n_groups = buckets, n_groups
+        self._done: dict[tuple[int, int], _GroupCounts] = {}
+
+    def of(self, lo: int, hi: int) -> _GroupCounts:
+        done = self._done.get((lo, hi))
+        if done is None:
+            b = self.buckets
+            sel = np.flatnonzero((b["bucket"] >= lo) & (b["bucket"] <= hi))
+            g, n = b["group"][sel], self.n_groups
+            cells = b["confusion"][sel]
+            confusion = np.stack(
+                [np.bincount(g, cells[:, j], minlength=n) for j in range(4)], axis=1
+            )
+            done = _GroupCounts(
+                np.bincount(g, b["predicted"][sel], minlength=n).tolist(),
+                np.bincount(g, b["labeled"][sel], minlength=n).tolist(),
+                np.rint(confusion).astype(np.int64),
+            )
+            self._done[(lo, hi)] = done
+        return done
 
 
 def _slice_parts(
@@ -265,11 +294,7 @@ class _Window:
         label: str,
         start_ms: int,
         end_ms: int,
-        sel: np.ndarray,
-        g: np.ndarray,
-        predicted: np.ndarray,
-        labeled: np.ndarray,
-        conf: np.ndarray,
+        sums: _GroupCounts,
         confidence: float,
         out: list[WindowResult],
         task_sums: np.ndarray | None = None,
@@ -281,9 +306,8 @@ class _Window:
         self.spec, self.catalog, self.label = spec, catalog, label
         self.task_sums = task_sums
         self.start_ms, self.end_ms = start_ms, end_ms
-        self.sel, self.g = sel, g
-        self.predicted, self.labeled, self.conf = predicted, labeled, conf
-        self.pred_l, self.lab_l = predicted.tolist(), labeled.tolist()
+        self.conf = sums.confusion
+        self.pred_l, self.lab_l = sums.predicted, sums.labeled
         self.confidence, self.out = confidence, out
         self.pending: list[_Pending] = []
 
@@ -316,8 +340,8 @@ class _Window:
         binary, binary_keys = _cached_rows(
             self.cache,
             confs.astype(np.float64),
-            ("binary", catalog.binary.betas, self.confidence),
-            lambda rows: catalog.binary.metrics_many(rows, self.confidence),
+            ("binary", catalog.token, self.confidence),
+            lambda rows: catalog.binary.metrics_many(rows, self.confidence, names=catalog.wanted),
         )
         # slice "all" reads the version's fine histograms; a segment slice the sum of its
         # segments' coarser ones, whose score metrics are computed here in one batch
@@ -345,10 +369,18 @@ class _Window:
         cache = self.cache
         for k, (p, c, values) in enumerate(zip(self.pending, confs.tolist(), binary, strict=True)):
             # a segment slice's catalog is a pure function of its counts: reused whole
-            key = None
+            key = shown = None
             done = None
             if cache is not None and p.slice_label != "all":
                 key = (catalog.token, binary_keys[k], slice_keys[k])
+                # and so is its whole result, given the window's bounds and its labels
+                shown = (key, self.label, self.start_ms, self.end_ms, p.version,
+                         p.slice_label, p.n_pred, p.n_lab)  # fmt: skip
+                same = cache.get(shown)
+                if same is not None:
+                    p.result, p.rates = same
+                    self.out.append(same[0])
+                    continue
                 done = cache.get(key)
             if done is None:
                 metrics, reliability, economics = catalog.compute(
@@ -367,6 +399,8 @@ class _Window:
                 "economics": done[2],
             }
             self._finish(p, extra)
+            if shown is not None:
+                cache.put(shown, (p.result, p.rates))  # type: ignore[union-attr]
         self.pending = []
 
     def _finish(self, p: _Pending, extra: dict[str, Any]) -> None:
@@ -439,11 +473,9 @@ def _fairness(
     def gap(metric: str, rate: dict[str, float]) -> FairnessGap | None:
         if len(rate) < 2:
             return None
-        lo_v = min(rate, key=lambda k: (rate[k], k))
-        hi_v = max(rate, key=lambda k: (rate[k], k))
-        return FairnessGap(
-            model, version, window, dimension, metric, rate[hi_v] - rate[lo_v], lo_v, hi_v
-        )
+        lo, lo_v = min((r, k) for k, r in rate.items())
+        hi, hi_v = max((r, k) for k, r in rate.items())
+        return FairnessGap(model, version, window, dimension, metric, hi - lo, lo_v, hi_v)
 
     out = [
         gap("demographic_parity", rates["ppr"]),
@@ -758,7 +790,7 @@ def _cached_rows(
     if rows.shape[1] <= 8:  # a few counts: the bytes themselves are a cheaper key
         keys: list[Any] = [(row, context) for row in map(bytes, rows)]
     else:
-        keys = [digest(row, context) for row in rows]
+        keys = row_digests(rows, context)
     out = [cache.get(k) for k in keys]
     todo: dict[Any, list[int]] = {}
     for i, value in enumerate(out):

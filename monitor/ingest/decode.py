@@ -15,13 +15,11 @@ input order either way (tests/unit/test_decode_columns.py checks this).
 
 from __future__ import annotations
 
-import gc
 import json
 import math
 import operator
 import re
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from itertools import chain, compress
@@ -31,6 +29,7 @@ import msgspec
 import numpy as np
 import orjson
 
+from ..collector import collector_paused
 from ..engine.models import ModelSpec
 from ..engine.records import LabelBatch, PredictionBatch, hash_ids
 from ..stats.ranking import RankedList
@@ -157,23 +156,6 @@ def _loads_all(raws: Sequence[bytes | None], limits: DecodeLimits) -> list[Any]:
         except orjson.JSONDecodeError:
             out.append(_BAD)
     return out
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Decoding creates no reference cycles (parsed JSON is a tree), so the cyclic
-    collector's passes over a batch of fresh dicts — one per 700 allocations, each
-    longer as the batch grows — are pure cost; paused for the whole decode, the parsed
-    objects the batch does not keep are freed by reference counting before it resumes.
-    (The consumer loop pauses it for a whole poll too: ``app.py``.)"""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _of_type(column: list[Any], kind: type) -> np.ndarray | None:

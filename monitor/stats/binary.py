@@ -21,7 +21,7 @@ Cell order: index ``2 * y_true + y_pred``, i.e. ``[TN, FP, FN, TP]``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -129,6 +129,7 @@ class BinaryLayout:
         conf: np.ndarray,
         confidence: float = 0.95,
         betas: Sequence[float] | None = None,
+        names: Collection[str] | None = None,
     ) -> list[list[MetricValue]]:
         """The catalog of many windows at once: ``conf`` is (n, 4) counts, one row each.
 
@@ -137,12 +138,13 @@ class BinaryLayout:
         the MCC/kappa point values are computed as arrays over all rows; the posterior
         sample of a row is drawn from the row's own seeded generator
         (:func:`confusion_posterior`), so every row's result is identical to its own
-        single-window call (tested) whatever else is in the batch."""
+        single-window call (tested) whatever else is in the batch. ``names``: only these
+        metrics (the exported ones; the posterior of an unexported metric is the costly
+        part of a tick and is not drawn), in catalog order."""
         c = np.asarray(conf, dtype=np.float64).reshape(-1, 4)
         tn, fp, fn, tp = c[:, 0], c[:, 1], c[:, 2], c[:, 3]
         n = tn + fp + fn + tp
         pos, neg, ppos = tp + fn, tn + fp, tp + fp
-        names = _RATIO_NAMES
         k = np.stack([tp + tn, fp + fn, tp, tp, tn, fp, fn, pos, ppos], axis=1)
         d = np.stack([n, n, ppos, pos, neg, neg, pos, n, n], axis=1)
         lo, hi = wilson_interval(k, d, confidence)
@@ -157,54 +159,72 @@ class BinaryLayout:
         rows_d = np.rint(d).astype(np.int64).tolist()
         values, lows, highs = value.tolist(), lo.tolist(), hi.tolist()
         all_betas = [1.0, *(b for b in (self.betas if betas is None else betas) if b != 1.0)]
+        ratios = [j for j, name in enumerate(_RATIO_NAMES) if names is None or name in names]
+        posterior = [
+            x
+            for x in (*(fbeta_name(b) for b in all_betas), *_CLASS_NAMES)
+            if names is None or x in names
+        ]
         reasons = [
             class_count_reason(p, q) for p, q in zip(pos.tolist(), neg.tolist(), strict=True)
         ]
-        drawn = [i for i, r in enumerate(reasons) if n[i] > 0 and not r]
-        bounds = _posterior_bounds(c[drawn], all_betas, confidence) if drawn else {}
+        drawn = [i for i, r in enumerate(reasons) if n[i] > 0 and not r] if posterior else []
+        bounds = _posterior_bounds(c[drawn], all_betas, confidence, posterior) if drawn else {}
         slot = {row: j for j, row in enumerate(drawn)}
+        beta_of = {fbeta_name(b): b for b in all_betas}
         out: list[list[MetricValue]] = []
         for i, (tn_i, fp_i, fn_i, tp_i) in enumerate(c.tolist()):
             reason, at = reasons[i], slot.get(i, -1)
+            v_i, lo_i, hi_i, d_i = values[i], lows[i], highs[i], rows_d[i]
             row = [
-                MetricValue(names[j], values[i][j], lows[i][j], highs[i][j], rows_d[i][j],
-                            "wilson", _ratio_note(j, rows_d[i][j], reason) if gated[i] else "")
-                for j in range(9)
+                MetricValue(_RATIO_NAMES[j], v_i[j], lo_i[j], hi_i[j], d_i[j], "wilson",
+                            _ratio_note(j, d_i[j], reason) if gated[i] else "")
+                for j in ratios
             ]  # fmt: skip
             n_i = round(tn_i + fp_i + fn_i + tp_i)
-            n_f = round(tp_i + fp_i + fn_i)
-            named = [(fbeta_name(b), _fbeta_value(tp_i, fp_i, fn_i, b), n_f) for b in all_betas]
-            named += [
-                ("balanced_accuracy", _balanced_value(tp_i, fp_i, fn_i, tn_i), n_i),
-                ("hmean_class_accuracy", _hmean_value(tp_i, fp_i, fn_i, tn_i), n_i),
-                ("mcc", float(mcc_v[i]), n_i),
-                ("cohen_kappa", float(kappa_v[i]), n_i),
-            ]
-            for name, v, n_m in named:
+            for name in posterior:
+                beta = beta_of.get(name)
+                if beta is not None:
+                    v, n_m = _fbeta_value(tp_i, fp_i, fn_i, beta), round(tp_i + fp_i + fn_i)
+                elif name == "balanced_accuracy":
+                    v, n_m = _balanced_value(tp_i, fp_i, fn_i, tn_i), n_i
+                elif name == "hmean_class_accuracy":
+                    v, n_m = _hmean_value(tp_i, fp_i, fn_i, tn_i), n_i
+                else:
+                    v, n_m = float((mcc_v if name == "mcc" else kappa_v)[i]), n_i
                 b = (bounds[name][0][at], bounds[name][1][at]) if at >= 0 else None
                 row.append(_posterior_result(name, v, b, n_m, reason))
             out.append(row)
         return out
 
 
+_CLASS_NAMES = ("balanced_accuracy", "hmean_class_accuracy", "mcc", "cohen_kappa")
+"""The posterior metrics after the F-beta scores, in catalog order."""
+
+
 def _posterior_bounds(
-    counts: np.ndarray, betas: Sequence[float], confidence: float
+    counts: np.ndarray,
+    betas: Sequence[float],
+    confidence: float,
+    names: Collection[str] | None = None,
 ) -> dict[str, tuple[list[float], list[float]]]:
-    """Equal-tailed posterior bounds of every posterior metric, for rows of counts.
+    """Equal-tailed posterior bounds of every posterior metric (or of ``names``), for rows
+    of counts.
 
     Each row's draws are its :func:`confusion_posterior` (seeded by its own counts, so a
-    row's interval never depends on the batch; :func:`_posterior_many` draws each distinct
-    cell count once); the metric samples and their order statistics are then computed
-    for a chunk of rows at once — the same arithmetic as the one-window path."""
+    row's interval never depends on the batch; :func:`_posterior_cells` draws each
+    distinct cell count once); the metric samples and their order statistics are then
+    computed for a chunk of rows at once — the same arithmetic as the one-window path, on
+    one contiguous (rows, draws) array per cell."""
     out: dict[str, tuple[list[float], list[float]]] = {}
-    for at in range(0, counts.shape[0], _ROWS_PER_CHUNK):  # (rows, draws, 4) stays small
-        draws = _posterior_many(counts[at : at + _ROWS_PER_CHUNK])
-        samples = {fbeta_name(b): _fbeta_of(draws, b) for b in betas}
-        samples["balanced_accuracy"] = _balanced_of(draws)
-        samples["hmean_class_accuracy"] = _hmean_of(draws)
-        samples["mcc"] = _mcc_of(draws)
-        samples["cohen_kappa"] = _kappa_of(draws)
-        for name, sample in samples.items():
+    wanted = {fbeta_name(b): b for b in betas}
+    wanted |= dict.fromkeys(_CLASS_NAMES, 0.0)
+    if names is not None:
+        wanted = {k: v for k, v in wanted.items() if k in names}
+    for at in range(0, counts.shape[0], _ROWS_PER_CHUNK):  # (rows, draws) arrays stay small
+        cells = _posterior_cells(counts[at : at + _ROWS_PER_CHUNK])
+        for name, beta in wanted.items():
+            sample = _SAMPLERS[name](cells) if name in _SAMPLERS else _fbeta_of(cells, beta)
             lo, hi = _equal_tailed_rows(sample, confidence)
             acc = out.setdefault(name, ([], []))
             acc[0].extend(lo)
@@ -254,9 +274,13 @@ _RATIO_NAMES = (
 
 # --------------------------------------------------------------------------- posterior
 
-POSTERIOR_DRAWS = 2000
-"""Monte-Carlo draws per window: the 2.5 % quantile's own error is then ≈ 0.35 percentage
-points of probability, far inside the coverage tolerance (≈ 1 ms per window)."""
+POSTERIOR_DRAWS = 1000
+"""Monte-Carlo draws per window: the 2.5 % quantile's own error is then ≈ 0.5 percentage
+points of probability (sqrt(0.025 · 0.975 / 1000)), inside the coverage tolerance; the
+coverage tests hold at this size (tests/unit/test_stats_interval_simulation.py). Why not
+more: the draws, the metric samples and their order statistics are most of a fleet's
+evaluation tick (bench/profile_tick.py), and 2,000 draws cost twice as much for an
+error of 0.35 points."""
 
 POSTERIOR_SEED = 20261123
 """Fixed seed: the same counts always give the same interval (replay equals the daemon)."""
@@ -292,16 +316,23 @@ def _cell_gammas(cell: int, alpha: float, draws: int = POSTERIOR_DRAWS) -> np.nd
     return np.random.default_rng((POSTERIOR_SEED, cell, bits)).standard_gamma(alpha, draws)
 
 
-def _posterior_many(counts: np.ndarray, draws: int = POSTERIOR_DRAWS) -> np.ndarray:
-    """:func:`confusion_posterior` of each row of (rows, 4) counts: (rows, draws, 4), each
-    distinct (cell, count) drawn once."""
+def _posterior_cells(counts: np.ndarray, draws: int = POSTERIOR_DRAWS) -> _Cells:
+    """:func:`confusion_posterior` of each row of (rows, 4) counts, as four contiguous
+    (rows, draws) cell proportions ``(TN, FP, FN, TP)``; each distinct (cell, count) drawn
+    once. The same arithmetic as :func:`confusion_posterior` (the normalizing sum adds
+    the cells in the same order), so every row equals its own call bit for bit."""
     alpha = np.asarray(counts, dtype=np.float64) + 0.5
-    g = np.empty((alpha.shape[0], draws, 4))
+    g = []
     for cell in range(4):
         values, inverse = np.unique(alpha[:, cell], return_inverse=True)
         streams = np.stack([_cell_gammas(cell, a, draws) for a in values.tolist()])
-        g[:, :, cell] = streams[inverse.reshape(-1)]
-    return g / g.sum(axis=2, keepdims=True)
+        g.append(streams[inverse.reshape(-1)])
+    total = g[0] + g[1]
+    total += g[2]
+    total += g[3]
+    for x in g:
+        x /= total
+    return g[0], g[1], g[2], g[3]
 
 
 def _posterior_value(
@@ -343,7 +374,13 @@ def _equal_tailed(samples: np.ndarray, confidence: float) -> tuple[float, float]
     return float(part[k_lo]), float(part[k_hi])
 
 
-def _cells(draws: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+_Cells = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _cells(draws: np.ndarray | _Cells) -> _Cells:
+    """(TN, FP, FN, TP) of a (..., 4) sample, or the four cell arrays themselves."""
+    if isinstance(draws, tuple):
+        return draws
     return draws[..., _TN], draws[..., _FP], draws[..., _FN], draws[..., _TP]
 
 
@@ -383,7 +420,7 @@ def _fbeta_value(tp: float, fp: float, fn: float, beta: float) -> float:
     return (1 + b2) * tp / d if d > 0 else NAN
 
 
-def _fbeta_of(draws: np.ndarray, beta: float) -> np.ndarray:
+def _fbeta_of(draws: np.ndarray | _Cells, beta: float) -> np.ndarray:
     _, fp, fn, tp = _cells(draws)
     b2 = beta * beta
     return (1 + b2) * tp / ((1 + b2) * tp + b2 * fn + fp)
@@ -414,7 +451,7 @@ def _balanced_value(tp: float, fp: float, fn: float, tn: float) -> float:
     return (tp / pos + tn / neg) / 2 if pos > 0 and neg > 0 else NAN
 
 
-def _balanced_of(draws: np.ndarray) -> np.ndarray:
+def _balanced_of(draws: np.ndarray | _Cells) -> np.ndarray:
     tn_, fp_, fn_, tp_ = _cells(draws)
     return (tp_ / (tp_ + fn_) + tn_ / (tn_ + fp_)) / 2
 
@@ -447,7 +484,7 @@ def _hmean_value(tp: float, fp: float, fn: float, tn: float) -> float:
     return 2 * tpr * tnr / (tpr + tnr) if tpr + tnr > 0 else 0.0
 
 
-def _hmean_of(draws: np.ndarray) -> np.ndarray:
+def _hmean_of(draws: np.ndarray | _Cells) -> np.ndarray:
     tn_, fp_, fn_, tp_ = _cells(draws)
     tpr_s, tnr_s = tp_ / (tp_ + fn_), tn_ / (tn_ + fp_)
     return 2 * tpr_s * tnr_s / (tpr_s + tnr_s)
@@ -481,7 +518,7 @@ def _mcc_result(
     return _posterior_value("mcc", value, samples, n, confidence, reason)
 
 
-def _mcc_of(draws: np.ndarray) -> np.ndarray:
+def _mcc_of(draws: np.ndarray | _Cells) -> np.ndarray:
     tn_, fp_, fn_, tp_ = _cells(draws)
     den = np.sqrt((tp_ + fp_) * (tp_ + fn_) * (tn_ + fp_) * (tn_ + fn_))
     return (tp_ * tn_ - fp_ * fn_) / den
@@ -494,7 +531,7 @@ def _kappa_result(
     return _posterior_value("cohen_kappa", value, samples, n, confidence, reason)
 
 
-def _kappa_of(draws: np.ndarray) -> np.ndarray:
+def _kappa_of(draws: np.ndarray | _Cells) -> np.ndarray:
     tn_, fp_, fn_, tp_ = _cells(draws)
     po = tp_ + tn_
     pe = (tp_ + fp_) * (tp_ + fn_) + (tn_ + fn_) * (tn_ + fp_)
@@ -538,3 +575,12 @@ def cohen_kappa(
     """
     value = float(_kappa_value(*(np.float64(x) for x in (tn, fp, fn, tp))))
     return _kappa_result(value, round(tp + fp + fn + tn), confidence, draws, reason)
+
+
+_SAMPLERS = {
+    "balanced_accuracy": _balanced_of,
+    "hmean_class_accuracy": _hmean_of,
+    "mcc": _mcc_of,
+    "cohen_kappa": _kappa_of,
+}
+"""Posterior sample of each class-accuracy / agreement metric from the cell draws."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -72,9 +73,11 @@ class ThresholdValue:
     value: MetricValue
 
 
-@dataclass(frozen=True, slots=True)
-class ReliabilityBin:
-    """One point of a reliability diagram: mean predicted vs observed frequency (Wilson)."""
+class ReliabilityBin(NamedTuple):
+    """One point of a reliability diagram: mean predicted vs observed frequency (Wilson).
+
+    A named tuple (immutable, ten times cheaper to build than a frozen dataclass): a tick
+    builds one per calibration bin of every changed slice window."""
 
     lower: float
     upper: float

@@ -6,14 +6,14 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from monitor.stats.binary import _posterior_many, confusion_posterior
+from monitor.stats.binary import _posterior_cells, confusion_posterior
 
 
 def test_batch_draws_equal_each_window_alone() -> None:
     rng = np.random.default_rng(8)
     counts = rng.integers(0, 40, (30, 4)).astype(np.float64)
     counts[1] = counts[0]  # equal windows draw equal samples
-    many = _posterior_many(counts)
+    many = np.stack(_posterior_cells(counts), axis=2)  # (rows, draws, 4)
     for row, got in zip(counts, many, strict=True):
         np.testing.assert_array_equal(got, confusion_posterior(row))
     np.testing.assert_array_equal(many[0], many[1])

@@ -211,3 +211,16 @@ def test_metrics_many_equals_each_window_alone() -> None:
         for name, oracle in (("mcc", mcc_with_se(cm)[0]), ("cohen_kappa", kappa_with_se(cm)[0])):
             v = by[name].value
             assert (math.isnan(v) and math.isnan(oracle)) or v == pytest.approx(oracle, abs=1e-12)
+
+
+def test_metrics_many_names_keeps_only_those_with_the_same_values() -> None:
+    """Asking for some metrics returns exactly those, in catalog order, each equal to the
+    whole catalog's (the unexported posteriors are not drawn, the others unchanged)."""
+    rng = np.random.default_rng(4)
+    conf = rng.integers(0, 80, (40, 4)).astype(np.float64)
+    conf[0] = [3, 1, 0, 2]  # gated: few of each class
+    whole = LAYOUT.metrics_many(conf)
+    for names in ({"accuracy", "f1", "mcc"}, {"cohen_kappa", "f0_5", "prevalence"}, set()):
+        some = LAYOUT.metrics_many(conf, names=names)
+        for full, got in zip(whole, some, strict=True):
+            assert list(map(repr, got)) == [repr(m) for m in full if m.name in names]  # NaN-aware
