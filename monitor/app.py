@@ -29,6 +29,7 @@ from .alert_wiring import build_dispatcher, slo_specs
 from .alerting.alerts import checkpoint_alert, comparison_alerts, drift_alerts, slo_alert
 from .alerting.delivery import DeliveryStats
 from .alerting.slo import SloEvaluator, SloStatus
+from .collector import collector_paused
 from .config import Settings, redacted
 from .engine.clock import EventWatermark, SteadyClock, retention_now
 from .engine.core import Engine, StateMismatch
@@ -50,7 +51,6 @@ from .export.report import (
 from .export.status_page import render_status_page
 from .ingest.dead_letter_topic import TopicDeadLetter
 from .ingest.deadletter import DeadLetterSink, FileDeadLetter
-from .ingest.decode import collector_paused
 from .ingest.group_members import GroupMembers
 from .ingest.kafka import KafkaSource, make_producer, open_source
 from .ingest.pipeline import load_offsets, offset_key

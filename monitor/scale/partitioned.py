@@ -44,13 +44,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from ..alerting.slo import SloStatus
 from ..app import Daemon, StartupError
+from ..collector import collector_paused
 from ..config import KafkaSettings, Settings
 from ..engine.clock import retention_now
 from ..engine.core import Engine, StateMismatch
 from ..engine.snapshot import Snapshot
 from ..export.published import Published
 from ..ingest.deadletter import DeadLetterSink
-from ..ingest.decode import collector_paused
 from ..ingest.kafka import KafkaPythonSource, consumer_config, record_origin
 from ..ingest.pipeline import RawBatch, offset_key
 from ..scale.assignor import warn_unpaired
