@@ -567,7 +567,7 @@ class PredictionDecoder:
         v_len = np.fromiter(map(len, versions), np.int64, n)
         id_len = np.fromiter(map(len, ids), np.int64, n)
         checks &= self._in_range(ts, score, id_len, v_len, now_ms)
-        if any(p is not None for p in map(_get_prediction, rows)):  # any type, even a list
+        if list(map(_get_prediction, rows)).count(None) != n:  # any type, even a list
             checks &= np.fromiter(map(_no_prediction, rows), bool, n)
         thresholds = np.array([m.threshold for m in self.models] + [2.0])
         decision = (score >= thresholds[model]).astype(np.int8)
