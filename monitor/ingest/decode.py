@@ -916,11 +916,12 @@ def _struct_block(feats: list[Any], layout: tuple[int, Any]) -> np.ndarray:
     n = len(feats)
     if None in feats:
         feats = [empty if f is None else f for f in feats]
-    rows = list(map(msgspec.structs.astuple, feats))
+    # streamed: each row's tuple is freed (and its memory reused) as soon as it is read
+    rows = map(msgspec.structs.astuple, feats)
     try:
         return np.fromiter(chain.from_iterable(rows), np.float64, n * width).reshape(n, width)
     except TypeError:  # a JSON null among them: NaN
-        return np.array(rows, np.float64).reshape(n, width)
+        return np.array(list(map(msgspec.structs.astuple, feats)), np.float64).reshape(n, width)
 
 
 _get_id = operator.attrgetter("id")
