@@ -225,17 +225,21 @@ def _has_confluent() -> bool:
     return True
 
 
-def raw_consume(client: str, bootstrap: str, expected: int, timeout_s: float) -> tuple[float, int]:
+def raw_consume(
+    client: str, bootstrap: str, expected: int, timeout_s: float
+) -> tuple[float, int, float]:
     """Baseline: the client's plain consumer in a group, both topics to the end, every
     value orjson-decoded, with the daemon's own consumer settings (same fetch sizes and
     waits, same prefetch queue). Returns (messages/s from the first record on, % of that
-    time spent inside the client's poll/consume)."""
+    time spent inside the client's poll/consume, this process's CPU seconds over that
+    time — the client's own threads included)."""
     s = settings_for(bootstrap, **GROUP_SETTINGS)
     group = f"bench-raw-{uuid.uuid4().hex[:8]}"
     loads = orjson.loads
     count = decoded = 0
     in_poll = 0.0
     t0: float | None = None
+    cpu0 = 0.0
     deadline = time.monotonic() + timeout_s
     if client == "confluent":
         from confluent_kafka import Consumer
@@ -254,7 +258,7 @@ def raw_consume(client: str, bootstrap: str, expected: int, timeout_s: float) ->
                 if t0 is not None:
                     in_poll += time.perf_counter() - tp0
                 if msgs and t0 is None:
-                    t0 = time.perf_counter()
+                    t0, cpu0 = time.perf_counter(), time.process_time()
                 for m in msgs:
                     if m.error() is None:
                         decoded += len(loads(m.value()))
@@ -279,7 +283,7 @@ def raw_consume(client: str, bootstrap: str, expected: int, timeout_s: float) ->
                 if t0 is not None:
                     in_poll += time.perf_counter() - tp0
                 if polled and t0 is None:
-                    t0 = time.perf_counter()
+                    t0, cpu0 = time.perf_counter(), time.process_time()
                 for records in polled.values():
                     for r in records:
                         decoded += len(loads(r.value))
@@ -291,19 +295,21 @@ def raw_consume(client: str, bootstrap: str, expected: int, timeout_s: float) ->
         finally:
             consumer.close(autocommit=False)
     elapsed = time.perf_counter() - (t0 or time.perf_counter())
-    return count / elapsed, round(100 * in_poll / elapsed)
+    cpu = time.process_time() - cpu0
+    return count / elapsed, round(100 * in_poll / elapsed), cpu
 
 
 def daemon_consume(
     client: str, bootstrap: str, expected: int, timeout_s: float, work: Path
-) -> tuple[float, dict[str, float]]:
+) -> tuple[float, dict[str, float], float]:
     """Measured: the real Daemon, in-process, run() in a thread, fresh group and state.
 
     The clock starts when the daemon's source returns its first records and stops at the
     first poll after the engine has counted ``expected`` records (accepted, duplicate or
     invalid) — so decode, join, accumulate, offset tracking and the loop's bookkeeping
     are all inside the measurement; startup, the group join and shutdown are not. Also
-    returned: the seconds spent per stage (the client's poll, decoding, engine apply).
+    returned: the seconds spent per stage (the client's poll, decoding, engine apply),
+    and this process's CPU seconds over the measured span (the client's threads too).
     """
     from monitor.app import Daemon
     from monitor.ingest.kafka import KafkaSource
@@ -346,10 +352,12 @@ def daemon_consume(
                     done = sum(engine.records.values())
                     if done >= expected:
                         marks["end"] = time.perf_counter()
+                        marks["end_cpu"] = time.process_time()
                         self.request_stop()
                 out = timed("poll", inner)(timeout_ms)
                 if "first" not in marks and out:
                     marks["first"] = time.perf_counter()
+                    marks["first_cpu"] = time.process_time()
                 if out and "end" not in marks:
                     marks["batches"] = marks.get("batches", 0) + len(out)
                 return out
@@ -397,7 +405,7 @@ def daemon_consume(
     stages["other"] = elapsed - sum(stages.values())
     shares = {k: 100 * v / elapsed for k, v in stages.items()}
     shares["records per batch"] = expected / max(marks.get("batches", 1), 1)
-    return expected / elapsed, shares
+    return expected / elapsed, shares, marks["end_cpu"] - marks["first_cpu"]
 
 
 def bench_kafka(n: int, reps: int, work: Path) -> list[Result]:
@@ -414,6 +422,12 @@ def bench_kafka(n: int, reps: int, work: Path) -> list[Result]:
     daemon: dict[str, list[float]] = {c: [] for c in clients}
     raw_in_poll: dict[str, list[int]] = {c: [] for c in clients}
     stages: dict[str, list[dict[str, float]]] = {c: [] for c in clients}
+    # CPU seconds of this process (client threads included) per side: a figure that a
+    # busy machine moves far less than wall-clock rates (the broker's CPU is not in it)
+    cpu: dict[tuple[str, str], list[float]] = {
+        (c, x): [] for c in clients for x in ("raw", "daemon")
+    }
+    loads: list[float] = []
     try:
         broker.create_topics(["predictions", "labels"], partitions=1)
         t = time.perf_counter()
@@ -430,13 +444,17 @@ def bench_kafka(n: int, reps: int, work: Path) -> list[Result]:
             k = i % len(sides)
             for client, side in sides[k:] + sides[:k]:
                 if side == "raw":
-                    rate, pct = raw_consume(client, broker.bootstrap, total, timeout)
+                    rate, pct, secs = raw_consume(client, broker.bootstrap, total, timeout)
                     raw[client].append(rate)
                     raw_in_poll[client].append(pct)
                 else:
-                    rate, shares = daemon_consume(client, broker.bootstrap, total, timeout, work)
+                    rate, shares, secs = daemon_consume(
+                        client, broker.bootstrap, total, timeout, work
+                    )
                     daemon[client].append(rate)
                     stages[client].append(shares)
+                cpu[client, side].append(secs)
+                loads.append(os.getloadavg()[0])
                 log(f"(a) rep {i + 1}/{reps} {client} {side}: {rate:,.0f} msg/s")
     finally:
         broker.stop()
@@ -468,6 +486,11 @@ def bench_kafka(n: int, reps: int, work: Path) -> list[Result]:
             + ", ".join(f"{k} {v:.0f}" for k, v in share.items() if k != "records per batch")
             + f"; {share['records per batch']:,.0f} records per batch"
             + f"; baseline's time inside poll: {raw_in_poll[client]} %",
+            f"{client}: messages per CPU-second of this process (client threads included, "
+            f"median): daemon {total / median(cpu[client, 'daemon']):,.0f}, raw "
+            f"{total / median(cpu[client, 'raw']):,.0f} "
+            f"({median(cpu[client, 'raw']) / median(cpu[client, 'daemon']):.2f}×); load "
+            f"average {min(loads):.1f}–{max(loads):.1f} on {os.cpu_count()} CPUs",
         ]
         out.append(res)
         if client == "confluent":

@@ -166,18 +166,17 @@ class ConfluentSource:
                 return {}
         topics = list(map(_topic, msgs))
         values = list(map(_value, msgs))
-        # messages of one partition come in order: the last offset seen is the highest
-        partitions = zip(topics, map(_partition, msgs), strict=True)
-        last = dict(zip(partitions, map(_offset, msgs), strict=True))
+        parts = list(map(_partition, msgs))
+        offs = list(map(_offset, msgs))
         position = self._position
-        if position:  # each partition's first record where we expect it (C-level passes;
-            # streamed: a list of a tuple per message would wake the cyclic collector)
-            back = zip(reversed(topics), map(_partition, reversed(msgs)), strict=True)
-            first = dict(zip(back, map(_offset, reversed(msgs)), strict=True))
-            for tp, o in first.items():
-                expected = position.get(tp)
-                if expected is not None and o < expected:
-                    self._reset_by_client(tp, expected, o)
+        # messages of one partition come in order: its last offset seen is the highest
+        last = _by_partition(topics, parts, offs)
+        # ... and its first the lowest
+        firsts = _by_partition(topics[::-1], parts[::-1], offs[::-1]) if position else {}
+        for tp, o in firsts.items():  # each partition's first record where we expect it
+            expected = position.get(tp)
+            if expected is not None and o < expected:
+                self._reset_by_client(tp, expected, o)
         for tp, o in last.items():
             position[tp] = o + 1
         kinds = self.kinds
@@ -287,6 +286,18 @@ class ConfluentSource:
 
     def close(self) -> None:
         self.consumer.close()  # auto-commit is off: closing commits nothing
+
+
+def _by_partition(
+    topics: list[str], parts: list[int], offs: list[int]
+) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> the offset of its last message in the lists. Keyed by topic
+    alone when one partition number is all there is (single-partition topics, or a
+    consumer of one partition each): no tuple per message to build and hash."""
+    if parts.count(parts[0]) == len(parts):
+        part = parts[0]
+        return {(t, part): o for t, o in dict(zip(topics, offs, strict=True)).items()}
+    return dict(zip(zip(topics, parts, strict=True), offs, strict=True))
 
 
 def _message_origin(msgs: list[Message]) -> Callable[[int], tuple[str, int, int]]:

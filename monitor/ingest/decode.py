@@ -136,6 +136,8 @@ def _parse_json_slow(raw: bytes) -> Any:
 
 
 _BAD = object()  # a value the per-record path must look at
+# the integers orjson parses as integers (64-bit, signed or not); beyond, as floats
+_ORJSON_INT_MIN, _ORJSON_INT_MAX = -(2**63), 2**64 - 1
 
 
 def _loads_all(raws: Sequence[bytes | None], limits: DecodeLimits) -> list[Any]:
@@ -338,6 +340,7 @@ class PredictionDecoder:
         self._typed, self._typed_block = _typed_decoder(
             self.models, () if self.feature_objects else self.numeric_names
         )
+        self.piece = 2_000  # records decoded at a time (``decode``)
 
     def _model_of(self, obj: dict[str, Any]) -> int:
         seen = None
@@ -485,9 +488,19 @@ class PredictionDecoder:
     def decode(
         self, raws: Sequence[bytes | None], now_ms: int
     ) -> tuple[PredictionBatch, list[tuple[int, str, str]]]:
-        """Decode a batch; returns the valid rows and ``(index, reason, detail)`` rejects."""
+        """Decode a batch; returns the valid rows and ``(index, reason, detail)`` rejects.
+
+        A large batch is decoded ``piece`` records at a time and the pieces' columns
+        joined: a piece's parsed rows (a few MB) stay in the CPU's cache from the parse to
+        their last column pass and their release — 12 % less time a record than parsing
+        20,000 rows at once (bench (r), a 20-feature prediction)."""
+        n, k = len(raws), self.piece
         with collector_paused():
-            return self._decode(raws, now_ms)
+            if n <= k:
+                return self._decode(raws, now_ms)
+            parts = [self._decode(raws[i : i + k], now_ms) for i in range(0, n, k)]
+        rejects = [(i + j * k, r, d) for j, (_, rej) in enumerate(parts) for i, r, d in rej]
+        return _concat([b for b, _ in parts]), rejects
 
     def _finish(self, batch: PredictionBatch) -> PredictionBatch:
         """The numeric block of a batch decoded with features objects (and the objects
@@ -549,7 +562,7 @@ class PredictionDecoder:
         v_len = np.fromiter(map(len, versions), np.int64, n)
         id_len = np.fromiter(map(len, ids), np.int64, n)
         checks &= self._in_range(ts, score, id_len, v_len, now_ms)
-        if any(p is not None for p in map(_get_prediction, rows)):  # any type, even a list
+        if list(map(_get_prediction, rows)).count(None) != n:  # any type, even a list
             checks &= np.fromiter(map(_no_prediction, rows), bool, n)
         thresholds = np.array([m.threshold for m in self.models] + [2.0])
         decision = (score >= thresholds[model]).astype(np.int8)
@@ -898,11 +911,12 @@ def _struct_block(feats: list[Any], layout: tuple[int, Any]) -> np.ndarray:
     n = len(feats)
     if None in feats:
         feats = [empty if f is None else f for f in feats]
-    rows = list(map(msgspec.structs.astuple, feats))
+    # streamed: each row's tuple is freed (and its memory reused) as soon as it is read
+    rows = map(msgspec.structs.astuple, feats)
     try:
         return np.fromiter(chain.from_iterable(rows), np.float64, n * width).reshape(n, width)
     except TypeError:  # a JSON null among them: NaN
-        return np.array(rows, np.float64).reshape(n, width)
+        return np.array(list(map(msgspec.structs.astuple, feats)), np.float64).reshape(n, width)
 
 
 _get_id = operator.attrgetter("id")
@@ -1047,6 +1061,39 @@ def _flat(spec: ModelSpec) -> bool:
     """Whether every field of the column path is a top-level key."""
     paths = (spec.id_path, spec.ts_path, spec.version_path, spec.score_path, spec.prediction_path)
     return not any("." in p for p in paths)
+
+
+def _concat(batches: list[PredictionBatch]) -> PredictionBatch:
+    """The batches one after the other (the pieces of one decode, by one decoder: the
+    same columns present in each)."""
+    first = batches[0]
+
+    def rows(name: str) -> list[Any]:
+        return list(chain.from_iterable(getattr(b, name) for b in batches))
+
+    def arrays(name: str) -> np.ndarray | None:
+        parts = [getattr(b, name) for b in batches]
+        return None if parts[0] is None else np.concatenate(parts)
+
+    ranked = None
+    if any(b.ranked is not None for b in batches):
+        ranked = list(chain.from_iterable(b.ranked or [None] * len(b) for b in batches))
+    return PredictionBatch(
+        np.concatenate([b.keys for b in batches]),
+        np.concatenate([b.ts_ms for b in batches]),
+        np.concatenate([b.model for b in batches]),
+        rows("version"),
+        np.concatenate([b.score for b in batches]),
+        np.concatenate([b.decision for b in batches]),
+        rows("features"),
+        rows("segments"),
+        arrays("proba"),
+        arrays("lower"),
+        arrays("upper"),
+        arrays("numeric"),
+        first.numeric_names,
+        ranked=ranked,
+    )
 
 
 def _merge(
@@ -1214,6 +1261,9 @@ class LabelDecoder:
         texts: dict[Any, tuple[str, float] | None] = {}
         label_path = self.paths[2]
         for value in set(raw_labels) if typed is None else set(compress(raw_labels, typed)):
+            if kind is int and not _ORJSON_INT_MIN <= value <= _ORJSON_INT_MAX:
+                texts[value] = None  # orjson reads it as a float: the per-record path's text
+                continue
             try:
                 text = canonical_label(value, label_path)
             except _Reject:

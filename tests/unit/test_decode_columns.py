@@ -8,6 +8,7 @@ for any mix of records, the batch (every column, in input order) and the rejecti
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -141,6 +142,30 @@ def test_prediction_columns_equal_rows(which: int, raws: list[bytes | None]) -> 
     assert isinstance(got, PredictionBatch)
     assert got_rejects == want_rejects
     _same(got, want)
+
+
+@FUZZ
+@given(
+    st.integers(0, len(DECODERS) - 1),
+    st.integers(1, 6),
+    st.lists(
+        st.one_of(
+            traffic_prediction(), arbitrary("predictions"), bad_prediction().map(lambda x: x[1])
+        ),
+        max_size=40,
+    ),
+)
+def test_a_batch_decoded_in_pieces_equals_it_whole(
+    which: int, piece: int, raws: list[bytes | None]
+) -> None:
+    """``decode`` takes a large batch a piece at a time: the joined pieces are the batch
+    the per-record path gives, rejections at their index in the whole batch."""
+    dec = copy.copy(DECODERS[which])
+    dec.piece = piece
+    got, got_rejects = dec.decode(raws, NOW)
+    want, want_rejects = dec._decode_rows(raws, range(len(raws)), NOW)
+    assert got_rejects == want_rejects
+    _same(got, dec._finish(want))
 
 
 @FUZZ
@@ -312,3 +337,18 @@ def test_names_msgspec_cannot_rename_to_take_the_untyped_paths() -> None:
     labels = LabelDecoder(LIMITS, id_path='i"d', known_label=lambda t, v: None)
     got, rejects = labels.decode([json.dumps({'i"d': "p1", "ts": NOW, "label": 1}).encode()], NOW)
     assert not rejects and got.label == ["1"] and labels._typed is None
+
+
+def test_a_label_integer_beyond_64_bits_is_read_as_the_per_record_path_reads_it() -> None:
+    """msgspec keeps 10**30 exact, orjson (the per-record path) makes it a float: such a
+    label takes the per-record path, so both give the float's text."""
+    raws = [
+        orjson.dumps({"id": f"l{i}", "ts": NOW, "label": 1}).replace(b"1}", str(v).encode() + b"}")
+        for i, v in enumerate([10**30, 2**64 - 1, 2**64, -(2**63), -(2**63) - 1, 1])
+    ]
+    dec = LABELS[1]
+    got, got_rejects = dec.decode(raws, NOW)
+    want, want_rejects = dec._decode_rows(raws, range(len(raws)), NOW)
+    assert got_rejects == want_rejects == []
+    _same(got, want)
+    assert got.label[0] == str(int(1e30)) and got.label[1] == str(2**64 - 1)

@@ -1,0 +1,99 @@
+"""The confluent source's per-poll bookkeeping: each partition's first and last offset of
+a poll, found in C-level passes (keyed by topic alone when one partition number is all
+there is), equal what a loop over the messages gives."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import _missing
+
+try:
+    from confluent_kafka import Message
+except ImportError:  # (the whole module needs the client)
+    _missing("confluent-kafka not installed; install with: pip install -e '.[test]'")
+
+from monitor.config import KafkaSettings
+from monitor.ingest import confluent
+from monitor.ingest.confluent import ConfluentSource, _by_partition
+
+MESSAGES = st.lists(
+    st.tuples(st.sampled_from(["predictions", "labels"]), st.integers(0, 2)), min_size=1
+)
+
+
+def _reference(pairs: list[tuple[str, int]], offs: list[int]) -> dict[tuple[str, int], int]:
+    out: dict[tuple[str, int], int] = {}
+    for pair, o in zip(pairs, offs, strict=True):
+        out[pair] = o
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(msgs=MESSAGES, one_partition=st.booleans())
+def test_last_offset_per_partition_as_a_loop_gives_it(
+    msgs: list[tuple[str, int]], one_partition: bool
+) -> None:
+    if one_partition:
+        msgs = [(t, msgs[0][1]) for t, _ in msgs]
+    offs = list(range(100, 100 + len(msgs)))
+    topics, parts = [t for t, _ in msgs], [p for _, p in msgs]
+    assert _by_partition(topics, parts, offs) == _reference(msgs, offs)
+    first = _by_partition(topics[::-1], parts[::-1], offs[::-1])
+    assert first == _reference(msgs[::-1], offs[::-1])
+
+
+class _Queued:
+    """librdkafka's local queue as ``consume`` hands it out (real ``Message`` objects)."""
+
+    def __init__(self, msgs: list[Message]) -> None:
+        self.msgs = msgs
+
+    def consume(self, n: int, timeout: float) -> list[Message]:
+        out, self.msgs = self.msgs[:n], self.msgs[n:]
+        return out
+
+    def poll(self, timeout: float) -> None:
+        return None
+
+    def subscribe(self, topics: list[str], **callbacks: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("partitions", [(0,), (0, 1)])
+def test_poll_splits_by_topic_and_advances_each_partition(
+    partitions: tuple[int, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Values per kind in order, the offset after each partition's last message, and a
+    client's reset (a first record below the expected position) reported once."""
+    monkeypatch.setattr(confluent, "Consumer", lambda conf: _Queued([]))
+    resumed: list[tuple[str, int, int, int]] = []
+    src = ConfluentSource(
+        KafkaSettings(max_poll_records=1000),
+        dict,
+        on_resume=lambda t, p, was, r: resumed.append((t, p, was, r.offset)),
+    )
+    msgs, expect = [], {"predictions": [], "labels": []}
+    for i in range(60):
+        topic = "predictions" if i % 3 else "labels"
+        part = partitions[i % len(partitions)]
+        value = f"{topic}-{part}-{i}".encode()
+        msgs.append(Message(topic=topic, partition=part, offset=10 + i, value=value))
+        expect[topic].append(value)
+    src._position = {("labels", partitions[0]): 50}  # the client went back below this
+    src.consumer = _Queued(msgs)
+    out = src.poll(100)
+    assert {k: b.values for k, b in out.items()} == expect
+    for kind, batch in out.items():
+        want = {}
+        for i, m in enumerate(msgs):
+            if m.topic() == kind:
+                want[f"{kind}:{m.partition()}"] = m.offset() + 1
+                assert batch.origin(batch.values.index(m.value())) == (kind, m.partition(), 10 + i)
+        assert batch.next_offsets == want
+    assert [(t, p, was) for t, p, was, _ in resumed] == [("labels", partitions[0], 50)]
+    assert src._position[("labels", partitions[0])] == max(
+        m.offset() + 1 for m in msgs if (m.topic(), m.partition()) == ("labels", partitions[0])
+    )
