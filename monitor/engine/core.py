@@ -52,7 +52,7 @@ from .state_checks import check_state
 from .table import KeyedTable
 from .task_stats import ScoreHistograms, TaskStats
 from .view import StoreView, base_group_index
-from .windows import DAY_MS, HOUR_MS, Tiers
+from .windows import Tiers, tier_reach
 
 _log = logging.getLogger(__name__)
 
@@ -155,13 +155,10 @@ class Engine:
             for m in range(len(self.models))
             if self._sliced_matrices(m)
         }
-        # time tiers (docs/semantics.md): base buckets for every window shorter than a day
-        # (at least the last 2 h), hour rows back 8 days (at least a day more), day rows
-        # before that
-        windows = [w for m in self.models for w in m.windows]
-        self._fine_ms = max([2 * HOUR_MS] + [w.size_ms + w.delay_ms for w in windows
-                                             if w.size_ms < DAY_MS])  # fmt: skip
-        self._hour_ms = max(8 * DAY_MS, self._fine_ms + DAY_MS)
+        # time tiers (docs/semantics.md): base, hour, 6-hour and day rows, each reaching
+        # as far back as the windows that must start in it (windows.tier_reach)
+        windows = [(w.size_ms, w.delay_ms) for m in self.models for w in m.windows]
+        self._reach = tier_reach(windows)
         self.tiers = Tiers.for_width(bucket_width_ms)
         # multiclass probabilities (one column per class of the widest model) and regression
         # interval bounds / numeric labels exist only when such models are configured
@@ -341,7 +338,7 @@ class Engine:
     def roll_up(self, now_ms: int) -> int:
         """Move the tiers to ``now`` and merge rows older than their tier's start into
         hour and day rows; returns rows merged away."""
-        self.tiers = self.tiers.advanced(now_ms, self._fine_ms, self._hour_ms)
+        self.tiers = self.tiers.advanced(now_ms, *self._reach)
         return sum(st.roll_up(self.tiers) for st in self._stores())
 
     def view(
@@ -995,7 +992,7 @@ class Engine:
             "join_events": dict(sorted(self.join_events.items())),
             "pending": self.join.pending,
             "pred_watermark_ms": self.pred_watermark_ms,
-            "tiers": [self.tiers.hour_from, self.tiers.day_from],
+            "tiers": [self.tiers.hour_from, self.tiers.day_from, self.tiers.six_from],
             "label_watermark_ms": self.label_watermark_ms,
             "event_clock": self.event_clock.state(),
             "label_clock": self.label_clock.state(),
@@ -1098,8 +1095,10 @@ class Engine:
             raise StateMismatch(f"ranking lists in the state are unusable: {err}") from None
         self.join.load(meta, arrays)
         if "tiers" in meta and self.tiers.per_hour:
-            hour_from, day_from = (int(x) for x in meta["tiers"])
-            self.tiers = replace(self.tiers, hour_from=hour_from, day_from=day_from)
+            hour_from, day_from, *six = (int(x) for x in meta["tiers"])
+            six_from = six[0] if six else day_from  # written before 6-hour rows: none
+            self.tiers = replace(self.tiers, hour_from=hour_from, day_from=day_from,
+                                 six_from=six_from)  # fmt: skip
         for store in self._stores():
             store.tiers = self.tiers
         self.buckets.load({k[8:]: v for k, v in arrays.items() if k.startswith("buckets.")})

@@ -14,7 +14,7 @@ partitions arrive in. Rows of the same (group, bucket) from two partitions are k
 by side: evaluation sums rows by group within a window, so they add up.
 
 Time tiers: each engine rolls rows up from the same clock, so their tiers agree; the
-merge takes the coarsest (the largest ``hour_from``/``day_from``), which keeps every
+merge takes the coarsest (the largest ``hour_from``/``six_from``/``day_from``), which keeps every
 window edge on a row boundary of every input.
 """
 
@@ -97,6 +97,7 @@ def merge(parts: Sequence[PartitionStats], width_ms: int, n_models: int) -> Part
             tiers,
             hour_from=max(tiers.hour_from, t.hour_from),
             day_from=max(tiers.day_from, t.day_from),
+            six_from=max(tiers.six_from, t.six_from),
         )
     view = StoreView(
         width_ms=width_ms,
@@ -253,7 +254,7 @@ def encode(stats: PartitionStats, model_names: Sequence[str]) -> bytes:
     meta = {
         "format": FORMAT,
         "width_ms": v.width_ms,
-        "tiers": [v.tiers.hour_from, v.tiers.day_from],
+        "tiers": [v.tiers.hour_from, v.tiers.day_from, v.tiers.six_from],
         "groups": [
             [model_names[m] if m >= 0 else None, ver, list(seg)] for m, ver, seg in v.groups
         ],
@@ -291,7 +292,8 @@ def decode(blob: bytes, model_names: Sequence[str], width_ms: int) -> PartitionS
             (index.get(name, -1) if name is not None else -1, str(ver), tuple(seg))
             for name, ver, seg in meta["groups"]
         ]
-        hour_from, day_from = (int(x) for x in meta["tiers"])
+        hour_from, day_from, *six = (int(x) for x in meta["tiers"])
+        six_from = six[0] if six else day_from  # written before 6-hour rows: none
         o = meta["ops"]
         ops = OpsState(
             records=tuple((str(k), str(x), int(c)) for k, x, c in o["records"]),
@@ -341,7 +343,9 @@ def decode(blob: bytes, model_names: Sequence[str], width_ms: int) -> PartitionS
             buckets = {k: a[keep] for k, a in buckets.items()}
         view = StoreView(
             width_ms=width_ms,
-            tiers=Tiers(width_ms, Tiers.for_width(width_ms).per_hour, hour_from, day_from),
+            tiers=Tiers(
+                width_ms, Tiers.for_width(width_ms).per_hour, hour_from, day_from, six_from
+            ),
             groups=tuple(groups),
             buckets=buckets,
             wide=stores["wide"],

@@ -1,0 +1,142 @@
+"""Tier rules: rolling minute rows up into hour, 6-hour and day rows and then summing a
+window equals summing the minute rows inside the window's snapped bounds; edges snap down
+to the start of the row they fall in, by less than 1/24 of the window; state written
+before 6-hour rows loads."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from monitor.engine.buckets import BucketStore
+from monitor.engine.windows import DAY_MS, HOUR_MS, SIX_HOURS_MS, Tiers, tier_reach
+
+WIDTH = 60_000
+NOW = 1_700_000_000_000 + 7_654_321  # aligned to nothing
+SIZES = [300_000, HOUR_MS, DAY_MS, 2 * DAY_MS, 7 * DAY_MS, 30 * DAY_MS]
+windows_st = st.lists(
+    st.tuples(st.sampled_from(SIZES), st.sampled_from([0, 0, 10 * 60_000, 3 * HOUR_MS])),
+    min_size=1,
+    max_size=4,
+)
+
+
+def _store(ts: np.ndarray, groups: np.ndarray, steps: list[int], reach: tuple[int, int, int]):
+    """Minute events fed in time order, the tiers advanced (and rows rolled up) at each
+    of ``steps``, as the engine does at each evaluation; late events land in old rows."""
+    store = BucketStore(WIDTH, {"h": 3})
+    fed = 0
+    for at in [*steps, NOW]:
+        upto = int(np.searchsorted(ts, at, side="right"))
+        if upto > fed:
+            rows = store.rows_for(groups[fed:upto], ts[fed:upto])
+            np.add.at(store._cols["predicted"], rows, 1)
+            store.add_cells("h", rows, (ts[fed:upto] // WIDTH % 3).astype(np.int64))
+            fed = upto
+        store.roll_up(store.tiers.advanced(at, *reach))
+    return store
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    windows=windows_st,
+    seed=st.integers(0, 2**16),
+    n_steps=st.integers(1, 12),
+)
+def test_rolled_up_window_sums_equal_the_minute_rows_inside_the_snapped_bounds(
+    windows: list[tuple[int, int]], seed: int, n_steps: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    reach = tier_reach(windows)
+    span_ms = max(s + d for s, d in windows) + DAY_MS
+    ts = np.sort(rng.integers(NOW - span_ms, NOW, 3_000)).astype(np.int64)
+    groups = rng.integers(0, 3, ts.shape[0])
+    steps = sorted(rng.integers(NOW - span_ms, NOW, n_steps).tolist())
+    store = _store(ts, groups, steps, reach)
+    # a late event (an hour old, say) after the last roll-up lands in its tier's row
+    late = np.array([NOW - HOUR_MS - 1, NOW - 3 * DAY_MS], np.int64)
+    rows = store.rows_for(np.array([0, 1]), late)
+    np.add.at(store._cols["predicted"], rows, 1)
+    store.add_cells("h", rows, (late // WIDTH % 3).astype(np.int64))
+    ts, groups = np.r_[ts, late], np.r_[groups, [0, 1]]
+    tiers, v = store.tiers, store.view()
+    for size, delay in windows:
+        lo, hi = tiers.window(NOW, size, delay)
+        inside = (v["bucket"] >= lo) & (v["bucket"] <= hi)
+        events = (ts >= lo * WIDTH) & (ts < (hi + 1) * WIDTH)
+        for g in range(3):
+            mine = inside & (v["group"] == g)
+            exp = events & (groups == g)
+            assert int(v["predicted"][mine].sum()) == int(exp.sum())  # counts stay exact
+            cells = np.bincount(ts[exp] // WIDTH % 3, minlength=3)
+            np.testing.assert_array_equal(v["m.h"][mine].sum(axis=0), cells)
+        # no row straddles the bounds: every row in the window lies wholly inside
+        spans = store.span()[inside]
+        assert (v["bucket"][inside] + spans - 1 <= hi).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(windows=windows_st, now=st.integers(10**12, 2 * 10**12))
+def test_window_starts_snap_down_by_less_than_a_24th(
+    windows: list[tuple[int, int]], now: int
+) -> None:
+    reach = tier_reach(windows)
+    fine, hour, six = reach
+    assert 2 * HOUR_MS <= fine < hour < six
+    tiers = Tiers.for_width(WIDTH).advanced(now, *reach)
+    assert tiers.day_from <= tiers.six_from <= tiers.hour_from
+    for size, delay in windows:
+        nominal_lo = (now - delay) // WIDTH - size // WIDTH + 1
+        lo, hi = tiers.window(now, size, delay)
+        t = tiers.tier_of(nominal_lo)
+        assert lo == nominal_lo - nominal_lo % tiers.span(t)  # down to its row's start
+        assert 0 <= (nominal_lo - lo) * WIDTH < max(WIDTH, size / 24)
+        if size < DAY_MS:
+            assert lo == nominal_lo  # windows under a day stay exact
+        assert tiers.span(t) * WIDTH <= max(WIDTH, size // 24)
+        assert hi >= (now - delay) // WIDTH
+
+
+def test_six_hour_rows_hold_a_seven_day_window_start() -> None:
+    reach = tier_reach([(300_000, 0), (HOUR_MS, 0), (DAY_MS, 0), (7 * DAY_MS, 0)])
+    assert reach == (2 * HOUR_MS, 26 * HOUR_MS, 7 * DAY_MS)
+    tiers = Tiers.for_width(WIDTH).advanced(NOW, *reach)
+    lo, _ = tiers.window(NOW, 7 * DAY_MS, 0)
+    assert tiers.tier_of(lo) == 3 and lo * WIDTH % SIX_HOURS_MS == 0
+    lo, _ = tiers.window(NOW, DAY_MS, 0)
+    assert tiers.tier_of(lo) == 1 and lo * WIDTH % HOUR_MS == 0
+
+
+def test_state_written_before_six_hour_rows_loads_and_rolls_on() -> None:
+    """Old state: tiers [hour_from, day_from] and hour rows back 8 days. It loads with
+    no 6-hour region (every old row keeps its meaning), and the next roll-up merges the
+    old hour rows into 6-hour rows without changing any total."""
+    old = Tiers.for_width(WIDTH)
+    per_hour = old.per_hour
+    now_b = NOW // WIDTH
+    old = Tiers(
+        WIDTH,
+        per_hour,
+        (now_b - 120) // per_hour * per_hour,
+        (now_b - 8 * 24 * per_hour) // old.per_day * old.per_day,
+    )
+    assert old.tier_of(now_b - 5 * 24 * per_hour) == 1  # no 6-hour region: hour rows
+    store = BucketStore(WIDTH, {"h": 3})
+    store.tiers = old
+    rng = np.random.default_rng(9)
+    ts = np.sort(rng.integers(NOW - 9 * DAY_MS, NOW, 5_000)).astype(np.int64)
+    groups = rng.integers(0, 2, ts.shape[0])
+    rows = store.rows_for(groups, ts)
+    np.add.at(store._cols["predicted"], rows, 1)
+    state = store.state()
+    assert set(np.unique(state["tier"]).tolist()) == {0, 1, 2}
+    again = BucketStore(WIDTH, {"h": 3})
+    again.tiers = old
+    again.load(state)
+    before = np.bincount(again.group, again.view()["predicted"], minlength=2)
+    reach = tier_reach([(DAY_MS, 0), (7 * DAY_MS, 0)])
+    assert again.roll_up(again.tiers.advanced(NOW, *reach)) > 0
+    v = again.view()
+    assert set(np.unique(v["tier"]).tolist()) >= {0, 1, 2, 3}
+    np.testing.assert_array_equal(np.bincount(v["group"], v["predicted"], minlength=2), before)
