@@ -157,8 +157,10 @@ class Engine:
         }
         # time tiers (docs/semantics.md): base, hour, 6-hour and day rows, each reaching
         # as far back as the windows that must start in it (windows.tier_reach)
+        # (a live "previous" drift reference reaches its span further back)
         windows = [(w.size_ms, w.delay_ms) for m in self.models for w in m.windows]
-        self._reach = tier_reach(windows)
+        previous = self.drift.horizon_ms()
+        self._reach = tier_reach(windows + [(s + previous, d) for s, d in windows if previous])
         self.tiers = Tiers.for_width(bucket_width_ms)
         # multiclass probabilities (one column per class of the widest model) and regression
         # interval bounds / numeric labels exist only when such models are configured
