@@ -36,16 +36,16 @@ def tier_reach(windows: list[tuple[int, int]]) -> tuple[int, int, int]:
     """How far back (ms) base, hour and 6-hour rows must reach for ``windows``
     ((size, delay) pairs in ms) so that each window's start falls in rows at most
     1/:data:`SNAP_RATIO` of its size long: windows under a day start among base rows
-    (exact; at least the last 2 h are kept there), under 6 days among hour rows, under
-    24 days among 6-hour rows, longer ones among day rows. Each reach is at least a day
-    more than the one before, so a tier always has room for its rows."""
+    (exact; at least the last hour is kept there), under 6 days among hour rows, under
+    24 days among 6-hour rows, longer ones among day rows. Each reach is at least one
+    row of its tier more than the one before, so a tier always has room for a row."""
 
     def reach(below_ms: int) -> int:
         return max([0] + [s + d for s, d in windows if s < below_ms])
 
-    fine = max(2 * HOUR_MS, reach(DAY_MS))
-    hour = max(fine + DAY_MS, reach(SNAP_RATIO * SIX_HOURS_MS))
-    six = max(hour + DAY_MS, reach(SNAP_RATIO * DAY_MS))
+    fine = max(HOUR_MS, reach(DAY_MS))
+    hour = max(fine + HOUR_MS, reach(SNAP_RATIO * SIX_HOURS_MS))
+    six = max(hour + SIX_HOURS_MS, reach(SNAP_RATIO * DAY_MS))
     return fine, hour, six
 
 
