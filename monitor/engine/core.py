@@ -17,7 +17,6 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -994,7 +993,7 @@ class Engine:
             "join_events": dict(sorted(self.join_events.items())),
             "pending": self.join.pending,
             "pred_watermark_ms": self.pred_watermark_ms,
-            "tiers": [self.tiers.hour_from, self.tiers.day_from, self.tiers.six_from],
+            "tiers": self.tiers.bounds(),
             "label_watermark_ms": self.label_watermark_ms,
             "event_clock": self.event_clock.state(),
             "label_clock": self.label_clock.state(),
@@ -1097,10 +1096,7 @@ class Engine:
             raise StateMismatch(f"ranking lists in the state are unusable: {err}") from None
         self.join.load(meta, arrays)
         if "tiers" in meta and self.tiers.per_hour:
-            hour_from, day_from, *six = (int(x) for x in meta["tiers"])
-            six_from = six[0] if six else day_from  # written before 6-hour rows: none
-            self.tiers = replace(self.tiers, hour_from=hour_from, day_from=day_from,
-                                 six_from=six_from)  # fmt: skip
+            self.tiers = self.tiers.with_bounds(meta["tiers"])
         for store in self._stores():
             store.tiers = self.tiers
         self.buckets.load({k[8:]: v for k, v in arrays.items() if k.startswith("buckets.")})

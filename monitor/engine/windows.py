@@ -12,7 +12,7 @@ a snapped window is at most 1/24 (4.2 %) longer than asked.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 __all__ = ["SIX_HOURS_MS", "Tiers", "tier_reach", "window_bounds"]
 
@@ -53,7 +53,9 @@ def tier_reach(windows: list[tuple[int, int]]) -> tuple[int, int, int]:
 class Tiers:
     """Where the tiers start, in base-bucket indices: rows before ``hour_from`` are hour
     rows, before ``six_from`` 6-hour rows, before ``day_from`` day rows (``day_from <=
-    six_from <= hour_from``, each aligned to its tier; a ``six_from`` below ``day_from``
+    six_from <= hour_from``; ``six_from`` and ``day_from`` aligned to their tier,
+    ``hour_from`` to a quarter hour: the hour row it cuts holds the minutes before it,
+    later ones stay base rows until it moves on; a ``six_from`` below ``day_from``
     — state written before 6-hour rows — means none). ``per_hour == 0`` disables tiers
     (a width that does not divide an hour). Tier codes: 0 base, 1 hour, 2 day, 3 6-hour
     (2 kept for day rows, as checkpoints written before 6-hour rows store them)."""
@@ -97,15 +99,17 @@ class Tiers:
         return lo, hi
 
     def advanced(self, now_ms: int, fine_ms: int, hour_ms: int, six_ms: int) -> Tiers:
-        """Tiers at ``now``: base rows for the last ``fine_ms``, hour rows back to
-        ``hour_ms``, 6-hour rows back to ``six_ms``, day rows before
-        (:func:`tier_reach`). Boundaries never move back (a wall clock that jumps back
-        cannot un-roll rows)."""
+        """Tiers at ``now``: base rows for the last ``fine_ms`` (and up to a quarter
+        hour more), hour rows back to ``hour_ms``, 6-hour rows back to ``six_ms``, day
+        rows before (:func:`tier_reach`). Boundaries never move back (a wall clock that
+        jumps back cannot un-roll rows)."""
         if not self.per_hour:
             return self
         now_b, w = now_ms // self.width_ms, self.width_ms
         p6 = 6 * self.per_hour
-        hour_from = (now_b - fine_ms // w) // self.per_hour * self.per_hour
+        # base rows roll up every quarter hour, not hourly: at most fine + 15 min of them
+        step = self.per_hour // 4 if self.per_hour % 4 == 0 else self.per_hour
+        hour_from = (now_b - fine_ms // w) // step * step
         six_from = (now_b - hour_ms // w) // p6 * p6
         day_from = (now_b - six_ms // w) // self.per_day * self.per_day
         return Tiers(
@@ -114,6 +118,19 @@ class Tiers:
             max(self.hour_from, hour_from),
             max(self.day_from, day_from),
             max(self.six_from, six_from),
+        )
+
+    def bounds(self) -> list[int]:
+        """The boundaries as checkpoints keep them: ``[hour_from, day_from]``, then
+        ``six_from`` when there are 6-hour rows (state without them reads as before)."""
+        out = [self.hour_from, self.day_from]
+        return [*out, self.six_from] if self.six_from > self.day_from else out
+
+    def with_bounds(self, bounds: list[int]) -> Tiers:
+        """These tiers with checkpointed :meth:`bounds` (two: no 6-hour rows)."""
+        hour_from, day_from, *six = (int(x) for x in bounds)
+        return replace(
+            self, hour_from=hour_from, day_from=day_from, six_from=six[0] if six else day_from
         )
 
     @staticmethod

@@ -254,7 +254,7 @@ def encode(stats: PartitionStats, model_names: Sequence[str]) -> bytes:
     meta = {
         "format": FORMAT,
         "width_ms": v.width_ms,
-        "tiers": [v.tiers.hour_from, v.tiers.day_from, v.tiers.six_from],
+        "tiers": v.tiers.bounds(),
         "groups": [
             [model_names[m] if m >= 0 else None, ver, list(seg)] for m, ver, seg in v.groups
         ],
@@ -292,8 +292,7 @@ def decode(blob: bytes, model_names: Sequence[str], width_ms: int) -> PartitionS
             (index.get(name, -1) if name is not None else -1, str(ver), tuple(seg))
             for name, ver, seg in meta["groups"]
         ]
-        hour_from, day_from, *six = (int(x) for x in meta["tiers"])
-        six_from = six[0] if six else day_from  # written before 6-hour rows: none
+        tiers = Tiers.for_width(width_ms).with_bounds(meta["tiers"])
         o = meta["ops"]
         ops = OpsState(
             records=tuple((str(k), str(x), int(c)) for k, x, c in o["records"]),
@@ -343,9 +342,7 @@ def decode(blob: bytes, model_names: Sequence[str], width_ms: int) -> PartitionS
             buckets = {k: a[keep] for k, a in buckets.items()}
         view = StoreView(
             width_ms=width_ms,
-            tiers=Tiers(
-                width_ms, Tiers.for_width(width_ms).per_hour, hour_from, day_from, six_from
-            ),
+            tiers=tiers,
             groups=tuple(groups),
             buckets=buckets,
             wide=stores["wide"],
