@@ -23,7 +23,7 @@ from .windows import Tiers
 __all__ = ["BucketStore", "CopyPlan", "RunningSums", "SumPlan", "window_group_sums"]
 
 _BUCKET_BITS = 36  # bucket index < 2**36 (over 2000 years of 1 s buckets)
-_GROUP_SHIFT = np.int64(_BUCKET_BITS + 2)  # then 2 bits of tier (0 base, 1 h, 2 day, 3 6 h)
+_GROUP_SHIFT = np.int64(_BUCKET_BITS + 2)  # then 2 bits of tier (0 base, 1 h, 2 day, 3 12 h)
 _MIN_ROWS = 8
 _FIXED = {"group": ((), np.int32), "bucket": ((), np.int64), "tier": ((), np.int8),
           "predicted": ((), np.int64), "labeled": ((), np.int64),
@@ -228,7 +228,7 @@ class BucketStore:
 
     def rows_for(self, group: np.ndarray, ts_ms: np.ndarray) -> np.ndarray:
         """Row per event, creating rows for (group, bucket) pairs not seen before; an
-        event in a rolled-up period goes to its hour, 6-hour or day row."""
+        event in a rolled-up period goes to its hour, 12-hour or day row."""
         bidx = self.bucket_of(ts_ms)
         combined = (np.asarray(group, np.int64) << _GROUP_SHIFT) | self._tiered(bidx)
         uniq, inverse = np.unique(combined, return_inverse=True)
@@ -254,11 +254,11 @@ class BucketStore:
         t = self.tiers
         if not t.per_hour or not len(bidx) or int(bidx.min()) >= t.hour_from:
             return bidx
-        six_from = max(t.six_from, t.day_from)
+        half_from = max(t.half_from, t.day_from)
         tier = np.where(
             bidx >= t.hour_from,
             0,
-            np.where(bidx >= six_from, 1, np.where(bidx >= t.day_from, 3, 2)),
+            np.where(bidx >= half_from, 1, np.where(bidx >= t.day_from, 3, 2)),
         )
         span = np.array(t.spans, np.int64)[tier]
         return (tier.astype(np.int64) << _BUCKET_BITS) | (bidx - bidx % span)
@@ -277,7 +277,7 @@ class BucketStore:
         return row
 
     def span(self) -> np.ndarray:
-        """Base buckets each row in use covers (1, or an hour's, 6 hours' or a day's worth)."""
+        """Base buckets each row in use covers (1, or an hour's, 12 hours' or a day's worth)."""
         return np.array(self.tiers.spans, np.int64)[self.tier]
 
     @property
@@ -286,7 +286,7 @@ class BucketStore:
 
     def roll_up(self, tiers: Tiers) -> int:
         """Adopt ``tiers`` and merge rows now older than their tier's start into hour,
-        6-hour or day rows (every column adds); returns rows merged away.
+        12-hour or day rows (every column adds); returns rows merged away.
 
         Incremental: only the rows that change tier are touched — each is added into the
         existing coarse row of its (group, coarser period), or becomes that row — so the hourly
@@ -299,10 +299,10 @@ class BucketStore:
             self._rolled_to = tiers
             return 0
         bucket, tier = self.bucket, self.tier
-        six_from = max(tiers.six_from, tiers.day_from)
+        half_from = max(tiers.half_from, tiers.day_from)
         moving = (
             ((tier == 0) & (bucket < tiers.hour_from))
-            | ((tier == 1) & (bucket < six_from))
+            | ((tier == 1) & (bucket < half_from))
             | ((tier == 3) & (bucket < tiers.day_from))
         )
         src = np.flatnonzero(moving)

@@ -154,7 +154,7 @@ class Engine:
             for m in range(len(self.models))
             if self._sliced_matrices(m)
         }
-        # time tiers (docs/semantics.md): base, hour, 6-hour and day rows, each reaching
+        # time tiers (docs/semantics.md): base, hour, 12-hour and day rows, each reaching
         # as far back as the windows that must start in it (windows.tier_reach)
         # (a live "previous" drift reference reaches its span further back)
         windows = [(w.size_ms, w.delay_ms) for m in self.models for w in m.windows]

@@ -14,7 +14,7 @@ partitions arrive in. Rows of the same (group, bucket) from two partitions are k
 by side: evaluation sums rows by group within a window, so they add up.
 
 Time tiers: each engine rolls rows up from the same clock, so their tiers agree; the
-merge takes the coarsest (the largest ``hour_from``/``six_from``/``day_from``), which keeps every
+merge takes the coarsest (the largest ``hour_from``/``half_from``/``day_from``), which keeps every
 window edge on a row boundary of every input.
 """
 
@@ -97,7 +97,7 @@ def merge(parts: Sequence[PartitionStats], width_ms: int, n_models: int) -> Part
             tiers,
             hour_from=max(tiers.hour_from, t.hour_from),
             day_from=max(tiers.day_from, t.day_from),
-            six_from=max(tiers.six_from, t.six_from),
+            half_from=max(tiers.half_from, t.half_from),
         )
     view = StoreView(
         width_ms=width_ms,

@@ -1,7 +1,7 @@
-"""Tier rules: rolling minute rows up into hour, 6-hour and day rows and then summing a
-window equals summing the minute rows inside the window's snapped bounds; edges snap down
-to the start of the row they fall in, by less than 1/24 of the window; state written
-before 6-hour rows loads."""
+"""Tier rules: rolling minute rows up into hour, 12-hour and day rows and then summing a
+window equals summing the minute rows inside the window's snapped bounds; edges snap to
+the nearest boundary of the row they fall in, by at most 1/24 of the window; state
+written before 12-hour rows loads."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor.engine.buckets import BucketStore
-from monitor.engine.windows import DAY_MS, HOUR_MS, SIX_HOURS_MS, Tiers, tier_reach
+from monitor.engine.windows import DAY_MS, HALF_DAY_MS, HOUR_MS, Tiers, tier_reach
 
 WIDTH = 60_000
 NOW = 1_700_000_000_000 + 7_654_321  # aligned to nothing
@@ -80,40 +80,47 @@ def test_rolled_up_window_sums_equal_the_minute_rows_inside_the_snapped_bounds(
 
 @settings(max_examples=200, deadline=None)
 @given(windows=windows_st, now=st.integers(10**12, 2 * 10**12))
-def test_window_starts_snap_down_by_less_than_a_24th(
+def test_window_edges_snap_to_the_nearest_row_boundary_by_at_most_a_24th(
     windows: list[tuple[int, int]], now: int
 ) -> None:
     reach = tier_reach(windows)
-    fine, hour, six = reach
-    assert HOUR_MS <= fine < hour < six
+    fine, hour, half = reach
+    assert HOUR_MS <= fine < hour < half
     tiers = Tiers.for_width(WIDTH).advanced(now, *reach)
-    assert tiers.day_from <= tiers.six_from <= tiers.hour_from
+    assert tiers.day_from <= tiers.half_from <= tiers.hour_from
     for size, delay in windows:
         nominal_lo = (now - delay) // WIDTH - size // WIDTH + 1
         lo, hi = tiers.window(now, size, delay)
+        nominal_hi = (now - delay) // WIDTH
         t = tiers.tier_of(nominal_lo)
-        assert lo == nominal_lo - nominal_lo % tiers.span(t)  # down to its row's start
-        assert 0 <= (nominal_lo - lo) * WIDTH < max(WIDTH, size / 24)
+        span = tiers.span(t)
+        assert lo % span == 0  # a row boundary: the nearest one
+        assert abs(lo - nominal_lo) * 2 <= span
+        assert abs(lo - nominal_lo) * WIDTH <= size / 24
+        assert span * WIDTH <= max(WIDTH, size // 12)  # rows at most 1/12 of the window
         if size < DAY_MS:
             assert lo == nominal_lo  # windows under a day stay exact
-        assert tiers.span(t) * WIDTH <= max(WIDTH, size // 24)
-        assert hi >= (now - delay) // WIDTH
+        t_hi = tiers.tier_of(nominal_hi)
+        assert (hi + 1) % tiers.span(t_hi) == 0  # ends where a row ends
+        assert abs(hi - nominal_hi) * 2 <= tiers.span(t_hi)
+        assert hi < lo + size // WIDTH * 2  # never collapses or runs away
 
 
-def test_six_hour_rows_hold_a_seven_day_window_start() -> None:
+def test_twelve_hour_rows_hold_a_seven_day_window_start() -> None:
     reach = tier_reach([(300_000, 0), (HOUR_MS, 0), (DAY_MS, 0), (7 * DAY_MS, 0)])
     assert reach == (HOUR_MS, DAY_MS, 7 * DAY_MS)
     tiers = Tiers.for_width(WIDTH).advanced(NOW, *reach)
     lo, _ = tiers.window(NOW, 7 * DAY_MS, 0)
-    assert tiers.tier_of(lo) == 3 and lo * WIDTH % SIX_HOURS_MS == 0
+    assert tiers.tier_of(NOW // WIDTH - 7 * 1440 + 1) == 3 and lo * WIDTH % HALF_DAY_MS == 0
+    assert abs(lo * WIDTH - (NOW - 7 * DAY_MS)) <= HALF_DAY_MS // 2 + WIDTH
     lo, _ = tiers.window(NOW, DAY_MS, 0)
-    assert tiers.tier_of(lo) == 1 and lo * WIDTH % HOUR_MS == 0
+    assert tiers.tier_of(NOW // WIDTH - 1440 + 1) == 1 and lo * WIDTH % HOUR_MS == 0
 
 
-def test_state_written_before_six_hour_rows_loads_and_rolls_on() -> None:
+def test_state_written_before_twelve_hour_rows_loads_and_rolls_on() -> None:
     """Old state: tiers [hour_from, day_from] and hour rows back 8 days. It loads with
-    no 6-hour region (every old row keeps its meaning), and the next roll-up merges the
-    old hour rows into 6-hour rows without changing any total."""
+    no 12-hour region (every old row keeps its meaning), and the next roll-up merges the
+    old hour rows into 12-hour rows without changing any total."""
     old = Tiers.for_width(WIDTH)
     per_hour = old.per_hour
     now_b = NOW // WIDTH
@@ -123,7 +130,7 @@ def test_state_written_before_six_hour_rows_loads_and_rolls_on() -> None:
         (now_b - 120) // per_hour * per_hour,
         (now_b - 8 * 24 * per_hour) // old.per_day * old.per_day,
     )
-    assert old.tier_of(now_b - 5 * 24 * per_hour) == 1  # no 6-hour region: hour rows
+    assert old.tier_of(now_b - 5 * 24 * per_hour) == 1  # no 12-hour region: hour rows
     store = BucketStore(WIDTH, {"h": 3})
     store.tiers = old
     rng = np.random.default_rng(9)
@@ -144,9 +151,9 @@ def test_state_written_before_six_hour_rows_loads_and_rolls_on() -> None:
     np.testing.assert_array_equal(np.bincount(v["group"], v["predicted"], minlength=2), before)
 
 
-def test_checkpointed_bounds_round_trip_and_old_ones_mean_no_six_hour_rows() -> None:
+def test_checkpointed_bounds_round_trip_and_old_ones_mean_no_twelve_hour_rows() -> None:
     base = Tiers.for_width(WIDTH)
-    old = [28_000_020, 27_990_720]  # [hour_from, day_from], as written before 6-hour rows
+    old = [28_000_020, 27_990_720]  # [hour_from, day_from], as written before 12-hour rows
     tiers = base.with_bounds(old)
     assert tiers.bounds() == old  # saved back unchanged: older readers still read it
     assert tiers.tier_of(old[0] - 1) == 1 and tiers.tier_of(old[1]) == 1
