@@ -53,11 +53,12 @@ def tier_reach(windows: list[tuple[int, int]]) -> tuple[int, int, int]:
 class Tiers:
     """Where the tiers start, in base-bucket indices: rows before ``hour_from`` are hour
     rows, before ``half_from`` 12-hour rows, before ``day_from`` day rows (``day_from <=
-    half_from <= hour_from``; ``half_from`` and ``day_from`` aligned to their tier,
-    ``hour_from`` to a quarter hour: the hour row it cuts holds the minutes before it,
-    later ones stay base rows until it moves on; a ``half_from`` below ``day_from``
-    — state written before 12-hour rows — means none). ``per_hour == 0`` disables tiers
-    (a width that does not divide an hour). Tier codes: 0 base, 1 hour, 2 day, 3 12-hour
+    half_from <= hour_from``; ``day_from`` aligned to a day, ``half_from`` to an hour
+    and ``hour_from`` to a quarter hour: the coarse row a boundary cuts holds what is
+    before it, the rest stays in finer rows until the boundary moves on; a ``half_from``
+    below ``day_from`` — state written before 12-hour rows — means none). ``per_hour ==
+    0`` disables tiers (a width that does not divide an hour). Tier codes: 0 base, 1
+    hour, 2 day, 3 12-hour
     (2 kept for day rows, as checkpoints written before 12-hour rows store them)."""
 
     width_ms: int
@@ -104,17 +105,16 @@ class Tiers:
 
     def advanced(self, now_ms: int, fine_ms: int, hour_ms: int, half_ms: int) -> Tiers:
         """Tiers at ``now``: base rows for the last ``fine_ms`` (and up to a quarter
-        hour more), hour rows back to ``hour_ms``, 12-hour rows back to ``half_ms``, day
-        rows before (:func:`tier_reach`). Boundaries never move back (a wall clock that
-        jumps back cannot un-roll rows)."""
+        hour more), hour rows back to ``hour_ms`` (and up to an hour more), 12-hour rows
+        back to ``half_ms``, day rows before (:func:`tier_reach`). Boundaries never move
+        back (a wall clock that jumps back cannot un-roll rows)."""
         if not self.per_hour:
             return self
         now_b, w = now_ms // self.width_ms, self.width_ms
-        p12 = 12 * self.per_hour
         # base rows roll up every quarter hour, not hourly: at most fine + 15 min of them
         step = self.per_hour // 4 if self.per_hour % 4 == 0 else self.per_hour
         hour_from = (now_b - fine_ms // w) // step * step
-        half_from = (now_b - hour_ms // w) // p12 * p12
+        half_from = (now_b - hour_ms // w) // self.per_hour * self.per_hour
         day_from = (now_b - half_ms // w) // self.per_day * self.per_day
         return Tiers(
             self.width_ms,

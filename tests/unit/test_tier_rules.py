@@ -72,9 +72,10 @@ def test_rolled_up_window_sums_equal_the_minute_rows_inside_the_snapped_bounds(
             cells = np.bincount(ts[exp] // WIDTH % 3, minlength=3)
             np.testing.assert_array_equal(v["m.h"][mine].sum(axis=0), cells)
         # no row straddles the bounds: every row in the window lies wholly inside (the
-        # hour row cut by ``hour_from`` holds only the minutes before it)
+        # row a tier boundary cuts holds only what is before the boundary)
         ends = v["bucket"] + store.span()
         ends = np.where(v["tier"] == 1, np.minimum(ends, tiers.hour_from), ends)
+        ends = np.where(v["tier"] == 3, np.minimum(ends, tiers.half_from), ends)
         assert (ends[inside] - 1 <= hi).all()
 
 
