@@ -1719,6 +1719,7 @@ def fleet_child(
 
     from monitor.export.exposition import Exposition
     from monitor.export.published import Published
+    from monitor.heap import release_free_memory
 
     day_ms = 86_400_000
     metrics = None if score_metrics else ["accuracy", "precision", "recall", "f1"]
@@ -1746,7 +1747,9 @@ def fleet_child(
     def tick(at: int) -> tuple[float, Any]:
         t0 = time.perf_counter()
         snap = engine.snapshot(at, lock=lock)
-        return time.perf_counter() - t0, snap
+        dt = time.perf_counter() - t0
+        release_free_memory()  # as the daemon does after each evaluation (monitor/heap.py)
+        return dt, snap
 
     cold_s, snap = tick(now)
     cold_holds = engine.lock_holds_s

@@ -49,6 +49,7 @@ from .export.report import (
     snapshot_json,
 )
 from .export.status_page import render_status_page
+from .heap import release_free_memory
 from .ingest.dead_letter_topic import TopicDeadLetter
 from .ingest.deadletter import DeadLetterSink, FileDeadLetter
 from .ingest.group_members import GroupMembers
@@ -264,6 +265,7 @@ class Daemon:
             self._set_status(last_evaluation_ok=False, last_evaluation_error=repr(err))
             return None
         self._publish_snapshot(snap, ops)
+        release_free_memory()  # the evaluation's temporaries (monitor/heap.py)
         return snap
 
     def _publish_snapshot(self, snap: Snapshot, ops: OpsState | None) -> None:

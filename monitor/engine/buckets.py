@@ -23,7 +23,7 @@ from .windows import Tiers
 __all__ = ["BucketStore", "CopyPlan", "RunningSums", "SumPlan", "window_group_sums"]
 
 _BUCKET_BITS = 36  # bucket index < 2**36 (over 2000 years of 1 s buckets)
-_GROUP_SHIFT = np.int64(_BUCKET_BITS + 2)  # then 2 bits of tier (0 base, 1 hour, 2 day)
+_GROUP_SHIFT = np.int64(_BUCKET_BITS + 2)  # then 2 bits of tier (0 base, 1 h, 2 day, 3 12 h)
 _MIN_ROWS = 8
 _FIXED = {"group": ((), np.int32), "bucket": ((), np.int64), "tier": ((), np.int8),
           "predicted": ((), np.int64), "labeled": ((), np.int64),
@@ -164,8 +164,10 @@ _RUNNING_PASSES = 60  # incremental passes before the sums are taken afresh
 
 _SUM_CHUNK_BYTES = 4 << 20  # rows summed per lock hold: ~4 MB of matrix, about a ms
 # a big store grows by a quarter, not double: at most 25 % of it allocated and unused
-# (still amortized O(1) per row)
+# (still amortized O(1) per row). Big in rows or in bytes: a wide row of fine score
+# histograms is ~50 KB, so 4,096 of them doubling would leave up to 200 MB unused.
 _GROW_SLOWER_FROM = 1 << 12
+_GROW_SLOWER_BYTES = 4 << 20
 
 
 class BucketStore:
@@ -226,7 +228,7 @@ class BucketStore:
 
     def rows_for(self, group: np.ndarray, ts_ms: np.ndarray) -> np.ndarray:
         """Row per event, creating rows for (group, bucket) pairs not seen before; an
-        event in a rolled-up period goes to its hour or day row."""
+        event in a rolled-up period goes to its hour, 12-hour or day row."""
         bidx = self.bucket_of(ts_ms)
         combined = (np.asarray(group, np.int64) << _GROUP_SHIFT) | self._tiered(bidx)
         uniq, inverse = np.unique(combined, return_inverse=True)
@@ -252,14 +254,20 @@ class BucketStore:
         t = self.tiers
         if not t.per_hour or not len(bidx) or int(bidx.min()) >= t.hour_from:
             return bidx
-        tier = np.where(bidx >= t.hour_from, 0, np.where(bidx < t.day_from, 2, 1))
-        span = np.array([1, t.per_hour, t.per_day], np.int64)[tier]
+        half_from = max(t.half_from, t.day_from)
+        tier = np.where(
+            bidx >= t.hour_from,
+            0,
+            np.where(bidx >= half_from, 1, np.where(bidx >= t.day_from, 3, 2)),
+        )
+        span = np.array(t.spans, np.int64)[tier]
         return (tier.astype(np.int64) << _BUCKET_BITS) | (bidx - bidx % span)
 
     def _new_row(self, key: int) -> int:
         if self._n == self._cap:
             cap = self._cap
-            self._grow(cap * 2 if cap < _GROW_SLOWER_FROM else cap + cap // 4)
+            small = cap < _GROW_SLOWER_FROM and self.nbytes() < _GROW_SLOWER_BYTES
+            self._grow(cap * 2 if small else cap + cap // 4)
         row = self._n
         self._n += 1
         self._index[key] = row
@@ -269,20 +277,19 @@ class BucketStore:
         return row
 
     def span(self) -> np.ndarray:
-        """Base buckets each row in use covers (1, or an hour's or a day's worth)."""
-        t = self.tiers
-        return np.array([1, t.per_hour or 1, t.per_day or 1], np.int64)[self.tier]
+        """Base buckets each row in use covers (1, or an hour's, 12 hours' or a day's worth)."""
+        return np.array(self.tiers.spans, np.int64)[self.tier]
 
     @property
     def tier(self) -> np.ndarray:
         return self._cols["tier"][: self._n]
 
     def roll_up(self, tiers: Tiers) -> int:
-        """Adopt ``tiers`` and merge rows now older than their tier's start into hour or
-        day rows (every column adds); returns rows merged away.
+        """Adopt ``tiers`` and merge rows now older than their tier's start into hour,
+        12-hour or day rows (every column adds); returns rows merged away.
 
         Incremental: only the rows that change tier are touched — each is added into the
-        existing coarse row of its (group, hour/day), or becomes that row — so the hourly
+        existing coarse row of its (group, coarser period), or becomes that row — so the hourly
         roll-up costs the rows that move plus one in-place compaction, not a copy."""
         if tiers == self._rolled_to:  # rows are made in their tier: nothing new to move
             return 0
@@ -292,8 +299,11 @@ class BucketStore:
             self._rolled_to = tiers
             return 0
         bucket, tier = self.bucket, self.tier
-        moving = ((tier == 0) & (bucket < tiers.hour_from)) | (
-            (tier == 1) & (bucket < tiers.day_from)
+        half_from = max(tiers.half_from, tiers.day_from)
+        moving = (
+            ((tier == 0) & (bucket < tiers.hour_from))
+            | ((tier == 1) & (bucket < half_from))
+            | ((tier == 3) & (bucket < tiers.day_from))
         )
         src = np.flatnonzero(moving)
         if src.shape[0] == 0:
@@ -429,8 +439,7 @@ class BucketStore:
         older = np.flatnonzero(self.bucket < bucket_idx)  # only these can end before it
         if older.shape[0] == 0:
             return 0
-        t = self.tiers
-        span = np.array([1, t.per_hour or 1, t.per_day or 1], np.int64)[self.tier[older]]
+        span = np.array(self.tiers.spans, np.int64)[self.tier[older]]
         gone = older[self.bucket[older] + span <= bucket_idx]
         if gone.shape[0]:
             self._remove_rows(gone)
@@ -672,7 +681,7 @@ class BucketStore:
             if name in ("group", "bucket"):
                 pass
             elif name == "tier":
-                if ((arr < 0) | (arr > 2)).any():
+                if ((arr < 0) | (arr > 3)).any():
                     raise ValueError("bucket state holds unknown tiers")
             elif arr.dtype.kind == "f":  # sums (regression errors may be negative)
                 if not np.isfinite(arr).all():

@@ -51,7 +51,7 @@ from .state_checks import check_state
 from .table import KeyedTable
 from .task_stats import ScoreHistograms, TaskStats
 from .view import StoreView, base_group_index
-from .windows import DAY_MS, HOUR_MS, Tiers
+from .windows import Tiers, tier_reach
 
 __all__ = ["DELAY_BOUNDS_S", "ENGINE_FORMAT", "LOSSES", "Engine", "JoinReject", "StateMismatch"]
 
@@ -151,13 +151,12 @@ class Engine:
             for m in range(len(self.models))
             if self._sliced_matrices(m)
         }
-        # time tiers (docs/semantics.md): base buckets for every window shorter than a day
-        # (at least the last 2 h), hour rows back 8 days (at least a day more), day rows
-        # before that
-        windows = [w for m in self.models for w in m.windows]
-        self._fine_ms = max([2 * HOUR_MS] + [w.size_ms + w.delay_ms for w in windows
-                                             if w.size_ms < DAY_MS])  # fmt: skip
-        self._hour_ms = max(8 * DAY_MS, self._fine_ms + DAY_MS)
+        # time tiers (docs/semantics.md): base, hour, 12-hour and day rows, each reaching
+        # as far back as the windows that must start in it (windows.tier_reach)
+        # (a live "previous" drift reference reaches its span further back)
+        windows = [(w.size_ms, w.delay_ms) for m in self.models for w in m.windows]
+        previous = self.drift.horizon_ms()
+        self._reach = tier_reach(windows + [(s + previous, d) for s, d in windows if previous])
         self.tiers = Tiers.for_width(bucket_width_ms)
         # multiclass probabilities (one column per class of the widest model) and regression
         # interval bounds / numeric labels exist only when such models are configured
@@ -312,7 +311,7 @@ class Engine:
     def roll_up(self, now_ms: int) -> int:
         """Move the tiers to ``now`` and merge rows older than their tier's start into
         hour and day rows; returns rows merged away."""
-        self.tiers = self.tiers.advanced(now_ms, self._fine_ms, self._hour_ms)
+        self.tiers = self.tiers.advanced(now_ms, *self._reach)
         return sum(st.roll_up(self.tiers) for st in self._stores())
 
     def view(
@@ -855,7 +854,7 @@ class Engine:
             "join_events": dict(sorted(self.join_events.items())),
             "pending": self.join.pending,
             "pred_watermark_ms": self.pred_watermark_ms,
-            "tiers": [self.tiers.hour_from, self.tiers.day_from],
+            "tiers": self.tiers.bounds(),
             "label_watermark_ms": self.label_watermark_ms,
             "event_clock": self.event_clock.state(),
             "label_clock": self.label_clock.state(),
@@ -920,8 +919,7 @@ class Engine:
             raise StateMismatch(f"ranking lists in the state are unusable: {err}") from None
         self.join.load(meta, arrays)
         if "tiers" in meta and self.tiers.per_hour:
-            hour_from, day_from = (int(x) for x in meta["tiers"])
-            self.tiers = replace(self.tiers, hour_from=hour_from, day_from=day_from)
+            self.tiers = self.tiers.with_bounds(meta["tiers"])
         for store in self._stores():
             store.tiers = self.tiers
         self.buckets.load({k[8:]: v for k, v in arrays.items() if k.startswith("buckets.")})

@@ -8,8 +8,8 @@ same (group, bucket) from two inputs add up. Groups are re-coded into their sort
 union, so the sum is the same whatever order the inputs come in.
 
 Time tiers: engines roll rows up from the same clock, so their tiers agree; the sum
-takes the coarsest (the largest ``hour_from`` / ``day_from``), which keeps every window
-edge on a row boundary of every input.
+takes the coarsest (the largest ``hour_from`` / ``half_from`` / ``day_from``), which keeps
+every window edge on a row boundary of every input.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ def sum_views(views: Sequence[StoreView], width_ms: int) -> StoreView:
         tiers = replace(
             tiers,
             hour_from=max(tiers.hour_from, v.tiers.hour_from),
+            half_from=max(tiers.half_from, v.tiers.half_from),
             day_from=max(tiers.day_from, v.tiers.day_from),
         )
     models = sorted({m for v in views for m in (*v.wide, *v.sliced)})

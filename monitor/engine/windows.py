@@ -1,21 +1,25 @@
 """Window placement in bucket indices, and the time tiers windows snap to.
 
-Recent buckets keep ``bucket_width``; older ones are rolled up into hour buckets, and
-older still into day buckets (docs/semantics.md "Time tiers"), so a 7-day window costs a
-few hundred rows per group instead of 10,080 minutes. A window's start that falls into a
-coarse tier snaps down to that tier's boundary (and a delayed window's end up to the end
-of its tier bucket): the window then covers whole rows, and its reported start/end are
-the snapped ones.
+Recent buckets keep ``bucket_width``; older ones are rolled up into hour rows, older
+still into 12-hour rows, and older still into day rows (docs/semantics.md "Time tiers"),
+so a 7-day window costs a few dozen rows per group instead of 10,080 minutes. A window's
+start that falls into a coarse tier snaps to the nearest boundary of that tier's rows
+(and a delayed window's end likewise): the window then covers whole rows, and its
+reported start/end are the snapped ones. The engine places the tiers so that a window's
+start never falls in rows longer than 1/12 of the window (:func:`tier_reach`): a
+snapped edge moves by at most half a row, 1/24 (4.2 %) of the window.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-__all__ = ["Tiers", "window_bounds"]
+__all__ = ["HALF_DAY_MS", "Tiers", "tier_reach", "window_bounds"]
 
 HOUR_MS = 3_600_000
+HALF_DAY_MS = 12 * HOUR_MS
 DAY_MS = 86_400_000
+SNAP_RATIO = 12  # a window's start falls in rows at most 1/12 of its size long
 
 
 def window_bounds(now_ms: int, size_ms: int, delay_ms: int, width_ms: int) -> tuple[int, int]:
@@ -28,52 +32,110 @@ def window_bounds(now_ms: int, size_ms: int, delay_ms: int, width_ms: int) -> tu
     return last - size_ms // width_ms + 1, last
 
 
+def tier_reach(windows: list[tuple[int, int]]) -> tuple[int, int, int]:
+    """How far back (ms) base, hour and 12-hour rows must reach for ``windows``
+    ((size, delay) pairs in ms) so that each window's start falls in rows at most
+    1/:data:`SNAP_RATIO` of its size long: windows under a day start among base rows
+    (exact; at least the last hour is kept there), under 6 days among hour rows, under
+    12 days among 12-hour rows, longer ones among day rows. Each reach is at least one
+    row of its tier more than the one before, so a tier always has room for a row."""
+
+    def reach(below_ms: int) -> int:
+        return max([0] + [s + d for s, d in windows if s < below_ms])
+
+    fine = max(HOUR_MS, reach(DAY_MS))
+    hour = max(fine + HOUR_MS, reach(SNAP_RATIO * HALF_DAY_MS))
+    half = max(hour + HALF_DAY_MS, reach(SNAP_RATIO * DAY_MS))
+    return fine, hour, half
+
+
 @dataclass(frozen=True, slots=True)
 class Tiers:
     """Where the tiers start, in base-bucket indices: rows before ``hour_from`` are hour
-    rows, before ``day_from`` day rows (``day_from <= hour_from``; both aligned to their
-    tier). ``per_hour == 0`` disables tiers (a width that does not divide an hour)."""
+    rows, before ``half_from`` 12-hour rows, before ``day_from`` day rows (``day_from <=
+    half_from <= hour_from``; ``day_from`` aligned to a day, ``half_from`` to an hour
+    and ``hour_from`` to a quarter hour: the coarse row a boundary cuts holds what is
+    before it, the rest stays in finer rows until the boundary moves on; a ``half_from``
+    below ``day_from`` — state written before 12-hour rows — means none). ``per_hour ==
+    0`` disables tiers (a width that does not divide an hour). Tier codes: 0 base, 1
+    hour, 2 day, 3 12-hour
+    (2 kept for day rows, as checkpoints written before 12-hour rows store them)."""
 
     width_ms: int
     per_hour: int = 0
     hour_from: int = -(2**62)
     day_from: int = -(2**62)
+    half_from: int = -(2**62)
 
     @property
     def per_day(self) -> int:
         return 24 * self.per_hour
 
+    @property
+    def spans(self) -> tuple[int, int, int, int]:
+        """Base buckets in one row of each tier code (0 base, 1 hour, 2 day, 3 12-hour)."""
+        p = self.per_hour
+        return (1, p, 24 * p, 12 * p) if p else (1, 1, 1, 1)
+
     def span(self, tier: int) -> int:
-        """Base buckets in one row of ``tier`` (0 base, 1 hour, 2 day)."""
-        return (1, self.per_hour, self.per_day)[tier] if self.per_hour else 1
+        """Base buckets in one row of ``tier``."""
+        return self.spans[tier]
 
     def tier_of(self, bucket: int) -> int:
         if not self.per_hour or bucket >= self.hour_from:
             return 0
-        return 2 if bucket < self.day_from else 1
+        if bucket >= max(self.half_from, self.day_from):
+            return 1
+        return 3 if bucket >= self.day_from else 2
 
     def window(self, now_ms: int, size_ms: int, delay_ms: int) -> tuple[int, int]:
-        """The window's inclusive base-bucket range, snapped to the tiers it falls in."""
+        """The window's inclusive base-bucket range, each edge in a coarse tier snapped
+        to the nearest boundary of its row (half a row or less; a tie goes to the
+        longer window)."""
         lo, hi = window_bounds(now_ms, size_ms, delay_ms, self.width_ms)
         t = self.tier_of(lo)
         if t:
-            lo -= lo % self.span(t)
+            span, into = self.span(t), lo % self.span(t)
+            lo += span - into if 2 * into > span else -into
         t = self.tier_of(hi)
         if t:
-            hi += self.span(t) - 1 - hi % self.span(t)
+            span, into = self.span(t), hi % self.span(t) + 1  # buckets of the row inside
+            hi += span - into if 2 * into >= span else -into
         return lo, hi
 
-    def advanced(self, now_ms: int, fine_ms: int, hour_ms: int) -> Tiers:
-        """Tiers at ``now``: base rows for the last ``fine_ms``, hour rows back to
-        ``hour_ms``, day rows before. Boundaries never move back (a wall clock that
-        jumps back cannot un-roll rows)."""
+    def advanced(self, now_ms: int, fine_ms: int, hour_ms: int, half_ms: int) -> Tiers:
+        """Tiers at ``now``: base rows for the last ``fine_ms`` (and up to a quarter
+        hour more), hour rows back to ``hour_ms`` (and up to an hour more), 12-hour rows
+        back to ``half_ms``, day rows before (:func:`tier_reach`). Boundaries never move
+        back (a wall clock that jumps back cannot un-roll rows)."""
         if not self.per_hour:
             return self
-        now_b = now_ms // self.width_ms
-        hour_from = (now_b - fine_ms // self.width_ms) // self.per_hour * self.per_hour
-        day_from = (now_b - hour_ms // self.width_ms) // self.per_day * self.per_day
-        hour_from, day_from = max(self.hour_from, hour_from), max(self.day_from, day_from)
-        return Tiers(self.width_ms, self.per_hour, hour_from, day_from)
+        now_b, w = now_ms // self.width_ms, self.width_ms
+        # base rows roll up every quarter hour, not hourly: at most fine + 15 min of them
+        step = self.per_hour // 4 if self.per_hour % 4 == 0 else self.per_hour
+        hour_from = (now_b - fine_ms // w) // step * step
+        half_from = (now_b - hour_ms // w) // self.per_hour * self.per_hour
+        day_from = (now_b - half_ms // w) // self.per_day * self.per_day
+        return Tiers(
+            self.width_ms,
+            self.per_hour,
+            max(self.hour_from, hour_from),
+            max(self.day_from, day_from),
+            max(self.half_from, half_from),
+        )
+
+    def bounds(self) -> list[int]:
+        """The boundaries as checkpoints keep them: ``[hour_from, day_from]``, then
+        ``half_from`` when there are 12-hour rows (state without them reads as before)."""
+        out = [self.hour_from, self.day_from]
+        return [*out, self.half_from] if self.half_from > self.day_from else out
+
+    def with_bounds(self, bounds: list[int]) -> Tiers:
+        """These tiers with checkpointed :meth:`bounds` (two: no 12-hour rows)."""
+        hour_from, day_from, *half = (int(x) for x in bounds)
+        return replace(
+            self, hour_from=hour_from, day_from=day_from, half_from=half[0] if half else day_from
+        )
 
     @staticmethod
     def for_width(width_ms: int) -> Tiers:

@@ -163,7 +163,7 @@ def encode(stats: PartitionStats, model_names: Sequence[str]) -> bytes:
     meta = {
         "format": FORMAT,
         "width_ms": v.width_ms,
-        "tiers": [v.tiers.hour_from, v.tiers.day_from],
+        "tiers": v.tiers.bounds(),
         "groups": [
             [model_names[m] if m >= 0 else None, ver, list(seg)] for m, ver, seg in v.groups
         ],
@@ -201,7 +201,7 @@ def decode(blob: bytes, model_names: Sequence[str], width_ms: int) -> PartitionS
             (index.get(name, -1) if name is not None else -1, str(ver), tuple(seg))
             for name, ver, seg in meta["groups"]
         ]
-        hour_from, day_from = (int(x) for x in meta["tiers"])
+        tiers = Tiers.for_width(width_ms).with_bounds(meta["tiers"])
         o = meta["ops"]
         ops = OpsState(
             records=tuple((str(k), str(x), int(c)) for k, x, c in o["records"]),
@@ -245,7 +245,7 @@ def decode(blob: bytes, model_names: Sequence[str], width_ms: int) -> PartitionS
             buckets = {k: a[keep] for k, a in buckets.items()}
         view = StoreView(
             width_ms=width_ms,
-            tiers=Tiers(width_ms, Tiers.for_width(width_ms).per_hour, hour_from, day_from),
+            tiers=tiers,
             groups=tuple(groups),
             buckets=buckets,
             wide=stores["wide"],

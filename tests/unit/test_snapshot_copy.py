@@ -60,7 +60,9 @@ def test_a_roll_up_meanwhile_falls_back_to_a_full_copy() -> None:
         _write(store, rng, 5, 200)
     plan = store.begin_copy()
     plan.copy()
-    moved = store.roll_up(store.tiers.advanced(200 * WIDTH, 2 * 3_600_000, 8 * 86_400_000))
+    moved = store.roll_up(
+        store.tiers.advanced(200 * WIDTH, 2 * 3_600_000, 8 * 86_400_000, 9 * 86_400_000)
+    )
     assert moved > 0
     _same(store.finish_copy(plan), store.state())
 
@@ -148,7 +150,12 @@ def test_window_sums_after_a_roll_up_are_summed_afresh() -> None:
     bounds = [(0, 199)]
     plan = store.begin_sums("scores", bounds, np.arange(5), 5)
     store.sum_chunk(plan, np.arange(5), 5)
-    assert store.roll_up(store.tiers.advanced(200 * WIDTH, 2 * 3_600_000, 8 * 86_400_000)) > 0
+    assert (
+        store.roll_up(
+            store.tiers.advanced(200 * WIDTH, 2 * 3_600_000, 8 * 86_400_000, 9 * 86_400_000)
+        )
+        > 0
+    )
     assert not store.sum_chunk(plan, np.arange(5), 5)
     got = store.finish_sums(plan, np.arange(5), 5)
     np.testing.assert_allclose(got[0], _fresh_sums(store, bounds, 5)[0], rtol=1e-12)
@@ -174,7 +181,7 @@ def test_roll_up_and_retention_move_only_the_rows_they_remove() -> None:
     for _ in range(30):
         _write(store, rng, 6, 400)
     before = _as_rows(store)
-    tiers = store.tiers.advanced(400 * WIDTH, 2 * 3_600_000, 8 * 86_400_000)
+    tiers = store.tiers.advanced(400 * WIDTH, 2 * 3_600_000, 8 * 86_400_000, 9 * 86_400_000)
     assert store.roll_up(tiers) > 0
     assert store.drop_before(120) > 0
     expected: dict[tuple[int, int, int], np.ndarray] = {}
@@ -235,7 +242,12 @@ def test_running_window_sums_start_afresh_after_rows_move() -> None:
     bounds = [(0, 199)]
     plan = store.begin_sums("scores", bounds, np.arange(5), 5)
     store.finish_sums(plan, np.arange(5), 5)
-    assert store.roll_up(store.tiers.advanced(200 * WIDTH, 2 * 3_600_000, 8 * 86_400_000)) > 0
+    assert (
+        store.roll_up(
+            store.tiers.advanced(200 * WIDTH, 2 * 3_600_000, 8 * 86_400_000, 9 * 86_400_000)
+        )
+        > 0
+    )
     _write(store, rng, 5, 200)
     plan = store.begin_sums("scores", bounds, np.arange(5), 5)
     assert plan.base is None  # the rows moved: summed afresh

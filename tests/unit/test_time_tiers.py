@@ -1,5 +1,5 @@
-"""Time tiers: minute rows roll up into hour and day rows; a 7-day window snaps to the
-tiers and equals scikit-learn on the rows inside its snapped bounds."""
+"""Time tiers: minute rows roll up into hour, 12-hour and day rows; a 7-day window snaps
+to the tiers and equals scikit-learn on the rows inside its snapped bounds."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from monitor.engine.core import Engine
 from monitor.engine.evaluate import evaluate_all
 from monitor.engine.models import ModelSpec, SliceSpec, WindowSpec
 from monitor.engine.records import LabelBatch, PredictionBatch, hash_ids
-from monitor.engine.windows import DAY_MS, HOUR_MS
+from monitor.engine.windows import DAY_MS, HALF_DAY_MS, HOUR_MS
 from monitor.stats.scores import ScoreLayout
 
 FINE = ScoreLayout(bins=2048)
@@ -64,10 +64,10 @@ def test_seven_day_window_over_minute_traffic_equals_sklearn_inside_snapped_boun
     engine.retain(NOW)
     rows = engine.buckets.view()
     base_groups = len(engine.groups)
-    # a 7d window costs hundreds of rows per group, not 10,080 minutes
-    assert len(engine.buckets) / base_groups < 400, len(engine.buckets) / base_groups
-    # minutes for the last hours, hours before (day rows, beyond 8 days, were retired)
-    assert set(np.unique(rows["tier"]).tolist()) == {0, 1}
+    # a 7d window costs a few hundred rows per group at most, not 10,080 minutes: 2-3 h
+    # of minutes, a day of hours, 12-hour rows back to 7 days (day rows, beyond, retired)
+    assert len(engine.buckets) / base_groups < 230, len(engine.buckets) / base_groups
+    assert set(np.unique(rows["tier"]).tolist()) == {0, 1, 3}
     results, _ = evaluate_all(engine.view(), engine.models, NOW)
     for r in results:
         lo_ms, hi_ms = r.start_ms, r.end_ms
@@ -99,9 +99,11 @@ def test_seven_day_window_over_minute_traffic_equals_sklearn_inside_snapped_boun
         else:  # undefined with one class (sklearn would say 0 and warn)
             assert math.isnan(got["roc_auc"]), where
     seven = next(r for r in results if r.window == "7d" and r.slice == "all")
-    # the start snapped down to an hour (it falls in the hour tier), by less than an hour
-    assert seven.start_ms % HOUR_MS == 0
-    assert 0 <= (NOW - 7 * DAY_MS) - seven.start_ms < HOUR_MS + 60_000
+    # the start snapped to the nearest 12 hours (it falls in the 12-hour tier), by at
+    # most 6 h: 1/24 of a 1-day window, 3.6 % of this one
+    assert seven.start_ms % HALF_DAY_MS == 0
+    assert abs((NOW - 7 * DAY_MS) - seven.start_ms) <= HALF_DAY_MS // 2 + 60_000
+    assert abs((seven.end_ms - seven.start_ms) / (7 * DAY_MS) - 1) <= 1 / 24
     five = next(r for r in results if r.window == "5m" and r.slice == "all")
     assert five.start_ms == (NOW // 60_000 - 4) * 60_000  # recent windows stay exact
 
