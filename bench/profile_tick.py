@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from run import FLEET_WINDOWS, _fleet_events
+from run import FLEET_WINDOWS, _fleet_events, feed_fleet
 
 from monitor.config import settings_from_mapping
 from monitor.wiring import build_engine
@@ -46,14 +46,8 @@ def _engine(events: int, state: Path | None):  # type: ignore[no-untyped-def]
         meta, arrays = pickle.loads(state.read_bytes())
         engine.load(meta, arrays)
         return engine
-    rng = np.random.default_rng(17)
-    preds, labels, last = _fleet_events(rng, events, *SHAPE, NOW - 7 * DAY_MS, NOW, "e")
-    started = time.perf_counter()
-    for p, lab, t in zip(preds, labels, last, strict=True):
-        engine.apply_predictions(p)
-        engine.apply_labels(lab)
-        engine.retain(t)
-    print(f"fed {events:,} events in {time.perf_counter() - started:.1f} s")
+    seconds = feed_fleet(engine, np.random.default_rng(17), events, SHAPE, NOW - 7 * DAY_MS, NOW)
+    print(f"fed {events:,} events in {seconds:.1f} s")
     engine.retain(NOW)
     if state is not None:
         state.write_bytes(pickle.dumps(engine.state(), protocol=5))

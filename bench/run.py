@@ -1644,6 +1644,26 @@ def _vm_kb(field: str) -> int:
     return 0
 
 
+def feed_fleet(
+    engine: Engine,
+    rng: np.random.Generator,
+    n: int,
+    shape: tuple[int, int, int],
+    start_ms: int,
+    end_ms: int,
+) -> float:
+    """Feed ``n`` fleet events (models, versions, slices = ``shape``) between ``start_ms``
+    and ``end_ms`` to ``engine``, retaining as a daemon would; the seconds the feeding
+    took (the events are freed on return)."""
+    preds, labels, last = _fleet_events(rng, n, *shape, start_ms, end_ms, "e")
+    fed = time.perf_counter()
+    for p, lab, t in zip(preds, labels, last, strict=True):
+        engine.apply_predictions(p)
+        engine.apply_labels(lab)
+        engine.retain(t)
+    return time.perf_counter() - fed
+
+
 def _fleet_events(
     rng: np.random.Generator,
     n: int,
@@ -1733,14 +1753,7 @@ def fleet_child(
     rng = np.random.default_rng(17)
     now = 1_700_000_000_000
     shape = (n_models, n_versions, n_slices)
-    preds, labels, last = _fleet_events(rng, n_events, *shape, now - 7 * day_ms, now, "e")
-    fed = time.perf_counter()
-    for p, lab, t in zip(preds, labels, last, strict=True):
-        engine.apply_predictions(p)
-        engine.apply_labels(lab)
-        engine.retain(t)
-    feed_s = time.perf_counter() - fed
-    del preds, labels
+    feed_s = feed_fleet(engine, rng, n_events, shape, now - 7 * day_ms, now)
     engine.retain(now)
     lock = threading.RLock()
 

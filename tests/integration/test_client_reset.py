@@ -37,9 +37,8 @@ from .daemon_harness import encode, produce
 pytestmark = pytest.mark.integration
 
 
-def test_client_reset_beyond_the_end_moves_the_offset_back(
-    broker: LocalBroker, tmp_path: Path, kafka_client: str
-) -> None:
+def _new_log(broker: LocalBroker) -> None:
+    """The recreated topics: 300 predictions, fewer than the 500 the state says it read."""
     broker.create_topics(["predictions", "labels"])
     now = int(time.time() * 1000) - 60_000
     recs = [
@@ -47,6 +46,12 @@ def test_client_reset_beyond_the_end_moves_the_offset_back(
         for i in range(300)
     ]
     produce(broker.bootstrap, [("predictions", (r["id"].encode(), encode(r))) for r in recs])
+
+
+def test_client_reset_beyond_the_end_moves_the_offset_back(
+    broker: LocalBroker, tmp_path: Path, kafka_client: str
+) -> None:
+    _new_log(broker)
     settings = settings_from_mapping(
         {
             "kafka": {
@@ -99,13 +104,7 @@ def test_partitioned_client_reset_moves_the_partition_offset_back(
     300. The partition's offsets must follow the client back (and the fault be counted),
     or its next store would resume past the new log's records. The consumer loop's step
     (``_poll_and_apply``) also must poll and apply with the cycle collector paused."""
-    broker.create_topics(["predictions", "labels"])
-    now = int(time.time() * 1000) - 60_000
-    recs = [
-        {"id": f"n{i}", "ts": now + i, "model": "fraud", "version": "v1", "score": 0.7}
-        for i in range(300)
-    ]
-    produce(broker.bootstrap, [("predictions", (r["id"].encode(), encode(r))) for r in recs])
+    _new_log(broker)
     settings = settings_from_mapping(
         {
             "kafka": {

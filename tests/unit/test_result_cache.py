@@ -32,16 +32,7 @@ def test_cached_passes_equal_fresh_ones() -> None:
     assert cache.misses == 0 and cache.hits > 0  # nothing changed: everything reused
 
     # new events for one country only: its windows are recomputed, the others reused
-    n = 300
-    rng = np.random.default_rng(9)
-    keys = hash_ids([f"new{i}" for i in range(n)])
-    ts = np.full(n, BASE + 3_000_000, np.int64)
-    p = rng.random(n)
-    engine.apply_predictions(
-        PredictionBatch(keys, ts, np.zeros(n, np.int16), ["v1"] * n, p,
-                        (p >= 0.5).astype(np.int8), segments=[{"country": "fr"}] * n)
-    )  # fmt: skip
-    engine.apply_labels(LabelBatch(keys, ts + 10, [str(int(v < 0.3)) for v in rng.random(n)]))
+    _new_events(engine)
     fresh = _pass(engine, None)
     assert _pass(engine, cache) == fresh
     assert cache.misses > 0 and cache.hits > 0
