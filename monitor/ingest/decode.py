@@ -43,7 +43,6 @@ __all__ = [
     "ModelSpec",
     "PredictionDecoder",
     "canonical_label",
-    "collector_paused",
     "label_number",
 ]
 

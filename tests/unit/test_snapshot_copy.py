@@ -142,20 +142,30 @@ def test_window_sums_by_chunks_equal_sums_of_the_final_rows(monkeypatch) -> None
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
 
 
-def test_window_sums_after_a_roll_up_are_summed_afresh() -> None:
-    rng = np.random.default_rng(6)
+def _rolled_up_while_summing(rng: np.random.Generator, finish: bool):  # type: ignore[no-untyped-def]
+    """A store of 5 groups × 200 buckets with a sum begun over them (one chunk summed, or
+    the pass finished), then rows rolled up: the rows the sums were taken from moved."""
     store = _store()
     for _ in range(10):
         _write(store, rng, 5, 200)
     bounds = [(0, 199)]
     plan = store.begin_sums("scores", bounds, np.arange(5), 5)
-    store.sum_chunk(plan, np.arange(5), 5)
+    if finish:
+        store.finish_sums(plan, np.arange(5), 5)
+    else:
+        store.sum_chunk(plan, np.arange(5), 5)
     assert (
         store.roll_up(
             store.tiers.advanced(200 * WIDTH, 2 * 3_600_000, 8 * 86_400_000, 9 * 86_400_000)
         )
         > 0
     )
+    return store, bounds, plan
+
+
+def test_window_sums_after_a_roll_up_are_summed_afresh() -> None:
+    rng = np.random.default_rng(6)
+    store, bounds, plan = _rolled_up_while_summing(rng, finish=False)
     assert not store.sum_chunk(plan, np.arange(5), 5)
     got = store.finish_sums(plan, np.arange(5), 5)
     np.testing.assert_allclose(got[0], _fresh_sums(store, bounds, 5)[0], rtol=1e-12)
@@ -236,18 +246,7 @@ def test_running_window_sums_equal_fresh_sums_pass_after_pass() -> None:
 
 def test_running_window_sums_start_afresh_after_rows_move() -> None:
     rng = np.random.default_rng(9)
-    store = _store()
-    for _ in range(10):
-        _write(store, rng, 5, 200)
-    bounds = [(0, 199)]
-    plan = store.begin_sums("scores", bounds, np.arange(5), 5)
-    store.finish_sums(plan, np.arange(5), 5)
-    assert (
-        store.roll_up(
-            store.tiers.advanced(200 * WIDTH, 2 * 3_600_000, 8 * 86_400_000, 9 * 86_400_000)
-        )
-        > 0
-    )
+    store, bounds, plan = _rolled_up_while_summing(rng, finish=True)
     _write(store, rng, 5, 200)
     plan = store.begin_sums("scores", bounds, np.arange(5), 5)
     assert plan.base is None  # the rows moved: summed afresh
