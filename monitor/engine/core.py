@@ -31,6 +31,7 @@ from .buckets import BucketStore, SumPlan, window_group_sums
 from .clock import EventWatermark
 from .comparison_stats import ArmSums, Losses, PairedSums, ShadowPairs, SplitArms
 from .comparisons import ComparisonResult, ComparisonTracker
+from .completeness import window_completeness
 from .delay import DELAY_BOUNDS_S, LabelDelay
 from .drift import DriftTracker
 from .drift_cells import DriftCells, UnseenValues
@@ -838,6 +839,8 @@ class Engine:
             comparisons=comparisons,
             drift=drift,
             fairness=fairness,
+            completeness=window_completeness(results, ops.label_delay, now_ms),
+            placed_ms=now_ms,
         )
 
     # -- state -----------------------------------------------------------------------
