@@ -21,7 +21,9 @@ import threading
 import time
 from collections import Counter
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry
 
@@ -29,14 +31,16 @@ from .alert_wiring import build_dispatcher, slo_specs
 from .alerting.alerts import checkpoint_alert, comparison_alerts, drift_alerts, slo_alert
 from .alerting.delivery import DeliveryStats
 from .alerting.slo import SloEvaluator, SloStatus
+from .alerting.timeline import Timeline
 from .collector import collector_paused
 from .config import Settings, redacted
 from .engine.clock import EventWatermark, SteadyClock, retention_now
 from .engine.core import Engine, StateMismatch
 from .engine.evaluate import ops_state
+from .engine.narrow import NarrowError
 from .engine.snapshot import OpsState, Snapshot
 from .export.exposition import Exposition
-from .export.http import HttpLimits, HttpServer, Response
+from .export.http import HttpLimits, HttpServer, Request, Response, json_response
 from .export.published import Published, RuntimeStatus, extend_history
 from .export.report import (
     comparison_json,
@@ -45,6 +49,7 @@ from .export.report import (
     iso,
     layout_json,
     ops_json,
+    series_json,
     slo_json,
     snapshot_json,
 )
@@ -55,6 +60,7 @@ from .ingest.deadletter import DeadLetterSink, FileDeadLetter
 from .ingest.group_members import GroupMembers
 from .ingest.kafka import KafkaSource, make_producer, open_source
 from .ingest.pipeline import load_offsets, offset_key
+from .insight import Insight
 from .scale.layout import LayoutError, check_layout, metadata_config, partition_counts
 from .state.checkpoint import CheckpointError, CheckpointStore, LoadedCheckpoint
 from .state.kafka_store import WHOLE, KafkaStateStore
@@ -71,6 +77,20 @@ _HTML = "text/html; charset=utf-8"
 _LAG_EVERY_S = 5.0
 _OPS_EVERY_S = 0.25
 _HEALTH_EVERY_S = 1.0
+
+
+def _bad(param: str, message: str) -> Response:
+    return json_response({"error": message, "parameter": param}, 400)
+
+
+def _time_ms(text: str | None) -> int | None:
+    """A ``from``/``to`` parameter: RFC 3339 or epoch milliseconds (ValueError)."""
+    if not text:
+        return None
+    if text.lstrip("-").isdigit():
+        return int(text)
+    at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return round((at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp() * 1000)
 
 
 class StartupError(Exception):
@@ -119,6 +139,8 @@ class Daemon:
         # SLOs and alert delivery (docs/alerting.md); the dispatcher is None without receivers
         self.slo_specs = slo_specs(settings)
         self.slos = SloEvaluator(self.slo_specs)
+        self.timeline = Timeline()  # written by the evaluation thread only
+        self.insight = Insight(lambda: self.engine, self.lock, settings.evaluation.confidence)
         self.dispatcher = build_dispatcher(settings)
         self._checkpoint_failing_since: float | None = None
         # source offsets covered by the engine's state (the pipeline advances them under
@@ -271,14 +293,20 @@ class Daemon:
     def _publish_snapshot(self, snap: Snapshot, ops: OpsState | None) -> None:
         """Make a fresh snapshot the one every reader sees: its SLO states and alerts,
         the comparison history, the status flags, and the rendered /metrics page."""
-        slos = self._evaluate_slos(snap)
+        causes = self.insight.rollback_causes(snap, dict(self._published.comparison_causes))
+        slos = self._evaluate_slos(snap, causes)
         alerts = self._delivery_stats()
+        try:
+            self.timeline.observe(snap.at_ms, slos, snap, causes)
+        except Exception:
+            log.exception("updating the timeline failed")
         with self._pub_lock:
             pub = self._published
             history = extend_history(pub.comparison_history, snap.comparisons)
             self._published = replace(
-                pub, snapshot=snap, ops=ops, slos=slos, alerts=alerts, comparison_history=history
-            )
+                pub, snapshot=snap, ops=ops, slos=slos, alerts=alerts, comparison_history=history,
+                timeline=tuple(self.timeline.spans), comparison_causes=tuple(causes.items()),
+            )  # fmt: skip
         self._set_status(last_evaluation_ok=True, last_evaluation_error=None)
         try:  # render /metrics now, so no scrape pays for it
             self.exposition.refresh()
@@ -293,12 +321,20 @@ class Daemon:
         base = self.settings.alerting.external_url or (self.http.url if self.http else "")
         return f"{base.rstrip('/')}/api/v1/slos" if base else ""
 
-    def _evaluate_slos(self, snap: Snapshot) -> tuple[SloStatus, ...]:
-        """SLO states from the new snapshot, and the alerts that follow from it. Alerting
-        never breaks evaluation: a failure here is logged and the statuses kept."""
+    def _explain(self, snap: Snapshot) -> Any:
+        """The SLO evaluator's cause callback for ``snap``: the slices behind a breach."""
+        placed = snap.placed_ms if snap.placed_ms is not None else snap.at_ms
+        return lambda spec, version: self.insight.slo_cause(spec, version, placed)
+
+    def _evaluate_slos(
+        self, snap: Snapshot, causes: dict[str, Any] | None = None
+    ) -> tuple[SloStatus, ...]:
+        """SLO states from the new snapshot, and the alerts that follow from it
+        (``causes``: the slices behind each comparison in rollback). Alerting never
+        breaks evaluation: a failure here is logged and the statuses kept."""
         try:
             now = snap.at_ms / 1000.0
-            statuses = self.slos.evaluate(snap, now)
+            statuses = self.slos.evaluate(snap, now, self._explain(snap))
             d = self.dispatcher
             if d is None:
                 return statuses
@@ -317,7 +353,9 @@ class Daemon:
             if a.comparison_alerts:
                 d.sync(
                     "comparison",
-                    comparison_alerts(snap.comparisons, now, generator_url=url, **common),
+                    comparison_alerts(
+                        snap.comparisons, now, generator_url=url, causes=causes, **common
+                    ),
                 )
             return statuses
         except Exception:
@@ -379,6 +417,41 @@ class Daemon:
             layout_json(self.engine.models),
             refresh_s=max(5, round(self.settings.evaluation.interval)),
         )
+
+    def history_response(self, req: Request) -> Response:
+        """``GET /api/v1/history``: one metric of one model version and slice over the
+        retained range (docs/metrics.md); 400 naming a bad parameter."""
+        try:
+            q = parse_qs(req.query, keep_blank_values=True, strict_parsing=False)
+        except ValueError:
+            return _bad("query", "the query string cannot be parsed")
+        args: dict[str, str | None] = {}
+        for name in ("model", "version", "slice", "metric", "window", "from", "to"):
+            values = q.get(name, [])
+            if len(values) > 1:
+                return _bad(name, f"parameter {name!r} is given {len(values)} times")
+            args[name] = values[0] if values else None
+        for name in ("model", "version", "metric"):
+            if not args[name]:
+                return _bad(name, f"parameter {name!r} is required")
+        bounds: dict[str, int | None] = {}
+        for name in ("from", "to"):
+            try:
+                bounds[name] = _time_ms(args[name])
+            except ValueError:
+                return _bad(name, f"{name}={args[name]!r} is not RFC 3339 or epoch milliseconds")
+        snap = self._published.snapshot
+        now = self.clock.now_ms() if snap is None else (snap.placed_ms or snap.at_ms)
+        model, metric = str(args["model"]), str(args["metric"])
+        try:
+            width = self.insight.point_width(model, args["window"])
+            found = self.insight.history(
+                model, str(args["version"]), args["slice"] or "all", [metric], now,
+                width, bounds["from"], bounds["to"],
+            )  # fmt: skip
+        except NarrowError as err:
+            return _bad(err.param, str(err))
+        return json_response(series_json(found[metric]))
 
     def _publish_ops(self) -> None:
         with self.lock:
@@ -454,6 +527,7 @@ class Daemon:
             return
         self._set_status(last_checkpoint_at=loaded.written_at)
         restored = self.slos.load(loaded.meta.get("slo"))
+        self.timeline = Timeline.load(loaded.meta.get("timeline"))
         if restored:
             log.info("restored %d active SLO instance(s)", restored)
         log.info(
@@ -528,6 +602,7 @@ class Daemon:
                 meta["offsets"] = dict(self.offsets)
             meta["source"] = self.source_identity()
             meta["slo"] = self.slos.state()  # firing alerts keep their start over restarts
+            meta["timeline"] = Timeline(self._published.timeline).state()
             written = self.store.write(meta, arrays)
             if self.kafka_state is not None:  # acknowledged before any offset commit
                 self.kafka_state.store(WHOLE, written.read_bytes())
@@ -581,7 +656,10 @@ class Daemon:
                     request_timeout=h.request_timeout,
                     write_timeout=h.write_timeout,
                 ),
-                routes={"/": lambda _: Response(200, self.status_page(), _HTML)},
+                routes={
+                    "/": lambda _: Response(200, self.status_page(), _HTML),
+                    "/api/v1/history": self.history_response,
+                },
             )
         except (OSError, ssl.SSLError) as err:
             raise StartupError(f"http: cannot listen on {h.host}:{h.port}: {err}") from None
