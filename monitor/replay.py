@@ -2,7 +2,13 @@
 
 Same decoder, same engine, same evaluation as the daemon; only the source (files) and
 the clock differ: "now" is the newest prediction timestamp seen, so windows are placed
-relative to the data, and the report adds an ``all`` window spanning every bucket.
+relative to the data, and the report adds an ``all`` window spanning every row — every
+accepted prediction, whatever windows are configured (the report's ``all_window`` checks
+the count). With SLOs or comparisons configured, the files are replayed in event time
+and evaluated every ``evaluation.interval`` of replayed time (``replay_steps.py``): the
+SLO timeline (when each instance fired and resolved, and why) and the comparisons' looks
+are those a daemon reading the files live would have had. ``history`` holds each model
+version's metrics over the replayed range (``engine/history.py``).
 """
 
 from __future__ import annotations
@@ -14,13 +20,31 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from .alert_wiring import slo_specs
+from .alerting.slo import SloEvaluator
+from .alerting.timeline import Timeline
 from .config import Settings, redacted
+from .engine.cause import Cause
+from .engine.completeness import window_completeness
 from .engine.core import Engine
-from .engine.models import WindowSpec
+from .engine.evaluate import evaluate_all
+from .engine.models import WindowSpec, exported_metric_names
+from .engine.narrow import narrowed_spec
+from .engine.snapshot import Snapshot
 from .export.published import History, extend_history
-from .export.report import history_json, iso, layout_json, ops_json, snapshot_json
+from .export.report import (
+    history_json,
+    iso,
+    layout_json,
+    ops_json,
+    series_json,
+    snapshot_json,
+    timeline_json,
+)
 from .ingest.deadletter import FileDeadLetter
 from .ingest.file_feed import DecodeWorker, FileFeed, use_worker
+from .insight import Insight
+from .replay_steps import StepFeed
 from .wiring import build_engine, build_pipeline, wall_clock_ms
 
 __all__ = ["ReplayError", "replay"]
@@ -58,12 +82,19 @@ def replay(
     tty = progress is not None and progress.isatty()  # "\r" redraws only on a terminal
     cr, nl, every = ("\r", "", 1.0) if tty else ("", "\n", 10.0)
     history: History = ()  # the confidence sequences over the replay, for the HTML report
+    insight = Insight(lambda: engine, confidence=settings.evaluation.confidence)
+    stepper = _Stepper(settings, engine, insight) if settings.slos or engine.comparisons else None
+    steps = (
+        StepFeed(pipeline, round(settings.evaluation.interval * 1000), stepper.step)
+        if stepper is not None
+        else None
+    )
     try:
         for b in feed:
-            pipeline.apply(b.kind, b.decoded, b.rejects, b.raw)
-            if engine.comparisons and b.kind == "labels":
-                looks = engine.look_comparisons((), max(engine.pred_watermark_ms, 0))
-                history = extend_history(history, looks)
+            if steps is not None:
+                steps.add(b)
+            else:
+                pipeline.apply(b.kind, b.decoded, b.rejects, b.raw)
             now = time.monotonic()
             if progress is not None and now - last_report >= every:
                 rate = b.bytes_read / max(now - started, 1e-9) / 1e6
@@ -73,8 +104,12 @@ def replay(
                 )
                 progress.flush()
                 last_report = now
+        if steps is not None:
+            steps.finish()
     finally:
         sink.close()
+    if stepper is not None:
+        history = stepper.history
     _check_read(engine, files, feed.lines)
     if progress is not None and total > 0:
         progress.write(
@@ -82,6 +117,10 @@ def replay(
         )
     width = engine.buckets.width_ms
     now_ms = max(engine.pred_watermark_ms, 0)
+    series = _history(engine, insight, now_ms)
+    # roll the tiers up first, so that "all" starts at the first row's own boundary and
+    # no edge of it snaps past data (a coarse row holds what lies before its end)
+    engine.roll_up(now_ms)
     models = engine.models
     if len(engine.buckets):
         first = int(engine.buckets.bucket.min())
@@ -90,8 +129,8 @@ def replay(
             replace(m, windows=(*m.windows, WindowSpec("all", span, 0))) for m in engine.models
         )
     # The final look adds the fixed-horizon window view; the sequential state has
-    # already looked after every batch, as the daemon would have. Nothing is retired:
-    # the report's window "all" spans every bucket.
+    # already looked at every step, as the daemon would have. Nothing is retired:
+    # the report's window "all" spans every row.
     snap = engine.snapshot(
         now_ms, confidence=settings.evaluation.confidence, models=models, retain=False
     )
@@ -107,8 +146,126 @@ def replay(
         "operations": ops_json(snap.ops, topics) if snap.ops else None,
         "models": layout_json(models),
         "comparison_history": history_json(history),
+        "all_window": _all_window(engine, snap),
+        "history": [series_json(x) for x in series],
+        "slo_timeline": _slo_timeline(stepper),
+        "timeline": timeline_json(stepper.timeline.spans) if stepper is not None else [],
+        "replay_steps": None
+        if steps is None
+        else {
+            "interval_seconds": settings.evaluation.interval,
+            "steps": steps.steps,
+            "out_of_order": steps.out_of_order,
+            "note": "records stamped before a step already evaluated when they were read "
+            "(input not in time order): they count from the next step on",
+        },
     }
     return report
+
+
+class _Stepper:
+    """What runs at every step of replayed time: the SLO windows' evaluation (only the
+    windows, slices and metrics SLOs read), the SLO state machine with the causes of new
+    breaches, one look of every comparison, and the timeline."""
+
+    def __init__(self, settings: Settings, engine: Engine, insight: Insight) -> None:
+        self.engine, self.insight = engine, insight
+        self.confidence = settings.evaluation.confidence
+        self.specs = slo_specs(settings)
+        self.slos = SloEvaluator(self.specs)
+        self.timeline = Timeline()
+        self.history: History = ()
+        self.causes: dict[str, Cause | None] = {}
+        models = []
+        for spec in engine.models:
+            mine = [s for s in self.specs if s.model == spec.name]
+            windows = [w for w in spec.windows if any(s.window == w.label for s in mine)]
+            dims = [tuple(p.partition("=")[0] for p in s.slice.split(",")) for s in mine]
+            narrow = narrowed_spec(spec, windows, [s.metric for s in mine], dims)
+            models.append(narrow if windows else replace(narrow, estimation_bins=0))
+        self.models = tuple(models)
+
+    def step(self, t: int) -> None:
+        engine = self.engine
+        results: tuple = ()
+        if self.specs:
+            results, _ = evaluate_all(
+                engine.view(copy=False), self.models, t, self.confidence, engine.active_plugins
+            )
+        looks = engine.look_comparisons(results, t) if engine.comparisons else ()
+        self.history = extend_history(self.history, looks)
+        completeness = window_completeness(results, engine.delay.histogram(), t)
+        snap = Snapshot(t, results, comparisons=looks, completeness=completeness, placed_ms=t)
+        self.causes = self.insight.rollback_causes(snap, self.causes)
+        statuses = self.slos.evaluate(
+            snap, t / 1000.0, lambda spec, version: self.insight.slo_cause(spec, version, t)
+        )
+        self.timeline.observe(t, statuses, snap, self.causes)
+
+
+def _slo_timeline(stepper: _Stepper | None) -> list[dict[str, object]]:
+    """Each SLO instance's firing spans over replayed time (fired_at, resolved_at —
+    None while still firing at the end — and the slices behind it)."""
+    if stepper is None:
+        return []
+    return [
+        {
+            "slo": s.name,
+            "model": s.model,
+            "version": s.version,
+            "metric": s.detail,
+            "fired_at": iso(s.start_ms),
+            "resolved_at": None if s.end_ms is None else iso(s.end_ms),
+            "cause": s.cause,
+        }
+        for s in stepper.timeline.of("slo")
+    ]
+
+
+_POINT_WIDTHS_S = (60, 300, 900, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 7 * 86400)
+_MAX_POINTS = 240
+
+
+def _history(engine: Engine, insight: Insight, now_ms: int) -> list:
+    """Every metric of slice ``all`` of each model version over the replayed range, at the
+    finest point width (a multiple of the bucket width) that keeps at most
+    :data:`_MAX_POINTS` points — what ``/api/v1/history?window=<width>`` gives."""
+    if not len(engine.buckets):
+        return []
+    width = engine.buckets.width_ms
+    span = now_ms - int(engine.buckets.bucket.min()) * width + width
+    point = next(
+        (s * 1000 for s in _POINT_WIDTHS_S if s * 1000 % width == 0 and span / (s * 1000)
+         <= _MAX_POINTS),
+        None,
+    )  # fmt: skip
+    out = []
+    for spec in engine.models:
+        metrics = sorted(
+            exported_metric_names(spec.metrics, spec.fbeta, spec.quantiles, spec.gain_fractions,
+                                  spec.ks)
+        )  # fmt: skip
+        versions = sorted({v for m, v, _ in engine.groups if m >= 0 and engine.models[m] is spec})
+        for version in versions:
+            found = insight.history(spec.name, version, "all", metrics, now_ms, point)
+            out.extend(s for s in found.values() if any(p.n for p in s.points))
+    return out
+
+
+def _all_window(engine: Engine, snap: Snapshot) -> dict[str, object]:
+    """The count behind "all": every accepted prediction, or what was left out and why."""
+    accepted = engine.records["predictions", "accepted"]
+    counted = sum(r.predictions for r in snap.results if r.window == "all" and r.slice == "all")
+    retired = accepted - counted
+    return {
+        "accepted_predictions": accepted,
+        "predictions": counted,
+        "left_out": retired,
+        "why": None
+        if retired == 0
+        else "predictions of versions retired for max_versions or idle, or outside every "
+        "retained row; see operations.records and invalid_records",
+    }
 
 
 def _check_read(engine: Engine, files: dict[str, tuple[Path, str]], lines: dict[str, int]) -> None:
