@@ -41,6 +41,7 @@ from .engine.narrow import NarrowError
 from .engine.snapshot import OpsState, Snapshot
 from .export.exposition import Exposition
 from .export.http import HttpLimits, HttpServer, Request, Response, json_response
+from .export.overview import Overview, build_overview, overview_json
 from .export.published import Published, RuntimeStatus, extend_history
 from .export.report import (
     comparison_json,
@@ -52,6 +53,7 @@ from .export.report import (
     series_json,
     slo_json,
     snapshot_json,
+    timeline_json,
 )
 from .export.status_page import render_status_page
 from .heap import release_free_memory
@@ -60,7 +62,7 @@ from .ingest.deadletter import DeadLetterSink, FileDeadLetter
 from .ingest.group_members import GroupMembers
 from .ingest.kafka import KafkaSource, make_producer, open_source
 from .ingest.pipeline import load_offsets, offset_key
-from .insight import Insight
+from .insight import Insight, key_metrics
 from .scale.layout import LayoutError, check_layout, metadata_config, partition_counts
 from .state.checkpoint import CheckpointError, CheckpointStore, LoadedCheckpoint
 from .state.kafka_store import WHOLE, KafkaStateStore
@@ -141,6 +143,7 @@ class Daemon:
         self.slos = SloEvaluator(self.slo_specs)
         self.timeline = Timeline()  # written by the evaluation thread only
         self.insight = Insight(lambda: self.engine, self.lock, settings.evaluation.confidence)
+        self._trends: tuple[Snapshot | None, dict[str, Any]] | None = None
         self.dispatcher = build_dispatcher(settings)
         self._checkpoint_failing_since: float | None = None
         # source offsets covered by the engine's state (the pipeline advances them under
@@ -407,6 +410,41 @@ class Daemon:
             ],
         }
 
+    def overview(self) -> Overview:
+        """Every model version's state, the worst first (the status page's top; scheduled
+        summaries post it)."""
+        pub = self._published
+        return build_overview(
+            pub.snapshot, pub.slos, self.engine.models, dict(pub.comparison_causes),
+            len(self.engine.comparisons), len(self.slo_specs),
+        )  # fmt: skip
+
+    def trends_json(self) -> dict[str, Any]:
+        """Each model version's key metrics over the retained range and the timeline,
+        computed once per published snapshot (the page reloads every few seconds)."""
+        pub = self._published
+        cached = self._trends
+        if cached is not None and cached[0] is pub.snapshot:
+            return cached[1]
+        snap = pub.snapshot
+        series: list[dict[str, Any]] = []
+        if snap is not None:
+            now = snap.placed_ms if snap.placed_ms is not None else snap.at_ms
+            watched: dict[str, list[str]] = {}
+            for s in self.slo_specs:
+                if s.slice == "all":
+                    watched.setdefault(s.model, []).append(s.metric)
+            try:
+                found = self.insight.trends(
+                    now, lambda spec: key_metrics(spec, watched.get(spec.name, ()))
+                )
+                series = [series_json(x) for x in found]
+            except Exception:
+                log.exception("computing the trends failed")
+        out = {"series": series, "timeline": timeline_json(pub.timeline)}
+        self._trends = (snap, out)
+        return out
+
     def status_page(self) -> bytes:
         """``GET /``: the published state as HTML (templating only, no statistics)."""
         return render_status_page(
@@ -416,6 +454,8 @@ class Daemon:
             history_json(self._published.comparison_history),
             layout_json(self.engine.models),
             refresh_s=max(5, round(self.settings.evaluation.interval)),
+            overview=overview_json(self.overview()),
+            trends=self.trends_json(),
         )
 
     def history_response(self, req: Request) -> Response:

@@ -17,11 +17,28 @@ from .durations import parse_duration
 from .engine.cause import Cause, change_cause, comparison_metric
 from .engine.core import Engine
 from .engine.history import Series, series, take
-from .engine.models import WindowSpec
+from .engine.models import ModelSpec, WindowSpec, exported_metric_names
 from .engine.narrow import NarrowError, copy_rows, slice_groups
 from .engine.snapshot import ComparisonResult, Snapshot
+from .export.status_page import KEY_METRIC
 
-__all__ = ["Insight", "NarrowError"]
+__all__ = ["MAX_POINTS", "Insight", "NarrowError", "key_metrics"]
+
+POINT_WIDTHS_S = (60, 300, 900, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 7 * 86400)
+MAX_POINTS = 120  # points of a trend over the whole retained (or replayed) range
+
+
+def key_metrics(spec: ModelSpec, slo_metrics: Sequence[str] = (), k: int = 2) -> list[str]:
+    """What a model's trends show: the metrics its SLOs watch, then its task's key metric
+    (error rate, MAE, NDCG at the first k), at most ``k``."""
+    names = exported_metric_names(
+        spec.metrics, spec.fbeta, spec.quantiles, spec.gain_fractions, spec.ks
+    )
+    out = list(dict.fromkeys(m for m in slo_metrics if m in names))
+    key = [f"ndcg_at_{spec.ks[0]}"] if spec.task == "ranking" and spec.ks else []
+    key += [name for name, _ in KEY_METRIC.get(spec.task, ())]
+    out += [m for m in key if m in names and m not in out][:1]
+    return out[:k]
 
 
 class Insight:
@@ -76,6 +93,37 @@ class Insight:
             view, spec, version, slice_label, metrics, delay, now_ms, self.confidence,
             plugins, point_ms, from_ms, to_ms,
         )  # fmt: skip
+
+    def trends(self, now_ms: int, metrics_of: Callable[[ModelSpec], Sequence[str]]) -> list[Series]:
+        """Slice ``all`` of every model version over the retained range, the metrics
+        ``metrics_of(model)`` each, at the finest point width (a multiple of the bucket
+        width) that keeps at most :data:`MAX_POINTS` points — what
+        ``/api/v1/history?window=<width>`` gives. Series without any sample are left out."""
+        engine = self._engine()
+        with self._lock:
+            if not len(engine.buckets):
+                return []
+            first = int(engine.buckets.bucket.min())
+            versions = sorted({(m, v) for m, v, _ in engine.groups if m >= 0})
+        width = engine.buckets.width_ms
+        span = now_ms - first * width + width
+        point = next(
+            (
+                w * 1000
+                for w in POINT_WIDTHS_S
+                if w * 1000 % width == 0 and span <= MAX_POINTS * w * 1000
+            ),
+            None,
+        )
+        out: list[Series] = []
+        for m, version in versions:
+            spec = engine.models[m]
+            metrics = list(metrics_of(spec))
+            if not metrics:
+                continue
+            found = self.history(spec.name, version, "all", metrics, now_ms, point)
+            out.extend(s for s in found.values() if any(p.n for p in s.points))
+        return out
 
     def slo_cause(self, spec: SloSpec, version: str, now_ms: int) -> Cause | None:
         """The slices behind an SLO instance's change: its window against the one before."""

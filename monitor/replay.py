@@ -21,16 +21,17 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .alert_wiring import slo_specs
-from .alerting.slo import SloEvaluator
+from .alerting.slo import SloEvaluator, SloStatus
 from .alerting.timeline import Timeline
 from .config import Settings, redacted
 from .engine.cause import Cause
 from .engine.completeness import window_completeness
 from .engine.core import Engine
 from .engine.evaluate import evaluate_all
-from .engine.models import WindowSpec, exported_metric_names
+from .engine.models import ModelSpec, WindowSpec, exported_metric_names
 from .engine.narrow import narrowed_spec
 from .engine.snapshot import Snapshot
+from .export.overview import build_overview, overview_json
 from .export.published import History, extend_history
 from .export.report import (
     history_json,
@@ -38,6 +39,7 @@ from .export.report import (
     layout_json,
     ops_json,
     series_json,
+    slo_json,
     snapshot_json,
     timeline_json,
 )
@@ -117,7 +119,7 @@ def replay(
         )
     width = engine.buckets.width_ms
     now_ms = max(engine.pred_watermark_ms, 0)
-    series = _history(engine, insight, now_ms)
+    series = insight.trends(now_ms, _every_metric)
     # roll the tiers up first, so that "all" starts at the first row's own boundary and
     # no edge of it snaps past data (a coarse row holds what lies before its end)
     engine.roll_up(now_ms)
@@ -147,6 +149,17 @@ def replay(
         "models": layout_json(models),
         "comparison_history": history_json(history),
         "all_window": _all_window(engine, snap),
+        "slos": [slo_json(st) for st in stepper.statuses] if stepper is not None else [],
+        "overview": overview_json(
+            build_overview(
+                snap,
+                stepper.statuses if stepper is not None else (),
+                engine.models,
+                stepper.causes if stepper is not None else {},
+                len(engine.comparisons),
+                len(settings.slos),
+            )
+        ),
         "history": [series_json(x) for x in series],
         "slo_timeline": _slo_timeline(stepper),
         "timeline": timeline_json(stepper.timeline.spans) if stepper is not None else [],
@@ -176,6 +189,7 @@ class _Stepper:
         self.timeline = Timeline()
         self.history: History = ()
         self.causes: dict[str, Cause | None] = {}
+        self.statuses: tuple[SloStatus, ...] = ()  # after the last step
         models = []
         for spec in engine.models:
             mine = [s for s in self.specs if s.model == spec.name]
@@ -197,10 +211,10 @@ class _Stepper:
         completeness = window_completeness(results, engine.delay.histogram(), t)
         snap = Snapshot(t, results, comparisons=looks, completeness=completeness, placed_ms=t)
         self.causes = self.insight.rollback_causes(snap, self.causes)
-        statuses = self.slos.evaluate(
+        self.statuses = self.slos.evaluate(
             snap, t / 1000.0, lambda spec, version: self.insight.slo_cause(spec, version, t)
         )
-        self.timeline.observe(t, statuses, snap, self.causes)
+        self.timeline.observe(t, self.statuses, snap, self.causes)
 
 
 def _slo_timeline(stepper: _Stepper | None) -> list[dict[str, object]]:
@@ -222,34 +236,11 @@ def _slo_timeline(stepper: _Stepper | None) -> list[dict[str, object]]:
     ]
 
 
-_POINT_WIDTHS_S = (60, 300, 900, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 7 * 86400)
-_MAX_POINTS = 240
-
-
-def _history(engine: Engine, insight: Insight, now_ms: int) -> list:
-    """Every metric of slice ``all`` of each model version over the replayed range, at the
-    finest point width (a multiple of the bucket width) that keeps at most
-    :data:`_MAX_POINTS` points — what ``/api/v1/history?window=<width>`` gives."""
-    if not len(engine.buckets):
-        return []
-    width = engine.buckets.width_ms
-    span = now_ms - int(engine.buckets.bucket.min()) * width + width
-    point = next(
-        (s * 1000 for s in _POINT_WIDTHS_S if s * 1000 % width == 0 and span / (s * 1000)
-         <= _MAX_POINTS),
-        None,
+def _every_metric(spec: ModelSpec) -> list[str]:
+    return sorted(
+        exported_metric_names(spec.metrics, spec.fbeta, spec.quantiles, spec.gain_fractions,
+                              spec.ks)
     )  # fmt: skip
-    out = []
-    for spec in engine.models:
-        metrics = sorted(
-            exported_metric_names(spec.metrics, spec.fbeta, spec.quantiles, spec.gain_fractions,
-                                  spec.ks)
-        )  # fmt: skip
-        versions = sorted({v for m, v, _ in engine.groups if m >= 0 and engine.models[m] is spec})
-        for version in versions:
-            found = insight.history(spec.name, version, "all", metrics, now_ms, point)
-            out.extend(s for s in found.values() if any(p.n for p in s.points))
-    return out
 
 
 def _all_window(engine: Engine, snap: Snapshot) -> dict[str, object]:

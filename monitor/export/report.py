@@ -422,5 +422,12 @@ def history_json(
 def layout_json(models: Sequence[ModelSpec]) -> list[dict[str, Any]]:
     """The configured models and their window names, shown even before any data arrives."""
     return [
-        {"name": m.name, "task": m.task, "windows": [w.label for w in m.windows]} for m in models
+        {
+            "name": m.name,
+            "task": m.task,
+            "windows": [w.label for w in m.windows],
+            # fewer samples behind a number than this: shown muted (too few to read)
+            "min_samples": min((s.min_samples for s in m.slices), default=100),
+        }
+        for m in models
     ]
