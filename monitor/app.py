@@ -300,7 +300,8 @@ class Daemon:
         slos = self._evaluate_slos(snap, causes)
         alerts = self._delivery_stats()
         try:
-            self.timeline.observe(snap.at_ms, slos, snap, causes)
+            placed = snap.placed_ms if snap.placed_ms is not None else snap.at_ms
+            self.timeline.observe(placed, slos, snap, causes)
         except Exception:
             log.exception("updating the timeline failed")
         with self._pub_lock:

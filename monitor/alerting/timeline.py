@@ -55,20 +55,20 @@ class Timeline:
         snapshot: Snapshot | None,
         comparison_causes: Mapping[str, Any] | None = None,
     ) -> None:
-        """Open and close spans from one pass's SLO statuses and snapshot."""
+        """Open and close spans from one pass's SLO statuses and snapshot; ``at_ms``: the
+        time the pass placed its windows at (event time with ``evaluation.clock =
+        "event"``), the time axis of the history the spans are drawn on."""
         now: dict[tuple[str, str, str, str], Span] = {}
         for st in slos:
             if st.state == "firing":
-                start = round((st.since if st.since is not None else st.evaluated_at) * 1000)
-                span = Span("slo", st.name, st.model, st.version, start, None, st.metric,
+                span = Span("slo", st.name, st.model, st.version, at_ms, None, st.metric,
                             cause_text(st.cause))  # fmt: skip
                 now[span.key] = span
         if snapshot is not None:
             for c in snapshot.comparisons:
                 if c.decision in ("rollback", "promote", "invalid"):
-                    start = c.since_ms if c.since_ms is not None else at_ms
                     cause = cause_text((comparison_causes or {}).get(c.name))
-                    span = Span("comparison", c.name, c.model, c.treatment, start, None,
+                    span = Span("comparison", c.name, c.model, c.treatment, at_ms, None,
                                 c.decision, cause)  # fmt: skip
                     now[span.key] = span
             for d in snapshot.drift:

@@ -85,11 +85,13 @@ def trend_svg(
         color = {"slo": "#cf222e", "drift": "#bf8700", "comparison": "#8250df"}.get(kind, "#888")
         title = f"{kind} {s['name']}: {s.get('detail') or ''} from {_clock(a)}"
         if kind == "comparison":
+            right = x(a) > W - PAD_R - 80  # near the right edge: the label on the left
+            tx, anchor = (x(a) - 3, "end") if right else (x(a) + 3, "start")
             out.append(
                 f'<line class="decision" x1="{x(a):.1f}" x2="{x(a):.1f}" y1="{TOP}" '
                 f'y2="{TOP + PLOT}" stroke="{color}" stroke-width="2"><title>{_e(title)}'
-                f'</title></line><text x="{x(a) + 3:.1f}" y="{TOP + 22}" fill="{color}">'
-                f"{_e(s.get('detail'))}</text>"
+                f'</title></line><text x="{tx:.1f}" y="{TOP + 22}" fill="{color}" '
+                f'text-anchor="{anchor}">{_e(s.get("detail"))}</text>'
             )
             continue
         band = (TOP, PLOT) if kind == "slo" else (TOP, 8)
