@@ -52,6 +52,9 @@ from .wiring import build_engine, build_pipeline, wall_clock_ms
 __all__ = ["ReplayError", "replay"]
 
 
+MAX_STEPS = 1000  # evaluation steps of a replay with SLOs or comparisons, about
+
+
 class ReplayError(Exception):
     """The input cannot give a report (no valid prediction, or only invalid labels)."""
 
@@ -64,6 +67,7 @@ def replay(
     progress: TextIO | None = sys.stderr,
     clock_ms: Callable[[], int] = wall_clock_ms,
     decode_worker: DecodeWorker = "auto",
+    max_steps: int = MAX_STEPS,
 ) -> dict[str, Any]:
     """Run the pipeline over the two files and return the report (plain JSON data).
 
@@ -71,7 +75,9 @@ def replay(
     record, or the labels file holds records and none is valid: a report of nothing
     would look like a clean bill of health. (An empty labels file is fine: drift needs
     no labels.) ``decode_worker``: decode in a second process (ingest/file_feed.py;
-    ``auto``: when two CPUs are usable) — the report is the same either way."""
+    ``auto``: when two CPUs are usable) — the report is the same either way.
+    ``max_steps``: with SLOs or comparisons, about how many evaluation steps at most
+    (0: one every ``evaluation.interval`` however long the input)."""
     engine = build_engine(settings)
     dl_path = dead_letter or Path(settings.state.dir) / "replay-dead-letter.jsonl"
     k = settings.kafka
@@ -87,7 +93,9 @@ def replay(
     insight = Insight(lambda: engine, confidence=settings.evaluation.confidence)
     stepper = _Stepper(settings, engine, insight) if settings.slos or engine.comparisons else None
     steps = (
-        StepFeed(pipeline, round(settings.evaluation.interval * 1000), stepper.step)
+        StepFeed(
+            pipeline, round(settings.evaluation.interval * 1000), stepper.step, total, max_steps
+        )
         if stepper is not None
         else None
     )
@@ -166,7 +174,8 @@ def replay(
         "replay_steps": None
         if steps is None
         else {
-            "interval_seconds": settings.evaluation.interval,
+            "interval_seconds": steps.interval_ms / 1000,
+            "configured_interval_seconds": settings.evaluation.interval,
             "steps": steps.steps,
             "out_of_order": steps.out_of_order,
             "note": "records stamped before a step already evaluated when they were read "

@@ -8,6 +8,11 @@ order of the two); each batch's rows wait until the merged stream's clock — th
 the two files' newest timestamps — has passed them, then go to the engine in the step of
 their timestamp. Input that is not in time order is applied when read, and counted
 (``out_of_order``): bounded memory wins over exactness there, and the report says so.
+
+A step costs an evaluation of the SLO windows, one look of each comparison and an
+engine batch per file (about 20 ms), so a long input is evaluated at a multiple of the
+interval that keeps about ``max_steps`` steps (its span estimated from the share of the
+files read when the first step is due); the report gives the interval used.
 """
 
 from __future__ import annotations
@@ -42,8 +47,10 @@ class StepFeed:
     everything stamped at or before ``t`` that has been read is applied."""
 
     pipeline: IngestPipeline
-    interval_ms: int
+    interval_ms: int  # the configured interval; the one used once the first step is due
     on_step: Callable[[int], None]
+    total_bytes: int = 0  # of both files (the span estimate); 0: keep the interval
+    max_steps: int = 0  # 0: no bound
     head: dict[str, float] = field(default_factory=lambda: {"predictions": -math.inf,
                                                               "labels": -math.inf})  # fmt: skip
     waiting: list[_Waiting] = field(default_factory=list)
@@ -51,6 +58,9 @@ class StepFeed:
     last_ts: int = -(2**62)
     out_of_order: int = 0  # rows applied after their step had been evaluated
     steps: int = 0
+    configured_ms: int = 0
+    _first: int | None = None
+    _bytes: int = 0
 
     def add(self, b: DecodedBatch) -> None:
         """One batch from the feed: its rejects counted now, its rows queued."""
@@ -64,9 +74,10 @@ class StepFeed:
         ts = decoded.ts_ms
         self.head[b.kind] = max(self.head[b.kind], float(ts.max()))
         self.last_ts = max(self.last_ts, int(ts.max()))
-        if self.next_step is None and b.kind == "predictions":
-            first = int(ts.min())
-            self.next_step = -(-first // self.interval_ms) * self.interval_ms
+        self._bytes = b.bytes_read
+        if b.kind == "predictions":
+            low = int(ts.min())
+            self._first = low if self._first is None else min(self._first, low)
         item = _Waiting(b.kind, decoded, raw_rows, b.raw, np.arange(len(decoded)))
         if self.next_step is not None:
             late = ts <= self.next_step - self.interval_ms
@@ -84,10 +95,26 @@ class StepFeed:
         for w in list(self.waiting):
             self._apply(w, w.left)
 
+    def _start(self) -> None:
+        """Fix the interval (a multiple of the configured one keeping about
+        ``max_steps`` steps over the span the files are estimated to cover) and the
+        first step."""
+        assert self._first is not None
+        self.configured_ms = self.interval_ms
+        if self.max_steps and self.total_bytes and self._bytes:
+            share = min(1.0, self._bytes / self.total_bytes)
+            span = (self.last_ts - self._first) / max(share, 1e-9)
+            k = math.ceil(span / (self.max_steps * self.interval_ms))
+            self.interval_ms *= max(1, k)
+        self.next_step = -(-self._first // self.interval_ms) * self.interval_ms
+
     def _run(self, clock: float) -> None:
         """Steps up to the merged clock (``inf``: the last record)."""
         if self.next_step is None:
-            return
+            if self._first is None or (clock < self._first and clock != math.inf):
+                return
+            self._start()
+            assert self.next_step is not None
         end = min(clock, float(self.last_ts))
         while self.next_step <= end or (
             clock == math.inf and self.next_step - self.interval_ms < self.last_ts

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .evaluate import evaluate_all
-from .models import SCORE_METRICS, ModelSpec, SliceSpec, WindowSpec
+from .models import ModelSpec, SliceSpec, WindowSpec, exported_metric_names
 from .snapshot import WindowResult
 from .view import StoreView
 from .windows import Tiers
@@ -149,19 +149,26 @@ def narrowed_spec(
 ) -> ModelSpec:
     """``spec`` evaluating only ``windows``, the slices over ``slices`` (each a tuple of
     dimensions; their ``min_samples`` replaced by ``min_samples`` when given; the others
-    skipped, their dimensions kept so segment keys read the same), without the score
-    histograms' metrics unless one of ``metrics`` needs them, and without economics."""
+    skipped, their dimensions kept so segment keys read the same), computing only
+    ``metrics`` when the configured ones cover them, and without economics."""
     names = tuple(spec.metrics) + tuple(m for m in extra_metrics if m not in spec.metrics)
-    if metrics and not any(m in SCORE_METRICS or m not in spec.metrics for m in metrics):
-        names = tuple(n for n in names if n not in SCORE_METRICS)  # confusion counts only
-    wanted = set(slices)
+    wanted = set(metrics)
+    mine = tuple(n for n in names if _exported(spec, n) & wanted)
+    if wanted and wanted <= {e for n in mine for e in _exported(spec, n)}:
+        names = mine  # only what is asked (estimates and plugins need the whole spec)
+    dims = set(slices)
     kept: list[SliceSpec] = []
     for s in spec.slices:
-        if s.dimensions in wanted:
+        if s.dimensions in dims:
             kept.append(s if min_samples is None else replace(s, min_samples=min_samples))
         else:
             kept.append(replace(s, min_samples=_SKIP))
     return replace(spec, windows=tuple(windows), metrics=names, slices=tuple(kept), costs=None)
+
+
+def _exported(spec: ModelSpec, name: str) -> frozenset[str]:
+    """The names metric ``name`` of ``spec`` is exported under (fbeta: f2, f0_5, ...)."""
+    return exported_metric_names((name,), spec.fbeta, spec.quantiles, spec.gain_fractions, spec.ks)
 
 
 def span_window(label: str, start_b: int, end_b: int, now_b: int, width_ms: int) -> WindowSpec:

@@ -762,7 +762,8 @@ def _trends_section(models: Sequence[Json], trends: Json | None, slos: Json | No
         '</div><p class="reason">line: value per point (the time tiers\' rows); band: its '
         "interval; dashed red: SLO objective; red shade: SLO firing; orange strip: drift; "
         "purple line: comparison decision; grey dashes: a version first seen; bars below: "
-        "label coverage, hatched while labels are still expected (provisional)</p></section>"
+        "label coverage, pale and dashed while labels are still expected (provisional)"
+        "</p></section>"
     )
     return "".join(out)
 

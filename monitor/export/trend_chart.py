@@ -68,9 +68,6 @@ def trend_svg(
         f'<svg role="img" aria-label="{_e(label)}" width="{W}" height="{H}" '
         f'viewBox="0 0 {W} {H}" xmlns="http://www.w3.org/2000/svg" data-trend="{_e(key)}">'
         f"<title>{_e(label)}</title>",
-        '<defs><pattern id="prov" width="4" height="4" patternUnits="userSpaceOnUse" '
-        'patternTransform="rotate(45)"><rect width="2" height="4" fill="#9ec5fe"/></pattern>'
-        "</defs>",
         f'<rect x="{PAD_L}" y="{TOP}" width="{W - PAD_L - PAD_R}" height="{PLOT}" fill="#fff" '
         'stroke="#d9dee5"/>',
         f'<text x="{PAD_L}" y="{TOP - 8}" style="font-weight:600;fill:#1d2430">'
@@ -148,11 +145,14 @@ def trend_svg(
         if cov is None:
             continue
         h = STRIP * min(max(cov, 0.0), 1.0)
-        fill = "url(#prov)" if p.get("provisional") else "#0969da"
+        prov = bool(p.get("provisional"))
+        look = (
+            'fill="#cfe2ff" stroke="#0969da" stroke-dasharray="2 1"' if prov else 'fill="#0969da"'
+        )
         out.append(
-            f'<rect class="coverage{" provisional" if p.get("provisional") else ""}" '
+            f'<rect class="coverage{" provisional" if prov else ""}" '
             f'x="{x(a):.1f}" y="{strip_top + STRIP - h:.1f}" '
-            f'width="{max(x(b) - x(a) - 0.5, 0.8):.1f}" height="{h:.1f}" fill="{fill}" '
+            f'width="{max(x(b) - x(a) - 0.5, 0.8):.1f}" height="{h:.1f}" {look} '
             f'fill-opacity="0.7"><title>{_clock(a)}: coverage {100 * cov:.0f}%'
             f"{' (provisional)' if p.get('provisional') else ''}</title></rect>"
         )
