@@ -112,6 +112,12 @@ class MonitorCollector(Collector):
             "completeness below 0.95, or no label delay observed yet), else 0",
             labels=labels,
         )
+        done = GaugeMetricFamily(
+            "mlmon_label_completeness",
+            "Expected share of the window's eventual labels already in (label-delay "
+            "histogram); SLOs with min_label_completeness do not breach below it",
+            labels=labels,
+        )
         expected = GaugeMetricFamily(
             "mlmon_expected_label_coverage",
             "Label coverage the window is expected to end with: observed coverage / the "
@@ -121,9 +127,11 @@ class MonitorCollector(Collector):
         for c in pub.snapshot.completeness:
             key = [c.model, c.version, c.window]
             provisional.add_metric(key, 1.0 if c.provisional else 0.0)
+            if not math.isnan(c.completeness):
+                done.add_metric(key, c.completeness)
             if not math.isnan(c.expected_coverage):
                 expected.add_metric(key, c.expected_coverage)
-        yield from (provisional, expected)
+        yield from (provisional, done, expected)
 
     @staticmethod
     def _stamp(pub: Published) -> Iterator[Metric]:
