@@ -125,56 +125,50 @@ class Insight:
             out.extend(s for s in found.values() if any(p.n for p in s.points))
         return out
 
-    def slo_cause(self, spec: SloSpec, version: str, now_ms: int) -> Cause | None:
-        """The slices behind an SLO instance's change: its window against the one before."""
-        if spec.slice != "all":
-            return None
+    def _cause(
+        self,
+        model_name: str,
+        metric: str,
+        before: tuple[str, WindowSpec],
+        after: tuple[str, WindowSpec],
+        now_ms: int,
+    ) -> Cause | None:
+        """The slices behind the change of ``metric`` from ``before`` to ``after`` (each
+        a version and window of ``model_name``): rows copied from the earlier window's
+        start under the lock, evaluated outside it."""
         engine = self._engine()
         names = [m.name for m in engine.models]
-        if spec.model not in names:
+        if model_name not in names:
             return None
-        m = names.index(spec.model)
+        m = names.index(model_name)
         model = engine.models[m]
-        window = next((w for w in model.windows if w.label == spec.window), None)
-        if window is None:
-            return None
-        before = WindowSpec("previous", window.size_ms, window.delay_ms + window.size_ms)
+        first = min(before[1], after[1], key=lambda w: -(w.size_ms + w.delay_ms))
         with self._lock:
-            lo, _ = engine.tiers.window(now_ms, before.size_ms, before.delay_ms)
-            gids = slice_groups(engine.groups, model, m, version, "all")
+            lo, _ = engine.tiers.window(now_ms, first.size_ms, first.delay_ms)
+            versions = dict.fromkeys((before[0], after[0]))
+            gids = [g for v in versions for g in slice_groups(engine.groups, model, m, v, "all")]
             view = copy_rows(engine, m, gids, lo=lo)
             plugins = engine.active_plugins
-        return change_cause(
-            view, model, now_ms, spec.metric, (version, before), (version, window),
-            self.confidence, plugins,
-        )  # fmt: skip
+        return change_cause(view, model, now_ms, metric, before, after, self.confidence, plugins)
+
+    def slo_cause(self, spec: SloSpec, version: str, now_ms: int) -> Cause | None:
+        """The slices behind an SLO instance's change: its window against the one before."""
+        model = next((m for m in self._engine().models if m.name == spec.model), None)
+        window = next((w for w in model.windows if w.label == spec.window), None) if model else None
+        if spec.slice != "all" or window is None:
+            return None
+        before = WindowSpec("previous", window.size_ms, window.delay_ms + window.size_ms)
+        return self._cause(spec.model, spec.metric, (version, before), (version, window), now_ms)
 
     def comparison_cause(self, c: ComparisonResult, now_ms: int) -> Cause | None:
         """The slices behind a comparison's difference: treatment against control over
         the model's longest window."""
-        engine = self._engine()
-        names = [m.name for m in engine.models]
-        if c.model not in names:
-            return None
-        m = names.index(c.model)
-        model = engine.models[m]
-        metric = comparison_metric(model, c.loss)
-        if metric is None or not model.windows:
+        model = next((m for m in self._engine().models if m.name == c.model), None)
+        metric = comparison_metric(model, c.loss) if model is not None else None
+        if model is None or metric is None or not model.windows:
             return None
         window = max(model.windows, key=lambda w: w.size_ms + w.delay_ms)
-        with self._lock:
-            lo, _ = engine.tiers.window(now_ms, window.size_ms, window.delay_ms)
-            gids = [
-                g
-                for v in (c.control, c.treatment)
-                for g in slice_groups(engine.groups, model, m, v, "all")
-            ]
-            view = copy_rows(engine, m, gids, lo=lo)
-            plugins = engine.active_plugins
-        return change_cause(
-            view, model, now_ms, metric, (c.control, window), (c.treatment, window),
-            self.confidence, plugins,
-        )  # fmt: skip
+        return self._cause(c.model, metric, (c.control, window), (c.treatment, window), now_ms)
 
     def rollback_causes(
         self, snap: Snapshot, known: Mapping[str, Cause | None]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from ..alerting.alerts import cause_text
 from ..alerting.slo import SloStatus
@@ -23,7 +23,7 @@ from ..engine.snapshot import Snapshot
 
 __all__ = ["STATES", "Cell", "Overview", "Problem", "build_overview", "overview_json"]
 
-State = Literal[
+State = Literal[  # worst first
     "slo_firing",
     "rollback",
     "drift",
@@ -34,18 +34,7 @@ State = Literal[
     "provisional",
     "ok",
 ]
-# worst first
-STATES: tuple[State, ...] = (
-    "slo_firing",
-    "rollback",
-    "drift",
-    "invalid_comparison",
-    "slo_pending",
-    "unreliable_estimate",
-    "no_data",
-    "provisional",
-    "ok",
-)
+STATES: tuple[State, ...] = get_args(State)  # worst first
 TITLES: dict[str, str] = {
     "slo_firing": "SLO firing",
     "rollback": "rollback",

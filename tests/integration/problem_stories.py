@@ -9,6 +9,8 @@ from typing import Any
 
 from monitor.synthetic import binary_traffic
 
+from .story import story_config
+
 __all__ = ["STATES", "state_config", "state_traffic"]
 
 HOUR_MS = 3_600_000
@@ -39,41 +41,11 @@ def state_traffic(state: str, now_ms: int) -> tuple[list[dict[str, Any]], list[d
 
 
 def state_config(state_dir: Path, **http: Any) -> dict[str, Any]:
-    """Model ``fraud`` (1 h and 1 d windows, country slices, drift against its first
-    hour), the canary comparison and an accuracy SLO per version without ``for``."""
-    return {
-        "state": {"dir": str(state_dir)},
-        "http": {"host": "127.0.0.1", "port": 0, **http},
-        "evaluation": {"interval": "1m", "clock": "event"},
-        "models": [
-            {
-                "name": "fraud",
-                "windows": [{"size": "1h"}, {"size": "1d"}],
-                "slices": [{"dimensions": ["country"], "min_samples": 50}],
-                "drift": {"reference_window": "first:1h", "bootstrap": 1000, "windows": ["1h"]},
-            }
-        ],
-        "comparisons": [
-            {
-                "name": "canary",
-                "model": "fraud",
-                "control": "v1",
-                "treatment": "v2",
-                "min_samples": 300,
-                "horizon": 5000,
-                "traffic_split": [0.75, 0.25],
-            },
-        ],
-        "slos": [
-            {
-                "name": "fraud-accuracy",
-                "model": "fraud",
-                "metric": "accuracy",
-                "window": "1h",
-                "objective": 0.8,
-                "direction": "above",
-                "min_samples": 50,
-                "for": "0s",
-            },
-        ],
-    }
+    """The story's configuration (``story.story_config``: model ``fraud`` with 1 h and 1 d
+    windows, country slices, drift against its first hour, the canary) with an accuracy
+    SLO per version without ``for`` and an evaluation a minute apart."""
+    cfg = story_config(state_dir, **http)
+    cfg["models"] = cfg["models"][:1]
+    cfg["evaluation"] = {"interval": "1m", "clock": "event"}
+    cfg["slos"][0]["for"] = "0s"
+    return cfg
