@@ -446,6 +446,24 @@ class Daemon:
         self._trends = (snap, out)
         return out
 
+    def report_json(self) -> dict[str, Any]:
+        """The published state in the replay report's shape (``render_report`` renders
+        it): snapshot, SLOs, overview, each version's key metrics over time, timeline."""
+        pub = self._published
+        snap = pub.snapshot
+        return {
+            "tool": "model-monitor",
+            "data_end": iso(snap.placed_ms or snap.at_ms) if snap else None,
+            **(snapshot_json(snap) if snap else {}),
+            "operations": ops_json(pub.ops, dict(pub.status.topics)) if pub.ops else None,
+            "models": layout_json(self.engine.models),
+            "comparison_history": history_json(pub.comparison_history),
+            "slos": [slo_json(s) for s in pub.slos],
+            "overview": overview_json(self.overview()),
+            "history": self.trends_json()["series"],
+            "timeline": timeline_json(pub.timeline),
+        }
+
     def status_page(self) -> bytes:
         """``GET /``: the published state as HTML (templating only, no statistics)."""
         return render_status_page(

@@ -982,8 +982,9 @@ def render_status_page(
 
 
 def render_report(report: Json) -> bytes:
-    """The replay's HTML report from its JSON report (``monitor replay --report``): the
-    same views, no refresh, one self-contained file."""
+    """The HTML report from a JSON report — the replay's (``monitor replay --report``) or
+    the daemon's (``Daemon.report_json``): the same views, no refresh, one
+    self-contained file."""
     models = report.get("models") or []
     overview = report.get("overview")
     slos = {"slos": report["slos"]} if "slos" in report else None
@@ -1007,12 +1008,14 @@ def render_report(report: Json) -> bytes:
         + _models_section(models, report.get("results") or [], _objectives(slos))
         + ops
     )
-    inputs = report.get("inputs") or {}
-    sub = (
-        f"{_worst(overview)}replay of {_e(inputs.get('predictions', '?'))} + "
-        f"{_e(inputs.get('labels', '?'))} · data end {_e(report.get('data_end') or '—')}"
+    inputs = report.get("inputs")
+    source = (
+        f"replay of {_e(inputs.get('predictions', '?'))} + {_e(inputs.get('labels', '?'))}"
+        if inputs
+        else f"{_e(report.get('tool') or 'report')} evaluated {_e(report.get('evaluated_at'))}"
     )
-    foot = "Numbers are those of the replay's JSON report (<code>monitor replay --report</code>)."
+    sub = f"{_worst(overview)}{source} · data end {_e(report.get('data_end') or '—')}"
+    foot = "Numbers are those of the JSON report (<code>monitor replay --report</code>)."
     has = {k: bool(v) for k, v in sections.items()} | {"operations": bool(ops)}
     nav = _nav(models, has)
     return _page("model-monitor replay report", sub, body, nav, None, foot)

@@ -105,3 +105,13 @@ def test_min_label_completeness_holds_a_breach() -> None:
     assert held.state == "inactive" and "labels incomplete: 60%" in held.reason
     (fired,) = ev.evaluate(snap(0.85), 2.0)
     assert fired.state == "firing"
+
+
+def test_the_daemon_report_renders_like_a_replay_report(daemon: Daemon) -> None:
+    from monitor.export.status_page import render_report
+
+    report = daemon.report_json()
+    assert report["overview"]["state"] == "slo_firing"
+    assert report["history"] and report["slos"]
+    html = render_report(orjson.loads(orjson.dumps(report))).decode()
+    assert "SLO firing" in html and 'data-trend="fraud|v2|all|accuracy"' in html
