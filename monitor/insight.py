@@ -17,8 +17,8 @@ from .durations import parse_duration
 from .engine.cause import Cause, change_cause, comparison_metric
 from .engine.core import Engine
 from .engine.history import Series, series, take
-from .engine.models import ModelSpec, WindowSpec, exported_metric_names
-from .engine.narrow import NarrowError, copy_rows, slice_groups
+from .engine.models import ModelSpec, WindowSpec
+from .engine.narrow import NarrowError, copy_rows, exported, slice_groups
 from .engine.snapshot import ComparisonResult, Snapshot
 from .export.status_page import KEY_METRIC
 
@@ -31,9 +31,7 @@ MAX_POINTS = 120  # points of a trend over the whole retained (or replayed) rang
 def key_metrics(spec: ModelSpec, slo_metrics: Sequence[str] = (), k: int = 2) -> list[str]:
     """What a model's trends show: the metrics its SLOs watch, then its task's key metric
     (error rate, MAE, NDCG at the first k), at most ``k``."""
-    names = exported_metric_names(
-        spec.metrics, spec.fbeta, spec.quantiles, spec.gain_fractions, spec.ks
-    )
+    names = exported(spec)
     out = list(dict.fromkeys(m for m in slo_metrics if m in names))
     key = [f"ndcg_at_{spec.ks[0]}"] if spec.task == "ranking" and spec.ks else []
     key += [name for name, _ in KEY_METRIC.get(spec.task, ())]

@@ -28,8 +28,8 @@ from .engine.cause import Cause
 from .engine.completeness import window_completeness
 from .engine.core import Engine
 from .engine.evaluate import evaluate_all
-from .engine.models import ModelSpec, WindowSpec, exported_metric_names
-from .engine.narrow import narrowed_spec
+from .engine.models import ModelSpec, WindowSpec
+from .engine.narrow import exported, narrowed_spec
 from .engine.snapshot import Snapshot
 from .export.overview import build_overview, overview_json
 from .export.published import History, extend_history
@@ -246,10 +246,7 @@ def _slo_timeline(stepper: _Stepper | None) -> list[dict[str, object]]:
 
 
 def _every_metric(spec: ModelSpec) -> list[str]:
-    return sorted(
-        exported_metric_names(spec.metrics, spec.fbeta, spec.quantiles, spec.gain_fractions,
-                              spec.ks)
-    )  # fmt: skip
+    return sorted(exported(spec))
 
 
 def _all_window(engine: Engine, snap: Snapshot) -> dict[str, object]:

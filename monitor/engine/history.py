@@ -23,11 +23,12 @@ from typing import Any
 import numpy as np
 
 from ..stats.completeness import PROVISIONAL_BELOW, DelayCdf, expected_coverage
-from .models import ModelSpec, exported_metric_names
+from .models import ModelSpec
 from .narrow import (
     NarrowError,
     copy_rows,
     evaluate_narrow,
+    exported,
     narrowed_spec,
     parse_slice,
     slice_groups,
@@ -191,10 +192,7 @@ def _names(results: Sequence[WindowResult]) -> set[str]:
 def _configured(spec: ModelSpec, metric: str) -> bool:
     """Whether ``metric`` is one the model is configured to compute (then a span without
     it simply had no data for it)."""
-    names = exported_metric_names(
-        spec.metrics, spec.fbeta, spec.quantiles, spec.gain_fractions, spec.ks
-    )
-    return metric in names
+    return metric in exported(spec)
 
 
 def take(engine: Any, model: str, version: str, slice_label: str) -> tuple[StoreView, ModelSpec]:

@@ -30,6 +30,7 @@ __all__ = [
     "NarrowError",
     "copy_rows",
     "evaluate_narrow",
+    "exported",
     "narrowed_spec",
     "parse_slice",
     "slice_groups",
@@ -153,8 +154,8 @@ def narrowed_spec(
     ``metrics`` when the configured ones cover them, and without economics."""
     names = tuple(spec.metrics) + tuple(m for m in extra_metrics if m not in spec.metrics)
     wanted = set(metrics)
-    mine = tuple(n for n in names if _exported(spec, n) & wanted)
-    if wanted and wanted <= {e for n in mine for e in _exported(spec, n)}:
+    mine = tuple(n for n in names if exported(spec, (n,)) & wanted)
+    if wanted and wanted <= {e for n in mine for e in exported(spec, (n,))}:
         names = mine  # only what is asked (estimates and plugins need the whole spec)
     dims = set(slices)
     kept: list[SliceSpec] = []
@@ -166,9 +167,11 @@ def narrowed_spec(
     return replace(spec, windows=tuple(windows), metrics=names, slices=tuple(kept), costs=None)
 
 
-def _exported(spec: ModelSpec, name: str) -> frozenset[str]:
-    """The names metric ``name`` of ``spec`` is exported under (fbeta: f2, f0_5, ...)."""
-    return exported_metric_names((name,), spec.fbeta, spec.quantiles, spec.gain_fractions, spec.ks)
+def exported(spec: ModelSpec, metrics: Sequence[str] | None = None) -> frozenset[str]:
+    """The names ``metrics`` of ``spec`` (default: its configured ones) are exported
+    under (fbeta: f2, f0_5, ...)."""
+    names = spec.metrics if metrics is None else metrics
+    return exported_metric_names(names, spec.fbeta, spec.quantiles, spec.gain_fractions, spec.ks)
 
 
 def span_window(label: str, start_b: int, end_b: int, now_b: int, width_ms: int) -> WindowSpec:

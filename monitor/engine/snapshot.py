@@ -191,9 +191,3 @@ class Snapshot:
     # slice "all" of each (model, version, window): how complete its labels are
     completeness: tuple[WindowCompleteness, ...] = ()
     placed_ms: int | None = None  # the time windows were placed at (None: ``at_ms``)
-
-    def completeness_of(self, model: str, version: str, window: str) -> WindowCompleteness | None:
-        for c in self.completeness:
-            if (c.model, c.version, c.window) == (model, version, window):
-                return c
-        return None
