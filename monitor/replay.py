@@ -13,6 +13,7 @@ version's metrics over the replayed range (``engine/history.py``).
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -99,6 +100,8 @@ def replay(
         if stepper is not None
         else None
     )
+    if steps is not None and Path(labels).stat().st_size == 0:
+        steps.head["labels"] = math.inf  # no labels will come: time is the predictions'
     try:
         for b in feed:
             if steps is not None:

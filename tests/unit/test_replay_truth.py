@@ -113,3 +113,18 @@ def _brute_force(preds: list[dict], labels: list[dict], steps: int) -> list[dict
          "cause": None}
         for a, b in spans
     ]  # fmt: skip
+
+
+def test_input_out_of_time_order_is_counted_and_still_all_counted(tmp_path: Path) -> None:
+    preds, labels = _story()
+    preds = preds[:6000]
+    keep = {p["id"] for p in preds}
+    labels = [x for x in labels if x["id"] in keep][::-1]  # labels newest first
+    pf, lf = _write(tmp_path, preds, labels)
+    settings = settings_from_mapping({
+        "state": {"dir": str(tmp_path)}, "evaluation": {"interval": "1m"},
+        "models": [{"name": "fraud", "windows": [{"size": "1h"}]}], "slos": [SLO]})  # fmt: skip
+    report = replay(settings, pf, lf, progress=None, decode_worker="off")
+    assert report["replay_steps"]["out_of_order"] > 0  # said, not hidden
+    (res,) = [r for r in report["results"] if r["window"] == "all" and r["slice"] == "all"]
+    assert res["predictions"] == len(preds) and res["labeled"] == oracle(preds, labels)["n"]
