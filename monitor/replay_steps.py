@@ -32,7 +32,7 @@ __all__ = ["StepFeed"]
 _MAX_WAITING = 400_000  # rows held back for their step, both files together
 
 
-@dataclass
+@dataclass(eq=False)  # identity: found and removed by itself, never compared by value
 class _Waiting:
     kind: str
     decoded: PredictionBatch | LabelBatch
