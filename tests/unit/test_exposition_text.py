@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 from prometheus_client.exposition import generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
@@ -129,3 +130,20 @@ def test_go_float_is_floattogostring(value: float) -> None:
     from prometheus_client.utils import floatToGoString
 
     assert go_float(value) == floatToGoString(value)
+
+
+@pytest.mark.parametrize("make", [_fleet_snapshot, _synthetic_snapshot])
+def test_openmetrics_snapshot_part_is_the_cached_text(make) -> None:  # type: ignore[no-untyped-def]
+    """/metrics serves OpenMetrics from the same cached snapshot bytes (export/exposition.py):
+    that holds while the part is gauges only, whose OpenMetrics lines are the text lines."""
+    snap = make()
+    pub = Published(snapshot=snap, ops=snap.ops)
+    collector = MonitorCollector(lambda: pub)
+    registry = CollectorRegistry(auto_describe=False)
+
+    class Families:
+        def collect(self):  # type: ignore[no-untyped-def]
+            return iter(list(collector.snapshot_families(pub)))
+
+    registry.register(Families())  # type: ignore[arg-type]
+    assert openmetrics_latest(registry) == collector.snapshot_text(pub) + b"# EOF\n"
