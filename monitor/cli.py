@@ -1,4 +1,7 @@
-"""The ``monitor`` command (DESIGN §4). Exit codes: 0 ok, 2 usage/config error, 1 failure."""
+"""The ``monitor`` command. Exit codes: 0 ok, 2 usage/config error, 1 failure.
+
+Fatal errors go through ``logsetup.fatal``: text for a person, one JSON object each
+under ``--log-format json``."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .logsetup import LEVELS, configure_logging, register_secrets
+from .logsetup import LEVELS, configure_logging, fatal, register_secrets
 
 if TYPE_CHECKING:
     from .config import Settings
@@ -166,9 +169,12 @@ def _load(path: Path) -> Settings:
 
 
 def _report_problems(source: str | Path, problems: list[tuple[str, str]]) -> int:
-    print(f"{source}: invalid configuration ({len(problems)} problem(s))", file=sys.stderr)
-    for key, msg in problems:
-        print(f"  {key}: {msg}", file=sys.stderr)
+    fatal(
+        f"{source}: invalid configuration ({len(problems)} problem(s))",
+        [f"  {key}: {msg}" for key, msg in problems],
+        source=str(source),
+        problems=[{"key": key, "problem": msg} for key, msg in problems],
+    )
     return EXIT_USAGE
 
 
@@ -275,12 +281,12 @@ def _replay(args: argparse.Namespace) -> int:
     settings = _load(args.config)
     for p in (args.predictions, args.labels):
         if not p.is_file():
-            print(f"monitor replay: {p} is not a file", file=sys.stderr)
+            fatal(f"monitor replay: {p} is not a file")
             return EXIT_USAGE
     for flag, out in (("--report", args.report), ("--dead-letter", args.dead_letter)):
         problem = _unwritable(out)
         if problem:
-            print(f"monitor replay: cannot write {flag} {out}: {problem}", file=sys.stderr)
+            fatal(f"monitor replay: cannot write {flag} {out}: {problem}")
             return EXIT_USAGE
     try:
         report = replay(
@@ -291,7 +297,7 @@ def _replay(args: argparse.Namespace) -> int:
             decode_worker=args.decode_worker,
         )
     except ReplayError as err:
-        print(f"monitor replay: {err}", file=sys.stderr)
+        fatal(f"monitor replay: {err}")
         return EXIT_FAILURE
     data = orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
     if args.report:
@@ -314,12 +320,12 @@ def _baseline(args: argparse.Namespace) -> int:
     settings = _load(args.config)
     problem = _unwritable(args.output)
     if problem:
-        print(f"monitor baseline: cannot write --output {args.output}: {problem}", file=sys.stderr)
+        fatal(f"monitor baseline: cannot write --output {args.output}: {problem}")
         return EXIT_USAGE
     try:
         summary = build_baseline(settings, args.input, args.model)
     except BaselineError as err:
-        print(f"monitor baseline: {err}", file=sys.stderr)
+        fatal(f"monitor baseline: {err}")
         return EXIT_USAGE
     args.output.write_bytes(orjson.dumps(summary.profile.to_json(), option=orjson.OPT_INDENT_2))
     print(
@@ -381,6 +387,9 @@ def main(argv: list[str] | None = None) -> int:
         # error when Python flushes stdout at exit
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_FAILURE
+    except Exception:  # a failure nothing above expected: logged, so JSON stays JSON
+        logging.getLogger("monitor").critical("monitor %s failed", args.command, exc_info=True)
         return EXIT_FAILURE
 
 

@@ -23,6 +23,7 @@ import numpy as np
 import orjson
 
 from .config import settings_from_mapping
+from .logsetup import fatal
 from .synthetic import label_delays_ms, model_score, scored_population
 
 __all__ = ["StoryProducer", "run_demo"]
@@ -212,7 +213,7 @@ def run_demo(
         try:
             broker.start()
         except BrokerUnavailable as err:
-            print(f"monitor demo: {err}", file=sys.stderr)
+            fatal(f"monitor demo: {err}")
             return 1
         broker.create_topics(["predictions", "labels"], partitions=1)
         if port is None:
