@@ -192,6 +192,9 @@ def configure_logging(
     root.addHandler(handler)
     root.setLevel(level)
     third_party = level if level == "DEBUG" else "ERROR" if quiet_third_party else "WARNING"
+    # APScheduler says "Adding job tentatively", "Running job" at INFO: the monitor logs
+    # each scheduled run itself (monitor/schedule/)
+    logging.getLogger("apscheduler").setLevel(third_party)
     if kafka_level is not None:
         logging.getLogger("kafka").setLevel(kafka_level)
     else:

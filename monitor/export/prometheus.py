@@ -497,6 +497,16 @@ class MonitorCollector(Collector):
         for event, count in status.fault_events:
             faults.add_metric([event], count)
         yield faults
+        runs = CounterMetricFamily(
+            "mlmon_schedule_runs",
+            "Scheduled runs ([[schedules]]) by schedule and outcome: ok, failed, missed "
+            "(later than misfire_grace), skipped (not the exporter-lease holder), rejected "
+            "(a new drift reference that did not validate)",
+            labels=("job", "outcome"),
+        )
+        for job, outcome, count in status.schedule_runs:
+            runs.add_metric([job, outcome], count)
+        yield runs
         yield GaugeMetricFamily(
             "mlmon_dead_letter_spooled",
             "Rejected records on disk waiting for the dead-letter topic",
