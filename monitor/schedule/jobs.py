@@ -117,7 +117,7 @@ class ScheduledJobs:
         self.schedules = {s.label: s for s in schedules}
         self._post = post
 
-    def jobs(self) -> dict[str, Callable[[datetime], str]]:
+    def jobs(self) -> dict[str, Callable[[datetime], tuple[str, str]]]:
         run = {"report": self.report, "rotate_reference": self.rotate, "summary": self.summary}
         return {
             label: (lambda now, s=s, f=run[s.job]: f(s, now))  # type: ignore[misc]
@@ -125,7 +125,7 @@ class ScheduledJobs:
         }
 
     # -- report ------------------------------------------------------------------------
-    def report(self, s: ScheduleSettings, now: datetime) -> str:
+    def report(self, s: ScheduleSettings, now: datetime) -> tuple[str, str]:
         end_ms = int(now.timestamp() * 1000)
         size_ms = round(s.period * 1000)
         label = f"last_{format_duration(s.period)}"
@@ -147,6 +147,7 @@ class ScheduledJobs:
         }
         data = orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
         written = WrittenReport(None, None)
+        done = []
         stem = f"{s.label}-{now.astimezone(UTC):%Y%m%dT%H%M%SZ}"
         if s.directory is not None:
             s.directory.mkdir(parents=True, exist_ok=True)
@@ -155,8 +156,7 @@ class ScheduledJobs:
             _write_atomic(html_path, render_report(orjson.loads(data)))
             written = WrittenReport(json_path, html_path)
             self._prune(s)
-            log.info("schedule %s: report of %s written to %s", s.label,
-                     report["period"]["label"], html_path)  # fmt: skip
+            done.append(f"written to {html_path}")
         if s.webhook_url is not None:
             found = problems(report)
             link = None
@@ -173,7 +173,10 @@ class ScheduledJobs:
                 {"text": text, "schedule": s.label, "period": report["period"],
                  "problems": found, "link": link},
             )  # fmt: skip
-        return "ok"
+            done.append(f"posted ({len(found)} problem(s))")
+        detail = f"report of the {report['period']['label']}: " + ", ".join(done)
+        log.info("schedule %s: %s", s.label, detail)
+        return "ok", detail
 
     def _prune(self, s: ScheduleSettings) -> None:
         """Keep the newest ``keep`` reports of this schedule (``<name>-<UTC time>``,
@@ -185,7 +188,7 @@ class ScheduledJobs:
                 (s.directory / f"{old}{suffix}").unlink(missing_ok=True)
 
     # -- summary -----------------------------------------------------------------------
-    def summary(self, s: ScheduleSettings, now: datetime) -> str:
+    def summary(self, s: ScheduleSettings, now: datetime) -> tuple[str, str]:
         """The problems-first overview of the status page, posted to the webhook."""
         view = self.monitor.overview()
         found = problems(view)
@@ -201,22 +204,23 @@ class ScheduledJobs:
                 "ready": view.get("ready"),
             },
         )
-        return "ok"
+        return "ok", f"summary posted ({len(found)} problem(s))"
 
     # -- rotate_reference --------------------------------------------------------------
-    def rotate(self, s: ScheduleSettings, now: datetime) -> str:
+    def rotate(self, s: ScheduleSettings, now: datetime) -> tuple[str, str]:
         settings = self.monitor.settings
         models = s.models or tuple(
             m.name for m in settings.models if m.drift is not None and m.drift.reference
         )
         end_ms = int(now.timestamp() * 1000)
         start_ms = end_ms - round(s.period * 1000)
-        outcomes = []
+        outcomes, details = [], []
         for name in models:
             outcome, detail = self.monitor.rotate_reference(
                 name, start_ms, end_ms, s.version, s.min_samples
             )
             outcomes.append(outcome)
+            details.append(f"{name}: {detail}")
             level = logging.INFO if outcome == "ok" else logging.WARNING
             log.log(level, "schedule %s: drift reference of %s: %s", s.label, name, detail)
-        return "ok" if all(o == "ok" for o in outcomes) else "rejected"
+        return ("ok" if all(o == "ok" for o in outcomes) else "rejected"), "; ".join(details)

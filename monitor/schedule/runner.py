@@ -43,7 +43,8 @@ log = logging.getLogger(__name__)
 # not the exporter-lease holder; rejected: rotate_reference's validation refused the swap
 OUTCOMES = ("ok", "failed", "missed", "skipped", "rejected")
 
-Job = Callable[[datetime], str]  # the job's work at a time; returns its outcome
+# the job's work at a time; returns its outcome (one of OUTCOMES) and what it did
+Job = Callable[[datetime], tuple[str, str]]
 
 
 class ScheduleRunner:
@@ -145,10 +146,10 @@ class ScheduleRunner:
                 scheduler.wakeup()
 
     # -- runs --------------------------------------------------------------------------
-    def _run(self, label: str) -> str:
+    def _run(self, label: str) -> tuple[str, str]:
         if not self._may_run():
             log.info("schedule %s: not the exporter-lease holder; another instance runs it", label)
-            return "skipped"
+            return "skipped", "not the exporter-lease holder: another instance runs it"
         return self._jobs[label](datetime.now(UTC))
 
     def _on_event(self, event: JobExecutionEvent) -> None:
@@ -167,7 +168,9 @@ class ScheduleRunner:
             log.error("schedule %s: the run of %s failed: %s", label, at.isoformat(), detail,
                       exc_info=(type(err), err, err.__traceback__))  # fmt: skip
         else:
-            outcome = str(event.retval) if event.retval in OUTCOMES else "ok"
+            outcome, detail = event.retval
+            if outcome not in OUTCOMES:
+                outcome, detail = "failed", f"the job returned {outcome!r}, not one of {OUTCOMES}"
         with self._lock:
             previous = self.last_run.get(label)
             if previous is None or at > previous:

@@ -161,11 +161,25 @@ def test_report_runs_once_per_fire_time_across_restarts_and_downtime(
         daemon.close()
 
 
-def _drift(d: DaemonProcess) -> dict[str, Any]:
+def _drift(d: DaemonProcess) -> dict[str, Any] | None:
+    """The drift result of window 1h, once an evaluation has one."""
     code, body = d.get("/api/v1/drift")
     assert code == 200
-    (found,) = [x for x in json.loads(body)["drift"] if x["window"] == "1h"]
-    return found
+    found = [x for x in json.loads(body)["drift"] if x["window"] == "1h"]
+    assert len(found) <= 1, found
+    return found[0] if found else None
+
+
+def _drift_of(d: DaemonProcess, samples: int) -> dict[str, Any]:
+    """The drift result once it has tested ``samples`` values."""
+    seen: list[Any] = []
+
+    def tested() -> bool:
+        seen[:] = [_drift(d)]
+        return seen[0] is not None and seen[0]["features"][0]["samples"] == samples
+
+    wait_until(tested, 30, lambda: f"{seen}\n{d.log_tail()}")
+    return seen[0]
 
 
 def test_rotate_reference_validates_before_swapping_and_drift_names_the_period(
@@ -199,13 +213,13 @@ def test_rotate_reference_validates_before_swapping_and_drift_names_the_period(
         start_ms = int((day - timedelta(minutes=50)).timestamp() * 1000)
         produce(broker.bootstrap, _pairs(1000, start_ms, 2_400_000, 2.0, 2, "a"))
         daemon.wait_consumed({"predictions": 1000, "labels": 1000})
-        drift = _drift(daemon)
+        drift = _drift_of(daemon, 1000)
         assert drift["any_detected"] and drift["reference"] is None, drift
 
         wait_until(lambda: _runs(daemon, "strict").get("rejected") == 1, 90, daemon.log_tail)
         assert not current.exists() and not previous.exists()
         assert "fewer than min_samples = 100000" in _schedule(daemon, "strict")["last_detail"]
-        assert _drift(daemon)["reference"] is None  # still the training profile
+        assert _drift_of(daemon, 1000)["reference"] is None  # still the training profile
 
         wait_until(lambda: _runs(daemon, "rotate").get("ok") == 1, 90, daemon.log_tail)
         assert previous.read_bytes() == ref_path.read_bytes()  # kept for rollback
@@ -213,11 +227,12 @@ def test_rotate_reference_validates_before_swapping_and_drift_names_the_period(
         start = day + timedelta(minutes=1) - timedelta(hours=1)
 
         def named_period() -> bool:
-            ref = _drift(daemon)["reference"]
-            return ref is not None and ref["start"].startswith(start.strftime("%Y-%m-%dT%H:%M"))
+            found = _drift(daemon)
+            ref = found and found["reference"]
+            return bool(ref) and ref["start"].startswith(start.strftime("%Y-%m-%dT%H:%M"))
 
         wait_until(named_period, 30, daemon.log_tail)
-        drift = _drift(daemon)
+        drift = _drift_of(daemon, 1000)
         assert drift["reference"]["end"].startswith(
             (day + timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M")
         )
@@ -233,8 +248,7 @@ def test_rotate_reference_validates_before_swapping_and_drift_names_the_period(
         daemon.start()
         daemon.wait_ready()
         wait_until(named_period, 30, daemon.log_tail)
-        assert not _drift(daemon)["any_detected"]
-        assert _drift(daemon)["features"][0]["samples"] == 1000  # cells kept, not reset
+        assert not _drift_of(daemon, 1000)["any_detected"]  # cells kept, not reset
         assert _runs(daemon, "rotate") == {"ok": 1}
         assert daemon.terminate() == 0
     finally:
