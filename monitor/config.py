@@ -710,7 +710,13 @@ def _schedule_problems(settings: Settings) -> list[str]:
     for dupe in sorted({n for n in labels if labels.count(n) > 1}):
         problems.append(f"schedules: schedule name {dupe!r} is used more than once (set name)")
     models = {m.name: (i, m) for i, m in enumerate(settings.models)}
+    width = settings.evaluation.bucket_width
     for i, sched in enumerate(settings.schedules):
+        if sched.job != "summary" and sched.period % width:
+            problems.append(
+                f"schedules[{i}].period: {format_duration(sched.period)} is not a multiple of "
+                f"evaluation.bucket_width ({format_duration(width)})"
+            )
         if sched.job != "rotate_reference":
             continue
         if settings.scale.mode == "partitioned":

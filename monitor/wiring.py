@@ -258,6 +258,8 @@ def build_engine(settings: Settings, state_dir: Path | None = None) -> Engine:
         comparisons=comparison_specs(settings),
         drift=drift_specs(settings, state_dir),
         plugins=load_configured_plugins(settings),
+        # scheduled reports and reference rotations read their period from the buckets
+        retained_spans_ms=[_ms(s.period) for s in settings.schedules if s.job != "summary"],
     )
 
 
