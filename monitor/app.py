@@ -106,7 +106,9 @@ class Daemon:
             )
         self._sink: DeadLetterSink | None = None
         self.registry = registry or CollectorRegistry(auto_describe=False)
-        self.exposition = Exposition(self.published, self.registry)
+        self.exposition = Exposition(
+            self.published, self.registry, max_series=settings.http.max_series
+        )
         k = settings.kafka
         self._published = Published(
             status=RuntimeStatus(
@@ -203,6 +205,17 @@ class Daemon:
             "operations": ops_json(pub.ops, topics) if pub.ops else None,
             "snapshot": snapshot_json(pub.snapshot) if pub.snapshot else None,
             "schedules": self.schedules_json(),
+            "series_budget": self.series_budget_json(),
+        }
+
+    def series_budget_json(self) -> dict[str, Any]:
+        """What /metrics withheld at its latest rendering ([http] max_series)."""
+        w = self.exposition.withheld
+        return {
+            "max_series": w.max_series,
+            "exported_series": w.exported,
+            "withheld_series": w.series,
+            "withheld_results": [list(k) for k in w.results],
         }
 
     def schedules_json(self) -> list[dict[str, Any]]:

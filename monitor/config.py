@@ -146,6 +146,10 @@ class HttpSettings(_Section):
     idle_timeout: PositiveSeconds = 90.0
     request_timeout: PositiveSeconds = 10.0
     write_timeout: PositiveSeconds = 30.0
+    # at most this many series in the snapshot part of /metrics (quality, drift,
+    # comparisons, SLO states); beyond it the lowest-traffic slices' series are withheld,
+    # counted in mlmon_series_dropped_total (docs/operations.md "Cardinality"); unset: no bound
+    max_series: int | None = Field(None, ge=100)
 
     @field_validator("basic_auth_password")
     @classmethod

@@ -42,6 +42,7 @@ from ..version import app_version, build
 from .http import Request, Response
 from .prometheus import MonitorCollector
 from .published import Published
+from .series_budget import Withheld, series_in
 
 __all__ = ["Exposition", "app_version"]
 
@@ -61,6 +62,17 @@ class _Live(Collector):
             "Series in the cached snapshot part of /metrics (quality, comparisons, drift, "
             "SLO states), rendered once per evaluation",
             value=exp.series,
+        )
+        yield CounterMetricFamily(
+            "mlmon_series_dropped",
+            "Series withheld from /metrics by [http] max_series, summed over every rendering "
+            "(one per evaluation); the lowest-traffic slices go first",
+            value=exp.dropped_total,
+        )
+        yield GaugeMetricFamily(
+            "mlmon_exposition_series_withheld",
+            "Series the latest rendering withheld by [http] max_series",
+            value=exp.withheld.series,
         )
         yield GaugeMetricFamily(
             "mlmon_exposition_bytes",
@@ -106,10 +118,11 @@ class Exposition:
         published: Callable[[], Published],
         registry: CollectorRegistry,
         clock: Callable[[], float] = time.time,
+        max_series: int | None = None,
     ) -> None:
         self.published = published
         self.registry = registry
-        self.collector = MonitorCollector(published, clock)
+        self.collector = MonitorCollector(published, clock, max_series)
         self._lock = threading.Lock()
         self._key: tuple[object, object] | None = None
         self._text = b""
@@ -120,6 +133,8 @@ class Exposition:
         self.size = 0
         self.renders = 0
         self.render_seconds = 0.0
+        self.withheld = Withheld(max_series)  # the latest rendering's (series_budget.py)
+        self.dropped_total = 0
         ProcessCollector(registry=registry)
         PlatformCollector(registry=registry)
         GCCollector(registry=registry)
@@ -142,7 +157,9 @@ class Exposition:
         self._gz = None
         if self._gzip_wanted:  # compress here, in the evaluation thread, not in a scrape
             self._compress_locked()
-        self.series = text.count(b"\n") - text.count(b"\n#") - text.startswith(b"#")
+        self.series = series_in(text)
+        self.withheld = self.collector.budget(pub).withheld
+        self.dropped_total += self.withheld.series
         self.size = len(text)
         self.renders += 1
         self.render_seconds = time.perf_counter() - started

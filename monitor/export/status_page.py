@@ -603,6 +603,17 @@ def _ops_section(status: Json | None, ops: Json | None, now: float) -> str:
         for name in ("source_error", "last_checkpoint_error", "last_evaluation_error"):
             if status.get(name):
                 parts.append(f'<p class="reason">{_e(name)}: {_e(status[name])}</p>')
+        budget = status.get("series_budget") or {}
+        if budget.get("withheld_series"):
+            shown = ", ".join("/".join(k) for k in budget["withheld_results"][:5])
+            more = len(budget["withheld_results"]) - 5
+            parts.append(
+                f'<p class="reason">/metrics withholds <b data-k="ops|series_withheld" '
+                f'data-v="{budget["withheld_series"]}">{budget["withheld_series"]:,}</b> series '
+                f"of {len(budget['withheld_results']):,} window results to stay within "
+                f"[http] max_series = {budget['max_series']:,} (lowest traffic first: "
+                f"{_e(shown)}{f' and {more:,} more' if more > 0 else ''}); the API has them</p>"
+            )
         if lag:
             rows = [
                 f'<tr><td>{_e(x["topic"])}</td><td class="n">{x["partition"]}</td>'
