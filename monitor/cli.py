@@ -39,7 +39,8 @@ _DESCRIPTIONS = {
     "replay": "Run the same pipeline over JSONL files (predictions and labels) and print "
     "or write the JSON report: a backfill or an offline check.",
     "check-config": "Validate a configuration file (and the drift references and plugins "
-    "it names); problems go to stderr, one per key, exit 2.",
+    "it names); problems go to stderr, one per key, exit 2. Then print the Prometheus "
+    "series each model can produce, per version and at max_versions.",
     "baseline": "Build a drift reference profile (numeric and categorical features, score, "
     "label prior) from training data (JSONL, CSV or Parquet).",
     "rules": "Print Prometheus recording and alerting rules for the configured SLOs.",
@@ -136,6 +137,12 @@ def _parser() -> argparse.ArgumentParser:
 
     cc = command("check-config", "validate a configuration file")
     cc.add_argument("-c", "--config", required=True, type=Path)
+    cc.add_argument(
+        "--no-series",
+        action="store_true",
+        help="skip the series estimate (it runs each model on a small synthetic stream: "
+        "a few seconds, and the statistics libraries)",
+    )
 
     bl = command("baseline", "build a reference profile for drift detection")
     bl.add_argument("-c", "--config", required=True, type=Path)
@@ -178,8 +185,9 @@ def _report_problems(source: str | Path, problems: list[tuple[str, str]]) -> int
     return EXIT_USAGE
 
 
-def _check_config(path: Path) -> int:
-    """Validate the file, then what it points at: drift references and plugins."""
+def _check_config(path: Path, series: bool = True) -> int:
+    """Validate the file, then what it points at: drift references and plugins; then
+    print the Prometheus series it can produce."""
     from .config import ConfigError
 
     try:
@@ -205,7 +213,42 @@ def _check_config(path: Path) -> int:
         f"{len(settings.comparisons)} comparison(s), {len(drift)} drift reference(s), "
         f"{len(loaded.plugins)} plugin(s))"
     )
+    if series:
+        _print_series(settings)
     return EXIT_OK
+
+
+def _print_series(settings: Settings) -> None:
+    """The Prometheus series the configuration can produce (monitor/series_estimate.py)."""
+    from .series_estimate import estimate_series
+
+    try:
+        models = estimate_series(settings)
+    except Exception as err:  # the estimate is advice: the configuration itself is valid
+        print(f"series estimate unavailable: {err}")
+        return
+    width = max(len(m.model) for m in models)
+    print("Prometheus series (every slice value filled; worst case at max_versions):")
+    for m in models:
+        detail = f"overall {m.overall:,}"
+        if m.slice_values:
+            detail += f" + {m.slice_values:,} slice values x {m.per_slice_value:,}"
+        if m.drift:
+            detail += f" + drift {m.drift:,}"
+        print(
+            f"  {m.model:{width}s}  {m.per_version:>9,} per version ({m.windows} window(s): "
+            f"{detail}); worst {m.total():>11,} at {m.max_versions} versions"
+        )
+    worst = sum(m.total() for m in models)
+    bound = settings.http.max_series
+    print(
+        f"  worst case {worst:,} series, plus a few per comparison and SLO; "
+        + (
+            f"[http] max_series = {bound:,} withholds the rest (lowest-traffic slices first)"
+            if bound is not None
+            else "[http] max_series is not set: nothing bounds them"
+        )
+    )
 
 
 def _slo_metric_problems(settings: Settings, plugins: Sequence[Any]) -> list[tuple[str, str]]:
@@ -395,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "check-config":
-        return _check_config(args.config)
+        return _check_config(args.config, series=not args.no_series)
     if args.command == "run":
         return _run(args.config)
     if args.command == "replay":

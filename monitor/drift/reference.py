@@ -205,7 +205,7 @@ class CategoricalReference:
     values (:func:`sketch_bucket`, a stable CRC-32 of the value): the tests then compare
     the folded values' mix bucket by bucket, so a reshuffle *inside* ``__other__`` — one
     rare value growing while another shrinks — is visible instead of cancelling in one cell
-    (issue 13 measured 6-7 % detection without it). A count-min-style sketch with one row:
+    (detection measured 6-7 % without it). A count-min-style sketch with one row:
     collisions only merge values, which can hide a reshuffle between two values of one
     bucket but never invent one.
     """
