@@ -743,10 +743,18 @@ def render_report(report: Json) -> bytes:
     }
     body = "".join(sections.values()) + _models_section(models, report.get("results") or [])
     inputs = report.get("inputs") or {}
+    period = report.get("period")  # a scheduled report ([[schedules]] job "report")
     sub = (
-        f"replay of {_e(inputs.get('predictions', '?'))} + {_e(inputs.get('labels', '?'))}"
+        f"{_e(period['label'])}: {_e(period['start'])} – {_e(period['end'])}"
+        if period
+        else f"replay of {_e(inputs.get('predictions', '?'))} + {_e(inputs.get('labels', '?'))}"
         f" · data end {_e(report.get('data_end') or '—')}"
     )
-    foot = "Numbers are those of the replay's JSON report (<code>monitor replay --report</code>)."
+    foot = (
+        "Numbers are those of the scheduled report's JSON file beside this one."
+        if period
+        else "Numbers are those of the replay's JSON report (<code>monitor replay --report</code>)."
+    )
     nav = _nav(models, {k: bool(v) for k, v in sections.items()})
-    return _page("model-monitor replay report", sub, body, nav, None, foot)
+    title = "model-monitor report" if period else "model-monitor replay report"
+    return _page(title, sub, body, nav, None, foot)

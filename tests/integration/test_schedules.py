@@ -118,7 +118,8 @@ def test_report_runs_once_per_fire_time_across_restarts_and_downtime(
         assert day <= period["end"] < day + timedelta(seconds=30), report["period"]
         (result,) = [r for r in report["results"] if r["slice"] == "all"]
         assert result["window"] == "last_1d" and result["labeled"] == 300, result
-        assert first.with_suffix(".html").read_bytes().startswith(b"<!DOCTYPE html>")
+        html = first.with_suffix(".html").read_bytes()
+        assert html.startswith(b"<!DOCTYPE html>") and b"last 1d: " in html
         wait_until(lambda: _runs(daemon, "daily").get("ok") == 1, 30, daemon.log_tail)
         state = _schedule(daemon, "daily")
         assert state["last_run"] == day.isoformat() and state["last_outcome"] == "ok"
