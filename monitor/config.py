@@ -595,12 +595,17 @@ def model_metric_names(model: ModelSettings) -> frozenset[str]:
     return names
 
 
+def _used_twice(section: str, what: str, names: list[str]) -> list[str]:
+    """One problem per name given to more than one entry of ``section``."""
+    return [
+        f"{section}: {what} name {n!r} is used more than once"
+        for n in sorted({n for n in names if names.count(n) > 1})
+    ]
+
+
 def _slo_problems(settings: Settings) -> list[str]:
     """Cross-checks of ``[[slos]]`` against the models (one "path: message" each)."""
-    problems: list[str] = []
-    names = [s.name for s in settings.slos]
-    for dupe in sorted({n for n in names if names.count(n) > 1}):
-        problems.append(f"slos: SLO name {dupe!r} is used more than once")
+    problems = _used_twice("slos", "SLO", [s.name for s in settings.slos])
     models = {m.name: (i, m) for i, m in enumerate(settings.models)}
     builtin = {name for catalog in TASK_METRICS.values() for name in catalog}
     builtin |= {  # need [models.estimation]
@@ -709,10 +714,7 @@ class ScheduleSettings(_Section):
 
 def _schedule_problems(settings: Settings) -> list[str]:
     """Cross-checks of ``[[schedules]]``: unique names, rotate_reference's models."""
-    problems: list[str] = []
-    labels = [s.label for s in settings.schedules]
-    for dupe in sorted({n for n in labels if labels.count(n) > 1}):
-        problems.append(f"schedules: schedule name {dupe!r} is used more than once (set name)")
+    problems = _used_twice("schedules", "schedule", [s.label for s in settings.schedules])
     models = {m.name: (i, m) for i, m in enumerate(settings.models)}
     width = settings.evaluation.bucket_width
     for i, sched in enumerate(settings.schedules):
@@ -784,8 +786,7 @@ class Settings(BaseSettings):
         if not self.models:
             problems.append("models: at least one [[models]] entry is required")
         names = [m.name for m in self.models]
-        for dupe in sorted({n for n in names if names.count(n) > 1}):
-            problems.append(f"models: model name {dupe!r} is used more than once")
+        problems += _used_twice("models", "model", names)
         tasks = {m.name: m.task for m in self.models}
         for i, comp in enumerate(self.comparisons):
             if comp.model not in names:
@@ -808,9 +809,7 @@ class Settings(BaseSettings):
                     f"comparisons[{i}].sequence: 'exact' needs a bounded loss; regression "
                     f"losses of {comp.model!r} are unbounded (use 'auto')"
                 )
-        comp_names = [c.name for c in self.comparisons]
-        for dupe in sorted({n for n in comp_names if comp_names.count(n) > 1}):
-            problems.append(f"comparisons: comparison name {dupe!r} is used more than once")
+        problems += _used_twice("comparisons", "comparison", [c.name for c in self.comparisons])
         width = self.evaluation.bucket_width
         for i, model in enumerate(self.models):
             for j, w in enumerate(model.windows):

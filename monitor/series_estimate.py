@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import tempfile
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,7 @@ import orjson
 
 from .config import ModelSettings, Settings, settings_from_mapping
 
-__all__ = ["ModelSeries", "estimate_series", "task_records"]
+__all__ = ["ModelSeries", "count_series", "estimate_series", "feed", "task_records"]
 
 _PROBE_VALUES = 3  # values per slice dimension in the probe
 _PROBE_PER_VALUE = 400  # labeled predictions per slice value and window (every CI defined)
@@ -133,6 +134,37 @@ def task_records(
         yield orjson.dumps(p), orjson.dumps(lab)
 
 
+def feed(pipeline: Any, pairs: list[tuple[bytes, bytes]], batch: int = 20_000) -> None:
+    """Apply (prediction, label) JSON pairs: the predictions, then the labels, in batches."""
+    from .ingest.pipeline import RawBatch
+
+    for col, kind in enumerate(("predictions", "labels")):
+        values = [p[col] for p in pairs]
+        for at in range(0, len(values), batch):
+            part = values[at : at + batch]
+            pipeline.process_batch(kind, RawBatch(part, lambda i: ("synthetic", 0, i), {}))
+
+
+def count_series(snap: Any) -> tuple[Counter[tuple[str, ...]], Counter[str]]:
+    """The series /metrics writes for ``snap``: quality and fairness series per result
+    key ((model, version, window, slice), or (model, version, window) for fairness), and
+    drift series per model."""
+    from .engine.snapshot import Snapshot
+    from .export.prometheus import MonitorCollector
+    from .export.published import Published
+    from .export.series_budget import CountSink
+
+    pub = Published(snapshot=Snapshot(snap.at_ms, snap.results, drift=snap.drift,
+                                      fairness=snap.fairness))  # fmt: skip
+    collector = MonitorCollector(lambda: pub)
+    counter = CountSink()
+    collector.write_quality(pub, counter, None)
+    drift: Counter[str] = Counter()
+    for fam in collector.drift_families(pub):
+        drift.update(s.labels["model"] for s in fam.samples)
+    return counter.counts, drift
+
+
 def _probe_segments(model: ModelSettings) -> list[dict[str, str]]:
     dims = sorted({d for s in model.slices for d in s.dimensions})
     if not dims:
@@ -161,12 +193,7 @@ def _probe_features(settings: Settings, index: int) -> dict[str, list[Any]] | No
 
 
 def _measure(settings: Settings, index: int, now_ms: int) -> ModelSeries:
-    from .engine.snapshot import Snapshot
-    from .export.prometheus import MonitorCollector
-    from .export.published import Published
-    from .export.series_budget import CountSink
     from .ingest.deadletter import FileDeadLetter
-    from .ingest.pipeline import RawBatch
     from .wiring import build_engine, build_pipeline
 
     model = settings.models[index]
@@ -190,26 +217,20 @@ def _measure(settings: Settings, index: int, now_ms: int) -> ModelSeries:
         for w in probe_model.windows:  # traffic in every window's span
             end = now_ms - round(w.delay * 1000)
             span = min(round(w.size * 1000), 3_600_000) - 60_000
-            pairs = list(task_records(probe_model, probe, n, end - span - 1000, span, "v1",
-                                      segments, features, rng, f"{w.label}-"))  # fmt: skip
-            for kind, values in (("predictions", [a for a, _ in pairs]),
-                                 ("labels", [b for _, b in pairs])):  # fmt: skip
-                pipeline.process_batch(kind, RawBatch(values, lambda i: ("probe", 0, i), {}))
+            start = end - span - 1000
+            pairs = task_records(
+                probe_model, probe, n, start, span, "v1", segments, features, rng, f"{w.label}-"
+            )
+            feed(pipeline, list(pairs))
         sink.close()
-    snap = engine.snapshot(now_ms, retain=False)
-    pub = Published(snapshot=Snapshot(snap.at_ms, snap.results, drift=snap.drift,
-                                      fairness=snap.fairness))  # fmt: skip
-    collector = MonitorCollector(lambda: pub)
-    counter = CountSink()
-    collector._write_quality(pub, counter, None)
-    overall = sum(c for k, c in counter.counts.items() if len(k) == 4 and k[3] == "all")
-    segment_results = [k for k in counter.counts if len(k) == 4 and k[3] != "all"]
+    counts, by_model = count_series(engine.snapshot(now_ms, retain=False))
+    overall = sum(c for k, c in counts.items() if len(k) == 4 and k[3] == "all")
+    segment_results = [k for k in counts if len(k) == 4 and k[3] != "all"]
     per_window_value = 0.0
     if segment_results:
-        segment_series = sum(counter.counts[k] for k in segment_results)
-        per_window_value = segment_series / len(segment_results)
-    fairness = sum(c for k, c in counter.counts.items() if len(k) == 3)
-    drift = sum(len(f.samples) for f in collector._drift(pub))
+        per_window_value = sum(counts[k] for k in segment_results) / len(segment_results)
+    fairness = sum(c for k, c in counts.items() if len(k) == 3)
+    drift = by_model[model.name]
     windows = len(model.windows)
     return ModelSeries(
         model=model.name,

@@ -103,7 +103,7 @@ class MonitorCollector(Collector):
         models, versions, windows, slices and features)."""
         yield from self._quality(pub)
         yield from self._comparisons(pub)
-        yield from self._drift(pub)
+        yield from self.drift_families(pub)
         yield from self._slo_states(pub)
         yield from self._stamp(pub)
 
@@ -126,14 +126,14 @@ class MonitorCollector(Collector):
         """:meth:`snapshot_families` as the text exposition ``generate_latest`` writes,
         the quality part (nearly all of a fleet's page) written directly (.sinks)."""
         sink = TextSink()
-        self._write_quality(pub, sink, self.budget(pub).keep)
+        self.write_quality(pub, sink, self.budget(pub).keep)
         rest = CollectorRegistry(auto_describe=False)
         rest.register(_Listed(self._rest(pub)))
         return sink.text().encode() + generate_latest(rest)
 
     def _rest(self, pub: Published) -> list[Metric]:
         """The snapshot families beside the quality ones (never withheld)."""
-        return [*self._comparisons(pub), *self._drift(pub), *self._slo_states(pub),
+        return [*self._comparisons(pub), *self.drift_families(pub), *self._slo_states(pub),
                 *self._stamp(pub)]  # fmt: skip
 
     def budget(self, pub: Published) -> SeriesBudget:
@@ -146,7 +146,7 @@ class MonitorCollector(Collector):
         if cached is not None and cached[0] is snap and cached[1] is pub.slos:
             return cached[2]
         counter = CountSink()
-        self._write_quality(pub, counter, None)
+        self.write_quality(pub, counter, None)
         quality = sum(n for key, n in counter.counts.items() if len(key) == 4)
         fixed = sum(len(f.samples) for f in self._rest(pub)) + sum(
             n
@@ -162,10 +162,10 @@ class MonitorCollector(Collector):
 
     def _quality(self, pub: Published) -> Iterator[Metric]:
         sink = FamilySink()
-        self._write_quality(pub, sink, self.budget(pub).keep)
+        self.write_quality(pub, sink, self.budget(pub).keep)
         return sink.families()
 
-    def _write_quality(
+    def write_quality(
         self, pub: Published, out: Sink, keep: frozenset[tuple[str, ...]] | None
     ) -> None:
         """The quality families of every window result (of those in ``keep``, when the
@@ -276,7 +276,7 @@ class MonitorCollector(Collector):
                     (f.dimension, f.metric),
                 )
 
-    def _drift(self, pub: Published) -> Iterator[Metric]:
+    def drift_families(self, pub: Published) -> Iterator[Metric]:
         snap = pub.snapshot
         if snap is None or not snap.drift:
             return

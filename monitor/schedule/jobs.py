@@ -24,7 +24,7 @@ from ..durations import format_duration
 from ..engine.snapshot import Snapshot
 from ..export.report import iso
 
-__all__ = ["Monitor", "ScheduledJobs", "problems"]
+__all__ = ["Monitor", "ScheduledJobs", "problems", "write_atomic"]
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,8 @@ class WrittenReport:
     html_path: Path | None
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``path`` whole or not at all (temporary file, fsync, rename)."""
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "wb") as f:
         f.write(data)
@@ -152,8 +153,8 @@ class ScheduledJobs:
         if s.directory is not None:
             s.directory.mkdir(parents=True, exist_ok=True)
             json_path, html_path = s.directory / f"{stem}.json", s.directory / f"{stem}.html"
-            _write_atomic(json_path, data + b"\n")
-            _write_atomic(html_path, render_report(orjson.loads(data)))
+            write_atomic(json_path, data + b"\n")
+            write_atomic(html_path, render_report(orjson.loads(data)))
             written = WrittenReport(json_path, html_path)
             self._prune(s)
             done.append(f"written to {html_path}")

@@ -24,6 +24,7 @@ from ..engine.core import Engine
 from ..engine.view import StoreView
 from ..export.report import iso
 from ..wiring import reference_fingerprint, rotated_paths
+from .jobs import write_atomic
 
 __all__ = ["rotate"]
 
@@ -76,12 +77,7 @@ def rotate(
         os.replace(current, previous)
     else:
         shutil.copyfile(configured, previous)
-    tmp = current.with_name(f".{current.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(blob)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, current)
+    write_atomic(current, blob)
     with lock:
         tracker.swap_reference(m, profile, reference_fingerprint(blob))
     return "ok", (

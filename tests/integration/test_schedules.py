@@ -14,10 +14,8 @@ clock untouched, as a real clock step or a restart days later would leave it).
 from __future__ import annotations
 
 import json
-import threading
 import time
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +27,7 @@ from monitor.drift.reference import ReferenceProfile
 from monitor.localbroker import LocalBroker
 
 from .daemon_harness import DaemonProcess, base_config, encode, produce, wait_until, write_config
+from .test_alerting_e2e import Hook
 
 pytestmark = pytest.mark.integration
 
@@ -256,38 +255,11 @@ def test_rotate_reference_validates_before_swapping_and_drift_names_the_period(
         daemon.close()
 
 
-class _Hook:
-    """A webhook receiver that records each JSON body posted to it."""
-
-    def __init__(self) -> None:
-        self.posts: list[dict[str, Any]] = []
-        hook = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                hook.posts.append(json.loads(body))
-                self.send_response(204)
-                self.end_headers()
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def test_partitioned_instances_run_each_job_once(broker: LocalBroker, tmp_path: Path) -> None:
     """Every minute both instances' schedulers fire; only the exporter-lease holder runs
     the report and the summary, the other counts the run skipped."""
     broker.create_topics(["predictions", "labels"], partitions=2)
-    hook = _Hook()
+    hook = Hook()  # records each JSON body posted to it
     daemons = []
     try:
         for name in ("a", "b"):
@@ -337,11 +309,17 @@ def test_partitioned_instances_run_each_job_once(broker: LocalBroker, tmp_path: 
         written = [p for n in ("a", "b") for p in (tmp_path / f"reports-{n}").glob("*.json")]
         at = fire.strftime("%Y%m%dT%H%M")
         assert len([p for p in written if at in p.name]) == 1, written
-        texts = [p["text"] for p in hook.posts]
+        texts = [p["text"] for p in hook.notifications]
         assert sum("summary" in t and "report" not in t for t in texts) >= 1
         stamp = fire.strftime("%Y-%m-%dT%H:%M")
         assert (
-            len([p for p in hook.posts if "period" in p and p["period"]["end"].startswith(stamp)])
+            len(
+                [
+                    p
+                    for p in hook.notifications
+                    if "period" in p and p["period"]["end"].startswith(stamp)
+                ]
+            )
             == 1
         )
     finally:

@@ -23,8 +23,8 @@ from monitor.stats.scores import ReliabilityBin
 from monitor.wiring import build_engine
 
 
-def _reference(pub: Published) -> bytes:
-    """The previous rendering: every snapshot family through generate_latest."""
+def _reference(pub: Published, render=generate_latest) -> bytes:  # type: ignore[no-untyped-def]
+    """The previous rendering: every snapshot family through ``render`` (generate_latest)."""
     collector = MonitorCollector(lambda: pub)
     registry = CollectorRegistry(auto_describe=False)
 
@@ -33,7 +33,7 @@ def _reference(pub: Published) -> bytes:
             return iter(list(collector.snapshot_families(pub)))
 
     registry.register(Families())  # type: ignore[arg-type]
-    return generate_latest(registry)
+    return render(registry)
 
 
 def _fleet_snapshot() -> Snapshot:
@@ -138,12 +138,5 @@ def test_openmetrics_snapshot_part_is_the_cached_text(make) -> None:  # type: ig
     that holds while the part is gauges only, whose OpenMetrics lines are the text lines."""
     snap = make()
     pub = Published(snapshot=snap, ops=snap.ops)
-    collector = MonitorCollector(lambda: pub)
-    registry = CollectorRegistry(auto_describe=False)
-
-    class Families:
-        def collect(self):  # type: ignore[no-untyped-def]
-            return iter(list(collector.snapshot_families(pub)))
-
-    registry.register(Families())  # type: ignore[arg-type]
-    assert openmetrics_latest(registry) == collector.snapshot_text(pub) + b"# EOF\n"
+    cached = MonitorCollector(lambda: pub).snapshot_text(pub)
+    assert _reference(pub, openmetrics_latest) == cached + b"# EOF\n"

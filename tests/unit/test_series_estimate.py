@@ -4,19 +4,20 @@ config.example.toml's models under a synthetic stream that fills every slice val
 from __future__ import annotations
 
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.config import load_settings, settings_from_mapping
 from monitor.engine.snapshot import Snapshot
-from monitor.export.prometheus import MonitorCollector
+from monitor.export.exposition import Exposition
 from monitor.export.published import Published
-from monitor.export.series_budget import CountSink
 from monitor.ingest.deadletter import FileDeadLetter
-from monitor.ingest.pipeline import RawBatch
-from monitor.series_estimate import _probe_features, estimate_series, task_records
+from monitor.series_estimate import _probe_features, estimate_series, feed, task_records
 from monitor.wiring import build_engine, build_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,28 +52,23 @@ def _exported_per_model() -> dict[str, int]:
             # values stay the first seen, as ties keep them, and each combination holds need
             n = max(2000, need * max(1, len(segments)))
             for start, span in blocks.get(model.name, [(NOW - HOUR, HOUR)]):
-                pairs = list(task_records(model, settings, n, start + 60_000, span - 120_000,
-                                          "v1", segments, _probe_features(settings, i), rng,
-                                          f"{model.name}-{start}-"))  # fmt: skip
-                for kind, col in (("predictions", 0), ("labels", 1)):
-                    values = [p[col] for p in pairs]
-                    for at in range(0, len(values), 20_000):
-                        part = values[at : at + 20_000]
-                        pipeline.process_batch(kind, RawBatch(part, lambda j: ("t", 0, j), {}))
+                feed(pipeline, list(task_records(
+                    model, settings, n, start + 60_000, span - 120_000, "v1", segments,
+                    _probe_features(settings, i), rng, f"{model.name}-{start}-",
+                )))  # fmt: skip
         sink.close()
+    # counted on the rendered page, as Prometheus would read it
     snap = engine.snapshot(NOW, retain=False)
     pub = Published(snapshot=Snapshot(snap.at_ms, snap.results, drift=snap.drift,
                                       fairness=snap.fairness))  # fmt: skip
-    collector = MonitorCollector(lambda: pub)
-    counter = CountSink()
-    collector._write_quality(pub, counter, None)
-    out: dict[str, int] = {}
-    for key, n in counter.counts.items():
-        out[key[0]] = out.get(key[0], 0) + n
-    for fam in collector._drift(pub):
-        for s in fam.samples:
-            out[s.labels["model"]] += 1
-    return out
+    exposition = Exposition(lambda: pub, CollectorRegistry(auto_describe=False))
+    exposition.refresh()
+    text = exposition.collector.snapshot_text(pub).decode()
+    out: Counter[str] = Counter()
+    for fam in text_string_to_metric_families(text):
+        out.update(s.labels["model"] for s in fam.samples if "model" in s.labels)
+    assert sum(out.values()) == exposition.series - 1  # all but the evaluation stamp
+    return dict(out)
 
 
 @pytest.mark.slow
