@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -674,8 +675,8 @@ class ScheduleSettings(_Section):
 
     job: Literal["report", "rotate_reference", "summary"]
     name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.:-]+$")  # default: the job
-    cron: Annotated[str, BeforeValidator(_check_cron)]  # "0 7 * * mon": Mondays 07:00
-    timezone: Annotated[str, BeforeValidator(_check_timezone)] = "UTC"
+    cron: Annotated[str, AfterValidator(_check_cron)]  # "0 7 * * mon": Mondays 07:00
+    timezone: Annotated[str, AfterValidator(_check_timezone)] = "UTC"
     # a run missed (the daemon was down at its time) runs once on start if at most this
     # late; missed runs are coalesced into one; later ones are skipped (outcome "missed")
     misfire_grace: PositiveSeconds = 3600.0
