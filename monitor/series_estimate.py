@@ -200,7 +200,8 @@ def _measure(settings: Settings, index: int, now_ms: int) -> ModelSeries:
     probe_slices = [s.model_copy(update={"min_samples": 1}) for s in model.slices]
     probe = settings_from_mapping(
         {
-            **settings.model_dump(exclude={"models", "comparisons", "slos", "schedules"}),
+            # what evaluation reads; not the sections with secrets (checked once already)
+            **settings.model_dump(include={"evaluation", "join", "plugins"}),
             "models": [model.model_copy(update={"slices": tuple(probe_slices)}).model_dump()],
         },
         "<series probe>",
