@@ -107,11 +107,15 @@ def test_min_label_completeness_holds_a_breach() -> None:
     assert fired.state == "firing"
 
 
-def test_the_daemon_report_renders_like_a_replay_report(daemon: Daemon) -> None:
+def test_a_scheduled_report_carries_problems_first_and_trends(daemon: Daemon) -> None:
+    from monitor.export.report import snapshot_json
     from monitor.export.status_page import render_report
+    from monitor.schedule.jobs import problems
 
-    report = daemon.report_json()
+    report = {**snapshot_json(daemon.published().snapshot), **daemon.report_extras()}
     assert report["overview"]["state"] == "slo_firing"
     assert report["history"] and report["slos"]
+    found = [x for x in problems(daemon.overview()) if not x.startswith("monitor not ready")]
+    assert found[0].startswith("fraud v2: SLO fraud-accuracy firing") and "country=BR" in found[0]
     html = render_report(orjson.loads(orjson.dumps(report))).decode()
     assert "SLO firing" in html and 'data-trend="fraud|v2|all|accuracy"' in html
