@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .config import ConfigError, ModelSettings, Settings
+from .config import ConfigError, ModelSettings, Settings, model_params
 from .durations import parse_duration
 from .engine.models import ComparisonSpec, DriftSpec, ModelSpec, SliceSpec, WindowSpec
 
@@ -68,7 +68,7 @@ def model_spec(m: ModelSettings) -> ModelSpec:
         wants_features=wants_features,
         segments_path=f.segments,
         slices=tuple(SliceSpec(s.dimensions, s.top_k, s.min_samples) for s in m.slices),
-        ks=tuple(m.k) if m.task == "ranking" else (),
+        ks=model_params(m).ks,
         max_items=m.max_items,
         items_path=f.items,
     )

@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from ..metrics.registry import LOSSES
 from ..stats.multiclass import MulticlassLayout
 from .accumulator import LabeledRows, NewPredictions, StateParts
 from .join import JoinBuffer
-from .metric_registry import LOSSES
 from .models import ComparisonSpec
 
 __all__ = ["ArmSums", "Losses", "PairedSums", "ShadowPairs", "SplitArms"]

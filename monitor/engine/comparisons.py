@@ -36,8 +36,8 @@ from ..experiments.sequential import (
     tau2_for_horizon,
 )
 from ..experiments.srm import SRMResult, sample_ratio_mismatch
+from ..metrics.registry import LOSSES
 from .comparison_stats import ArmSums, PairedSums
-from .metric_registry import LOSSES
 from .models import ComparisonSpec, ModelSpec
 from .snapshot import ComparisonResult, WindowDifference, WindowResult
 

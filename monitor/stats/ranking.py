@@ -48,7 +48,6 @@ __all__ = [
     "batch_query_metrics",
     "grades_for",
     "query_metrics",
-    "ranking_metric_help",
     "ranking_metric_names",
 ]
 
@@ -62,25 +61,6 @@ class RankedList:
 
     items: tuple[str, ...]
     scores: np.ndarray
-
-
-_HELP = {
-    "mrr": "Mean reciprocal rank of the first relevant item (per query, whole list)",
-    "ndcg_at": "Mean NDCG@{k} per query (linear gain, log2 discount; ties averaged)",
-    "map_at": "Mean average precision@{k} per query (divided by min(relevant, {k}))",
-    "precision_at": "Mean share of relevant items among the top {k} per query",
-    "recall_at": "Mean share of a query's relevant items ranked in its top {k}",
-    "hit_rate_at": "Share of queries with a relevant item in the top {k}",
-}
-
-
-def ranking_metric_help(name: str) -> str | None:
-    """The help text of a ranking metric name (``ndcg_at_10``), None for other names."""
-    if name == "mrr":
-        return _HELP["mrr"]
-    stem, _, k = name.rpartition("_")
-    text = _HELP.get(stem)
-    return text.format(k=k) if text is not None and k.isdigit() else None
 
 
 def grades_for(ranked: RankedList, relevance: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from monitor.config import ConfigError, load_settings, redacted, settings_from_mapping
-from monitor.engine.metric_registry import LOSSES
+from monitor.metrics.registry import LOSSES
 
 ROOT = Path(__file__).resolve().parents[2]
 
