@@ -624,8 +624,8 @@ def _slo_problems(settings: Settings) -> list[str]:
                 f"(models[{j}].windows: {windows})"
             )
         known = model_metric_names(model)
-        # plugins see binary models only: any other name of a ranking model is unknown
-        if slo.metric not in known and (slo.metric in builtin or model.task == "ranking"):
+        # a name that is no built-in metric may be a plugin's (checked once plugins load)
+        if slo.metric not in known and slo.metric in builtin:
             problems.append(
                 f"{where}.metric: {slo.metric!r} is not among the metrics of model "
                 f"{slo.model!r} (models[{j}].metrics)"
