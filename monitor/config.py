@@ -452,7 +452,7 @@ class ComparisonSettings(_Section):
     model: str
     control: str
     treatment: str
-    loss: str = "error_rate"  # one of LOSSES (metrics/registry.py) or a plugin's loss
+    loss: str = "error_rate"  # one of LOSSES (metrics/registry.py) or a plugin's name
     mode: Literal["split", "shadow"] = "split"
     alpha: float = Field(0.05, gt=0.0, lt=0.5)
     margin: float = Field(0.0, ge=0.0)
@@ -469,8 +469,11 @@ class ComparisonSettings(_Section):
     @field_validator("loss")
     @classmethod
     def _known_loss(cls, v: str) -> str:
-        if v not in LOSSES:
-            raise ValueError(f"unknown loss {v!r}; choose from {list(LOSSES)}")
+        # a name that is no built-in loss may be a plugin's (checked once plugins load)
+        if v not in LOSSES and not re.fullmatch(r"[a-z][a-z0-9_]*", v):
+            raise ValueError(
+                f"unknown loss {v!r}; choose from {list(LOSSES)} or a loaded plugin's name"
+            )
         return v
 
     @model_validator(mode="after")
@@ -685,6 +688,8 @@ class Settings(BaseSettings):
         for i, comp in enumerate(self.comparisons):
             if comp.model not in names:
                 problems.append(f"comparisons[{i}].model: {comp.model!r} is not a configured model")
+            elif comp.loss not in LOSSES:
+                pass  # a plugin's loss: checked against the loaded plugins (wiring)
             elif comp.loss not in TASK_LOSSES[tasks[comp.model]]:
                 task = tasks[comp.model]
                 problems.append(

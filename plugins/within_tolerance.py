@@ -19,6 +19,7 @@ class WithinTolerance(Metric):
     help = "Share of predictions within the configured tolerance of the target"
     unit = "ratio"
     direction = Direction.HIGHER
+    loss_bound = 1.0  # a 0/1 loss: comparisons may use the exact bounded-loss sequence
 
     def __init__(self, tolerance: float = 1.0) -> None:
         super().__init__(tolerance=tolerance)

@@ -39,7 +39,15 @@ from ..stats.scores import ScoreLayout
 from .accumulator import Accumulator, LabeledRows, NewPredictions, PredictionAccumulator
 from .buckets import BucketStore, SumPlan, window_group_sums
 from .clock import EventWatermark
-from .comparison_stats import ArmSums, Losses, PairedSums, ShadowPairs, SplitArms
+from .comparison_stats import (
+    ArmSums,
+    Losses,
+    PairedSums,
+    ShadowPairs,
+    SplitArms,
+    loss_column,
+    loss_names,
+)
 from .comparisons import ComparisonResult, ComparisonTracker
 from .delay import DELAY_BOUNDS_S, LabelDelay
 from .drift import DriftTracker
@@ -101,7 +109,6 @@ class Engine:
         self.comparisons = tuple(comparisons)
         self.shadow = tuple(c for c in self.comparisons if c.mode == "shadow")
         self.split = tuple(c for c in self.comparisons if c.mode == "split")
-        self.tracker = ComparisonTracker(self.comparisons, self.models)
         # fine score histograms + calibration sums per (model, version, bucket), binary models
         self.score_layouts = {
             i: ScoreLayout(bins=m.score_bins)
@@ -146,6 +153,17 @@ class Engine:
         self.ranking = RankingState()
         # metric plugins: one statistic matrix per plugin and model; errors isolate them
         self.plugins = tuple(plugins.plugins) if plugins is not None else ()
+        # the losses comparisons count: the built-in ones, then the plugin losses they use
+        self.loss_names = loss_names(self.comparisons)
+        loss_plugins = {p.name: p for p in self.plugins if p.has_loss()}
+        missing = [n for n in self.loss_names[len(LOSSES) :] if n not in loss_plugins]
+        if missing:
+            raise ValueError(f"comparison losses {missing} are no loaded plugin's loss")
+        self.tracker = ComparisonTracker(
+            self.comparisons,
+            self.models,
+            {n: loss_plugins[n].loss_bound for n in self.loss_names[len(LOSSES) :]},
+        )
         # what every metric name is exported as (the exporter's help and labels)
         self.series = series_table([(m.params, m.metrics) for m in self.models], self.plugins)
         # per model, the metric families with a statistic of their own: the built-ins it
@@ -186,6 +204,9 @@ class Engine:
             extra.update(lower=np.float64, upper=np.float64)
         if self.rank_layouts:  # 1 - NDCG@k of a joined query, the ndcg_loss of comparisons
             extra["rank_loss"] = np.float64
+        # plugin losses comparisons use, written when a row joins (family_stats.py)
+        self._loss_columns = {n: loss_column(n) for n in self.loss_names[len(LOSSES) :]}
+        extra.update({col: np.float64 for col in self._loss_columns.values()})
         self.join = JoinBuffer(
             extra,
             label_ttl_ms,
@@ -241,8 +262,9 @@ class Engine:
             self.join,
             lambda m, sel: self.task_stats.ranking_rows[m],
             [name for name, _ in plugins.errors] if plugins is not None else (),
+            self._loss_columns,
         )
-        losses = Losses(self.join, self._task, self.mc_layouts)
+        losses = Losses(self.join, self._task, self.mc_layouts, self.loss_names)
         self.arms = SplitArms(self.split, self.registry.version_groups, losses)
         self.pairs = ShadowPairs(
             self.shadow, self.registry.version_groups, losses, lambda g: self.registry.model[g]
@@ -570,6 +592,8 @@ class Engine:
                 out[name] = col[new] if col is not None else np.full(k, np.nan)
         if self.rank_layouts:
             out["rank_loss"] = np.full(k, np.nan)
+        for col in self._loss_columns.values():
+            out[col] = np.full(k, np.nan)
         return out
 
     def _classify(self, codes: np.ndarray, values: np.ndarray, group: np.ndarray) -> np.ndarray:

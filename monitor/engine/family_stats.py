@@ -37,6 +37,7 @@ class FamilyStats:
         join: JoinBuffer,
         ranking_rows: Any,
         load_errors: Iterable[str] = (),
+        loss_columns: Mapping[str, str] | None = None,
     ) -> None:
         self.families = {m: tuple(f) for m, f in families.items() if f}
         self.plugins = tuple(plugins)
@@ -46,6 +47,9 @@ class FamilyStats:
         self.ranking_rows = ranking_rows  # (model, sel) -> RankingRows of the last batch
         self.errors: Counter[str] = Counter(load_errors)
         self.failed: set[str] = set()
+        # plugin -> the join buffer column its per-prediction loss goes to (the losses
+        # version comparisons use)
+        self.loss_columns = dict(loss_columns or {})
 
     @property
     def active(self) -> tuple[Any, ...]:
@@ -71,10 +75,13 @@ class FamilyStats:
                     continue
                 try:
                     family.update(matrix, at, batch)
+                    col = self.loss_columns.get(family.name)
+                    if col is not None:
+                        self.join.preds.col(col)[j.rows[sel]] = _losses(family, batch, len(at))
                 except Exception as err:
                     self.errors[family.name] += 1
                     self.failed.add(family.name)
-                    _log.error("plugin %s failed in update and is disabled: %r", family.name, err)
+                    _log.error("plugin %s failed and is disabled: %r", family.name, err)
 
     def _batch(self, task: str, m: int, j: Joined, sel: np.ndarray) -> Any:
         if task == "binary":
@@ -101,3 +108,11 @@ class FamilyStats:
         """Saved errors add to those counted so far (this start's loading errors)."""
         self.errors = Counter(meta.get("plugin_errors", {})) + self.errors
         self.failed = set(meta.get("failed_plugins", [])) & {p.name for p in self.plugins}
+
+
+def _losses(family: Metric, batch: Any, n: int) -> np.ndarray:
+    """A plugin's per-prediction losses of ``batch``, checked: one float per row."""
+    out = np.asarray(family.loss(batch), np.float64)
+    if out.shape != (n,):
+        raise ValueError(f"loss() returned shape {out.shape}, expected ({n},)")
+    return out

@@ -17,7 +17,8 @@ A metric *family* is one class. It declares
   summed statistics, one list per row — a scalar is a 1-row batch, so slice ``all`` and
   every segment slice go through the same code;
 - optionally ``loss(batch)``: a per-prediction loss, which makes it usable as a version
-  comparison's ``loss`` (the sequential tests need only per-prediction losses).
+  comparison's ``loss`` under the family's ``name`` (the sequential tests need only
+  per-prediction losses), with ``loss_bound`` when the loss is bounded.
 
 Pure: numpy and the stats package, no I/O.
 """
@@ -193,6 +194,9 @@ class Metric:
     definitions: ClassVar[tuple[Definition, ...]] = ()
     # the statistic it reads when it owns none (width 0): e.g. the confusion counts
     reads: ClassVar[Stat | None] = None
+    # the largest value ``loss`` can take, if bounded: lets a comparison on it use the
+    # exact bounded-loss sequence (``sequence = "exact"``)
+    loss_bound: ClassVar[float | None] = None
 
     def __init__(self, **options: Any) -> None:
         self.options = options

@@ -36,7 +36,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import comb
 
 from .common import as_index as _as_index
 from .common import clt_mean
@@ -202,6 +201,8 @@ def _expected_reciprocal_rank(
     slots = (g - r + 1).astype(np.int64)  # the first relevant item's possible slots
     owner = np.repeat(np.arange(first.size), slots)
     jj = np.arange(owner.size) - np.repeat(np.cumsum(slots) - slots, slots) + 1.0
+    from scipy.special import comb  # here: `monitor check-config` imports this module
+
     prob = comb(g[owner] - jj, r[owner] - 1) / comb(g[owner], r[owner])
     value = np.bincount(owner, weights=prob / (s[owner] + jj), minlength=first.size)
     # every item of the group relevant: the first slot, exactly
@@ -220,6 +221,8 @@ def _expected_hit(
     """P(at least one relevant item in the first ``top`` positions) per query under random
     tie orders: 1 if a group wholly inside holds one, else the chance that the group cut
     by ``top`` puts one of its r relevant among its m slots inside, 1 − C(g − r, m)/C(g, m)."""
+    from scipy.special import comb
+
     t = top[g_q]
     whole = (start + size <= t) & (rel > 0)
     certain = np.bincount(g_q, weights=whole.astype(np.float64), minlength=nq) > 0
