@@ -46,7 +46,6 @@ from ..stats.scores import (
 from .buckets import window_group_sums
 from .models import SCORE_METRICS, ModelSpec, SliceSpec
 from .result_cache import ResultCache, digest, row_digests
-from .slice_scores import SliceScores, slice_score_metrics_many
 from .snapshot import Economics, FairnessGap, OpsState, WindowResult
 from .view import StoreView, base_group_index
 
@@ -56,6 +55,27 @@ if TYPE_CHECKING:
 __all__ = ["evaluate_all", "ops_state"]
 
 _EMPTY: dict[str, np.ndarray] = {}
+
+# a window's score metrics and its reliability diagram
+SliceScores = tuple[list[MetricValue], tuple[ReliabilityBin, ...]]
+
+
+def score_results(
+    layout: ScoreLayout, vecs: np.ndarray, confidence: float
+) -> list[SliceScores | None]:
+    """The score metrics and reliability diagram of each row of ``vecs`` (one code path
+    for a version's fine histogram and a batch of segment slices' coarse ones); None for
+    a row without scored rows (its predictions carried decisions only)."""
+    v = np.atleast_2d(vecs)
+    out: list[SliceScores | None] = [None] * v.shape[0]
+    scored = np.flatnonzero(v[:, layout.width - 5] > 0)
+    if scored.shape[0]:
+        rows = v[scored]
+        metrics = layout.metrics_many(rows, confidence)
+        reliability = layout.reliability_many(rows, confidence)
+        for i, m, r in zip(scored.tolist(), metrics, reliability, strict=True):
+            out[i] = (m, r)
+    return out
 
 
 def evaluate_all(
@@ -382,7 +402,7 @@ class _Window:
                     self.cache,
                     vecs,
                     ("slice", layout.bins, layout.logit_range, self.confidence),
-                    lambda rows: slice_score_metrics_many(layout, rows, self.confidence),
+                    lambda rows: score_results(layout, rows, self.confidence),
                 )
                 for j, i in enumerate(at):
                     coarse[i], scored[i], slice_keys[i] = vecs[j], batch[j], keys[j]
@@ -712,15 +732,8 @@ class _Catalog:
         if vec is not None and vec[layout.width - 5] <= 0:  # no scored rows (decisions only)
             vec = None
         if vec is not None:
-            if layout is self.slice_layout:
-                if scored is None:
-                    scored = slice_score_metrics_many(layout, vec[np.newaxis, :], confidence)[0]
-                assert scored is not None
-                values += scored[0]
-                reliability = scored[1]
-            else:
-                fine_values, reliability = self._fine_scores(vec, layout, confidence)
-                values += fine_values
+            values_scores, reliability = scored or self._scores(vec, layout, confidence)
+            values += values_scores
             if self.credit:  # opt-in (config OPT_IN_METRICS)
                 auc = next(mv for mv in values if mv.name == "roc_auc")
                 values += [layout.ks_statistic(vec), gini_from_auc(auc)]
@@ -732,15 +745,13 @@ class _Catalog:
             economics = self._economics(conf, vec, layout, confidence)
         return metrics, reliability, economics
 
-    def _fine_scores(
-        self, vec: np.ndarray, layout: ScoreLayout, confidence: float
-    ) -> tuple[list[MetricValue], tuple[ReliabilityBin, ...]]:
-        """A version's score metrics and reliability diagram from its fine histogram,
-        reused while the histogram is unchanged (keyed by its digest)."""
-        key = digest(vec, ("fine", layout.bins, confidence))
+    def _scores(self, vec: np.ndarray, layout: ScoreLayout, confidence: float) -> SliceScores:
+        """A window's score metrics and reliability diagram from its histogram (a 1-row
+        :func:`score_results`), reused while the histogram is unchanged (its digest)."""
+        key = digest(vec, ("scores", layout.bins, layout.logit_range, confidence))
         done = self.cache.get(key) if self.cache is not None else None
         if done is None:
-            done = (layout.metrics(vec, confidence), tuple(layout.reliability(vec, confidence)))
+            done = score_results(layout, vec, confidence)[0]
             if self.cache is not None:
                 self.cache.put(key, done)
         return done  # type: ignore[no-any-return]
