@@ -33,7 +33,14 @@ from pydantic_settings.exceptions import SettingsError
 from .durations import format_duration, parse_duration
 from .logsetup import URL_USERINFO
 from .metrics.protocol import ModelParams
-from .metrics.registry import LOSSES, exported_names, opt_in_metrics, task_losses, task_metrics
+from .metrics.registry import (
+    LOSSES,
+    definition,
+    exported_names,
+    opt_in_metrics,
+    task_losses,
+    task_metrics,
+)
 from .stats.estimation import ESTIMATED_METRICS, MULTICLASS_ESTIMATED_METRICS
 
 __all__ = [
@@ -627,8 +634,11 @@ def _slo_problems(settings: Settings) -> list[str]:
                 f"(models[{j}].windows: {windows})"
             )
         known = model_metric_names(model)
-        # a name that is no built-in metric may be a plugin's (checked once plugins load)
-        if slo.metric not in known and slo.metric in builtin:
+        # a name that is no built-in metric may be a plugin's (checked once plugins load);
+        # one shaped like a built-in per-cut-off series (ndcg_at_7) is the model's or none
+        stem, _, k = slo.metric.rpartition("_at_")
+        per_k = k.isdigit() and getattr(definition(model.task, stem), "per_k", False)
+        if slo.metric not in known and (slo.metric in builtin or per_k):
             problems.append(
                 f"{where}.metric: {slo.metric!r} is not among the metrics of model "
                 f"{slo.model!r} (models[{j}].metrics)"

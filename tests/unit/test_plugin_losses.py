@@ -5,6 +5,8 @@ written before plugin losses existed."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -188,3 +190,26 @@ def test_a_plugin_raising_in_loss_is_isolated(tmp_path: Path) -> None:
     assert "bad_loss" not in {p.name for p in engine.active_plugins}
     arms = engine.sums()[0]
     assert not arms.loss["canary"][:, engine.loss_names.index("bad_loss")].any()
+
+
+def test_check_config_names_an_unknown_comparison_loss(tmp_path: Path) -> None:
+    cfg = tmp_path / "monitor.toml"
+    cfg.write_text(
+        f'[plugins]\npaths = ["{ROOT}/plugins/within_tolerance.py"]\nentry_points = false\n'
+        '[[models]]\nname = "demand"\ntask = "regression"\n'
+        '[[comparisons]]\nname = "c"\nmodel = "demand"\ncontrol = "v1"\ntreatment = "v2"\n'
+        'loss = "within_tolerence"\n'
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "monitor", "check-config", "-c", str(cfg)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "comparisons[0].loss: 'within_tolerence' is neither a built-in loss" in proc.stderr
+    assert "plugins with a loss: ['within_tolerance']" in proc.stderr
+    cfg.write_text(cfg.read_text().replace("within_tolerence", "within_tolerance"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "monitor", "check-config", "-c", str(cfg)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
