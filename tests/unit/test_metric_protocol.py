@@ -139,10 +139,11 @@ def test_top_k_and_npv_through_the_engine_equal_scikit_learn() -> None:
 
 
 @pytest.mark.slow
-def test_poisson_bootstrap_interval_covers_at_its_nominal_rate() -> None:
+def test_poisson_bootstrap_interval_covers_at_its_documented_rate() -> None:
     """400 windows of 400 events, the ratio of means Σy/Σx (x ~ Exp(1), y = 2x + noise:
-    true ratio 2), 200 replicates: the 95 % percentile interval covers ~0.94 (the figure
-    docs/plugins.md quotes); the bound below allows the Monte Carlo error of 400 trials."""
+    true ratio 2), 200 replicates: the 95 % percentile interval covers 0.925 of them (the
+    figure docs/plugins.md and metrics/bootstrap.py quote; 0.935 ± 0.006 over 2,000
+    windows). The bounds allow the Monte Carlo error of 400 windows around 0.93."""
     rng = np.random.default_rng(11)
     covered = 0
     trials = 400
@@ -155,7 +156,8 @@ def test_poisson_bootstrap_interval_covers_at_its_nominal_rate() -> None:
         mv = boot.interval("ratio", m[0], lambda v: v[1] / v[0], 400, 0.95)
         covered += mv.lower <= 2.0 <= mv.upper
     rate = covered / trials
-    assert 0.91 <= rate <= 0.98, rate
+    print(f"Poisson bootstrap coverage at nominal 0.95: {rate:.3f} ({covered}/{trials})")
+    assert 0.90 <= rate <= 0.96, rate
 
 
 def _replay(tmp_path: Path, cfg: str, preds: list[Any], labels: list[Any]) -> dict[str, Any]:
