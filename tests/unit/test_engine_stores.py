@@ -18,6 +18,7 @@ from monitor.engine.models import SCORE_METRICS, ModelSpec, WindowSpec
 from monitor.engine.records import LabelBatch, PredictionBatch, hash_ids
 from monitor.ingest.deadletter import FileDeadLetter
 from monitor.ingest.pipeline import RawRecord
+from monitor.metrics.catalog import SCORES
 from monitor.state.checkpoint import CheckpointStore
 from monitor.wiring import build_engine, build_pipeline
 
@@ -49,14 +50,14 @@ def _fleet(n_models: int) -> Engine:
 def test_wide_rows_hold_only_their_models_statistics() -> None:
     one, ten = _fleet(1), _fleet(10)
     for m, store in ten.wide.items():
-        assert [k for k in store.view() if k.startswith("m.")] == ["m.scores"], m
+        assert [k for k in store.view() if k.startswith("m.")] == [SCORES.key], m
     # every model has the same rows as the lone model: memory is exactly linear
     assert one.store_bytes()["wide"] > 0
     assert ten.store_bytes()["wide"] == 10 * one.store_bytes()["wide"]
     # and its statistics are the lone model's
     v_one, v_ten = one.view(), ten.view()
     for m in range(10):
-        assert np.array_equal(v_ten.wide[m]["m.scores"], v_one.wide[0]["m.scores"])
+        assert np.array_equal(v_ten.wide[m][SCORES.key], v_one.wide[0][SCORES.key])
 
 
 def _fresh_and_migrated(tmp_path: Path) -> tuple[Engine, Engine]:
@@ -94,7 +95,7 @@ def test_format_1_checkpoint_migrates_to_identical_results(tmp_path: Path) -> No
     assert ("fraud", "country=de") in names and ("demand", "all") in names
     assert {"accuracy"} <= names["topic", "all"] and {"mae"} & names["demand", "all"]
     # the fine score histograms came across too (they feed slice "all" AUC)
-    assert_close(migrated.view().wide[0]["m.scores"], fresh.view().wide[0]["m.scores"])
+    assert_close(migrated.view().wide[0][SCORES.key], fresh.view().wide[0][SCORES.key])
     meta, _ = migrated.state()
     assert meta["engine_format"] == ENGINE_FORMAT
 
