@@ -16,6 +16,7 @@ import orjson
 import pytest
 
 from monitor.localbroker import LocalBroker
+from tests.unit.plugin_data import PluginTraffic, traffic
 from tests.unit.ranking_data import traffic as ranking_traffic
 
 from .daemon_harness import DaemonProcess, Metrics, base_config, produce, wait_until, write_config
@@ -30,42 +31,12 @@ THRESHOLD = 0.7
 CLASSES = ["a", "b", "c"]
 
 
-def _traffic(start: int) -> dict[str, Any]:
+def _traffic(start: int) -> tuple[PluginTraffic, list[Any], list[Any], list[Any]]:
     """Regression (v1 and a noisier v2, v2 first in event time), multiclass and ranking
     records, with what the oracles need."""
-    rng = np.random.default_rng(11)
-    y = rng.normal(10, 2, N)
-    is_b = rng.random(N) < 0.5
-    is_b[0] = True  # the treatment's first prediction opens the comparison's counting
-    yhat = y + rng.normal(0, np.where(is_b, 2.5, 0.8))
-    p = rng.dirichlet([0.6] * 3, N)
-    y_m = np.array([rng.choice(3, p=row) for row in p])
-    preds, labels = [], []
-    for i in range(N):
-        ts = start + i * 1000
-        preds.append(
-            {
-                "id": f"r{i}",
-                "ts": ts,
-                "model": "demand",
-                "version": "v2" if is_b[i] else "v1",
-                "prediction": float(yhat[i]),
-            }
-        )
-        labels.append({"id": f"r{i}", "ts": ts + 10, "label": float(y[i])})
-        preds.append(
-            {
-                "id": f"m{i}",
-                "ts": ts,
-                "model": "topic",
-                "version": "v1",
-                "scores": {c: float(v) for c, v in zip(CLASSES, p[i], strict=True)},
-            }
-        )
-        labels.append({"id": f"m{i}", "ts": ts + 10, "label": CLASSES[y_m[i]]})  # fmt: skip
+    data = traffic(N, start, 1000, seed=11, classes=CLASSES, canary=True)
     rank_preds, rank_labels, truth = ranking_traffic(N // 2, start, seed=3)
-    return {"preds": preds + rank_preds, "labels": labels + rank_labels, "y": y, "yhat": yhat,
-            "is_b": is_b, "p": p, "y_m": y_m, "truth": truth}  # fmt: skip
+    return data, data.preds + rank_preds, data.labels + rank_labels, truth
 
 
 def _config(bootstrap: str, state: Path) -> dict[str, Any]:
@@ -111,36 +82,36 @@ def test_example_plugins_metrics_slo_and_loss_through_the_daemon(
     broker: LocalBroker, tmp_path: Path
 ) -> None:
     start = int(time.time() * 1000) - 3_600_000
-    data = _traffic(start)
+    data, preds, labels, truth = _traffic(start)
     broker.create_topics(["predictions", "labels"])
     cfg = write_config(tmp_path / "monitor.toml", _config(broker.bootstrap, tmp_path / "state"))
     daemon = DaemonProcess(cfg, tmp_path / "daemon.log")
     try:
         daemon.start()
         daemon.wait_ready()
-        msgs = [("predictions", (None, orjson.dumps(r))) for r in data["preds"]]
-        msgs += [("labels", (None, orjson.dumps(r))) for r in data["labels"]]
+        msgs = [("predictions", (None, orjson.dumps(r))) for r in preds]
+        msgs += [("labels", (None, orjson.dumps(r))) for r in labels]
         produce(broker.bootstrap, msgs)
-        n_preds, n_labels = len(data["preds"]), len(data["labels"])
+        n_preds, n_labels = len(preds), len(labels)
         m, _ = daemon.wait_consumed({"predictions": n_preds, "labels": n_labels}, timeout=120)
         ctx = daemon.log_tail()
         assert m.total("mlmon_plugin_errors_total") == 0, ctx
 
         # regression: share of predictions within the tolerance, per version
-        y, yhat, is_b = data["y"], data["yhat"], data["is_b"]
+        y, yhat, is_b = data.y, data.yhat, data.is_b
         miss = np.abs(yhat - y) > TOLERANCE
         for version, sel in (("v1", ~is_b), ("v2", is_b)):
             value, lo, hi = _value(m, "within_tolerance", "demand", version)
             assert abs(value - np.mean(~miss[sel])) <= 1e-9 and lo < value < hi, ctx
         # multiclass: accuracy among confident predictions and their share
-        p, y_m = data["p"], data["y_m"]
+        p, y_m = data.p, data.y_m
         sure = p.max(axis=1) >= THRESHOLD
         value, lo, hi = _value(m, "confident_accuracy", "topic")
         assert abs(value - np.mean(p[sure].argmax(axis=1) == y_m[sure])) <= 1e-9, ctx
         assert lo < value < hi, ctx
         assert abs(_value(m, "confident_share", "topic")[0] - sure.mean()) <= 1e-9, ctx
         # ranking: mean relevant items per listed query, Poisson-bootstrap interval
-        relevant = [float(np.sum(np.asarray(t["grades"]) > 0)) for t in data["truth"]]
+        relevant = [float(np.sum(np.asarray(t["grades"]) > 0)) for t in truth]
         value, lo, hi = _value(m, "relevant_listed", "search")
         assert abs(value - np.mean(relevant)) <= 1e-9 and lo < value < hi, ctx
 

@@ -23,6 +23,7 @@ from monitor.metrics.protocol import MulticlassRows
 from monitor.metrics.top_k import TopKAccuracy
 from monitor.wiring import build_engine
 
+from .plugin_data import multiclass_records, traffic
 from .ranking_data import traffic as ranking_traffic
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,20 +98,9 @@ def test_top_k_and_npv_through_the_engine_equal_scikit_learn() -> None:
     score = rng.random(500)
     yb = (rng.random(500) < score).astype(int)
     region = np.array(["EU", "US"])[rng.integers(0, 2, 500)]
-    preds: list[dict[str, Any]] = []
-    labels: list[dict[str, Any]] = []
+    preds, labels = multiclass_records("topic", classes, p, y, BASE, 1000)
     for i in range(500):
         ts = BASE + i * 1000
-        preds.append(
-            {
-                "id": f"m{i}",
-                "ts": ts,
-                "model": "topic",
-                "version": "v1",
-                "scores": {c: float(v) for c, v in zip(classes, p[i], strict=True)},
-            }
-        )
-        labels.append({"id": f"m{i}", "ts": ts + 10, "label": classes[y[i]]})
         preds.append(
             {
                 "id": f"b{i}",
@@ -186,36 +176,9 @@ def _all(report: dict[str, Any], model: str) -> dict[str, Any]:
 
 
 def test_regression_multiclass_and_ranking_plugins_through_replay(tmp_path: Path) -> None:
-    rng = np.random.default_rng(4)
     n = 800
-    classes = ["a", "b", "c"]
-    y_r = rng.normal(10, 2, n)
-    yhat = y_r + rng.normal(0, 1.2, n)
-    p = rng.dirichlet([0.6] * 3, n)
-    y_m = np.array([rng.choice(3, p=row) for row in p])
-    preds, labels = [], []
-    for i in range(n):
-        ts = BASE + i * 100
-        preds.append(
-            {
-                "id": f"r{i}",
-                "ts": ts,
-                "model": "demand",
-                "version": "v1",
-                "prediction": float(yhat[i]),
-            }
-        )
-        labels.append({"id": f"r{i}", "ts": ts + 10, "label": float(y_r[i])})
-        preds.append(
-            {
-                "id": f"m{i}",
-                "ts": ts,
-                "model": "topic",
-                "version": "v1",
-                "scores": {c: float(v) for c, v in zip(classes, p[i], strict=True)},
-            }
-        )
-        labels.append({"id": f"m{i}", "ts": ts + 10, "label": classes[y_m[i]]})  # fmt: skip
+    data = traffic(n, BASE, 100, seed=4, classes=["a", "b", "c"])
+    y_r, yhat, p, y_m = data.y, data.yhat, data.p, data.y_m
     rank_preds, rank_labels, truth = ranking_traffic(400, BASE)
     files = ("within_tolerance", "confident_accuracy", "relevant_listed")
     paths = ", ".join(f'"{ROOT}/plugins/{f}.py"' for f in files)
@@ -228,7 +191,7 @@ def test_regression_multiclass_and_ranking_plugins_through_replay(tmp_path: Path
         'windows = [{ size = "1d" }]\n'
         '[[models]]\nname = "search"\ntask = "ranking"\nk = [3]\nwindows = [{ size = "1d" }]\n'
     )
-    report = _replay(tmp_path, cfg, preds + rank_preds, labels + rank_labels)
+    report = _replay(tmp_path, cfg, data.preds + rank_preds, data.labels + rank_labels)
     rg = _all(report, "demand")["within_tolerance"]
     assert rg["value"] == pytest.approx(np.mean(np.abs(yhat - y_r) <= 1.5), abs=1e-12)
     assert rg["ci_lower"] < rg["value"] < rg["ci_upper"] and rg["n"] == n
