@@ -16,7 +16,10 @@ L = 16, i.e. p in [1.1e-7, 1 − 1.1e-7]); the end bins are [0, σ(−L)) and [�
 bin is 0.0156 wide, so a score p lands in a bin of relative width ≈ 1.6 % of p(1−p):
 scores concentrated in [0.001, 0.01] still spread over ~147 bins. Bin j holds
 ``lower[j] <= p < lower[j+1]``, so "predict positive iff p >= lower[j]" is exact at every
-bin edge — the thresholds ROC, PR and the economics are evaluated at.
+bin edge — the thresholds ROC, PR and the economics are evaluated at. A version's fine
+histogram (slice ``all``) and a segment slice's coarser one (``slice_score_bins``) share
+this layout, and their metrics one implementation: every formula takes a stack of
+vectors (:meth:`ScoreLayout.metrics_many`), one vector being a 1-row stack.
 """
 
 from __future__ import annotations
