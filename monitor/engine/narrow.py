@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..metrics.registry import exported_names
 from .evaluate import evaluate_all
-from .models import ModelSpec, SliceSpec, WindowSpec, exported_metric_names
+from .models import ModelSpec, SliceSpec, WindowSpec
 from .snapshot import WindowResult
 from .view import StoreView
 from .windows import Tiers
@@ -171,7 +172,7 @@ def exported(spec: ModelSpec, metrics: Sequence[str] | None = None) -> frozenset
     """The names ``metrics`` of ``spec`` (default: its configured ones) are exported
     under (fbeta: f2, f0_5, ...)."""
     names = spec.metrics if metrics is None else metrics
-    return exported_metric_names(names, spec.fbeta, spec.quantiles, spec.gain_fractions, spec.ks)
+    return exported_names(spec.params, names)
 
 
 def span_window(label: str, start_b: int, end_b: int, now_b: int, width_ms: int) -> WindowSpec:

@@ -7,11 +7,13 @@ in the adapters.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..drift.detector import DriftReport, LabelPriorDrift
 from ..experiments.mcnemar import McNemarResult
 from ..experiments.srm import SRMResult
+from ..metrics.protocol import Series
 from ..stats.completeness import PROVISIONAL_BELOW
 from ..stats.results import MetricValue
 from ..stats.scores import ReliabilityBin
@@ -194,3 +196,6 @@ class Snapshot:
     # slice "all" of each (model, version, window): how complete its labels are
     completeness: tuple[WindowCompleteness, ...] = ()
     placed_ms: int | None = None  # the time windows were placed at (None: ``at_ms``)
+    # what each metric name in ``results`` is exported as (family, labels, help): built
+    # from the metric families' declarations, so the exporter never parses a name
+    series: Mapping[str, Series] = field(default_factory=dict)
