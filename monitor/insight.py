@@ -85,7 +85,7 @@ class Insight:
         engine = self._engine()
         with self._lock:
             view, spec = take(engine, model, version, slice_label)
-            delay = engine.delay.histogram()
+            delay = engine.delay.histograms().of(model)
             plugins = engine.active_plugins
         return series(
             view, spec, version, slice_label, metrics, delay, now_ms, self.confidence,

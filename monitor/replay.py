@@ -220,7 +220,7 @@ class _Stepper:
             )
         looks = engine.look_comparisons(results, t) if engine.comparisons else ()
         self.history = extend_history(self.history, looks)
-        completeness = window_completeness(results, engine.delay.histogram(), t)
+        completeness = window_completeness(results, engine.delay.histograms(), t)
         snap = Snapshot(t, results, comparisons=looks, completeness=completeness, placed_ms=t)
         self.causes = self.insight.rollback_causes(snap, self.causes)
         self.statuses = self.slos.evaluate(

@@ -82,8 +82,9 @@ _TASKS = {"binary": 0, "multiclass": 1, "regression": 2, "ranking": 3}
 _MAX_SUM_CHUNKS = 10_000
 
 # Version of the engine's part of a checkpoint: 2 keeps per-model stores (format 1, one
-# store holding every model's matrices, is migrated on load).
-ENGINE_FORMAT = 2
+# store holding every model's matrices, is migrated on load); 3 keeps the label delay per
+# model (format 2's one histogram loads as the fleet prior, engine/delay.py).
+ENGINE_FORMAT = 3
 
 
 class StateMismatch(ValueError):
@@ -250,7 +251,7 @@ class Engine:
         self._base_index: dict[int, tuple[int, np.ndarray, int]] = {}  # _sum_index's, cached
         # what joined rows are counted into, in order (task statistics write the ranking
         # loss the comparisons read)
-        self.delay = LabelDelay()
+        self.delay = LabelDelay([m.name for m in self.models])
         self.scores = ScoreHistograms(
             self.score_layouts, self.slice_score_layouts, self.wide, self.sliced
         )
@@ -739,7 +740,7 @@ class Engine:
             join_events=tuple(sorted(self.join_events.items())),
             pending_predictions=self.pending,
             orphan_labels=len(self.orphans),
-            label_delay=self.delay.histogram(),
+            label_delay=self.delay.histograms(),
             prediction_watermark_ms=self.pred_watermark_ms,
             label_watermark_ms=self.label_watermark_ms,
             plugin_errors=tuple(sorted(self.plugin_errors.items())),

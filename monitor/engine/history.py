@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ..stats.completeness import PROVISIONAL_BELOW, DelayCdf, expected_coverage
+from ..stats.completeness import PROVISIONAL_BELOW, expected_coverage
+from .completeness import delay_cdf
 from .models import ModelSpec
 from .narrow import (
     NarrowError,
@@ -119,7 +120,7 @@ def series(
     version: str,
     slice_label: str,
     metrics: Sequence[str],
-    delay: DelayHistogram,
+    delay: DelayHistogram | None,
     now_ms: int,
     confidence: float = 0.95,
     plugins: Sequence[Any] = (),
@@ -130,7 +131,8 @@ def series(
     """The history of each of ``metrics`` of ``spec``'s ``version`` and slice over a
     ``narrow.copy_rows`` view of that version's groups (re-coded as model 0), points
     overlapping ``[from_ms, to_ms)``; ``now_ms``: when labels are counted as in (the
-    completeness of each point). NarrowError names a bad parameter."""
+    completeness of each point, from the model's label ``delay``; None: none known).
+    NarrowError names a bad parameter."""
     w = view.width_ms
     if point_ms is not None and (point_ms <= 0 or point_ms % w):
         raise NarrowError("window", f"a point width must be a multiple of the bucket width {w} ms")
@@ -149,7 +151,7 @@ def series(
     by_point: dict[int, WindowResult] = {
         int(r.window): r for r in results if r.version == version and r.slice == slice_label
     }
-    cdf = DelayCdf(delay.bounds, delay.counts)
+    cdf = delay_cdf(delay)
     starts = np.array([a * w for a, _ in spans], np.int64)
     ends = np.array([b * w for _, b in spans], np.int64)
     complete = cdf.completeness(starts, ends, now_ms)

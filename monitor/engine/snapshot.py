@@ -14,7 +14,7 @@ from ..drift.detector import DriftReport, LabelPriorDrift
 from ..experiments.mcnemar import McNemarResult
 from ..experiments.srm import SRMResult
 from ..metrics.protocol import Series
-from ..stats.completeness import PROVISIONAL_BELOW
+from ..stats.completeness import MIN_OWN_DELAYS, PROVISIONAL_BELOW
 from ..stats.results import MetricValue
 from ..stats.scores import ReliabilityBin
 
@@ -24,6 +24,7 @@ __all__ = [
     "DriftResult",
     "Economics",
     "FairnessGap",
+    "LabelDelays",
     "OpsState",
     "Snapshot",
     "WindowCompleteness",
@@ -108,6 +109,28 @@ class DelayHistogram:
     counts: tuple[int, ...]  # per bucket, len(bounds) + 1 (last is +Inf)
     total: float
 
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+
+@dataclass(frozen=True, slots=True)
+class LabelDelays:
+    """The label delay of each model (``engine/delay.py``), and the fleet prior an
+    older checkpoint's single histogram became (None without one)."""
+
+    by_model: tuple[tuple[str, DelayHistogram], ...] = ()
+    prior: DelayHistogram | None = None
+
+    def of(self, model: str) -> DelayHistogram | None:
+        """The delay distribution the completeness of ``model``'s windows reads: its own,
+        or the prior while it has fewer than ``MIN_OWN_DELAYS`` delays of its own (None:
+        nothing observed)."""
+        own = next((h for name, h in self.by_model if name == model), None)
+        if self.prior is not None and (own is None or own.count < MIN_OWN_DELAYS):
+            return self.prior
+        return own
+
 
 @dataclass(frozen=True, slots=True)
 class OpsState:
@@ -116,7 +139,7 @@ class OpsState:
     join_events: tuple[tuple[str, int], ...]  # (event, count)
     pending_predictions: int
     orphan_labels: int
-    label_delay: DelayHistogram
+    label_delay: LabelDelays
     prediction_watermark_ms: int
     label_watermark_ms: int
     plugin_errors: tuple[tuple[str, int], ...] = ()

@@ -75,9 +75,7 @@ def check_state(
         raise StateInvalid("join_events is not an object")
     for event, n in meta["join_events"].items():
         _count(n, f"join_events[{event!r}]")
-    delay = meta.get("delay_sum_s")
-    if isinstance(delay, bool) or not isinstance(delay, int | float) or not math.isfinite(delay):
-        raise StateInvalid(f"delay_sum_s is {delay!r}")
+    _delays(meta)
     for key in ("pred_watermark_ms", "label_watermark_ms"):
         _timestamp(meta.get(key), key)
     offsets = meta.get("offsets", {})  # the source's, beside the engine's state
@@ -108,3 +106,24 @@ def check_state(
         a = arrays.get(name)
         if a is not None and a.size and (a.min() < 0 or a.max() > top):
             raise StateInvalid(f"{name} holds bucket indexes outside 0..{top}")
+
+
+def _finite(value: Any, where: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise StateInvalid(f"{where} is {value!r}")
+
+
+def _delays(meta: Mapping[str, Any]) -> None:
+    """The label delays: per model (names and sums), and the fleet prior of an older
+    checkpoint (``engine/delay.py``); a format-2 checkpoint has only the latter."""
+    if "delay_sum_s" in meta or "delay_models" not in meta:
+        _finite(meta.get("delay_sum_s"), "delay_sum_s")
+    if "delay_models" not in meta:
+        return
+    names, sums = meta["delay_models"], meta.get("delay_sums_s")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise StateInvalid("delay_models is not a list of model names")
+    if not isinstance(sums, list) or len(sums) != len(names):
+        raise StateInvalid("delay_sums_s is not a list with a sum per model")
+    for name, total in zip(names, sums, strict=True):
+        _finite(total, f"delay_sums_s[{name!r}]")

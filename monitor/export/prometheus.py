@@ -513,18 +513,19 @@ class MonitorCollector(Collector):
                 "Labels waiting for their prediction",
                 value=ops.orphan_labels,
             )
-            h = ops.label_delay
-            cumulative, running = [], 0
-            for bound, count in zip((*h.bounds, math.inf), h.counts, strict=True):
-                running += count
-                le = "+Inf" if math.isinf(bound) else f"{bound:g}"
-                cumulative.append((le, running))
-            yield HistogramMetricFamily(
+            delay = HistogramMetricFamily(
                 "mlmon_label_delay_seconds",
-                "Label time minus prediction time for joined predictions",
-                buckets=cumulative,
-                sum_value=h.total,
+                "Label time minus prediction time for joined predictions, per model",
+                labels=("model",),
             )
+            for name, h in ops.label_delay.by_model:
+                cumulative, running = [], 0
+                for bound, count in zip((*h.bounds, math.inf), h.counts, strict=True):
+                    running += count
+                    le = "+Inf" if math.isinf(bound) else f"{bound:g}"
+                    cumulative.append((le, running))
+                delay.add_metric([name], cumulative, h.total)
+            yield delay
         lag = GaugeMetricFamily(
             "mlmon_consumer_lag",
             "Messages behind the end of each assigned partition",

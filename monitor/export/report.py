@@ -12,6 +12,7 @@ from ..alerting.slo import SloStatus
 from ..alerting.timeline import Span
 from ..engine.cause import Cause
 from ..engine.comparisons import ComparisonResult
+from ..engine.delay import DELAY_BOUNDS_S
 from ..engine.drift import DriftResult
 from ..engine.history import Series
 from ..engine.models import ModelSpec
@@ -131,9 +132,14 @@ def ops_json(ops: OpsState, topics: dict[str, str] | None = None) -> dict[str, A
         "pending_predictions": ops.pending_predictions,
         "orphan_labels": ops.orphan_labels,
         "label_delay_seconds": {
-            "bounds": list(ops.label_delay.bounds),
-            "counts": list(ops.label_delay.counts),
-            "sum": ops.label_delay.total,
+            "bounds": list(DELAY_BOUNDS_S),
+            "models": [
+                {"model": name, "counts": list(h.counts), "sum": h.total}
+                for name, h in ops.label_delay.by_model
+            ],
+            "fleet_prior": None
+            if (prior := ops.label_delay.prior) is None
+            else {"counts": list(prior.counts), "sum": prior.total},
         },
     }
 

@@ -46,7 +46,7 @@ __all__ = [
     "unpack",
 ]
 
-FORMAT = 1
+FORMAT = 2  # 2: label delays per model
 _NO_TS = int(np.iinfo(np.int64).min)  # the engine's "no timestamp yet"
 
 Group = tuple[int, str, tuple[str, ...]]
@@ -112,7 +112,7 @@ def merge_ops(ops: Iterable[OpsState]) -> OpsState:
         join_events=tuple(sorted(join.items())),
         pending_predictions=sum(o.pending_predictions for o in ops),
         orphan_labels=sum(o.orphan_labels for o in ops),
-        label_delay=delay.histogram(),
+        label_delay=delay.histograms(),
         prediction_watermark_ms=max((o.prediction_watermark_ms for o in ops), default=_NO_TS),
         label_watermark_ms=max((o.label_watermark_ms for o in ops), default=_NO_TS),
         plugin_errors=tuple(sorted(plugin_errors.items())),
@@ -173,7 +173,12 @@ def encode(stats: PartitionStats, model_names: Sequence[str]) -> bytes:
             "join_events": o.join_events,
             "pending_predictions": o.pending_predictions,
             "orphan_labels": o.orphan_labels,
-            "label_delay": [list(o.label_delay.counts), o.label_delay.total],
+            "label_delays": {
+                "models": [[n, list(h.counts), h.total] for n, h in o.label_delay.by_model],
+                "prior": None
+                if (prior := o.label_delay.prior) is None
+                else [list(prior.counts), prior.total],
+            },
             "prediction_watermark_ms": o.prediction_watermark_ms,
             "label_watermark_ms": o.label_watermark_ms,
             "plugin_errors": o.plugin_errors,
@@ -209,7 +214,7 @@ def decode(blob: bytes, model_names: Sequence[str], width_ms: int) -> PartitionS
             join_events=tuple((str(e), int(c)) for e, c in o["join_events"]),
             pending_predictions=int(o["pending_predictions"]),
             orphan_labels=int(o["orphan_labels"]),
-            label_delay=_delay(o["label_delay"]).histogram(),
+            label_delay=_delays(o["label_delays"]).histograms(),
             prediction_watermark_ms=int(o["prediction_watermark_ms"]),
             label_watermark_ms=int(o["label_watermark_ms"]),
             plugin_errors=tuple((str(n), int(c)) for n, c in o["plugin_errors"]),
@@ -272,8 +277,20 @@ def decode(blob: bytes, model_names: Sequence[str], width_ms: int) -> PartitionS
         raise ValueError(f"malformed partition statistics: {err}") from None
 
 
-def _delay(saved: Sequence[Any]) -> LabelDelay:
-    """The label delay of a blob's [counts, total] (ValueError for another shape)."""
-    delay = LabelDelay()
-    delay.load({"delay_sum_s": float(saved[1])}, {"delay_counts": np.asarray(saved[0], np.int64)})
+def _delays(saved: Mapping[str, Any]) -> LabelDelay:
+    """The label delays of a blob's ``{"models": [[name, counts, total]], "prior"}``
+    (ValueError for another shape)."""
+    models, prior = saved["models"], saved["prior"]
+    delay = LabelDelay([str(name) for name, _, _ in models])
+    meta: dict[str, Any] = {
+        "delay_models": list(delay.names),
+        "delay_sums_s": [float(total) for _, _, total in models],
+    }
+    arrays = {"delay_counts_by_model": delay.counts.copy()}
+    for i, (_, counts, _) in enumerate(models):
+        arrays["delay_counts_by_model"][i] = np.asarray(counts, np.int64)
+    if prior is not None:
+        meta["delay_sum_s"] = float(prior[1])
+        arrays["delay_counts"] = np.asarray(prior[0], np.int64)
+    delay.load(meta, arrays)
     return delay

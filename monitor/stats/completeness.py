@@ -1,9 +1,10 @@
 """How complete a window's labels are expected to be, from the label-delay histogram.
 
 Labels arrive after their prediction, by a delay whose distribution the engine keeps as a
-histogram (``DelayHistogram``). For a prediction made ``a`` seconds ago, the chance that
-its label — if it ever comes — is already in is ``F(a)``, the delay's cumulative
-distribution. Over a span of prediction time ``[s, e)`` with predictions spread evenly
+histogram per model (``engine/delay.py``: models' delays differ by orders of magnitude,
+seconds for a click, weeks for a fraud case). For a prediction made ``a`` seconds ago,
+the chance that its label — if it ever comes — is already in is ``F(a)``, the delay's
+cumulative distribution. Over a span of prediction time ``[s, e)`` with predictions spread evenly
 (the buckets' own resolution), the expected share of the span's eventual labels that are
 in at ``now`` is the mean of ``F`` over the ages in the span:
 
@@ -24,9 +25,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["PROVISIONAL_BELOW", "DelayCdf", "expected_coverage"]
+__all__ = ["MIN_OWN_DELAYS", "PROVISIONAL_BELOW", "DelayCdf", "expected_coverage"]
 
 PROVISIONAL_BELOW = 0.95  # a window with less of its expected labels in is provisional
+# a model with fewer label delays of its own reads the fleet prior, when there is one
+MIN_OWN_DELAYS = 100
 
 
 class DelayCdf:

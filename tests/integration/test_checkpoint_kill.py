@@ -118,7 +118,7 @@ def test_sigkill_during_checkpoint_write_restores_last_good_and_equals_oracle(
         m, _ = daemon.wait_consumed({"predictions": len(preds), "labels": len(labels)}, 120)
         ctx = f"kill: {kill}\n{daemon.log_tail(60)}"
         assert_counted_once(m, len(preds), len(labels), ctx)
-        assert m.get("mlmon_label_delay_seconds_count") == len(labels), ctx
+        assert m.total("mlmon_label_delay_seconds_count") == len(labels), ctx
         assert_quality(m, oracle, WINDOW, ctx)
 
         # checkpoints go on after the crash: a newer complete one replaces the stale temp

@@ -148,7 +148,7 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
         assert_counted_once(m, len(preds), len(labels), ctx)
         assert m.by_labels("mlmon_invalid_records_total", "topic", "reason") == {}, ctx
         assert m.get("mlmon_orphan_labels") == 0, ctx
-        assert m.get("mlmon_label_delay_seconds_count") == len(labels), ctx
+        assert m.total("mlmon_label_delay_seconds_count") == len(labels), ctx
         assert oracle["v1"]["samples"] == len(labels)
         assert_quality(m, oracle, WINDOW, ctx)
         # Restarts really happened: four incarnations in the log, three restores.

@@ -223,7 +223,8 @@ def test_daemon_metrics_equal_sklearn_on_a_messy_stream(
         }, ctx
         assert m.by_labels("mlmon_invalid_records_total", "topic", "reason") == {}, ctx
 
-        # Label delay histogram: one observation per joined prediction, sum of delays.
+        # Label delay histogram (per model): one observation per joined prediction, sum of
+        # delays.
         first_pred: dict[str, int] = {}
         for p in data["predictions"]:
             first_pred.setdefault(str(p["id"]), int(p["ts"]))
@@ -233,10 +234,12 @@ def test_daemon_metrics_equal_sklearn_on_a_messy_stream(
         delays = [
             max(first_label[i] - t, 0) / 1000 for i, t in first_pred.items() if i in first_label
         ]
-        assert m.get("mlmon_label_delay_seconds_count") == len(delays), ctx
-        total = m.get("mlmon_label_delay_seconds_sum")
+        assert m.get("mlmon_label_delay_seconds_count", model="fraud") == len(delays), ctx
+        total = m.get("mlmon_label_delay_seconds_sum", model="fraud")
         assert total is not None and abs(total - sum(delays)) <= 1e-6 * sum(delays), ctx
-        assert m.get("mlmon_label_delay_seconds_bucket", le="+Inf") == len(delays), ctx
+        assert m.get("mlmon_label_delay_seconds_bucket", le="+Inf", model="fraud") == len(delays), (
+            ctx
+        )
 
         code, body = daemon.get("/readyz")
         assert code == 200, (body, ctx)

@@ -57,10 +57,15 @@ def paired_sums(draw: st.DrawFn) -> PairedSums:
 
 @st.composite
 def delays(draw: st.DrawFn) -> LabelDelay:
-    d = LabelDelay()
+    """Per-model delays of some of three models, in any order, with or without a prior."""
+    d = LabelDelay(draw(st.lists(NAMES, unique=True)))
     n = len(DELAY_BOUNDS_S) + 1
-    d.counts = np.asarray(draw(st.lists(WHOLE, min_size=n, max_size=n)), np.int64)
-    d.sum_s = float(draw(WHOLE))
+    for i in range(len(d.names)):
+        d.counts[i] = draw(st.lists(WHOLE, min_size=n, max_size=n))
+        d.sums_s[i] = float(draw(WHOLE))
+    if draw(st.booleans()):
+        prior = np.asarray(draw(st.lists(WHOLE, min_size=n, max_size=n)), np.int64)
+        d.prior = (prior, float(draw(WHOLE)))
     return d
 
 
@@ -84,7 +89,8 @@ def _key(x: Any) -> Any:
     if isinstance(x, PairedSums):
         return {k: v.tolist() for k, v in x.by_name.items()}
     if isinstance(x, LabelDelay):
-        return (x.counts.tolist(), x.sum_s)
+        own = {n: (c.tolist(), s) for n, c, s in zip(x.names, x.counts, x.sums_s, strict=True)}
+        return own, None if x.prior is None else (x.prior[0].tolist(), x.prior[1])
     return x.by_feature
 
 
@@ -125,11 +131,13 @@ def test_arm_sums_start_at_the_earlier_start_and_refuse_mismatched_names() -> No
 
 
 def test_label_delay_of_a_snapshot_histogram_round_trips() -> None:
-    d = LabelDelay()
-    d.counts[[0, 3, -1]] = (4, 1, 2)
-    d.sum_s = 12.5
-    again = LabelDelay.of(d.histogram())
-    assert again.counts.tolist() == d.counts.tolist() and again.sum_s == d.sum_s
+    d = LabelDelay(["a", "b"])
+    d.counts[1, [0, 3, -1]] = (4, 1, 2)
+    d.sums_s[1] = 12.5
+    d.prior = (np.arange(len(DELAY_BOUNDS_S) + 1), 3.0)
+    again = LabelDelay.of(d.histograms())
+    assert _key(again) == _key(d)
+    assert again.histograms() == d.histograms()
 
 
 def test_summing_views_of_other_widths_is_refused() -> None:
@@ -234,7 +242,7 @@ def test_parts_of_a_stream_add_up_to_the_whole(
                                rtol=1e-9)  # fmt: skip
     delay = a.delay + b.delay
     assert delay.counts.tolist() == whole.delay.counts.tolist()
-    assert delay.sum_s == pytest.approx(whole.delay.sum_s, rel=1e-12)
+    assert delay.sums_s.tolist() == pytest.approx(whole.delay.sums_s.tolist(), rel=1e-12)
 
     width = whole.buckets.width_ms
     summed = sum_views([a.view(copy=True), b.view(copy=True)], width)

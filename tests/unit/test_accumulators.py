@@ -19,6 +19,7 @@ from monitor.engine.family_stats import FamilyStats
 from monitor.engine.join import Joined
 from monitor.metrics.registry import LOSSES
 from monitor.plugins import JoinedRows, Metric
+from monitor.stats.completeness import MIN_OWN_DELAYS
 from monitor.wiring import build_engine
 
 
@@ -34,34 +35,79 @@ def _rows(pred_ts: list[int], label_ts: list[int], model: int = 0) -> LabeledRow
 
 
 def test_label_delay_bins_are_inclusive_and_early_labels_count_as_zero() -> None:
-    d = LabelDelay()
+    d = LabelDelay(["m"])
     # delays 0 s (label first), exactly 1 s, 1.001 s, 40 days
     d.add(_rows([5000, 0, 0, 0], [0, 1000, 1001, 40 * 86_400_000]))
-    assert d.counts[0] == 2  # 0 s and 1 s: le="1"
-    assert d.counts[1] == 1  # 1.001 s: le="5"
-    assert d.counts[len(DELAY_BOUNDS_S)] == 1  # beyond 30 d: +Inf only
-    assert d.sum_s == pytest.approx(0 + 1 + 1.001 + 40 * 86_400)
-    again = LabelDelay()
+    assert d.counts[0, 0] == 2  # 0 s and 1 s: le="1"
+    assert d.counts[0, 1] == 1  # 1.001 s: le="5"
+    assert d.counts[0, len(DELAY_BOUNDS_S)] == 1  # beyond 30 d: +Inf only
+    assert d.sums_s[0] == pytest.approx(0 + 1 + 1.001 + 40 * 86_400)
+    again = LabelDelay(["m"])
     again.load(*d.state())
-    assert again.counts.tolist() == d.counts.tolist() and again.sum_s == d.sum_s
+    assert again.counts.tolist() == d.counts.tolist() and again.sums_s.tolist() == d.sums_s.tolist()
     meta, arrays = d.state()
     with pytest.raises(ValueError, match="different shape"):
-        again.load(meta, {"delay_counts": arrays["delay_counts"][:-1]})
+        again.load(meta, {"delay_counts_by_model": arrays["delay_counts_by_model"][:, :-1]})
+    with pytest.raises(ValueError, match="not integers"):
+        again.load(meta, {"delay_counts_by_model": arrays["delay_counts_by_model"] * 0.5})
+
+
+def test_label_delay_is_kept_per_model_and_restored_by_name() -> None:
+    d = LabelDelay(["clicks", "fraud"])
+    rows = _rows([0, 0, 0], [500, 2000, 10 * 86_400_000])
+    d.add(LabeledRows(rows.joined, np.array([0, 0, 1], np.int16), rows.base))
+    assert d.counts[0].sum() == 2 and d.counts[1].sum() == 1
+    assert d.sums_s.tolist() == pytest.approx([2.5, 10 * 86_400])
+    # a reordered configuration, a model removed and one added: matched by name
+    again = LabelDelay(["new", "fraud"])
+    again.load(*d.state())
+    assert again.counts[0].sum() == 0 and again.counts[1].tolist() == d.counts[1].tolist()
+    assert again.sums_s.tolist() == pytest.approx([0.0, 10 * 86_400])
+    assert again.prior is None
+
+
+def test_an_older_checkpoints_one_histogram_becomes_the_fleet_prior() -> None:
+    """A checkpoint from before per-model delays kept one histogram of every model's
+    labels (``delay_counts``, ``delay_sum_s``): it loads as the prior, which a model
+    reads until it has ``MIN_OWN_DELAYS`` delays of its own, and is saved again."""
+    fleet = np.zeros(len(DELAY_BOUNDS_S) + 1, np.int64)
+    fleet[3] = 500  # every label within a minute
+    d = LabelDelay(["clicks", "fraud"])
+    d.load({"delay_sum_s": 20_000.0}, {"delay_counts": fleet})
+    assert d.counts.sum() == 0 and d.prior is not None
+    fraud_rows = _rows([0] * MIN_OWN_DELAYS, [7 * 86_400_000] * MIN_OWN_DELAYS)
+    d.add(LabeledRows(fraud_rows.joined, np.ones(MIN_OWN_DELAYS, np.int16), fraud_rows.base))
+    h = d.histograms()
+    assert h.of("clicks") == h.prior  # none of its own yet
+    assert h.of("fraud") == dict(h.by_model)["fraud"] and h.of("fraud").counts[12] == 100
+    again = LabelDelay(["clicks", "fraud"])
+    again.load(*d.state())
+    assert again.histograms() == h
+    assert (
+        LabelDelay(["m"]).histograms().of("m") == dict(LabelDelay(["m"]).histograms().by_model)["m"]
+    )
+    assert LabelDelay([]).histograms().of("m") is None
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 10**9), st.integers(0, 10**9)), max_size=40),
+@given(st.lists(st.tuples(st.integers(0, 10**9), st.integers(0, 10**9), st.integers(0, 2)),
+                max_size=40),
        st.integers(0, 40))  # fmt: skip
 def test_label_delay_of_a_split_stream_is_the_delay_of_the_whole(
-    pairs: list[tuple[int, int]], cut: int
+    rows: list[tuple[int, int, int]], cut: int
 ) -> None:
-    whole, parts = LabelDelay(), LabelDelay()
-    pred, label = [p for p, _ in pairs], [q for _, q in pairs]
-    whole.add(_rows(pred, label))
-    parts.add(_rows(pred[:cut], label[:cut]))
-    parts.add(_rows(pred[cut:], label[cut:]))
+    names = ["a", "b", "c"]
+    whole, parts = LabelDelay(names), LabelDelay(names)
+
+    def labeled(part: list[tuple[int, int, int]]) -> LabeledRows:
+        r = _rows([p for p, _, _ in part], [q for _, q, _ in part])
+        return LabeledRows(r.joined, np.array([m for _, _, m in part], np.int16), r.base)
+
+    whole.add(labeled(rows))
+    parts.add(labeled(rows[:cut]))
+    parts.add(labeled(rows[cut:]))
     assert parts.counts.tolist() == whole.counts.tolist()
-    assert parts.sum_s == pytest.approx(whole.sum_s)
+    assert parts.sums_s.tolist() == pytest.approx(whole.sums_s.tolist())
 
 
 class _Boom(Metric):

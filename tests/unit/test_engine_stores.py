@@ -118,7 +118,9 @@ def test_format_2_checkpoint_of_the_engine_before_its_split_loads_exactly(
 ) -> None:
     """engine_v2 was written before the join buffer and the accumulators left the engine
     (tests/unit/data/make_engine_v2.py): the same layout must load into them and save
-    back unchanged, and a fresh run of the same records must reach the same state."""
+    back unchanged — but for the label delay, one histogram of every model then, which
+    loads as the fleet prior beside empty per-model delays (format 3) —, and a fresh
+    run of the same records must reach the same state."""
     from .data import make_engine_v2 as v2
 
     loaded = CheckpointStore(V2).load()
@@ -127,15 +129,25 @@ def test_format_2_checkpoint_of_the_engine_before_its_split_loads_exactly(
     engine = build_engine(settings)
     engine.load(loaded.meta, loaded.arrays)
     meta, arrays = engine.state()
-    assert orjson.loads(orjson.dumps(meta)) == loaded.meta
+    names = ["fraud", "topic", "demand"]
+    assert meta.pop("delay_models") == names and meta.pop("delay_sums_s") == [0.0] * 3
+    assert meta.pop("engine_format") == ENGINE_FORMAT == 3
+    assert orjson.loads(orjson.dumps(meta)) == {
+        k: v for k, v in loaded.meta.items() if k != "engine_format"
+    }
+    assert arrays.pop("delay_counts_by_model").tolist() == [[0] * 16] * 3
     assert arrays.keys() == loaded.arrays.keys()
     for name, value in loaded.arrays.items():
         assert np.array_equal(arrays[name], value, equal_nan=True), name
+    prior = engine.delay.histograms()
+    assert all(prior.of(n) == prior.prior for n in names) and prior.prior is not None
+    assert list(prior.prior.counts) == loaded.arrays["delay_counts"].tolist()
     # the checkpoint exercises every part the engine handed to an accumulator
     assert engine.pending > 0 and len(engine.orphans) > 0
     assert engine.pairs.sums.by_name["shadow"][0] > 0
     assert engine.arms.sums.predictions["canary"].sum() > 0
-    assert engine.delay.counts.sum() > 0 and 0 in engine.drift.by_model
+    assert engine.delay.prior is not None and engine.delay.prior[0].sum() > 0
+    assert 0 in engine.drift.by_model
     assert engine.join_events["conflicting_label"] > 0
     # ... and today's engine, fed the same records, reaches that state
     fresh = build_engine(settings)
@@ -145,6 +157,13 @@ def test_format_2_checkpoint_of_the_engine_before_its_split_loads_exactly(
     pipe.process("predictions", [RawRecord(orjson.dumps(r), "predictions") for r in preds])
     pipe.process("labels", [RawRecord(orjson.dumps(r), "labels") for r in labels])
     fresh_meta, fresh_arrays = fresh.state()
+    # the fresh run keeps the delays per model: together, the fleet histogram of then
+    assert fresh_arrays["delay_counts_by_model"].sum(axis=0).tolist() == (
+        loaded.arrays.pop("delay_counts").tolist()
+    )
+    assert sum(fresh_meta.pop("delay_sums_s")) == pytest.approx(loaded.meta.pop("delay_sum_s"))
+    del fresh_meta["delay_models"]
+    fresh_meta["engine_format"] = 2
     # a fresh run sums floats in this CPU's order: counts exact, sums to a tolerance
     assert_close(orjson.loads(orjson.dumps(fresh_meta)), loaded.meta)
     for name, value in loaded.arrays.items():

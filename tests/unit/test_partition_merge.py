@@ -139,9 +139,11 @@ def _assert_same(single: Snapshot, merged: Snapshot) -> None:
         if isinstance(a_ops, tuple):  # the merge sorts what one engine keeps in arrival order
             a_ops, b_ops = sorted(a_ops), sorted(b_ops)
         assert a_ops == b_ops, field
-    da, db = single.ops.label_delay, merged.ops.label_delay
-    assert da.counts == db.counts
-    assert da.total == pytest.approx(db.total, rel=1e-12)
+    da, db = dict(single.ops.label_delay.by_model), dict(merged.ops.label_delay.by_model)
+    assert da.keys() == db.keys() == {"fraud"} and sum(da["fraud"].counts) > 0
+    for model, h in da.items():
+        assert h.counts == db[model].counts, model
+        assert h.total == pytest.approx(db[model].total, rel=1e-12), model
     ca = {c.name: c for c in single.comparisons}
     cb = {c.name: c for c in merged.comparisons}
     assert ca.keys() == cb.keys() == {"canary", "canary-logloss"}

@@ -159,7 +159,7 @@ def test_exposition_carries_metrics_intervals_and_operations(
     )
     assert samples[("mlmon_consumer_lag", (("partition", "0"), ("topic", "preds-topic")))] == 7
     assert samples[("mlmon_pending_predictions", ())] == 6000 - expected["n"]
-    assert samples[("mlmon_label_delay_seconds_count", ())] == expected["n"]
+    assert samples[("mlmon_label_delay_seconds_count", (("model", "fraud"),))] == expected["n"]
     assert 4 <= samples[("mlmon_checkpoint_age_seconds", ())] < 60
 
 
