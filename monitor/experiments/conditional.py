@@ -125,19 +125,49 @@ def beta_mixture_cs(
 
     def root(inside: np.ndarray, outside: np.ndarray) -> np.ndarray:
         # invariant: log M(inside) < level <= log M(outside)
+        if inside.ndim == 0 and np.isfinite([k1, k0, threshold, inside]).all():
+            args = (float(k1), float(k0), float(threshold), float(inside), float(outside))
+            return np.asarray(_bisect_one(*args))
         inside, outside = inside.copy(), outside.copy()
-        for _ in range(_ITERATIONS):
-            mid = 0.5 * (inside + outside)
-            with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore"):  # once: it costs µs to enter
+            for _ in range(_ITERATIONS):
+                mid = 0.5 * (inside + outside)
                 loglik = special.xlogy(k1, mid) + special.xlog1py(k0, -mid)
-            out = loglik <= threshold
-            outside = np.where(out, mid, outside)
-            inside = np.where(out, inside, mid)
+                out = loglik <= threshold
+                outside = np.where(out, mid, outside)
+                inside = np.where(out, inside, mid)
         return outside
 
     lower = np.where(k1 > 0, root(hat, np.zeros_like(hat)), 0.0)
     upper = np.where(k0 > 0, root(hat, np.ones_like(hat)), 1.0)
     return lower, upper
+
+
+def _bisect_one(k1: float, k0: float, threshold: float, inside: float, outside: float) -> float:
+    """:func:`beta_mixture_cs`'s bisection for one look in Python floats: the same
+    halvings as the vectorized one (its bounds to the last bit or two: numpy's log may
+    round differently from libm's), without numpy's per-call cost — the daemon and
+    replay look once per evaluation step."""
+    for _ in range(_ITERATIONS):
+        mid = 0.5 * (inside + outside)
+        loglik = _xlogy(k1, mid) + _xlogy1p(k0, -mid)
+        if loglik <= threshold:
+            outside = mid
+        else:
+            inside = mid
+    return outside
+
+
+def _xlogy(x: float, y: float) -> float:
+    if x == 0.0:
+        return 0.0
+    return x * math.log(y) if y > 0.0 else (-math.inf if y == 0.0 else math.nan)
+
+
+def _xlogy1p(x: float, y: float) -> float:
+    if x == 0.0:
+        return 0.0
+    return x * math.log1p(y) if y > -1.0 else (-math.inf if y == -1.0 else math.nan)
 
 
 def horizon_cs(

@@ -55,13 +55,32 @@ def test_cs_bounds_are_the_roots_of_the_boundary(k1: int, k0: int, c: float) -> 
     assert 0.0 <= lo < hi <= 1.0
     if k1 + k0:
         assert lo <= k1 / (k1 + k0) <= hi
-    for bound, edge in ((lo, 0.0), (hi, 1.0)):
+    for bound, edge, inward in ((lo, 0.0, 1.0), (hi, 1.0, -1.0)):
         if bound != edge:
-            # the root finder stops within its x-tolerance: the boundary holds to ~1e-5
-            assert float(beta_mixture_log_lr(k1, k0, a, b, bound)) == pytest.approx(level, abs=1e-5)
+            # bisection stops once its bracket is narrower than a float step (or 2⁻⁶⁴): the
+            # boundary lies between the bound and one step inward. Near 1 one step moves
+            # log M by ~k0·2⁻⁵³/(1-θ), so a tolerance on log M alone would be wrong there.
+            step = max(float(np.spacing(bound)), 2.0**-63)
+            assert float(beta_mixture_log_lr(k1, k0, a, b, bound)) >= level - 1e-7
+            assert float(beta_mixture_log_lr(k1, k0, a, b, bound + inward * step)) < level + 1e-7
     # inside the sequence the martingale is below 1/α
     mid = 0.5 * (lo + hi)
     assert float(beta_mixture_log_lr(k1, k0, a, b, mid)) < level
+
+
+@given(st.integers(0, 5000), st.integers(0, 5000), st.floats(0.5, 100.0), st.floats(0.05, 0.95))
+@settings(max_examples=80)
+def test_one_look_bisects_to_the_vectorized_bounds(
+    k1: int, k0: int, c: float, share: float
+) -> None:
+    """A single look bisects in Python floats (10x cheaper than numpy for one value); its
+    bounds must be those of the same look inside an array, to 1e-12 (numpy's vectorized
+    log may round differently from libm's in the last bit, which can flip one halving)."""
+    a, b = share * c, (1 - share) * c
+    one = beta_mixture_cs(k1, k0, a, b, ALPHA)
+    many = beta_mixture_cs(np.array([k1, k0 + 1]), np.array([k0, k1]), a, b, ALPHA)
+    got = [float(x) for x in one]
+    assert got == pytest.approx([float(many[0][0]), float(many[1][0])], rel=1e-12, abs=1e-15)
 
 
 def test_effect_interval_and_p_value_agree_on_the_sign() -> None:
