@@ -93,7 +93,7 @@ def _oracle(recs, start: int, end: int, slice_country: str | None):
 
 def _check(engine, recs, slice_label: str = "all", point_ms: int | None = None) -> set[int]:
     view, spec = take(engine, "fraud", "v1", slice_label)
-    got = series(view, spec, "v1", slice_label, METRICS, engine.delay.histogram(), NOW,
+    got = series(view, spec, "v1", slice_label, METRICS, engine.delay.histograms().of("fraud"), NOW,
                  point_ms=point_ms)  # fmt: skip
     points = got["accuracy"].points
     assert points, "no history"
@@ -138,7 +138,9 @@ def test_late_labels_land_in_old_points() -> None:
     early = labeled & (label_ts <= NOW - DAY)
     _feed(engine, (ts, y, score, country, label_ts, early), np.empty(0, np.int64), 20)
     view, spec = take(engine, "fraud", "v1", "all")
-    before = series(view, spec, "v1", "all", ["accuracy"], engine.delay.histogram(), NOW)
+    before = series(
+        view, spec, "v1", "all", ["accuracy"], engine.delay.histograms().of("fraud"), NOW
+    )
     late = labeled & ~early  # now the rest of the labels arrive, days after their predictions
     ids = np.array([f"p{i}" for i in range(ts.shape[0])])
     ix = np.flatnonzero(late)
@@ -178,11 +180,18 @@ def test_bad_parameters_name_themselves() -> None:
         assert err.value.param == param
     view, spec = take(engine, "fraud", "v1", "all")
     with pytest.raises(NarrowError) as err:
-        series(view, spec, "v1", "all", ["nonsense"], engine.delay.histogram(), NOW)
+        series(view, spec, "v1", "all", ["nonsense"], engine.delay.histograms().of("fraud"), NOW)
     assert err.value.param == "metric"
     with pytest.raises(NarrowError) as err:
         series(
-            view, spec, "v1", "all", ["accuracy"], engine.delay.histogram(), NOW, point_ms=90_000
+            view,
+            spec,
+            "v1",
+            "all",
+            ["accuracy"],
+            engine.delay.histograms().of("fraud"),
+            NOW,
+            point_ms=90_000,
         )
     assert err.value.param == "window"
 
