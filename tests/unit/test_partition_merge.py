@@ -195,6 +195,14 @@ def test_decode_refuses_foreign_or_broken_stats() -> None:
         decode(blob, ["fraud"], 1000)
     with pytest.raises(ValueError, match="not a packed blob"):
         decode(b"garbage", ["fraud"], engine.buckets.width_ms)
+    # a peer still on format 1 (one fleet label delay histogram): refused by its number,
+    # never read half-way (stats_topic logs it and keeps waiting for a format it reads)
+    meta, arrays = unpack(blob)
+    ops = meta["ops"]
+    ops["label_delay"] = [[0] * 16, 0.0]
+    del ops["label_delays"]
+    with pytest.raises(ValueError, match="stats format 1, this reads 2"):
+        decode(pack({**meta, "format": 1}, arrays), ["fraud"], engine.buckets.width_ms)
 
 
 def test_blobs_and_checkpoints_hold_plain_arrays_only(tmp_path: Path) -> None:
