@@ -139,7 +139,7 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=1000,
         metavar="N",
-        help="with SLOs or comparisons: evaluate about N times over the replayed range at "
+        help="with SLOs, comparisons or drift: evaluate about N times over the replayed range at "
         "most, at a multiple of evaluation.interval (0: every interval; default 1000)",
     )
 

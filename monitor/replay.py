@@ -4,11 +4,12 @@ Same decoder, same engine, same evaluation as the daemon; only the source (files
 the clock differ: "now" is the newest prediction timestamp seen, so windows are placed
 relative to the data, and the report adds an ``all`` window spanning every row — every
 accepted prediction, whatever windows are configured (the report's ``all_window`` checks
-the count). With SLOs or comparisons configured, the files are replayed in event time
-and evaluated every ``evaluation.interval`` of replayed time (``replay_steps.py``): the
-SLO timeline (when each instance fired and resolved, and why) and the comparisons' looks
-are those a daemon reading the files live would have had. ``history`` holds each model
-version's metrics over the replayed range (``engine/history.py``).
+the count). With SLOs, comparisons or drift configured, the files are replayed in event
+time and evaluated every ``evaluation.interval`` of replayed time (``replay_steps.py``):
+the timeline (when each SLO instance fired and resolved, and why; each comparison
+decision; each window's drift detections) and the comparisons' looks are those a daemon
+reading the files live would have had. ``history`` holds each model version's metrics
+over the replayed range (``engine/history.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from .alert_wiring import slo_specs
 from .alerting.slo import SloEvaluator, SloStatus
 from .alerting.timeline import Timeline
 from .config import Settings, redacted
+from .durations import format_duration
 from .engine.cause import Cause
 from .engine.completeness import window_completeness
 from .engine.core import Engine
@@ -53,7 +55,7 @@ from .wiring import build_engine, build_pipeline, wall_clock_ms
 __all__ = ["ReplayError", "replay"]
 
 
-MAX_STEPS = 1000  # evaluation steps of a replay with SLOs or comparisons, about
+MAX_STEPS = 1000  # evaluation steps of a replay with SLOs, comparisons or drift, about
 
 
 class ReplayError(Exception):
@@ -77,8 +79,8 @@ def replay(
     would look like a clean bill of health. (An empty labels file is fine: drift needs
     no labels.) ``decode_worker``: decode in a second process (ingest/file_feed.py;
     ``auto``: when two CPUs are usable) — the report is the same either way.
-    ``max_steps``: with SLOs or comparisons, about how many evaluation steps at most
-    (0: one every ``evaluation.interval`` however long the input)."""
+    ``max_steps``: with SLOs, comparisons or drift, about how many evaluation steps at
+    most (0: one every ``evaluation.interval`` however long the input)."""
     engine = build_engine(settings)
     dl_path = dead_letter or Path(settings.state.dir) / "replay-dead-letter.jsonl"
     k = settings.kafka
@@ -92,7 +94,8 @@ def replay(
     cr, nl, every = ("\r", "", 1.0) if tty else ("", "\n", 10.0)
     history: History = ()  # the confidence sequences over the replay, for the HTML report
     insight = Insight(lambda: engine, confidence=settings.evaluation.confidence)
-    stepper = _Stepper(settings, engine, insight) if settings.slos or engine.comparisons else None
+    stepped = settings.slos or engine.comparisons or engine.drift.specs
+    stepper = _Stepper(settings, engine, insight) if stepped else None
     steps = (
         StepFeed(
             pipeline, round(settings.evaluation.interval * 1000), stepper.step, total, max_steps
@@ -123,6 +126,9 @@ def replay(
         sink.close()
     if stepper is not None:
         history = stepper.history
+    stepping = None if steps is None else _steps_json(steps, settings, max_steps)
+    if stepping is not None and stepping["capped"] and progress is not None:
+        progress.write(f"{cr}replay: {stepping['capped']}\n")
     _check_read(engine, files, feed.lines, dl_path)
     if progress is not None and total > 0:
         progress.write(
@@ -174,16 +180,7 @@ def replay(
         "history": [series_json(x) for x in series],
         "slo_timeline": _slo_timeline(stepper),
         "timeline": timeline_json(stepper.timeline.spans) if stepper is not None else [],
-        "replay_steps": None
-        if steps is None
-        else {
-            "interval_seconds": steps.interval_ms / 1000,
-            "configured_interval_seconds": settings.evaluation.interval,
-            "steps": steps.steps,
-            "out_of_order": steps.out_of_order,
-            "note": "records stamped before a step already evaluated when they were read "
-            "(input not in time order): they count from the next step on",
-        },
+        "replay_steps": stepping,
     }
     return report
 
@@ -191,7 +188,8 @@ def replay(
 class _Stepper:
     """What runs at every step of replayed time: the SLO windows' evaluation (only the
     windows, slices and metrics SLOs read), the SLO state machine with the causes of new
-    breaches, one look of every comparison, and the timeline."""
+    breaches, one look of every comparison, the drift tests of every configured window,
+    and the timeline."""
 
     def __init__(self, settings: Settings, engine: Engine, insight: Insight) -> None:
         self.engine, self.insight = engine, insight
@@ -214,14 +212,19 @@ class _Stepper:
     def step(self, t: int) -> None:
         engine = self.engine
         results: tuple = ()
+        drift: tuple = ()
+        engine.freeze_live_references()  # a "first" drift reference once its span has passed
+        view = engine.view(copy=False)  # shares the stores' arrays: cheap
         if self.specs:
-            results, _ = evaluate_all(
-                engine.view(copy=False), self.models, t, self.confidence, engine.active_plugins
-            )
+            results, _ = evaluate_all(view, self.models, t, self.confidence, engine.active_plugins)
+        if engine.drift.specs:
+            drift = engine.drift.evaluate(view, t, unseen=engine.drift_cells.unseen.by_feature)
         looks = engine.look_comparisons(results, t) if engine.comparisons else ()
         self.history = extend_history(self.history, looks)
         completeness = window_completeness(results, engine.delay.histograms(), t)
-        snap = Snapshot(t, results, comparisons=looks, completeness=completeness, placed_ms=t)
+        snap = Snapshot(
+            t, results, comparisons=looks, drift=drift, completeness=completeness, placed_ms=t
+        )
         self.causes = self.insight.rollback_causes(snap, self.causes)
         self.statuses = self.slos.evaluate(
             snap, t / 1000.0, lambda spec, version: self.insight.slo_cause(spec, version, t)
@@ -246,6 +249,32 @@ def _slo_timeline(stepper: _Stepper | None) -> list[dict[str, object]]:
         }
         for s in stepper.timeline.of("slo")
     ]
+
+
+def _steps_json(steps: StepFeed, settings: Settings, max_steps: int) -> dict[str, object]:
+    """The evaluation steps; ``capped``: None at the configured interval, else what
+    evaluating at a coarser one (``max_steps``) means for the timeline."""
+    used, configured = steps.interval_ms / 1000, settings.evaluation.interval
+    capped = None
+    if used > configured:
+        every = format_duration(used)
+        capped = (
+            f"evaluated every {every} instead of every {format_duration(configured)} "
+            f"(evaluation.interval) to keep about {max_steps} steps (--max-steps): the "
+            f"SLO, comparison and drift timelines start and end on this {every} grid, an "
+            f"SLO's `for` counts in whole steps, and a breach or drift shorter than {every} "
+            "may not show at all; --max-steps 0 evaluates at every interval"
+        )
+    return {
+        "interval_seconds": used,
+        "configured_interval_seconds": configured,
+        "steps": steps.steps,
+        "max_steps": max_steps,
+        "capped": capped,
+        "out_of_order": steps.out_of_order,
+        "note": "records stamped before a step already evaluated when they were read "
+        "(input not in time order): they count from the next step on",
+    }
 
 
 def _every_metric(spec: ModelSpec) -> list[str]:

@@ -901,10 +901,19 @@ def _nav(models: Sequence[Json], has: Mapping[str, bool]) -> list[tuple[str, str
     return nav
 
 
-def _timeline_section(timeline: Sequence[Json], all_window: Json | None) -> str:
-    """Replay: when each SLO instance fired and resolved over replayed time, and why; and
+def _timeline_section(
+    timeline: Sequence[Json],
+    all_window: Json | None,
+    spans: Sequence[Json] = (),
+    steps: Json | None = None,
+) -> str:
+    """Replay: when each SLO instance fired and resolved over replayed time, and why; when
+    each window showed drift (``spans``: ``report.timeline_json``); at what cadence, when
+    a coarser one than configured was used (``steps``: the report's ``replay_steps``); and
     what the window ``all`` holds."""
     parts = []
+    if steps and steps.get("capped"):
+        parts.append(f'<p class="reason steps-capped">Replay {_e(steps["capped"])}.</p>')
     if timeline:
         rows = [
             f"<tr><td>{_e(t['slo'])}</td><td>{_e(t['model'])} / {_e(t['version'])}</td>"
@@ -915,6 +924,18 @@ def _timeline_section(timeline: Sequence[Json], all_window: Json | None) -> str:
         parts.append(
             "<h3>SLO timeline over replayed time</h3>"
             + _table(("SLO", "model / version", "fired", "resolved", "cause"), rows)
+        )
+    drift = [s for s in spans if s.get("kind") == "drift"]
+    if drift:
+        rows = [
+            f'<tr class="drift-span"><td>{_e(s["name"])}</td><td>{_e(s["model"])} / '
+            f"{_e(s['version'])}</td><td>{_e(s['start'])}</td>"
+            f"<td>{_e(s['end'] or 'still drifting')}</td><td>{_e(s.get('detail') or '')}</td></tr>"
+            for s in drift
+        ]
+        parts.append(
+            "<h3>Drift over replayed time</h3>"
+            + _table(("window", "model / version", "detected", "cleared", "features"), rows)
         )
     if all_window is not None:
         left = all_window.get("left_out") or 0
@@ -1002,7 +1023,12 @@ def render_report(report: Json) -> bytes:
     sections = {
         "overview": _overview_section(overview),
         "slos": _slo_section(slos, (overview or {}).get("slos_configured")),
-        "timeline": _timeline_section(report.get("slo_timeline") or [], report.get("all_window")),
+        "timeline": _timeline_section(
+            report.get("slo_timeline") or [],
+            report.get("all_window"),
+            report.get("timeline") or [],
+            report.get("replay_steps"),
+        ),
         "comparisons": _comparisons_section(
             report.get("comparisons") or [], report.get("comparison_history") or {}
         ),

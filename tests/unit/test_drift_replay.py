@@ -11,10 +11,14 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.config import settings_from_mapping
+from monitor.drift.detector import DriftDetector
 from monitor.drift.reference import ReferenceProfile
+from monitor.drift.summaries import n_cells, numeric_cells
 from monitor.engine.snapshot import Snapshot
 from monitor.export.prometheus import MonitorCollector
 from monitor.export.published import Published
+from monitor.export.report import iso
+from monitor.export.status_page import render_report
 from monitor.replay import replay
 
 COUNTRIES = np.array(["US", "DE", "BR", "IN"])
@@ -207,3 +211,63 @@ def test_live_reference_survives_a_restart(tmp_path: Path) -> None:
         assert view_two["m.drift"].tolist() == view_one["m.drift"].tolist()
         assert two.drift.frozen[0].tolist() == one.drift.frozen[0].tolist()
         assert two.drift.live_start == one.drift.live_start
+
+
+def test_replay_timeline_holds_the_drift_spans_of_every_step(tmp_path: Path) -> None:
+    """4 h of input whose feature x shifts by 0.5 SD from 2 h to 3 h: the report's
+    timeline has the 1 h window's drift spans as a daemon evaluating every 5 min of
+    replayed time would have had them — equal to the detector run at every step over
+    the raw values stamped in that step's window — and the HTML report lists them."""
+    rng = np.random.default_rng(8)
+    profile = ReferenceProfile.from_columns(numeric={"x": rng.normal(0, 1, 20_000)})
+    ref = tmp_path / "baseline.json"
+    ref.write_bytes(orjson.dumps(profile.to_json()))
+    start = 1_700_000_000_000 // 3_600_000 * 3_600_000 + 7 * 60_000
+    n = 4 * 3600  # one prediction a second
+    ts = start + np.arange(n, dtype=np.int64) * 1000
+    shifted = (ts >= start + 2 * 3_600_000) & (ts < start + 3 * 3_600_000)
+    x = rng.normal(0, 1, n) + 0.5 * shifted
+    pf, lf = tmp_path / "p.jsonl", tmp_path / "l.jsonl"
+    pf.write_bytes(b"".join(
+        orjson.dumps({"id": f"p{i}", "ts": int(ts[i]), "model": "fraud", "version": "v1",
+                      "score": 0.5, "features": {"x": float(x[i])}}) + b"\n"
+        for i in range(n)
+    ))  # fmt: skip
+    lf.write_bytes(b"")
+    settings = settings_from_mapping({
+        "state": {"dir": str(tmp_path / "state")}, "evaluation": {"interval": "5m"},
+        "models": [{"name": "fraud", "windows": [{"size": "1h"}],
+                    "drift": {"reference": str(ref)}}]})  # fmt: skip
+    report = replay(settings, pf, lf, progress=None, decode_worker="off")
+    steps = report["replay_steps"]["steps"]
+    assert steps >= 48 and report["replay_steps"]["out_of_order"] == 0
+    got = [(s["start"], s["end"], s["detail"]) for s in report["timeline"] if s["kind"] == "drift"]
+
+    detector = DriftDetector(profile)
+    (x_ref,) = profile.features
+    w, interval = 60_000, 300_000
+    t = -(-start // interval) * interval
+    want: list[tuple[str, str | None, str]] = []
+    open_at: int | None = None
+    for _ in range(steps):
+        last = t // w
+        inside = (ts >= (last - 59) * w) & (ts < (last + 1) * w) & (ts <= t)
+        cells = np.bincount(numeric_cells(x_ref, x[inside]), minlength=n_cells(x_ref))
+        detected = detector.predict({"x": cells}).any_detected
+        if detected and open_at is None:
+            open_at = t
+        elif not detected and open_at is not None:
+            want.append((iso(open_at), iso(t), "x"))
+            open_at = None
+        t += interval
+    if open_at is not None:
+        want.append((iso(open_at), None, "x"))
+    assert got == want
+    # the shift is found while it lasts, and nothing before it
+    (span,) = got
+    assert iso(start + 2 * 3_600_000) <= span[0] <= iso(start + 2 * 3_600_000 + 30 * 60_000)
+    assert span[1] is not None and iso(start + 3 * 3_600_000) < span[1]
+
+    page = render_report(report).decode()
+    assert "Drift over replayed time" in page and page.count('<tr class="drift-span">') == 1
+    assert span[0] in page

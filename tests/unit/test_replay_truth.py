@@ -5,6 +5,7 @@ evaluation of the rule at every evaluation step of the replayed range."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 
 from monitor.config import settings_from_mapping
 from monitor.export.report import iso
+from monitor.export.status_page import render_report
 from monitor.replay import replay
 from monitor.synthetic import binary_traffic
 
@@ -70,6 +72,7 @@ def test_all_holds_every_record_and_the_slo_timeline_is_the_rule_at_every_step(
     assert sum(p["predictions"] for p in acc["points"]) == len(preds)
     assert len(acc["points"]) >= 20
     assert report["replay_steps"]["out_of_order"] == 0
+    assert report["replay_steps"]["capped"] is None  # 360 steps: the configured minute
 
     got = [{**s, "cause": None} for s in report["slo_timeline"]]
     assert got == _brute_force(preds, labels, report["replay_steps"]["steps"])
@@ -78,9 +81,11 @@ def test_all_holds_every_record_and_the_slo_timeline_is_the_rule_at_every_step(
     assert all("explains" in s["cause"] for s in report["slo_timeline"])
 
 
-def _brute_force(preds: list[dict], labels: list[dict], steps: int) -> list[dict]:
-    """The SLO rule at every step t (a minute apart): the 1 h window of buckets ending in
-    t's, over the predictions stamped ≤ t joined with labels stamped ≤ t; a breach held
+def _brute_force(
+    preds: list[dict], labels: list[dict], steps: int, interval: int = 60_000
+) -> list[dict]:
+    """The SLO rule at every step t (``interval`` apart): the 1 h window of buckets ending
+    in t's, over the predictions stamped ≤ t joined with labels stamped ≤ t; a breach held
     for 5 min fires, the first pass without one resolves."""
     p_ts = np.array([p["ts"] for p in preds])
     ok = np.array([(p["score"] >= 0.5) for p in preds])
@@ -88,7 +93,7 @@ def _brute_force(preds: list[dict], labels: list[dict], steps: int) -> list[dict
     l_ts = np.array([by_id[p["id"]]["ts"] if p["id"] in by_id else 2**62 for p in preds])
     y = np.array([by_id[p["id"]]["label"] if p["id"] in by_id else -1 for p in preds])
     right = ok == (y == 1)
-    w, interval = 60_000, 60_000
+    w = 60_000
     t = -(-int(p_ts.min()) // interval) * interval
     spans, state, breach_since, fired = [], "inactive", None, None
     for _ in range(steps):
@@ -113,6 +118,33 @@ def _brute_force(preds: list[dict], labels: list[dict], steps: int) -> list[dict
          "cause": None}
         for a, b in spans
     ]  # fmt: skip
+
+
+def test_a_capped_cadence_is_said_and_its_timeline_is_the_rule_at_its_steps(
+    tmp_path: Path,
+) -> None:
+    """--max-steps 50 over 6 h at a 1 min interval: every 8 min instead (about 45 steps).
+    The report, stderr and the HTML report say so, and the SLO timeline is exactly the
+    rule evaluated at those coarser steps — what changed is stated, nothing is hidden."""
+    preds, labels = _story()
+    pf, lf = _write(tmp_path, preds, labels)
+    settings = settings_from_mapping({
+        "state": {"dir": str(tmp_path)}, "evaluation": {"interval": "1m"},
+        "models": [{"name": "fraud", "windows": [{"size": "1h"}]}], "slos": [SLO]})  # fmt: skip
+    err = io.StringIO()
+    report = replay(settings, pf, lf, progress=err, decode_worker="off", max_steps=50)
+    steps = report["replay_steps"]
+    assert (steps["interval_seconds"], steps["configured_interval_seconds"]) == (480, 60)
+    assert 40 <= steps["steps"] <= 50 and steps["max_steps"] == 50
+    assert "every 8m instead of every 1m" in steps["capped"] and "--max-steps" in steps["capped"]
+    assert steps["capped"] in err.getvalue()
+    got = [{**s, "cause": None} for s in report["slo_timeline"]]
+    assert got == _brute_force(preds, labels, steps["steps"], interval=480_000)
+    assert got, "the story should still fire at the coarser cadence"
+    page = render_report(report).decode()
+    assert 'class="reason steps-capped"' in page and "every 8m instead of every 1m" in page
+    (res,) = [r for r in report["results"] if r["window"] == "all" and r["slice"] == "all"]
+    assert res["predictions"] == len(preds)  # the cap changes the cadence, not the data
 
 
 def test_input_out_of_time_order_is_counted_and_still_all_counted(tmp_path: Path) -> None:
