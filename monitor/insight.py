@@ -16,7 +16,7 @@ from .alerting.slo import SloSpec
 from .durations import parse_duration
 from .engine.cause import Cause, change_cause, comparison_metric
 from .engine.core import Engine
-from .engine.history import Series, series, take
+from .engine.history import Series, series, take, versions_series
 from .engine.models import ModelSpec, WindowSpec
 from .engine.narrow import NarrowError, copy_rows, exported, slice_groups
 from .engine.snapshot import ComparisonResult, Snapshot
@@ -92,20 +92,17 @@ class Insight:
             plugins, point_ms, from_ms, to_ms,
         )  # fmt: skip
 
-    def trends(self, now_ms: int, metrics_of: Callable[[ModelSpec], Sequence[str]]) -> list[Series]:
-        """Slice ``all`` of every model version over the retained range, the metrics
-        ``metrics_of(model)`` each, at the finest point width (a multiple of the bucket
-        width) that keeps at most :data:`MAX_POINTS` points — what
-        ``/api/v1/history?window=<width>`` gives. Series without any sample are left out."""
+    def trend_point_ms(self, now_ms: int) -> int | None:
+        """The trends' point width: the finest of :data:`POINT_WIDTHS_S` (a multiple of
+        the bucket width) keeping the retained range within :data:`MAX_POINTS` points."""
         engine = self._engine()
         with self._lock:
             if not len(engine.buckets):
-                return []
+                return None
             first = int(engine.buckets.bucket.min())
-            versions = sorted({(m, v) for m, v, _ in engine.groups if m >= 0})
         width = engine.buckets.width_ms
         span = now_ms - first * width + width
-        point = next(
+        return next(
             (
                 w * 1000
                 for w in POINT_WIDTHS_S
@@ -113,14 +110,36 @@ class Insight:
             ),
             None,
         )
-        out: list[Series] = []
+
+    def trends(self, now_ms: int, metrics_of: Callable[[ModelSpec], Sequence[str]]) -> list[Series]:
+        """Slice ``all`` of every model version over the retained range, the metrics
+        ``metrics_of(model)`` each, at the finest point width (a multiple of the bucket
+        width) that keeps at most :data:`MAX_POINTS` points — what
+        ``/api/v1/history?window=<width>`` gives. Series without any sample are left out."""
+        engine = self._engine()
+        point = self.trend_point_ms(now_ms)
+        with self._lock:
+            if not len(engine.buckets):
+                return []
+            versions = sorted({(m, v) for m, v, _ in engine.groups if m >= 0})
+        by_model: dict[int, list[str]] = {}
         for m, version in versions:
+            by_model.setdefault(m, []).append(version)
+        out: list[Series] = []
+        for m, names in by_model.items():  # a model's versions in one evaluation
             spec = engine.models[m]
             metrics = list(metrics_of(spec))
             if not metrics:
                 continue
-            found = self.history(spec.name, version, "all", metrics, now_ms, point)
-            out.extend(s for s in found.values() if any(p.n for p in s.points))
+            with self._lock:
+                view, spec = take(engine, spec.name, names, "all")
+                delay = engine.delay.histograms().of(spec.name)
+                plugins = engine.active_plugins
+            found = versions_series(
+                view, spec, names, "all", metrics, delay, now_ms, self.confidence, plugins, point
+            )
+            for version in names:
+                out.extend(s for s in found[version].values() if any(p.n for p in s.points))
         return out
 
     def _cause(

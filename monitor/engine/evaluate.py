@@ -157,6 +157,8 @@ def _evaluate(
             catalog.measure_top_label_calibration(view, now_ms, m)
         tasks = view.sliced.get(m, _EMPTY)
         task_matrix = tasks.get(_SLICED_MATRIX[spec.task])
+        if spec.task == "binary" and spec.slice_score_layout is None:
+            task_matrix = None  # no score metric asked (a narrowed spec): nothing to sum
         versions: dict[str, list[int]] = {}
         for gid in gids.tolist():
             versions.setdefault(groups[gid][1], []).append(gid)

@@ -6,8 +6,8 @@ is one such row period — or, with a point width, the rows of one aligned perio
 evaluated as a window of its own through ``evaluate_all`` (``narrow.py``), so its value,
 interval and n are exactly what a window over those buckets reports, late labels
 included (they land in their prediction's row). Nothing is stored for it: a request
-copies the rows of one version's groups and evaluates them; memory is bounded by those
-rows.
+copies the rows of one version's groups (the trends: of one model's versions) and
+evaluates them; memory is bounded by those rows.
 
 A coarse row that a tier boundary cuts holds what lies before the boundary (the rest is
 still in finer rows), so its point ends there: points never overlap.
@@ -39,7 +39,7 @@ from .snapshot import DelayHistogram, WindowResult
 from .view import StoreView
 from .windows import Tiers
 
-__all__ = ["HistoryPoint", "Series", "point_spans", "series", "take"]
+__all__ = ["HistoryPoint", "Series", "point_spans", "series", "take", "versions_series"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,57 +133,95 @@ def series(
     overlapping ``[from_ms, to_ms)``; ``now_ms``: when labels are counted as in (the
     completeness of each point, from the model's label ``delay``; None: none known).
     NarrowError names a bad parameter."""
+    return versions_series(
+        view, spec, [version], slice_label, metrics, delay, now_ms, confidence, plugins,
+        point_ms, from_ms, to_ms,
+    )[version]  # fmt: skip
+
+
+def versions_series(
+    view: StoreView,
+    spec: ModelSpec,
+    versions: Sequence[str],
+    slice_label: str,
+    metrics: Sequence[str],
+    delay: DelayHistogram | None,
+    now_ms: int,
+    confidence: float = 0.95,
+    plugins: Sequence[Any] = (),
+    point_ms: int | None = None,
+    from_ms: int | None = None,
+    to_ms: int | None = None,
+) -> dict[str, dict[str, Series]]:
+    """:func:`series` of several versions of one model at once, over a view of all their
+    groups (:func:`take`): each version keeps its own points (the spans of its own rows),
+    and the union of those spans is evaluated in one pass — the versions of a window are
+    then computed together, which is what makes the status page's trends cheap."""
     w = view.width_ms
     if point_ms is not None and (point_ms <= 0 or point_ms % w):
         raise NarrowError("window", f"a point width must be a multiple of the bucket width {w} ms")
     light = view.buckets
-    spans = point_spans(light["tier"], light["bucket"], view.tiers, (point_ms or 0) // w)
-    first = min((a for a, _ in spans), default=None)
-    if from_ms is not None:
-        spans = [(a, b) for a, b in spans if b * w > from_ms]
-    if to_ms is not None:
-        spans = [(a, b) for a, b in spans if a * w < to_ms]
+    row_version = np.array([g[1] for g in view.groups] or [""], object)[light["group"]]
+    own: dict[str, list[tuple[int, int]]] = {}
+    first: dict[str, int | None] = {}
+    for version in versions:
+        mine = row_version == version
+        spans = point_spans(light["tier"][mine], light["bucket"][mine], view.tiers,
+                            (point_ms or 0) // w)  # fmt: skip
+        first[version] = min((a for a, _ in spans), default=None)
+        if from_ms is not None:
+            spans = [(a, b) for a, b in spans if b * w > from_ms]
+        if to_ms is not None:
+            spans = [(a, b) for a, b in spans if a * w < to_ms]
+        own[version] = spans
+    every = sorted({s for spans in own.values() for s in spans})
+    at = {s: i for i, s in enumerate(every)}
     dims, _ = parse_slice(slice_label)
-    now_b = max((b for _, b in spans), default=0)
-    windows = [span_window(str(i), a, b, now_b, w) for i, (a, b) in enumerate(spans)]
+    now_b = max((b for _, b in every), default=0)
+    windows = [span_window(str(i), a, b, now_b, w) for i, (a, b) in enumerate(every)]
     narrow = narrowed_spec(spec, windows, metrics, (dims,) if dims else (), min_samples=0)
     results = evaluate_narrow(view, narrow, now_b * w, confidence, plugins, exact=True)
-    by_point: dict[int, WindowResult] = {
-        int(r.window): r for r in results if r.version == version and r.slice == slice_label
+    by_point: dict[tuple[str, int], WindowResult] = {
+        (r.version, int(r.window)): r for r in results if r.slice == slice_label
     }
-    cdf = delay_cdf(delay)
-    starts = np.array([a * w for a, _ in spans], np.int64)
-    ends = np.array([b * w for _, b in spans], np.int64)
-    complete = cdf.completeness(starts, ends, now_ms)
+    complete = delay_cdf(delay).completeness(
+        np.array([a * w for a, _ in every], np.int64),
+        np.array([b * w for _, b in every], np.int64),
+        now_ms,
+    )
     named = _names(results)
-    out: dict[str, Series] = {}
     for metric in metrics:
-        if spans and metric not in named and not _configured(spec, metric):
+        if every and metric not in named and not _configured(spec, metric):
             raise NarrowError("metric", f"model {spec.name} computes no metric {metric!r}")
-        points = []
-        for i, (a, b) in enumerate(spans):
-            r = by_point.get(i)
-            mv = next((x for x in r.metrics if x.name == metric), None) if r else None
-            preds, labeled = (r.predictions, r.labeled) if r else (0, 0)
-            cov = labeled / preds if preds else math.nan
-            points.append(
-                HistoryPoint(
-                    a * w,
-                    b * w,
-                    mv.value if mv else math.nan,
-                    mv.lower if mv else math.nan,
-                    mv.upper if mv else math.nan,
-                    int(mv.n) if mv else 0,
-                    preds,
-                    labeled,
-                    float(complete[i]),
-                    expected_coverage(cov, float(complete[i])),
+    out: dict[str, dict[str, Series]] = {}
+    for version, spans in own.items():
+        out[version] = {}
+        for metric in metrics:
+            points = []
+            for a, b in spans:
+                i = at[a, b]
+                r = by_point.get((version, i))
+                mv = next((x for x in r.metrics if x.name == metric), None) if r else None
+                preds, labeled = (r.predictions, r.labeled) if r else (0, 0)
+                cov = labeled / preds if preds else math.nan
+                points.append(
+                    HistoryPoint(
+                        a * w,
+                        b * w,
+                        mv.value if mv else math.nan,
+                        mv.lower if mv else math.nan,
+                        mv.upper if mv else math.nan,
+                        int(mv.n) if mv else 0,
+                        preds,
+                        labeled,
+                        float(complete[i]),
+                        expected_coverage(cov, float(complete[i])),
+                    )
                 )
-            )
-        out[metric] = Series(
-            spec.name, version, slice_label, metric, point_ms, tuple(points),
-            None if first is None else first * w,
-        )  # fmt: skip
+            out[version][metric] = Series(
+                spec.name, version, slice_label, metric, point_ms, tuple(points),
+                None if first[version] is None else first[version] * w,
+            )  # fmt: skip
     return out
 
 
@@ -197,17 +235,23 @@ def _configured(spec: ModelSpec, metric: str) -> bool:
     return metric in exported(spec)
 
 
-def take(engine: Any, model: str, version: str, slice_label: str) -> tuple[StoreView, ModelSpec]:
-    """The rows a :func:`series` of ``model``'s ``version`` and slice reads, copied out of
-    ``engine`` (call under its lock). NarrowError names an unknown model or version."""
+def take(
+    engine: Any, model: str, version: str | Sequence[str], slice_label: str
+) -> tuple[StoreView, ModelSpec]:
+    """The rows a :func:`series` of ``model``'s ``version`` (or a :func:`versions_series`
+    of several) and slice reads, copied out of ``engine`` (call under its lock).
+    NarrowError names an unknown model or version."""
     names = [m.name for m in engine.models]
     if model not in names:
         raise NarrowError("model", f"no model {model!r} is configured (models: {', '.join(names)})")
     m = names.index(model)
     spec = engine.models[m]
-    versions = sorted({v for mi, v, _ in engine.groups if mi == m})
-    if version not in versions:
-        have = ", ".join(versions) or "none yet"
-        raise NarrowError("version", f"model {model} has no version {version!r} (versions: {have})")
-    gids = slice_groups(engine.groups, spec, m, version, slice_label)
-    return copy_rows(engine, m, gids), spec
+    known = sorted({v for mi, v, _ in engine.groups if mi == m})
+    asked = [version] if isinstance(version, str) else list(version)
+    for v in asked:
+        if v not in known:
+            have = ", ".join(known) or "none yet"
+            raise NarrowError("version", f"model {model} has no version {v!r} (versions: {have})")
+    gids = [g for v in asked for g in slice_groups(engine.groups, spec, m, v, slice_label)]
+    sliced = slice_label != "all" or spec.task != "binary"
+    return copy_rows(engine, m, gids, sliced=sliced), spec

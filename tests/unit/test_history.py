@@ -5,6 +5,7 @@ same whatever the order records arrive in (hypothesis)."""
 from __future__ import annotations
 
 import math
+from dataclasses import astuple
 
 import numpy as np
 import pytest
@@ -13,8 +14,8 @@ from hypothesis import strategies as st
 from sklearn.metrics import accuracy_score, f1_score, precision_score, recall_score
 
 from monitor.config import settings_from_mapping
-from monitor.engine.history import point_spans, series, take
-from monitor.engine.narrow import NarrowError
+from monitor.engine.history import point_spans, series, take, versions_series
+from monitor.engine.narrow import NarrowError, copy_rows, slice_groups
 from monitor.engine.records import LabelBatch, PredictionBatch, hash_ids
 from monitor.wiring import build_engine
 
@@ -209,3 +210,48 @@ def test_point_spans_cut_at_tier_boundaries() -> None:
         (1000 * 60, 1000 * 60 + 15),
         (1000 * 60 + 15, 1000 * 60 + 16),
     ]
+
+
+def _fields(found: dict) -> dict:
+    """Every field of every series and point, NaN spelled out (NaN != NaN)."""
+    return {
+        k: (s.model, s.version, s.slice, s.metric, s.point_ms, s.first_seen_ms,
+            [tuple("nan" if v != v else v for v in astuple(p)) for p in s.points])
+        for k, s in found.items()
+    }  # fmt: skip
+
+
+def test_versions_evaluated_together_equal_each_version_alone() -> None:
+    """The trends evaluate a model's versions in one pass over the union of their points;
+    each version's series must be the one it has alone — also for a version whose rows
+    (and so points) are a subset of the other's, and without the sliced store a binary
+    model's slice ``all`` does not read."""
+    engine = build_engine(_settings())
+    _feed(engine, _records(4, 3000), np.array([], np.int64), 6)
+    rng = np.random.default_rng(9)
+    n = 400  # v2: the last 10 hours only
+    ts = np.sort(rng.integers(NOW - 10 * HOUR, NOW, n)).astype(np.int64)
+    y, score = (rng.random(n) < 0.3).astype(int), rng.random(n)
+    keys = hash_ids([f"v2-{i}" for i in range(n)])
+    engine.apply_predictions(PredictionBatch(
+        keys, ts, np.zeros(n, np.int16), ["v2"] * n, score, (score >= 0.5).astype(np.int8),
+        segments=[{"country": c} for c in rng.choice(["US", "BR"], n)]))  # fmt: skip
+    engine.apply_labels(LabelBatch(keys, ts + MIN, [str(v) for v in y]))
+    engine.roll_up(NOW)
+    delay = engine.delay.histograms().of("fraud")
+    for slice_label in ("all", "country=BR"):
+        for point in (None, HOUR, 6 * HOUR):
+            view, spec = take(engine, "fraud", ["v1", "v2"], slice_label)
+            together = versions_series(view, spec, ["v1", "v2"], slice_label, METRICS, delay,
+                                       NOW, point_ms=point)  # fmt: skip
+            for v in ("v1", "v2"):
+                alone = series(*take(engine, "fraud", v, slice_label), v, slice_label, METRICS,
+                               delay, NOW, point_ms=point)  # fmt: skip
+                assert _fields(together[v]) == _fields(alone), (slice_label, point, v)
+                gids = slice_groups(engine.groups, spec, 0, v, slice_label)
+                every_store = series(copy_rows(engine, 0, gids), spec, v, slice_label,
+                                     METRICS, delay, NOW, point_ms=point)  # fmt: skip
+                assert _fields(every_store) == _fields(alone), (slice_label, point, v)
+            v1, v2 = (len(together[v]["accuracy"].points) for v in ("v1", "v2"))
+            assert 0 < v2 < v1, (slice_label, point)  # the versions' points differ
+            assert any(p.n for p in together["v2"]["accuracy"].points)
