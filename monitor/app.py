@@ -33,7 +33,7 @@ from .collector import collector_paused
 from .config import Settings, redacted
 from .engine.clock import EventWatermark, SteadyClock, retention_now
 from .engine.core import Engine, StateMismatch
-from .engine.evaluate import evaluate_all, ops_state
+from .engine.evaluate import evaluate_all
 from .engine.models import WindowSpec
 from .engine.snapshot import OpsState, Snapshot
 from .engine.view import StoreView
@@ -56,8 +56,8 @@ from .ingest.dead_letter_topic import TopicDeadLetter
 from .ingest.deadletter import DeadLetterSink, FileDeadLetter
 from .ingest.group_members import GroupMembers
 from .ingest.kafka import KafkaSource, make_producer, open_source
+from .ingest.layout import LayoutError, check_layout, metadata_config, partition_counts
 from .ingest.pipeline import load_offsets, offset_key
-from .scale.layout import LayoutError, check_layout, metadata_config, partition_counts
 from .schedule.jobs import ScheduledJobs
 from .schedule.reference import rotate
 from .schedule.runner import ScheduleRunner
@@ -501,7 +501,7 @@ class Daemon:
 
     def _publish_ops(self) -> None:
         with self.lock:
-            ops = ops_state(self.engine)
+            ops = self.engine.ops()
         alerts = self._delivery_stats()
         with self._pub_lock:
             self._published = replace(self._published, ops=ops, alerts=alerts)

@@ -10,7 +10,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from scipy.sparse import csr_matrix
@@ -46,13 +46,10 @@ from ..stats.scores import (
 from .buckets import window_group_sums
 from .models import SCORE_METRICS, ModelSpec, SliceSpec
 from .result_cache import ResultCache, digest, row_digests
-from .snapshot import Economics, FairnessGap, OpsState, WindowResult
+from .snapshot import Economics, FairnessGap, WindowResult
 from .view import StoreView, base_group_index
 
-if TYPE_CHECKING:
-    from .core import Engine
-
-__all__ = ["evaluate_all", "ops_state"]
+__all__ = ["evaluate_all", "score_results"]
 
 _EMPTY: dict[str, np.ndarray] = {}
 
@@ -868,8 +865,3 @@ _SLICED_MATRIX = {
 
 
 _NAN3 = (float("nan"),) * 3
-
-
-def ops_state(engine: Engine) -> OpsState:
-    """A copy of the engine's operational counters (cheap; call under the app lock)."""
-    return engine.ops()
