@@ -31,7 +31,7 @@ from .alerting.delivery import DeliveryStats
 from .alerting.slo import SloEvaluator, SloStatus
 from .collector import collector_paused
 from .config import Settings, redacted
-from .engine.clock import EventWatermark, SteadyClock, retention_now
+from .engine.clock import SteadyClock, retention_now
 from .engine.core import Engine, StateMismatch
 from .engine.evaluate import evaluate_all
 from .engine.models import WindowSpec
@@ -144,11 +144,7 @@ class Daemon:
         )
 
     def _new_engine(self) -> Engine:
-        ev = self.settings.evaluation
-        engine = build_engine(self.settings, self.settings.state.dir)
-        engine.event_clock = EventWatermark(ev.watermark_samples, ev.watermark_quantile)
-        engine.label_clock = EventWatermark(ev.watermark_samples, ev.watermark_quantile)
-        return engine
+        return build_engine(self.settings, self.settings.state.dir)
 
     # -- published state (readers) ---------------------------------------------------
     def published(self) -> Published:
