@@ -108,7 +108,9 @@ def test_report_runs_once_per_fire_time_across_restarts_and_downtime(
         start_ms = int((day - timedelta(minutes=50)).timestamp() * 1000)
         produce(broker.bootstrap, _pairs(300, start_ms, 1_800_000, 0.0, 1, "a"))
         daemon.wait_consumed({"predictions": 300, "labels": 300})
-        wait_until(lambda: len(_reports(reports)) >= 1, 120, daemon.log_tail)
+        # the job writes the JSON, then its HTML view: wait for both
+        wait_until(lambda: any(p.with_suffix(".html").exists() for p in _reports(reports)),
+                   120, daemon.log_tail)  # fmt: skip
         (first,) = _reports(reports)
         report = orjson.loads(first.read_bytes())
         period = {k: datetime.fromisoformat(report["period"][k]) for k in ("start", "end")}
