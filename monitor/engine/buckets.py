@@ -232,13 +232,11 @@ class BucketStore:
         bidx = self.bucket_of(ts_ms)
         combined = (np.asarray(group, np.int64) << _GROUP_SHIFT) | self._tiered(bidx)
         uniq, inverse = np.unique(combined, return_inverse=True)
-        urows = np.empty(uniq.shape[0], np.int64)
-        index = self._index
-        for i, key in enumerate(uniq.tolist()):
-            row = index.get(key)
-            if row is None:
-                row = self._new_row(key)
-            urows[i] = row
+        keys = uniq.tolist()
+        urows = np.fromiter(map(self._index.get, keys, itertools.repeat(-1)), np.int64, len(keys))
+        new = np.flatnonzero(urows < 0)
+        if new.shape[0]:
+            urows[new] = self._new_rows(uniq[new])
         self._dirty[urows] = True  # every write to a row comes through here first
         for plan in self._sum_plans:  # keep the old value of rows already summed
             self._save_undo(plan, urows)
@@ -263,18 +261,25 @@ class BucketStore:
         span = np.array(t.spans, np.int64)[tier]
         return (tier.astype(np.int64) << _BUCKET_BITS) | (bidx - bidx % span)
 
-    def _new_row(self, key: int) -> int:
-        if self._n == self._cap:
+    def _new_rows(self, keys: np.ndarray) -> np.ndarray:
+        """Rows for new (group, tier, bucket) keys, appended in one step; their rows."""
+        k = keys.shape[0]
+        if self._n + k > self._cap:
             cap = self._cap
-            small = cap < _GROW_SLOWER_FROM and self.nbytes() < _GROW_SLOWER_BYTES
-            self._grow(cap * 2 if small else cap + cap // 4)
-        row = self._n
-        self._n += 1
-        self._index[key] = row
-        self._cols["group"][row] = key >> int(_GROUP_SHIFT)
-        self._cols["bucket"][row] = key & ((1 << _BUCKET_BITS) - 1)
-        self._cols["tier"][row] = (key >> _BUCKET_BITS) & 3
-        return row
+            while cap < self._n + k:
+                small = cap < _GROW_SLOWER_FROM and cap * self._row_bytes() < _GROW_SLOWER_BYTES
+                cap = cap * 2 if small else cap + cap // 4
+            self._grow(cap)
+        rows = np.arange(self._n, self._n + k)
+        self._n += k
+        self._index.update(zip(keys.tolist(), rows.tolist(), strict=True))
+        self._cols["group"][rows] = keys >> _GROUP_SHIFT
+        self._cols["bucket"][rows] = keys & ((1 << _BUCKET_BITS) - 1)
+        self._cols["tier"][rows] = (keys >> _BUCKET_BITS) & 3
+        return rows
+
+    def _row_bytes(self) -> int:
+        return int(sum(a.nbytes // a.shape[0] for a in self._cols.values()))
 
     def span(self) -> np.ndarray:
         """Base buckets each row in use covers (1, or an hour's, 12 hours' or a day's worth)."""

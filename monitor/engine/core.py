@@ -492,7 +492,8 @@ class Engine:
         # identity is (id, model, version): a resend with other segments is a duplicate,
         # in the same batch as across batches
         mv = reg.mv
-        new = valid[self.join.unseen(batch.keys[valid], mv[group[valid]], mv)]
+        held = self.join.unseen(batch.keys[valid], mv[group[valid]], mv)
+        new = valid[held.positions]
         dup = valid.shape[0] - new.shape[0]
         self.records["predictions", "accepted"] += int(new.shape[0])
         if dup:
@@ -501,7 +502,7 @@ class Engine:
         if new.shape[0] == 0:
             return rejects
         keys, ts, g = batch.keys[new], batch.ts_ms[new], group[new]
-        self.join.insert_predictions(
+        own = self.join.insert_predictions(
             keys,
             {
                 "ts": ts,
@@ -521,7 +522,7 @@ class Engine:
         late = self.event_clock.observe(ts)
         if late:  # behind every retained bucket: in no window (docs/semantics.md)
             self.join_events["too_late"] += late
-        joined, unknown = self.join.join_new(keys, g, self._classify)
+        joined, unknown = self.join.join_new(keys, own, held, self._classify)
         if unknown:  # the label's bytes went by long ago: nothing to dead-letter
             self.join_events["unknown_class_label"] += unknown
         if joined is not None:

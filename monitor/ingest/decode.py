@@ -548,21 +548,22 @@ class PredictionDecoder:
         assert self._typed is not None
         n = len(raws)
         rows, ok = _typed_rows(self._typed.decode, raws, self.limits, _EMPTY_ROW)
+        # the struct checked each field's type and range (lengths, score in [0, 1], no
+        # explicit prediction); left: the model name, and the timestamp against "now"
         names = list(map(_get_model, rows))
-        index = {name: self._by_name.get(name, -1) for name in set(names)}
-        model = np.fromiter(map(index.__getitem__, names), np.int16, n)
-        checks = model >= 0
+        first = self._by_name.get(names[0], -1)
+        if first >= 0 and names.count(names[0]) == n:  # one model (C-level comparisons)
+            model = np.full(n, first, np.int16)
+        else:
+            index = {name: self._by_name.get(name, -1) for name in set(names)}
+            model = np.fromiter(map(index.__getitem__, names), np.int16, n)
+        ts = np.fromiter(map(_get_ts, rows), np.int64, n)
+        checks = (model >= 0) & (ts <= now_ms + self.limits.max_future_skew_ms)
         if ok is not None:
             checks &= ok
-        ts = np.fromiter(map(_get_ts, rows), np.int64, n)
         score = np.fromiter(map(_get_score, rows), np.float64, n)
         ids = list(map(_get_id, rows))
         versions = list(map(_get_version, rows))
-        v_len = np.fromiter(map(len, versions), np.int64, n)
-        id_len = np.fromiter(map(len, ids), np.int64, n)
-        checks &= self._in_range(ts, score, id_len, v_len, now_ms)
-        if list(map(_get_prediction, rows)).count(None) != n:  # any type, even a list
-            checks &= np.fromiter(map(_no_prediction, rows), bool, n)
         thresholds = np.array([m.threshold for m in self.models] + [2.0])
         decision = (score >= thresholds[model]).astype(np.int8)
         fields = self._typed.type.__struct_fields__
@@ -877,12 +878,13 @@ def _typed_decoder(
     row = _struct(
         "Row",
         [
-            ("id", str),
-            ("ts", Annotated[int, msgspec.Meta(ge=0, le=_MAX_TS_MS)]),
+            ("id", Annotated[str, msgspec.Meta(min_length=1)]),
+            ("ts", Annotated[int, msgspec.Meta(ge=0, lt=_MAX_TS_MS)]),
             ("model", str),
-            ("version", str),
-            ("score", float),
-            ("prediction", Any, None),
+            ("version", Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_VERSION_CHARS)]),
+            ("score", Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]),
+            # present (even null): an explicit decision, which the per-record path reads
+            ("prediction", msgspec.UnsetType, msgspec.UNSET),
             *extras,
         ],
         {f: p for f, p in zip(fields, paths(first), strict=True) if f in names},
@@ -923,7 +925,6 @@ _get_ts = operator.attrgetter("ts")
 _get_model = operator.attrgetter("model")
 _get_version = operator.attrgetter("version")
 _get_score = operator.attrgetter("score")
-_get_prediction = operator.attrgetter("prediction")
 
 
 _get_features = operator.attrgetter("features")
@@ -936,7 +937,7 @@ class _EmptyRow:
     id = version = model = ""
     ts = -1
     score = -1.0
-    prediction = features = segments = None
+    features = segments = None
 
 
 _EMPTY_ROW = _EmptyRow()
@@ -984,10 +985,6 @@ def _not_utf8(raw: bytes) -> bool:
     except UnicodeDecodeError:
         return True
     return False
-
-
-def _no_prediction(row: Any) -> bool:
-    return row.prediction is None
 
 
 def _numeric_block(features: Sequence[dict[str, Any] | None], names: Sequence[str]) -> np.ndarray:
@@ -1153,7 +1150,7 @@ class LabelDecoder:
         row = _struct(
             "LabelRow",
             [
-                ("id", str),
+                ("id", Annotated[str, msgspec.Meta(min_length=1)]),
                 ("ts", Annotated[int, msgspec.Meta(ge=0, lt=_MAX_TS_MS)]),
                 ("label", int | str),
             ],
@@ -1227,7 +1224,9 @@ class LabelDecoder:
         raw_labels = list(map(get_label, objs))
         ok = _and(ok, id_str := _of_type(ids, str))
         ts, fits = _int_column(c_ts, _of_type(c_ts, int))
-        return self._checked(_and(ok, fits), ids, id_str is None, ts, raw_labels, now_ms)
+        lengths = np.fromiter(map(len if id_str is None else _len, ids), np.int64, len(ids))
+        ok = _and(ok, lengths > 0)  # (a non-string id counts as empty)
+        return self._checked(_and(ok, fits), ids, ts, raw_labels, now_ms)
 
     def _typed_columns(
         self, raws: Sequence[bytes | None], now_ms: int
@@ -1238,22 +1237,21 @@ class LabelDecoder:
         rows, ok = _typed_rows(self._typed.decode, raws, self.limits, _EMPTY_LABEL)
         ids = list(map(_get_id, rows))
         ts = np.fromiter(map(_get_ts, rows), np.int64, len(rows))
-        return self._checked(ok, ids, True, ts, list(map(_get_label, rows)), now_ms)
+        return self._checked(ok, ids, ts, list(map(_get_label, rows)), now_ms)
 
     def _checked(
         self,
         ok: np.ndarray | None,
         ids: list[Any],
-        all_str: bool,
         ts: np.ndarray,
         raw_labels: list[Any],
         now_ms: int,
     ) -> tuple[np.ndarray | None, list[Any], np.ndarray, list[str], np.ndarray] | None:
-        """Range checks and canonical labels (per distinct label) on the columns."""
+        """Range checks and canonical labels (per distinct label) on the columns (ids
+        already checked: non-empty strings where ``ok``)."""
         n = len(ids)
         limit = now_ms + self.limits.max_future_skew_ms
         checks = (ts >= 0) & (ts <= limit) & (ts < _MAX_TS_MS)
-        checks &= np.fromiter(map(len if all_str else _len, ids), np.int64, n) > 0
         # labels of one type (ints, or strings) are canonicalised per distinct value
         kind = int if _of_type(raw_labels, int) is None else str
         typed = _of_type(raw_labels, kind)
