@@ -26,6 +26,8 @@ k  state topic (``state.kafka_store``): store and restore of a 100 MB checkpoint
    compacted topic vs writing/reading the same bytes locally (≤ 5 s store, ≤ 10 s restore)
 p  /healthz latency under 50 parallel scrapers of a multi-MB page vs idle (p50 ≤ 50 ms)
 s  status page (GET /) of a 3-window × 100-slice model, served over HTTP (≤ 1 s)
+q  ranking through ``monitor replay``, 50,000 queries of 20 items, per CPU-second (≥ 20,000/s
+   and ≥ 3× one stacked scikit-learn ``ndcg_score`` call over the same lists)
 r  ``monitor replay`` of 1,000,000 predictions + labels (≥ 250,000 events/s) vs scikit-learn +
    SciPy computing the same metrics and KS tests from the same files
 g  fleet: 10 models × 3 versions × 100 slices, windows 5m/1h/1d/7d, 1M events (RSS ≤ 1 GiB,
@@ -743,6 +745,101 @@ def bench_replay(n: int, reps: int, work: Path) -> Result:
             f"{sorted(k[3:] for k, v in oracle.items() if k.startswith('ks/') and v < 0.05)})",
         ],
     )
+
+
+# -- (q) ranking through replay ---------------------------------------------------------
+RANKING_ITEMS = 20
+
+
+def write_ranking_files(
+    n: int, work: Path, seed: int = 5
+) -> tuple[Path, Path, np.ndarray, np.ndarray]:
+    """``n`` ranking predictions (20 items scored to two decimals: some ties) and a
+    relevance label for each (three items graded 1-3), as JSONL; returns the paths and
+    the (n, 20) grade and score matrices scikit-learn's ``ndcg_score`` takes."""
+    rng = np.random.default_rng(seed)
+    scores = np.round(rng.random((n, RANKING_ITEMS)), 2)
+    grades = np.zeros((n, RANKING_ITEMS))
+    picked = np.argsort(rng.random((n, RANKING_ITEMS)), axis=1)[:, :3]
+    np.put_along_axis(grades, picked, rng.integers(1, 4, (n, 3)).astype(float), axis=1)
+    ts = 1_700_000_000_000 + np.arange(n, dtype=np.int64) * 10
+    pf, lf = work / "ranking-p.jsonl", work / "ranking-l.jsonl"
+    names = [f"d{j}" for j in range(RANKING_ITEMS)]
+    sl, gl, tl = scores.tolist(), grades.tolist(), ts.tolist()
+    with open(pf, "wb") as fh:
+        fh.write(
+            b"".join(
+                orjson.dumps(
+                    {"id": f"q{i}", "ts": tl[i], "model": "search", "version": "v1",
+                     "items": [{"item": d, "score": x} for d, x in zip(names, sl[i], strict=True)]}
+                ) + b"\n"
+                for i in range(n)
+            )
+        )  # fmt: skip
+    with open(lf, "wb") as fh:
+        fh.write(
+            b"".join(
+                orjson.dumps(
+                    {"id": f"q{i}", "ts": tl[i] + 1000,
+                     "relevance": {names[j]: int(gl[i][j]) for j in picked[i].tolist()}}
+                ) + b"\n"
+                for i in range(n)
+            )
+        )  # fmt: skip
+    return pf, lf, grades, scores
+
+
+def bench_ranking(n: int, reps: int, work: Path) -> list[Result]:
+    """(q) ``monitor replay`` of ``n`` ranking queries (read, decode, join, per-query
+    metrics, evaluation, report) in queries per CPU-second of the process, vs one
+    stacked scikit-learn ``ndcg_score`` call over the same lists (one metric, one k)."""
+    from sklearn.metrics import ndcg_score
+
+    from monitor.replay import replay
+
+    pf, lf, grades, scores = write_ranking_files(n, work)
+    settings = settings_from_mapping(
+        {"state": {"dir": str(work / "ranking-state")},
+         "models": [{"name": "search", "task": "ranking", "k": [5, 10],
+                     "windows": [{"size": "1d"}]}]}
+    )  # fmt: skip
+    ours: list[float] = []
+    walls: list[float] = []
+    base: list[float] = []
+    report: dict[str, Any] = {}
+    oracle = 0.0
+    loads = []
+    for rep in range(reps):
+        for side in ("replay", "sklearn") if rep % 2 == 0 else ("sklearn", "replay"):
+            gc.collect()
+            t, c = time.perf_counter(), time.process_time()
+            if side == "replay":
+                report = replay(settings, pf, lf, progress=None, decode_worker="off")
+                ours.append(n / (time.process_time() - c))
+                walls.append(n / (time.perf_counter() - t))
+            else:
+                oracle = float(ndcg_score(grades, scores, k=10))
+                base.append(n / (time.process_time() - c))
+            loads.append(os.getloadavg()[0])
+            log(f"(q) rep {rep + 1}/{reps} {side}: {time.perf_counter() - t:.2f}s")
+    (whole,) = [r for r in report["results"] if r["window"] == "all" and r["slice"] == "all"]
+    got = whole["metrics"]["ndcg_at_10"]["value"]
+    notes = [
+        f"{n:,} queries of {RANKING_ITEMS} items (scores to two decimals: ties), three graded "
+        f"items each; median of {reps} reps, per-rep ratios "
+        + ", ".join(f"{a / b:.2f}" for a, b in zip(ours, base, strict=True))
+        + f"; wall-clock {median(walls):,.0f} queries/s; load average "
+        f"{min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} CPUs",
+        f"same answer: mean NDCG@10 {got:.6f} (replay) vs {oracle:.6f} (ndcg_score)",
+    ]
+    return [
+        Result("q", "ranking through replay, per CPU-second", "queries/s", median(ours),
+               median(base), "one stacked sklearn ndcg_score call", 3.0, "ratio", True,
+               ours, base, notes),
+        Result("q", "ranking through replay, per CPU-second", "queries/s", median(ours),
+               median(base), "one stacked sklearn ndcg_score call", 20_000, "absolute", True,
+               ours, base),
+    ]  # fmt: skip
 
 
 def _cpu_seconds() -> float:
@@ -2086,15 +2183,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller inputs, < 2 minutes")
     parser.add_argument(
         "--only",
-        default="a,b,c,d,e,f,g,h,k,p,r,s",
-        help="comma-separated subset of a..h, k, p, r, s",
+        default="a,b,c,d,e,f,g,h,k,p,q,r,s",
+        help="comma-separated subset of a..h, k, p, q, r, s",
     )
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = parser.parse_args(argv)
     # the sklearn baselines warn on ill-defined slices (no positives); the values are unused
     warnings.filterwarnings("ignore", module="sklearn")
     only = {x.strip() for x in args.only.split(",") if x.strip()}
-    unknown = only - set("abcdefghkprs")
+    unknown = only - set("abcdefghkpqrs")
     if unknown:
         parser.error(f"unknown benchmark(s): {sorted(unknown)}")
     logging.basicConfig(level=logging.WARNING)
@@ -2136,6 +2233,8 @@ def main(argv: list[str] | None = None) -> int:
             results.append(bench_status_page(100_000 if args.quick else 300_000, 5, work))
         if "r" in only:
             results.append(bench_replay(200_000 if args.quick else 1_000_000, reps, work))
+        if "q" in only:
+            results.extend(bench_ranking(10_000 if args.quick else 50_000, reps, work))
         if "g" in only:
             results.extend(
                 bench_fleet(
