@@ -17,7 +17,7 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-from scipy import optimize, stats
+from scipy import special
 from scipy.spatial import distance
 
 from monitor.drift.reference import CategoricalReference, NumericReference
@@ -112,8 +112,10 @@ def binned_ks(ref: NumericReference, live_counts: np.ndarray) -> TestResult:
         # Smirnov's exact-n distribution costs ~90 ms per call at n ~ 1e5 (scipy's kolmogn);
         # the limiting Kolmogorov distribution at D·sqrt(n) is within O(1/sqrt(n)) of it and
         # on the conservative side (Stephens 1970: P(D_n > d) ~ Q((sqrt(n) + 0.12 + ...) d)).
-        p_value = float(stats.kstwobign.sf(statistic * math.sqrt(en)))
+        p_value = float(special.kolmogorov(statistic * math.sqrt(en)))  # kstwobign.sf
     else:
+        from scipy import stats  # (imported when first needed: a second of start-up)
+
         p_value = float(stats.kstwo.sf(statistic, max(en, 1)))
     return TestResult(statistic, float(np.clip(p_value, 0.0, 1.0)))
 
@@ -201,6 +203,8 @@ def chi_square(
             table = np.hstack([big, pooled])
     if table.shape[1] < 2:
         return TestResult(0.0, 1.0)
+    from scipy import stats  # (imported when first needed: a second of start-up)
+
     res = stats.chi2_contingency(table, correction=False)
     return TestResult(float(res.statistic), float(res.pvalue))
 
@@ -262,7 +266,7 @@ def missing_rate_test(missing_ref: int, n_ref: int, missing_live: int, n_live: i
     if var <= 0:
         return TestResult(0.0, 1.0)
     z = (p2 - p1) / math.sqrt(var)
-    return TestResult(float(z), float(2.0 * stats.norm.sf(abs(z))))
+    return TestResult(float(z), float(2.0 * special.ndtr(-abs(z))))  # 2 norm.sf(|z|)
 
 
 QUANTILE_SCALE = 2.0 * math.sqrt(math.pi)
@@ -379,13 +383,15 @@ def numeric_detectable(n: float, m: float, alpha: float, power: float = 0.8) -> 
     """
     if n <= 0 or m <= 0:
         return math.nan
-    c = float(stats.kstwobign.isf(alpha))
-    z = float(stats.norm.ppf(power))
+    c = float(special.kolmogi(alpha))  # (scipy.stats.kstwobign.isf)
+    z = float(special.ndtri(power))  # (scipy.stats.norm.ppf)
     return (c + _KS_POWER_SPREAD * z) / (_KS_SLOPE * math.sqrt(_n_eff(n, m)))
 
 
 @functools.lru_cache(maxsize=256)
 def _noncentrality(df: int, alpha: float, power: float) -> float:
+    from scipy import optimize, stats  # (imported when first needed: a second of start-up)
+
     crit = float(stats.chi2.isf(alpha, df))
     return float(
         optimize.brentq(lambda lam: float(stats.ncx2.sf(crit, df, lam)) - power, 1e-6, 1e4)
