@@ -584,6 +584,10 @@ drift = {{reference = "{ref_path}"}}
     return cfg
 
 
+def _without_config(report: dict[str, Any]) -> bytes:
+    return orjson.dumps({k: v for k, v in report.items() if k != "config"})
+
+
 def _timed_process(argv: list[str]) -> tuple[float, float, bytes]:
     """Run a process to its end: (wall seconds, CPU seconds of it and its children, its
     standard output); raises when it fails."""
@@ -618,18 +622,28 @@ def bench_replay(n: int, reps: int, work: Path, target: float) -> Result:
     size = (pf.stat().st_size + lf.stat().st_size) / 1e6
     log(f"(r) wrote {n:,} predictions + {n_labels:,} labels ({size:.0f} MB) in "
         f"{time.perf_counter() - t:.1f}s")  # fmt: skip
+    from monitor.ingest.file_feed import decode_workers
+
     out = work / "report.json"
     ours = [sys.executable, "-m", "monitor.cli", "replay", "-c", str(cfg), "--predictions",
             str(pf), "--labels", str(lf), "--report", str(out)]  # fmt: skip
-    notebook = [sys.executable, str(Path(__file__).with_name("notebook_replay.py")), str(pf),
-                str(lf), str(work / "reference.npz")]  # fmt: skip
-    times: dict[str, list[float]] = {"replay": [], "notebook": []}
-    cpu: dict[str, list[float]] = {"replay": [], "notebook": []}
+    # the default (--decode-worker auto: workers when a CPU is idle) and the other mode
+    other = "off" if decode_workers("auto") else "on"
+    commands = {
+        "replay": ours,
+        f"replay --decode-worker {other}": [*ours[:-1], str(work / "other.json"),
+                                            "--decode-worker", other],
+        "notebook": [sys.executable, str(Path(__file__).with_name("notebook_replay.py")),
+                     str(pf), str(lf), str(work / "reference.npz")],
+    }  # fmt: skip
+    times: dict[str, list[float]] = {side: [] for side in commands}
+    cpu: dict[str, list[float]] = {side: [] for side in commands}
     loads: list[float] = []
     oracle: dict[str, float] = {}
+    sides = list(commands)
     for rep in range(reps):
-        for side in ("replay", "notebook") if rep % 2 == 0 else ("notebook", "replay"):
-            wall, secs, stdout = _timed_process(ours if side == "replay" else notebook)
+        for side in sides[rep % 3 :] + sides[: rep % 3]:  # each side first once
+            wall, secs, stdout = _timed_process(commands[side])
             times[side].append(wall)
             cpu[side].append(secs)
             loads.append(os.getloadavg()[0])
@@ -637,6 +651,9 @@ def bench_replay(n: int, reps: int, work: Path, target: float) -> Result:
                 oracle = orjson.loads(stdout)
             log(f"(r) {n:,}: rep {rep + 1}/{reps} {side}: {wall:.2f}s")
     report = orjson.loads(out.read_bytes())
+    same = _without_config(report) == _without_config(
+        orjson.loads((work / "other.json").read_bytes())
+    )
     (whole,) = [r for r in report["results"] if r["window"] == "all" and r["slice"] == "all"]
     got = {k: whole["metrics"][k]["value"] for k in ("accuracy", "recall", "roc_auc")}
     drift = [d for d in report["drift"] if d["window"] == "all"]
@@ -658,10 +675,14 @@ def bench_replay(n: int, reps: int, work: Path, target: float) -> Result:
             f"{n:,}: {events:,} events ({size:.0f} MB JSONL), 20 numeric drift features, a "
             f"country slice; median of {reps}, per-rep ratios "
             + ", ".join(f"{x:.2f}" for x in ratios)
-            + f"; replay {events / median(times['replay']):,.0f} events/s; CPU seconds "
-            f"replay {median(cpu['replay']):.2f} (all its processes), notebook "
+            + f"; replay {events / median(times['replay']):,.0f} events/s "
+            f"(--decode-worker auto: {'workers' if other == 'off' else 'one process'}); CPU "
+            f"seconds replay {median(cpu['replay']):.2f} (all its processes), notebook "
             f"{median(cpu['notebook']):.2f}; load average {min(loads):.1f}-{max(loads):.1f} "
             f"on {os.cpu_count()} CPUs",
+            f"{n:,}: replay --decode-worker {other}: {median(times[sides[1]]):.2f} s "
+            f"({median(times[sides[1]]) / median(times['notebook']):.2f}× the notebook), CPU "
+            f"{median(cpu[sides[1]]):.2f} s; same report: " + ("yes" if same else "NO"),
             f"{n:,}: same answers: accuracy {got['accuracy']:.6f} vs {oracle['accuracy']:.6f}, "
             f"recall {got['recall']:.6f} vs {oracle['recall']:.6f}, ROC-AUC "
             f"{got['roc_auc']:.4f} vs {oracle['roc_auc']:.4f} (binned); drift flagged "

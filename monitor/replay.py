@@ -20,7 +20,7 @@ from .engine.models import WindowSpec
 from .export.published import History, extend_history
 from .export.report import history_json, iso, layout_json, ops_json, snapshot_json
 from .ingest.deadletter import FileDeadLetter
-from .ingest.file_feed import DecodeWorker, FileFeed, use_worker
+from .ingest.file_feed import DecodeWorker, FileFeed, decode_workers
 from .wiring import build_engine, build_pipeline, wall_clock_ms
 
 __all__ = ["ReplayError", "replay"]
@@ -44,8 +44,9 @@ def replay(
     Files may be gzip-compressed. ReplayError when the predictions file holds no valid
     record, or the labels file holds records and none is valid: a report of nothing
     would look like a clean bill of health. (An empty labels file is fine: drift needs
-    no labels.) ``decode_worker``: decode in a second process (ingest/file_feed.py;
-    ``auto``: when two CPUs are usable) — the report is the same either way."""
+    no labels.) ``decode_worker``: decode in worker processes, one per CPU, while this
+    process applies (ingest/file_feed.py; ``auto``: when two CPUs are usable) — the
+    report is the same either way."""
     engine = build_engine(settings)
     dl_path = dead_letter or Path(settings.state.dir) / "replay-dead-letter.jsonl"
     k = settings.kafka
@@ -53,7 +54,7 @@ def replay(
     total = sum(Path(p).stat().st_size for p, _ in files.values())
     sink = FileDeadLetter(dl_path)
     pipeline = build_pipeline(settings, engine, sink, clock_ms=clock_ms)
-    feed = FileFeed(pipeline, files, use_worker(decode_worker))
+    feed = FileFeed(pipeline, files, decode_workers(decode_worker))
     started = last_report = time.monotonic()
     tty = progress is not None and progress.isatty()  # "\r" redraws only on a terminal
     cr, nl, every = ("\r", "", 1.0) if tty else ("", "\n", 10.0)
