@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -22,9 +22,10 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from ..engine.metric_registry import help_text
+from ..engine.snapshot import FairnessGap, Snapshot, WindowResult
 from ..stats.ranking import ranking_metric_help
 from .published import Published
-from .sinks import Family, FamilySink, Sink, TextSink
+from .sinks import Family, FamilySink, QualityPage, Sink
 
 __all__ = ["QUALITY_LABELS", "MonitorCollector"]
 
@@ -114,11 +115,16 @@ class MonitorCollector(Collector):
         yield from self._operations(pub)
         yield from self._alert_delivery(pub)
 
-    def snapshot_text(self, pub: Published) -> bytes:
+    def snapshot_text(self, pub: Published, page: QualityPage | None = None) -> bytes:
         """:meth:`snapshot_families` as the text exposition ``generate_latest`` writes,
-        the quality part (nearly all of a fleet's page) written directly (.sinks)."""
-        sink = TextSink()
-        self._write_quality(pub, sink)
+        the quality part (nearly all of a fleet's page) written directly (.sinks); with
+        ``page``, a window result unchanged since ``page`` last rendered is not written
+        again (the evaluation reuses the result objects of windows whose counts stayed)."""
+        return (page or QualityPage()).render(pub.snapshot, self) + self.rest_text(pub)
+
+    def rest_text(self, pub: Published) -> bytes:
+        """The snapshot part after the quality families: comparisons, drift, SLO states
+        and the evaluation stamp (small: rendered through prometheus-client)."""
         rest = CollectorRegistry(auto_describe=False)
         rest.register(
             _Listed(
@@ -130,18 +136,31 @@ class MonitorCollector(Collector):
                 ]
             )
         )
-        return sink.text().encode() + generate_latest(rest)
+        return generate_latest(rest)
 
     def _quality(self, pub: Published) -> Iterator[Metric]:
         sink = FamilySink()
         self._write_quality(pub, sink)
         return sink.families()
 
+    def exported_results(self, snap: Snapshot) -> Sequence[WindowResult]:
+        """The window results /metrics exports: the one place that chooses them."""
+        return snap.results
+
     def _write_quality(self, pub: Published, out: Sink) -> None:
         """The quality families of every window result, then the fairness gaps."""
         snap = pub.snapshot
         if snap is None:
             return
+        writer = self.result_writer(out)
+        for r in self.exported_results(snap):
+            writer(r)
+        self.write_fairness(snap.fairness, out)
+
+    def result_writer(self, out: Sink) -> Callable[[WindowResult], None]:
+        """A function writing one window result's series into ``out``; the families
+        every result has are created first (their place on the page), the others as a
+        result first writes to them."""
         fam = out.family
         samples = fam("mlmon_window_samples", "Labeled predictions in the window")
         preds = fam("mlmon_window_predictions", "Predictions in the window (labeled or not)")
@@ -160,7 +179,8 @@ class MonitorCollector(Collector):
         by_name: dict[str, _MetricFamilies] = {}  # one lookup per sample
         bin_label: dict[float, tuple[str]] = {}
         isnan = math.isnan
-        for r in snap.results:
+
+        def write(r: WindowResult) -> None:
             key = out.key((r.model, r.version, r.window, r.slice))
             for b in r.reliability:
                 at = bin_label.get(b.upper)
@@ -227,7 +247,12 @@ class MonitorCollector(Collector):
                     "relevant item (without_relevant)",
                     ("metric",),
                 ).add(key, rows, (metric,))
-        if snap.fairness:
+
+        return write
+
+    @staticmethod
+    def write_fairness(fairness: Sequence[FairnessGap], out: Sink) -> None:
+        if fairness:
             gap = out.family(
                 "mlmon_fairness_gap",
                 "Largest minus smallest rate across a slice dimension's values: "
@@ -236,7 +261,7 @@ class MonitorCollector(Collector):
                 ("dimension", "metric"),
                 base=_FAIRNESS_BASE,
             )
-            for f in snap.fairness:
+            for f in fairness:
                 gap.add(
                     out.key((f.model, f.version, f.window), _FAIRNESS_BASE),
                     f.gap,
