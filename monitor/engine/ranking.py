@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ..metrics.protocol import RankingRows
 from ..stats.ranking import RankedList, RankingLayout, batch_query_metrics
 
 __all__ = ["RankingState"]
@@ -68,11 +69,18 @@ class RankingState:
         return mask
 
     def contributions(
-        self, layout: RankingLayout, keys: np.ndarray, groups: np.ndarray, digests: np.ndarray
+        self,
+        layout: RankingLayout,
+        keys: np.ndarray,
+        groups: np.ndarray,
+        digests: np.ndarray,
+        keep: list[RankingRows] | None = None,
     ) -> np.ndarray:
         """Per-query rows (``layout.width``) of joined queries; their lists are released.
         A query whose list or grades are unknown contributes a zero row (counted nowhere),
-        which a consistent state never produces.
+        which a consistent state never produces. ``keep``: also append the queries' grades
+        in ranked order (what metric families of ranking models read; an unknown query
+        has none).
 
         The batch's queries are scored together (``batch_query_metrics``): each list's
         grades are looked up with one C-level ``map`` over its items, and the items, scores
@@ -85,8 +93,6 @@ class RankingState:
         grades = list(map(self.relevance.get, zip(key_list, digests.tolist(), strict=True)))
         known = [i for i, (r, g) in enumerate(zip(lists, grades, strict=True))
                  if r is not None and g is not None]  # fmt: skip
-        if not known:
-            return out
         ranked = [lists[i] for i in known]
         maps = [grades[i] for i in known]
         lengths = np.fromiter(map(len, map(_items, ranked)), np.int64, len(known))
@@ -94,11 +100,20 @@ class RankingState:
             chain.from_iterable(map(_gains, ranked, maps)), np.float64, int(lengths.sum())
         )
         unranked = list(map(_unranked, ranked, maps))
-        extra = np.fromiter(chain.from_iterable(unranked), np.float64)
-        scores = np.concatenate([np.asarray(r.scores, np.float64) for r in ranked])
-        out[known] = batch_query_metrics(
-            scores, gains, lengths, extra, np.fromiter(map(len, unranked), np.int64), layout.ks
-        )
+        if known:
+            extra = np.fromiter(chain.from_iterable(unranked), np.float64)
+            scores = np.concatenate([np.asarray(r.scores, np.float64) for r in ranked])
+            out[known] = batch_query_metrics(
+                scores, gains, lengths, extra, np.fromiter(map(len, unranked), np.int64), layout.ks
+            )
+        if keep is not None:
+            sizes = np.zeros(n, np.int64)
+            sizes[known] = lengths
+            missed = np.zeros(n, np.int64)
+            missed[known] = [sum(g > 0 for g in u) for u in unranked]
+            keep.append(
+                RankingRows(gains, np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64), missed)
+            )
         return out
 
     def collect(

@@ -14,7 +14,13 @@ parts:
 - the *live part* (operations counters, process and Python collectors, build info, the
   page's own size) is a few dozen series rendered per scrape from the app's registry.
 
-Both parts form one valid text exposition (families never span the two).
+Both parts form one valid text exposition (families never span the two). The format
+follows the scraper's ``Accept`` header through prometheus-client's ``choose_encoder``:
+OpenMetrics 1.0 when asked for (Prometheus asks first), else text 0.0.4. The snapshot part
+holds only gauges, whose OpenMetrics lines are the text format's very bytes
+(tests/unit/test_exposition_text.py checks it), so one cached part serves both; the live
+part (counters, which OpenMetrics writes differently, and the closing ``# EOF``) is
+rendered by the negotiated encoder.
 """
 
 from __future__ import annotations
@@ -33,13 +39,14 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from ..version import app_version
+from ..version import app_version, build
 from .http import Request, Response
 from .prometheus import MonitorCollector
 from .published import Published
+from .series_budget import Withheld, series_in
 from .sinks import QualityPage
 
 __all__ = ["Exposition", "app_version"]
@@ -64,6 +71,17 @@ class _Live(Collector):
             "SLO states), rendered once per evaluation",
             value=exp.series,
         )
+        yield CounterMetricFamily(
+            "mlmon_series_dropped",
+            "Series withheld from /metrics by [http] max_series, summed over every rendering "
+            "(one per evaluation); the lowest-traffic slices go first",
+            value=exp.dropped_total,
+        )
+        yield GaugeMetricFamily(
+            "mlmon_exposition_series_withheld",
+            "Series the latest rendering withheld by [http] max_series",
+            value=exp.withheld.series,
+        )
         yield GaugeMetricFamily(
             "mlmon_exposition_bytes",
             "Uncompressed size of the cached snapshot part of /metrics",
@@ -83,18 +101,16 @@ class _Live(Collector):
 
 
 def build_info() -> GaugeMetricFamily:
+    """Version, commit and branch (monitor/version.py: the image's build arguments, or
+    the git checkout of an editable install) and the Python version."""
+    b = build()
     fam = GaugeMetricFamily(
         "mlmon_build_info",
-        "Always 1; the monitor's version and Python version as labels",
-        labels=("version", "python"),
+        "Always 1; the monitor's version, build revision and branch, and Python version",
+        labels=("version", "revision", "branch", "python"),
     )
-    fam.add_metric([app_version(), platform.python_version()], 1.0)
+    fam.add_metric([app_version(), b.revision, b.branch, platform.python_version()], 1.0)
     return fam
-
-
-def _series(text: bytes) -> int:
-    """Sample lines of exposition text (lines that are no comment)."""
-    return text.count(b"\n") - text.count(b"\n#") - text.startswith(b"#")
 
 
 class Exposition:
@@ -110,10 +126,11 @@ class Exposition:
         published: Callable[[], Published],
         registry: CollectorRegistry,
         clock: Callable[[], float] = time.time,
+        max_series: int | None = None,
     ) -> None:
         self.published = published
         self.registry = registry
-        self.collector = MonitorCollector(published, clock)
+        self.collector = MonitorCollector(published, clock, max_series)
         self._lock = threading.Lock()
         self._key: tuple[object, object] | None = None
         self._quality = QualityPage()
@@ -128,6 +145,8 @@ class Exposition:
         self.size = 0
         self.renders = 0
         self.render_seconds = 0.0
+        self.withheld = Withheld(max_series)  # the latest rendering's (series_budget.py)
+        self.dropped_total = 0
         ProcessCollector(registry=registry)
         PlatformCollector(registry=registry)
         GCCollector(registry=registry)
@@ -145,12 +164,14 @@ class Exposition:
         if self._key is not None and self._key[0] is key[0] and self._key[1] is key[1]:
             return
         started = time.perf_counter()
-        self._text = self._quality.render(pub.snapshot, self.collector)
+        self._text = self._quality.render(pub, self.collector)
         self._rest = self.collector.rest_text(pub)
         self._gz_ready = False
         if self._gzip_wanted:  # compress here, in the evaluation thread, not in a scrape
             self._compress_locked()
-        self.series = self._quality.series() + _series(self._rest)
+        self.series = self._quality.series() + series_in(self._rest)
+        self.withheld = self.collector.budget(pub).withheld
+        self.dropped_total += self.withheld.series
         self.size = len(self._text) + len(self._rest)
         self.renders += 1
         self.render_seconds = time.perf_counter() - started
@@ -175,8 +196,11 @@ class Exposition:
         self._gz_size = size + len(self._rest)
         self._gz_ready = True
 
-    def page(self, gzip: bool = False) -> bytes:
-        """The whole page; with ``gzip`` one gzip stream (RFC 1952)."""
+    def page(
+        self, gzip: bool = False, live: Callable[[CollectorRegistry], bytes] = generate_latest
+    ) -> bytes:
+        """The whole page; with ``gzip`` one gzip stream (RFC 1952); ``live`` renders the
+        live part (the negotiated encoder)."""
         with self._lock:
             self._refresh_locked()
             quality, rest = self._text, self._rest
@@ -185,21 +209,24 @@ class Exposition:
                 if not self._gz_ready:
                     self._compress_locked()
                 head, crc, size = self._gz_head, self._gz_crc, self._gz_size
-        live = generate_latest(self.registry)
+        tail = live(self.registry)
         if not gzip:
-            return b"".join((quality, rest, live))
-        tail = zlib.compressobj(6, zlib.DEFLATED, -15)
-        crc, size = zlib.crc32(live, crc), size + len(live)
+            return b"".join((quality, rest, tail))
+        z = zlib.compressobj(6, zlib.DEFLATED, -15)
+        crc, size = zlib.crc32(tail, crc), size + len(tail)
         trailer = struct.pack("<II", crc & 0xFFFFFFFF, size & 0xFFFFFFFF)
-        return b"".join((head, tail.compress(live), tail.flush(), trailer))
+        return b"".join((head, z.compress(tail), z.flush(), trailer))
 
     def route(self, req: Request) -> Response:
-        """The /metrics handler."""
+        """The /metrics handler: the format the ``Accept`` header asks for, gzip when
+        ``Accept-Encoding`` allows it."""
+        encoder, content_type = choose_encoder(req.headers.get("accept", ""))
+        vary = ("Vary", "Accept, Accept-Encoding")
         if req.accepts_gzip():
             return Response(
                 200,
-                self.page(gzip=True),
-                CONTENT_TYPE_LATEST,
-                (("Content-Encoding", "gzip"), ("Vary", "Accept-Encoding")),
+                self.page(gzip=True, live=encoder),
+                content_type,
+                (("Content-Encoding", "gzip"), vary),
             )
-        return Response(200, self.page(), CONTENT_TYPE_LATEST, (("Vary", "Accept-Encoding"),))
+        return Response(200, self.page(live=encoder), content_type, (vary,))

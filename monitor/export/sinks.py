@@ -25,8 +25,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
+from .series_budget import series_in
+
 if TYPE_CHECKING:
-    from ..engine.snapshot import Snapshot
+    from .published import Published
 
 __all__ = ["Family", "FamilySink", "QualityPage", "Section", "Sink", "TextSink", "go_float"]
 
@@ -230,17 +232,19 @@ class QualityPage:
         self._deflated: dict[tuple[str, ...], tuple[list[bytes], bytes]] = {}
         self.written = 0  # window results the last render wrote (the others were kept)
 
-    def render(self, snap: Snapshot | None, collector: Any) -> bytes:
-        """The quality text of ``snap`` (``collector``: the MonitorCollector whose
-        ``result_writer`` and ``write_fairness`` define the series)."""
+    def render(self, pub: Published, collector: Any) -> bytes:
+        """The quality text of ``pub``'s snapshot (``collector``: the MonitorCollector
+        whose ``exported_results``, ``result_writer`` and ``write_fairness`` define the
+        series)."""
         sink = self.sink
         sink.clear()
-        write = collector.result_writer(sink)
+        snap = pub.snapshot
+        write = collector.result_writer(sink, snap.series if snap is not None else {})
         first = list(sink.requested)
         kept, self._kept = self._kept, {}
         sections: list[Section] = []
         written = 0
-        for r in collector.exported_results(snap) if snap is not None else ():
+        for r in collector.exported_results(pub):
             key = (r.model, r.version, r.window, r.slice)
             old = kept.get(key)
             if old is not None and (old[0] is r or old[0] == r):
@@ -273,8 +277,7 @@ class QualityPage:
     def series(self) -> int:
         """Sample lines of the last rendered text (lines that are no comment)."""
         if self._series is None:
-            text = self._text
-            self._series = text.count(b"\n") - text.count(b"\n#") - text.startswith(b"#")
+            self._series = series_in(self._text)
         return self._series
 
     def deflated(self) -> tuple[bytes, int, int]:
