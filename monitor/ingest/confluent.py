@@ -106,6 +106,9 @@ class ConfluentSource:
                 "logger": logging.getLogger("monitor.ingest.rdkafka"),
             }
         )
+        self._subscribe()
+
+    def _subscribe(self) -> None:
         # the group join happens inside poll(); on_assign seeks before any message
         self.consumer.subscribe(
             list(self.kinds), on_assign=self._on_assign, on_revoke=self._on_revoke
@@ -146,6 +149,11 @@ class ConfluentSource:
 
     # -- KafkaSource ---------------------------------------------------------------------
     def poll(self, timeout_ms: int) -> dict[str, RawBatch]:
+        msgs = self._consumed(timeout_ms)
+        return self._split(msgs) if msgs else {}
+
+    def _consumed(self, timeout_ms: int) -> list[Message]:
+        """One poll's messages (none: idle), errors dropped (logged)."""
         n = self.settings.max_poll_records
         msgs = self.consumer.consume(n, 0)  # what librdkafka has queued, at once
         if self.unchecked:
@@ -155,7 +163,7 @@ class ConfluentSource:
             if self.unchecked:
                 self._check_starts()
             if first is None:
-                return {}
+                return []
             msgs = [first]
         if len(msgs) < n:
             # a few ms for the fetchers to fill the batch: each batch costs the pipeline
@@ -163,9 +171,7 @@ class ConfluentSource:
             msgs += self.consumer.consume(n - len(msgs), _FILL_S)
         if any(map(_error, msgs)):
             msgs = self._drop_errors(msgs)
-            if not msgs:
-                return {}
-        return self._split(msgs)
+        return msgs
 
     def _split(self, msgs: list[Message]) -> dict[str, RawBatch]:
         """A poll's messages as one ``RawBatch`` per kind, and the partitions' positions
