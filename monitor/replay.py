@@ -62,6 +62,10 @@ def replay(
     try:
         for b in feed:
             pipeline.apply(b.kind, b.decoded, b.rejects, b.raw)
+            # the data's clock moved: old base rows roll into hour and day rows as the
+            # daemon's evaluations roll them (a week of minute rows would wait in memory)
+            engine.freeze_live_references()
+            engine.roll_up(max(engine.pred_watermark_ms, 0))
             if engine.comparisons and b.kind == "labels":
                 looks = engine.look_comparisons((), max(engine.pred_watermark_ms, 0))
                 history = extend_history(history, looks)
