@@ -576,6 +576,7 @@ class Engine:
             self.join_events["unknown_class_label"] += unknown
         if joined is not None:
             self._accumulate(joined)
+        self.join.settle()  # the joined rows are read: the table may compact now
         self._expire_and_evict()
         self._collect_ranking()
         return rejects

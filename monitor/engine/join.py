@@ -174,7 +174,7 @@ class JoinBuffer:
 
     def insert_predictions(self, keys: np.ndarray, columns: Mapping[str, np.ndarray]) -> np.ndarray:
         """Add new predictions, waiting (label columns are set here); returns their rows,
-        valid until ``join_new`` (which compacts the table afterwards)."""
+        valid until :meth:`settle` (the caller's, once the batch is joined and counted)."""
         k = keys.shape[0]
         cols = dict(columns)
         cols.update(
@@ -225,8 +225,13 @@ class JoinBuffer:
             joined.append(done)
         if orow.shape[0]:
             self.orphans.delete(orow)
-        self.preds.maybe_compact()  # (deferred by insert_predictions: ``own`` stayed valid)
         return (_concat(joined) if joined else None), unknown
+
+    def settle(self) -> None:
+        """Compact the prediction table if due: after a batch's predictions were inserted
+        and joined and the joined rows read (``insert_predictions`` defers it, so the rows
+        it returned, those ``unseen`` found and the ``Joined`` rows stay valid until here)."""
+        self.preds.maybe_compact()
 
     # -- labels ------------------------------------------------------------------------
     @staticmethod
