@@ -1250,6 +1250,26 @@ class LabelDecoder:
         )
         if row is not None and not any("." in p for p in self.paths):
             self._typed = msgspec.json.Decoder(row)
+        self._typed_relevance = None
+        names = {id_path, ts_path, label_path, "relevance", "clicked"}
+        if max_items and self._typed is not None and len(names) == 5:
+            # a ranking label with its grades: no label, no clicks (those take the
+            # per-record path), at most max_items grades, each a finite number >= 0
+            grade = Annotated[float, msgspec.Meta(ge=0.0)]
+            item = Annotated[str, msgspec.Meta(min_length=1)]
+            rel = _struct(
+                "RelevanceRow",
+                [
+                    ("id", Annotated[str, msgspec.Meta(min_length=1)]),
+                    ("ts", Annotated[int, msgspec.Meta(ge=0, lt=_MAX_TS_MS)]),
+                    ("relevance", Annotated[dict[item, grade], msgspec.Meta(max_length=max_items)]),
+                    ("label", msgspec.UnsetType, msgspec.UNSET),
+                    ("clicked", msgspec.UnsetType, msgspec.UNSET),
+                ],
+                {"id": id_path, "ts": ts_path, "label": label_path},
+            )
+            if rel is not None:
+                self._typed_relevance = msgspec.json.Decoder(rel)
 
     def decode(
         self, raws: Sequence[bytes | None], now_ms: int
@@ -1263,10 +1283,15 @@ class LabelDecoder:
     ) -> tuple[LabelBatch, list[tuple[int, str, str]]]:
         n = len(raws)
         objs = None  # the records orjson parsed (the untyped path), parsed once
+        grades: list[dict[str, float]] | None = None  # the fast rows' relevance
         if not n:
             fast = None
         elif self._typed is not None:
-            fast = self._typed_columns(raws, now_ms)
+            fast = None
+            if self._typed_relevance is not None and _looks_ranking(raws):
+                fast, grades = self._relevance_columns(raws, now_ms)
+            if fast is None:
+                fast, grades = self._typed_columns(raws, now_ms), None
         else:
             objs = _loads_all(raws, self.limits)
             fast = self._columns(objs, now_ms)
@@ -1274,7 +1299,7 @@ class LabelDecoder:
             return self._decode_rows(raws, range(n), now_ms, objs)
         ok, ids, ts, labels, values = fast
         if ok is None:
-            return LabelBatch(hash_ids(ids), ts, labels, values), []
+            return LabelBatch(hash_ids(ids), ts, labels, values, grades), []
         # some rows need the per-record path: decode those, then put all in input order
         slow_idx = np.flatnonzero(~ok).tolist()
         slow, rejects = self._decode_rows(raws, slow_idx, now_ms, objs)
@@ -1288,8 +1313,9 @@ class LabelDecoder:
         all_labels = [labels[i] for i in sel] + slow.label
         all_ids = [ids[i] for i in sel]
         relevance = None
-        if slow.relevance is not None:
-            both = [None] * len(sel) + slow.relevance
+        if slow.relevance is not None or grades is not None:
+            mine = [None] * len(sel) if grades is None else [grades[i] for i in sel]
+            both = mine + (slow.relevance or [None] * len(slow.label))
             relevance = [both[i] for i in take]
         keys = np.concatenate([hash_ids(all_ids), slow.keys])[order]
         assert slow.value is not None
@@ -1332,6 +1358,29 @@ class LabelDecoder:
         ids = list(map(_get_id, rows))
         ts = np.fromiter(map(_get_ts, rows), np.int64, len(rows))
         return self._checked(ok, ids, ts, list(map(_get_label, rows)), now_ms)
+
+    def _relevance_columns(
+        self, raws: Sequence[bytes | None], now_ms: int
+    ) -> tuple[tuple[np.ndarray | None, list[Any], np.ndarray, list[str], np.ndarray] | None,
+               list[dict[str, float]]]:  # fmt: skip
+        """``_typed_columns`` for ranking labels: msgspec parses each straight into (id,
+        ts, grades) with the grades checked as it reads them; the label is the ranking
+        label, its value the grades' digest. Returns the columns (None when no row is
+        one) and the grades."""
+        assert self._typed_relevance is not None
+        rows, ok = _typed_rows(self._typed_relevance.decode, raws, self.limits, _EMPTY_GRADES)
+        ids = list(map(_get_id, rows))
+        ts = np.fromiter(map(_get_ts, rows), np.int64, len(rows))
+        grades = list(map(_get_relevance, rows))
+        checks = ts <= now_ms + self.limits.max_future_skew_ms
+        if ok is not None:
+            checks &= ok
+        if not checks.any():
+            return None, grades
+        n = len(rows)
+        values = np.fromiter(map(relevance_digest, grades), np.float64, n)
+        labels = [RANKING_LABEL] * n
+        return ((None if checks.all() else checks), ids, ts, labels, values), grades
 
     def _checked(
         self,
@@ -1447,6 +1496,25 @@ class LabelDecoder:
 
 # the label text of a ranking label (its relevance travels beside it, LabelBatch.relevance)
 RANKING_LABEL = "relevance"
+
+
+class _EmptyGrades:
+    """A ranking label the typed parse refused (it takes the per-record path)."""
+
+    id = ""
+    ts = -1
+    relevance: ClassVar[dict[str, float]] = {}  # (never changed)
+
+
+_EMPTY_GRADES = _EmptyGrades()
+_get_relevance = operator.attrgetter("relevance")
+
+
+def _looks_ranking(raws: Sequence[bytes | None]) -> bool:
+    """Whether a batch's first record names relevance grades (then the ranking labels'
+    typed parse is tried first)."""
+    first = next((r for r in raws if r is not None), None)
+    return first is not None and b'"relevance"' in first
 
 
 def _ranking_label(obj: dict[str, Any]) -> bool:

@@ -55,6 +55,10 @@ CLASSES = {"legit", "fraud", "0", "1", "a", "b", "c"}
 LABELS = [
     LabelDecoder(LIMITS, known_label=lambda t, v: None if t in CLASSES else "unknown_class"),
     LabelDecoder(LIMITS, known_label=lambda t, v: None if v == v or t in CLASSES else "wrong_type"),
+    # ranking labels too: the grades' typed parse
+    LabelDecoder(
+        LIMITS, known_label=lambda t, v: None if t in CLASSES else "unknown_class", max_items=4
+    ),
 ]
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -147,6 +151,32 @@ def traffic_label(draw: st.DrawFn) -> bytes:
             st.sampled_from([True, 1.5, 10**30, None, "", [1]]),
         ),
     }
+    if draw(st.integers(0, 7)) == 0:
+        del rec[draw(st.sampled_from(list(rec)))]
+    return json.dumps(rec).encode()
+
+
+edge_grade = st.sampled_from([0, 3, 2.5, -1, -0.0, True, None, "1", 10**30, 2**70, 10**400, [1]])
+
+
+@st.composite
+def traffic_relevance(draw: st.DrawFn) -> bytes:
+    """A ranking label: grades of up to five items (max_items 4), now and then an edge
+    grade, an empty item id, clicks, a label beside them, or a field missing."""
+    grades = draw(
+        st.dictionaries(
+            st.sampled_from(["a", "b", "c", "d", "e", ""]),
+            st.one_of(st.integers(0, 3), st.floats(0, 3), st.integers(0, 3), edge_grade),
+            max_size=5,
+        )
+    )
+    rec: dict[str, Any] = {
+        "id": _field(draw, st.text(min_size=1, max_size=6), edge_id),
+        "ts": _field(draw, st.integers(0, NOW), edge_ts),
+        "relevance": _field(draw, st.just(grades), st.sampled_from([[1], None, "a", 3])),
+    }
+    if draw(st.integers(0, 7)) == 0:
+        rec[draw(st.sampled_from(["clicked", "label"]))] = draw(st.sampled_from([["a"], "a", 1]))
     if draw(st.integers(0, 7)) == 0:
         del rec[draw(st.sampled_from(list(rec)))]
     return json.dumps(rec).encode()
@@ -264,6 +294,8 @@ def test_a_batch_decoded_in_pieces_equals_it_whole(
             traffic_label(),
             traffic_label(),
             traffic_label(),
+            traffic_relevance(),
+            traffic_relevance(),
             arbitrary("labels"),
             bad_label().map(lambda x: x[1]),
         ),
@@ -277,6 +309,32 @@ def test_label_columns_equal_rows(which: int, raws: list[bytes | None]) -> None:
     assert isinstance(got, LabelBatch)
     assert got_rejects == want_rejects
     _same(got, want)
+
+
+@FUZZ
+@given(st.lists(st.one_of(traffic_relevance(), traffic_relevance(), traffic_label()), max_size=40))
+def test_relevance_columns_equal_rows(raws: list[bytes | None]) -> None:
+    """Batches that start with a ranking label take the grades' typed parse first."""
+    dec = LABELS[-1]
+    raws = [b'{"id": "q", "ts": 5, "relevance": {"a": 1}}', *raws]
+    got, got_rejects = dec.decode(raws, NOW)
+    want, want_rejects = dec._decode_rows(raws, range(len(raws)), NOW)
+    assert got_rejects == want_rejects
+    _same(got, want)
+
+
+def test_a_clean_relevance_batch_takes_no_per_record_path() -> None:
+    raws = [
+        orjson.dumps({"id": f"q{i}", "ts": NOW - i, "relevance": {"a": 1, "b": i % 3}})
+        for i in range(50)
+    ]
+    dec = LabelDecoder(LIMITS, max_items=4)
+    dec._decode_rows = None  # type: ignore[assignment,method-assign]  # (must not be called)
+    batch, rejects = dec.decode(raws, NOW)
+    assert len(batch) == 50 and not rejects and set(batch.label) == {"relevance"}
+    assert batch.relevance is not None and batch.relevance[4] == {"a": 1.0, "b": 1.0}
+    want, _ = LabelDecoder(LIMITS, max_items=4)._decode_rows(raws, range(50), NOW)
+    assert batch.value.tolist() == want.value.tolist()
 
 
 def test_a_clean_batch_takes_the_column_path_whole() -> None:
