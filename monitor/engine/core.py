@@ -49,6 +49,7 @@ from .comparison_stats import (
     loss_names,
 )
 from .comparisons import ComparisonResult, ComparisonTracker
+from .completeness import window_completeness
 from .delay import DELAY_BOUNDS_S, LabelDelay
 from .drift import DriftTracker
 from .drift_cells import DriftCells, UnseenValues
@@ -357,10 +358,12 @@ class Engine:
     def _stores(self) -> list[BucketStore]:
         return [self.buckets, *self.wide.values(), *self.sliced.values()]
 
-    def roll_up(self, now_ms: int) -> int:
+    def roll_up(self, now_ms: int, hours_only: bool = False) -> int:
         """Move the tiers to ``now`` and merge rows older than their tier's start into
-        hour and day rows; returns rows merged away."""
-        self.tiers = self.tiers.advanced(now_ms, *self._reach)
+        hour and day rows; returns rows merged away. ``hours_only``: base rows into hour
+        rows, nothing coarser (replay: its report's history keeps hourly points)."""
+        tiers = self.tiers.advanced(now_ms, *self._reach)
+        self.tiers = replace(self.tiers, hour_from=tiers.hour_from) if hours_only else tiers
         return sum(st.roll_up(self.tiers) for st in self._stores())
 
     def view(
@@ -892,6 +895,8 @@ class Engine:
             comparisons=comparisons,
             drift=drift,
             fairness=fairness,
+            completeness=window_completeness(results, ops.label_delay, now_ms),
+            placed_ms=now_ms,
             series=self.series,
         )
 
