@@ -108,6 +108,11 @@ def replay(
             if steps is not None:
                 steps.add(b)
             else:
+                if b.kind == "predictions" and len(b.decoded) and not _first_pending(engine):
+                    # rolled up to the batch's newest time first: its rows that would
+                    # roll up right after it is applied are made as hour rows at once
+                    # (a batch may span hours of data: no minute rows made to be merged)
+                    engine.roll_up(int(b.decoded.ts_ms.max()), hours_only=True)
                 pipeline.apply(b.kind, b.decoded, b.rejects, b.raw)
             # the data's clock moved: old base rows roll into hour rows as the daemon's
             # evaluations roll them (a week of minute rows would wait in memory); no
@@ -252,6 +257,12 @@ def _slo_timeline(stepper: _Stepper | None) -> list[dict[str, object]]:
         }
         for s in stepper.timeline.of("slo")
     ]
+
+
+def _first_pending(engine: Engine) -> bool:
+    """Whether a "first"-mode drift reference is still to be frozen from base rows."""
+    drift = engine.drift
+    return any(s.live == "first" and m not in drift.frozen for m, s in drift.specs.items())
 
 
 def _every_metric(spec: ModelSpec) -> list[str]:
