@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import KafkaException, TopicPartition
 
 from ..config import KafkaSettings
+from ..ingest.assignor import warn_unpaired
 from ..ingest.confluent import ConfluentSource, _offset, _Origin, _partition, _topic, _value
 from ..ingest.pipeline import RawBatch, offset_key
-from .assignor import warn_unpaired
 
 if TYPE_CHECKING:
     from .partitioned import PartitionedDaemon
