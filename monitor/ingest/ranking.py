@@ -121,23 +121,30 @@ def _finite(values: list[Any]) -> bool:
         return False
 
 
+def _scored(entries: list[Any], entry: type) -> tuple[list[Any], np.ndarray] | None:
+    """The ids and scores of scored entries (all of type ``entry``) in C-level passes;
+    None when one lacks a key or a score is not a finite number."""
+    get_item, get_score = (_get_item, _get_score) if entry is dict else (_attr_item, _attr_score)
+    try:
+        ids = list(map(get_item, entries))
+        numbers = list(map(get_score, entries))
+    except KeyError:
+        return None
+    if not set(map(type, numbers)) <= _NUMBER or not _finite(numbers):
+        return None
+    return ids, np.array(numbers, np.float64)
+
+
 def _quick_ranked(raw: list[Any], entry: type = dict) -> RankedList | None:
     """The list, when every entry passes the checks in C-level passes; None for the
     per-entry path (which finds the reason, or converts integer ids). ``entry``: as in
     :func:`parse_ranked_batch`."""
     kinds = set(map(type, raw))
     if kinds and kinds == {entry}:
-        get_item, get_score = (
-            (_get_item, _get_score) if entry is dict else (_attr_item, _attr_score)
-        )
-        try:
-            ids = list(map(get_item, raw))
-            values = list(map(get_score, raw))
-        except KeyError:
+        scored = _scored(raw, entry)
+        if scored is None:
             return None
-        if not set(map(type, values)) <= _NUMBER or not _finite(values):
-            return None
-        scores = np.array(values, np.float64)
+        ids, scores = scored
     elif kinds <= {str}:
         ids = raw
         scores = np.arange(len(raw), 0, -1, dtype=np.float64)  # first = top, no ties
@@ -189,17 +196,10 @@ def _uniform_lists(
     ends = np.cumsum(counts)
     starts = ends - counts
     if kinds and kinds == {entry}:
-        get_item, get_score = (
-            (_get_item, _get_score) if entry is dict else (_attr_item, _attr_score)
-        )
-        try:
-            ids = list(map(get_item, entries))
-            numbers = list(map(get_score, entries))
-        except KeyError:
+        scored = _scored(entries, entry)
+        if scored is None:
             return None
-        if not set(map(type, numbers)) <= _NUMBER or not _finite(numbers):
-            return None
-        scores = np.array(numbers, np.float64)
+        ids, scores = scored
     elif kinds <= {str}:  # already ranked: n, n - 1, ..., 1 within each list
         ids = entries
         at = np.arange(len(entries)) - np.repeat(starts, counts)
