@@ -1867,7 +1867,9 @@ def fleet_child(
     # /metrics: rendered once per evaluation, a scrape serves the cached bytes
     published = [Published(snapshot=snap, ops=snap.ops)]
     exposition = Exposition(lambda: published[0], CollectorRegistry())
+    t0 = time.perf_counter()
     exposition.page(gzip=True)  # as Prometheus scrapes: the gzip form is kept from now on
+    out["render_s"] = time.perf_counter() - t0  # the first page: every result written
 
     def render(after: Snapshot) -> float:
         """The refresh the daemon runs after publishing an evaluation (text and gzip)."""
@@ -1876,7 +1878,6 @@ def fleet_child(
         exposition.refresh()
         return time.perf_counter() - t0
 
-    out["render_s"] = render(snap)  # a new snapshot object: every result written
     _, idle = tick(now)  # an evaluation with nothing new
     out["render_idle_s"] = render(idle)
     out["render_idle_written"] = float(exposition._quality.written)
