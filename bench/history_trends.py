@@ -5,7 +5,7 @@ Run ``python bench/history_trends.py [--events N] [--reps R] [--state FILE]``: b
 fleet of bench/run.py (10 models × 3 versions × 100 slices, windows 5m/1h/1d/7d), feeds
 ``N`` events over 7 days (or loads the engine state an earlier run of the same size saved
 in ``FILE``), then alternates the two ways ``R`` times — ``per version``: one history
-evaluation per model version at the trends' point width over a copy of all its rows;
+evaluation per model version at the trends' point width (``Insight.history``);
 ``per model``: ``Insight.trends`` — and prints the median CPU and wall seconds of each,
 their ratio, the load average, and whether both gave the same series (every point, NaN
 equal to NaN; exit status 1 if not).
@@ -26,23 +26,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from profile_tick import NOW, _engine
 
 from monitor.engine.core import Engine
-from monitor.engine.history import Series, series
-from monitor.engine.narrow import copy_rows, slice_groups
+from monitor.engine.history import Series
 from monitor.insight import Insight, key_metrics
 
 
 def per_version(insight: Insight, engine: Engine, now_ms: int) -> list[Series]:
-    """The trends as they were computed before: one history evaluation per model version,
-    over a copy of all its rows (the sliced store's too, which slice ``all`` of a binary
-    model does not read)."""
+    """The trends as they were computed before: one ``Insight.history`` evaluation per
+    model version, at the trends' point width."""
     point = insight.trend_point_ms(now_ms)
     out: list[Series] = []
     for m, version in sorted({(m, v) for m, v, _ in engine.groups if m >= 0}):
         spec = engine.models[m]
-        view = copy_rows(engine, m, slice_groups(engine.groups, spec, m, version, "all"))
-        delay = engine.delay.histograms().of(spec.name)
-        found = series(view, spec, version, "all", key_metrics(spec), delay, now_ms,
-                       insight.confidence, engine.active_plugins, point)  # fmt: skip
+        found = insight.history(spec.name, version, "all", key_metrics(spec), now_ms, point)
         out.extend(s for s in found.values() if any(p.n for p in s.points))
     return out
 

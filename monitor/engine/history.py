@@ -253,5 +253,5 @@ def take(
             have = ", ".join(known) or "none yet"
             raise NarrowError("version", f"model {model} has no version {v!r} (versions: {have})")
     gids = [g for v in asked for g in slice_groups(engine.groups, spec, m, v, slice_label)]
-    sliced = slice_label != "all" or spec.task != "binary"
-    return copy_rows(engine, m, gids, sliced=sliced), spec
+    dims, _ = parse_slice(slice_label)  # (slice "all" reads no per-slice row)
+    return copy_rows(engine, m, gids, sliced=bool(dims)), spec
