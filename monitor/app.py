@@ -554,8 +554,10 @@ class Daemon:
 
     def start_http(self) -> HttpServer:
         h = self.settings.http
-        password = h.resolved_password()
-        auth = (h.basic_auth_user, password) if h.basic_auth_user and password else None
+        try:
+            auth = h.credentials()
+        except (OSError, ValueError) as err:  # never serve without the configured auth
+            raise StartupError(str(err)) from None
         tls = (
             (str(h.tls_certfile), str(h.tls_keyfile)) if h.tls_certfile and h.tls_keyfile else None
         )

@@ -34,6 +34,7 @@ from .durations import format_duration, parse_duration
 from .engine.metric_registry import LOSSES, opt_in_metrics, task_metrics
 from .engine.models import exported_metric_names
 from .logsetup import URL_USERINFO
+from .state.topics import internal_topics
 from .stats.estimation import ESTIMATED_METRICS, MULTICLASS_ESTIMATED_METRICS
 
 __all__ = [
@@ -68,6 +69,17 @@ def check_secret_file(path: Path | None) -> Path | None:
             stat.S_IMODE(mode),
         )
     return path
+
+
+def not_blank(value: str | SecretStr | None) -> str | SecretStr | None:
+    """A credential that is set must not be empty or whitespace: an empty user or secret
+    would make authentication fail open (or send blank credentials)."""
+    if value is None:
+        return None
+    text = value.get_secret_value() if isinstance(value, SecretStr) else value
+    if not text.strip():
+        raise ValueError("is empty: an empty credential is refused (unset the key instead)")
+    return value
 
 
 class _Section(BaseModel):
@@ -117,6 +129,32 @@ class KafkaSettings(_Section):
     def _sasl_password_file(cls, v: Path | None) -> Path | None:
         return check_secret_file(v)
 
+    _credentials_not_blank = field_validator("sasl_username", "sasl_password", "ssl_password")(
+        not_blank
+    )
+
+    @model_validator(mode="after")
+    def _no_loop(self) -> KafkaSettings:
+        """A dead-letter topic the monitor reads (or keeps its state in) would feed every
+        rejected record back to itself, forever."""
+        dlq = self.dead_letter_topic
+        if dlq is None:
+            return self
+        if not dlq.strip():
+            raise ValueError("dead_letter_topic is empty: unset it to write rejects to a file")
+        read = {self.predictions_topic: "predictions_topic", self.labels_topic: "labels_topic"}
+        if dlq in read:
+            raise ValueError(
+                f"dead_letter_topic {dlq!r} is also kafka.{read[dlq]}: every rejected record "
+                "would be read again and rejected again, forever; use a topic of its own"
+            )
+        if dlq in internal_topics(self.group_id):
+            raise ValueError(
+                f"dead_letter_topic {dlq!r} is one of the monitor's own topics for group "
+                f"{self.group_id!r} (state, statistics, exporter lease); use a topic of its own"
+            )
+        return self
+
     def resolved_sasl_password(self) -> str | None:
         if self.sasl_password is not None:
             return self.sasl_password.get_secret_value()
@@ -147,12 +185,7 @@ class HttpSettings(_Section):
     request_timeout: PositiveSeconds = 10.0
     write_timeout: PositiveSeconds = 30.0
 
-    @field_validator("basic_auth_password")
-    @classmethod
-    def _password_not_empty(cls, v: SecretStr | None) -> SecretStr | None:
-        if v is not None and not v.get_secret_value().strip():
-            raise ValueError("is empty: basic auth with an empty password would let anyone in")
-        return v
+    _credentials_not_blank = field_validator("basic_auth_user", "basic_auth_password")(not_blank)
 
     @field_validator("basic_auth_password_file")
     @classmethod
@@ -174,6 +207,16 @@ class HttpSettings(_Section):
         if self.basic_auth_password_file is not None:
             return self.basic_auth_password_file.read_text().strip()
         return None
+
+    def credentials(self) -> tuple[str, str] | None:
+        """(user, password) of basic auth, None when it is off. Fails closed: a user
+        whose password resolves empty (a file emptied since validation) raises."""
+        if self.basic_auth_user is None:
+            return None
+        password = self.resolved_password()
+        if not self.basic_auth_user.strip() or not password:
+            raise ValueError("http basic auth: the user or the password is empty")
+        return self.basic_auth_user, password
 
 
 class StateSettings(_Section):
@@ -552,6 +595,8 @@ class AlertingSettings(_Section):
     @classmethod
     def _webhook_secret_file(cls, v: Path | None) -> Path | None:
         return check_secret_file(v)
+
+    _secret_not_blank = field_validator("webhook_secret")(not_blank)
 
     @model_validator(mode="after")
     def _check(self) -> AlertingSettings:

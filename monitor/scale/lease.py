@@ -45,20 +45,17 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from .. import kafka_compat
+from ..state.topics import lease_topic
 
 kafka_compat.install()
 
-__all__ = ["ExporterLease", "LeaseLog", "lease_key", "lease_topic"]
+__all__ = ["ExporterLease", "LeaseLog", "lease_key"]
 
 log = logging.getLogger(__name__)
 
 
 def lease_key(group_id: str) -> str:
     return f"{group_id}/exporter"
-
-
-def lease_topic(group_id: str) -> str:
-    return f"{group_id}-exporter"
 
 
 @dataclass

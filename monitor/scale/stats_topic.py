@@ -20,17 +20,14 @@ from kafka import KafkaConsumer, TopicPartition
 
 from .. import kafka_compat
 from ..state.kafka_store import Generations, KafkaStateStore
+from ..state.topics import stats_topic
 from .merge import PartitionStats, decode
 
 kafka_compat.install()
 
-__all__ = ["StatsReader", "stats_store", "stats_topic"]
+__all__ = ["StatsReader", "stats_store"]
 
 log = logging.getLogger(__name__)
-
-
-def stats_topic(group_id: str) -> str:
-    return f"{group_id}-stats"
 
 
 def stats_store(

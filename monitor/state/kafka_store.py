@@ -45,19 +45,16 @@ from kafka.admin import KafkaAdminClient
 from kafka.errors import TopicAlreadyExistsError
 
 from .. import kafka_compat
+from .topics import state_topic
 
 kafka_compat.install()
 
-__all__ = ["WHOLE", "Generations", "KafkaStateStore", "StoredState", "state_topic"]
+__all__ = ["WHOLE", "Generations", "KafkaStateStore", "StoredState"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CHUNK_BYTES = 512 * 1024  # under the broker's default max.message.bytes (1 MiB)
 WHOLE = -1  # "partition" of a single instance's whole state (every partition it reads)
-
-
-def state_topic(group_id: str) -> str:
-    return f"{group_id}-state"
 
 
 @dataclass(frozen=True)
