@@ -246,7 +246,10 @@ def test_keep_alive_routes_and_malformed_requests() -> None:
         assert resp.status == 200 and resp.read() == b""
         assert conn.sock is sock  # the same connection all along
         conn.close()
-        for raw, code in ((b"POST /metrics HTTP/1.1\r\n\r\n", 405), (b"garbage\r\n\r\n", 400)):
+        for raw, code in (
+            (b"POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n", 405),
+            (b"garbage\r\n\r\n", 400),
+        ):
             with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
                 s.sendall(raw)
                 answer = s.recv(4096)
