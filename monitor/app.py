@@ -55,6 +55,7 @@ from .ingest.deadletter import DeadLetterSink, FileDeadLetter
 from .ingest.group_members import GroupMembers
 from .ingest.kafka import KafkaSource, make_producer, open_source
 from .ingest.pipeline import load_offsets, offset_key
+from .redact import mask
 from .scale.layout import LayoutError, check_layout, metadata_config, partition_counts
 from .state.checkpoint import CheckpointError, CheckpointStore, LoadedCheckpoint
 from .state.kafka_store import WHOLE, KafkaStateStore
@@ -71,6 +72,11 @@ _HTML = "text/html; charset=utf-8"
 _LAG_EVERY_S = 5.0
 _OPS_EVERY_S = 0.25
 _HEALTH_EVERY_S = 1.0
+
+
+def _masked(text: str | None) -> str | None:
+    """An error message as the API may show it (errors can quote URLs with credentials)."""
+    return None if text is None else mask(text)
 
 
 class StartupError(Exception):
@@ -173,18 +179,18 @@ class Daemon:
         topics = dict(st.topics)
         return {
             "ready": ready,
-            "not_ready_reasons": reasons,
+            "not_ready_reasons": [mask(r) for r in reasons],
             "started_at": st.started_at,
             "consuming": st.consuming,
             "assigned_partitions": st.assigned_partitions,
-            "source_error": st.source_error,
+            "source_error": _masked(st.source_error),
             "consumer_lag": [
                 {"topic": t, "partition": p, "lag": lag} for t, p, lag in st.consumer_lag
             ],
             "last_checkpoint_at": st.last_checkpoint_at,
             "checkpoint_failures": st.checkpoint_failures,
-            "last_checkpoint_error": st.last_checkpoint_error,
-            "last_evaluation_error": st.last_evaluation_error,
+            "last_checkpoint_error": _masked(st.last_checkpoint_error),
+            "last_evaluation_error": _masked(st.last_evaluation_error),
             "operations": ops_json(pub.ops, topics) if pub.ops else None,
             "snapshot": snapshot_json(pub.snapshot) if pub.snapshot else None,
         }

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .logsetup import LEVELS, configure_logging, register_secrets
+from .logsetup import LEVELS, configure_logging
+from .redact import register_secrets
 
 if TYPE_CHECKING:
     from .config import Settings

@@ -14,6 +14,7 @@ import logging
 import re
 import stat
 import tomllib
+import urllib.parse
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -33,7 +34,7 @@ from pydantic_settings.exceptions import SettingsError
 from .durations import format_duration, parse_duration
 from .engine.metric_registry import LOSSES, opt_in_metrics, task_metrics
 from .engine.models import exported_metric_names
-from .logsetup import URL_USERINFO
+from .redact import mask_urls
 from .state.topics import internal_topics
 from .stats.estimation import ESTIMATED_METRICS, MULTICLASS_ESTIMATED_METRICS
 
@@ -882,7 +883,7 @@ def _resolve_relative(data: dict[str, Any], base: Path) -> None:
             drift["reference"] = str(base / ref)
 
 
-# configuration keys that name a secret (credentials in URLs: logsetup.URL_USERINFO)
+# configuration keys that name a secret (credentials in URLs: redact.mask_urls)
 SECRET_KEY = re.compile(r"(?i)(pass|secret|token|credential|jaas|sasl|private|api.?key|key$)")
 
 
@@ -894,7 +895,7 @@ def _masked(value: Any, key: str = "") -> Any:
     if isinstance(value, str):
         if key and SECRET_KEY.search(key) and not key.endswith(("_file", "file")):
             return "**********"
-        return URL_USERINFO.sub(r"\1***@", value)
+        return mask_urls(value)
     return value
 
 
@@ -913,7 +914,7 @@ def redacted(settings: Settings) -> dict[str, Any]:
 
 def secret_values(settings: Settings) -> list[str]:
     """Every secret the configuration holds, for the log formatter to mask wherever it
-    appears (monitor/logsetup.py)."""
+    appears (monitor/redact.py)."""
     k, h, a = settings.kafka, settings.http, settings.alerting
     values: list[str | None] = [
         k.ssl_password.get_secret_value() if k.ssl_password else None,
@@ -928,4 +929,7 @@ def secret_values(settings: Settings) -> list[str]:
         m = re.match(r"^[a-z][a-z0-9+.-]*://([^/\s@]+)@", url or "", re.I)
         if m:
             values += [m.group(1), *m.group(1).split(":", 1)[1:]]
+        # values of secret-named query parameters (?token=...), wherever they reappear
+        query = urllib.parse.urlsplit(url or "").query
+        values += [v for k, v in urllib.parse.parse_qsl(query) if SECRET_KEY.search(k)]
     return [v for v in values if v]

@@ -23,10 +23,14 @@ Design, and why:
 - **Resolution** is sent once, with ``endsAt`` = the moment it was observed.
 
 The stdlib ``urllib`` suffices for two JSON POSTs; no HTTP client dependency is added.
+Credentials in a receiver URL (``https://user:pass@host/...``) are sent as a basic-auth
+header, and every error message is masked (``monitor/redact.py``) before it is kept for
+``/api/v1/slos`` or logged: ``last_error`` never carries a password or a ``?token=``.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import logging
@@ -34,6 +38,7 @@ import random
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -43,6 +48,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from ..redact import mask
 from .alerts import Alert
 
 __all__ = [
@@ -137,14 +143,30 @@ def sign(secret: str | bytes, body: bytes) -> str:
     return "sha256=" + hmac.new(key, body, hashlib.sha256).hexdigest()
 
 
+def split_userinfo(url: str) -> tuple[str, dict[str, str]]:
+    """``url`` without its user-info, and the basic-auth header it stood for (urllib
+    would not send it, and it must never appear in an error message)."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, {}
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    creds = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
+    header = {"Authorization": "Basic " + base64.b64encode(creds.encode()).decode()}
+    return urllib.parse.urlunsplit(parts._replace(netloc=hostport)), header
+
+
 def _post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> None:
+    target, auth = split_userinfo(url)
+    shown = mask(target)  # what an error may say about the receiver
     request = urllib.request.Request(
-        url,
+        target,
         data=body,
         method="POST",
         headers={
             "Content-Type": "application/json",
             "User-Agent": "model-monitor",
+            **auth,
             **headers,
         },
     )
@@ -153,9 +175,9 @@ def _post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> Non
             resp.read(65536)
     except urllib.error.HTTPError as err:
         detail = err.read(300).decode("utf-8", "replace").strip()
-        raise DeliveryError(f"{url} answered {err.code}: {detail}") from None
+        raise DeliveryError(mask(f"{shown} answered {err.code}: {detail}")) from None
     except (OSError, ValueError) as err:  # URLError, timeouts, refused, reset
-        raise DeliveryError(f"{url}: {err}") from None
+        raise DeliveryError(mask(f"{shown}: {err}")) from None
 
 
 class AlertmanagerNotifier:
@@ -164,7 +186,10 @@ class AlertmanagerNotifier:
     name = "alertmanager"
 
     def __init__(self, url: str, timeout: float = 5.0) -> None:
-        self.url = url.rstrip("/") + "/api/v2/alerts"
+        parts = urllib.parse.urlsplit(url)  # the API path goes before any query
+        self.url = urllib.parse.urlunsplit(
+            parts._replace(path=parts.path.rstrip("/") + "/api/v2/alerts")
+        )
         self.timeout = timeout
 
     def send(self, alerts: Sequence[Alert], now: float, horizon_s: float) -> None:
@@ -419,7 +444,7 @@ class Dispatcher:
                 r.attempt += 1
                 backoff = min(self.retry_max, self.retry_initial * 2 ** (r.attempt - 1))
                 r.next_attempt = self._monotonic() + backoff * (0.5 + 0.5 * self._rng.random())
-                r.last_error = str(err)
+                r.last_error = mask(str(err))  # a notifier's own error may carry a URL
                 for a in reversed(batch):
                     self._enqueue(r, a, front=True)
             if r.attempt == 1 or r.attempt % 10 == 0:

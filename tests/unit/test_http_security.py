@@ -197,7 +197,8 @@ def test_log_formatter_masks_urls_and_registered_secrets_in_tracebacks() -> None
     import io
     import logging
 
-    from monitor.logsetup import configure_logging, register_secrets
+    from monitor.logsetup import configure_logging
+    from monitor.redact import register_secrets
 
     stream = io.StringIO()
     root = logging.getLogger()
