@@ -191,6 +191,7 @@ class Daemon:
             "checkpoint_failures": st.checkpoint_failures,
             "last_checkpoint_error": _masked(st.last_checkpoint_error),
             "last_evaluation_error": _masked(st.last_evaluation_error),
+            "dead_letter_error": _masked(self._sink.error) if self._sink is not None else None,
             "operations": ops_json(pub.ops, topics) if pub.ops else None,
             "snapshot": snapshot_json(pub.snapshot) if pub.snapshot else None,
         }
@@ -512,6 +513,8 @@ class Daemon:
             faults["wall_clock_jump_refused"] += self.clock.jumps
             faults["wall_clock_jump_adopted"] += self.clock.adopted
             spooled = 0
+            if sink is not None:
+                faults.update(sink.faults)
             if isinstance(sink, TopicDeadLetter):
                 faults["dead_letter_spooled"] += sink.spooled_total
                 spooled = sink.spooled
@@ -713,7 +716,9 @@ class Daemon:
                 st.dir / "dead-letter.spool.jsonl",
                 st.dead_letter_spill_max_bytes,
             )
-        return FileDeadLetter(st.dir / "dead-letter.jsonl")
+        return FileDeadLetter(
+            st.dead_letter_path, st.dead_letter_file_max_bytes, st.dead_letter_file_keep
+        )
 
     def _connect(self) -> KafkaSource | None:
         backoff = 0.5

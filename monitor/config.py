@@ -230,6 +230,17 @@ class StateSettings(_Section):
     # rejected records held on disk while the dead-letter topic is unreachable; above
     # this the consumer pauses (offsets stay behind) until the topic is back
     dead_letter_spill_max_bytes: int = Field(1 << 30, ge=1 << 20)
+    # without kafka.dead_letter_topic: the dead-letter file (default <dir>/dead-letter.jsonl),
+    # rotated above dead_letter_file_max_bytes into .1, .2, ... keeping
+    # dead_letter_file_keep old files: at most (keep + 1) x max bytes on disk
+    dead_letter_file: Path | None = None
+    dead_letter_file_max_bytes: int = Field(64 << 20, ge=4096)
+    dead_letter_file_keep: int = Field(3, ge=0, le=1000)
+
+    @property
+    def dead_letter_path(self) -> Path:
+        return self.dead_letter_file or self.dir / "dead-letter.jsonl"
+
     # this deployment is one instance: warn when the consumer group has other members
     single_instance: bool = True
     group_check_interval: PositiveSeconds = 60.0
