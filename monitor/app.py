@@ -413,27 +413,31 @@ class Daemon:
             return  # the local copy is the cache (written before the topic's copy)
         try:
             self.kafka_state.ensure_topic(partitions=1)
-            found = self.kafka_state.restore(WHOLE)
+            found = self.kafka_state.restore_many([WHOLE])[WHOLE]
         except Exception as err:
             raise StartupError(
                 f"state.kafka_store: cannot read the state topic {self.kafka_state.topic!r} "
                 f"at {self.settings.kafka.bootstrap_servers}: {err}"
             ) from None
-        if found is None:
+        if not found:
             log.info("state topic %s holds no checkpoint", self.kafka_state.topic)
             return
         store.directory.mkdir(parents=True, exist_ok=True)
-        with open(store.tmp_path, "wb") as f:
-            f.write(found.blob)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(store.tmp_path, store.path)
-        log.info(
-            "checkpoint generation %d (%d bytes) restored from state topic %s",
-            found.generation,
-            len(found.blob),
-            self.kafka_state.topic,
-        )
+        # the newest complete generation, and the one before as the fallback the usual
+        # load tries when the newest is unusable (garbage in the topic, say)
+        for stored, path in zip(found, (store.path, store.prev_path), strict=False):
+            with open(store.tmp_path, "wb") as f:
+                f.write(stored.blob)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(store.tmp_path, path)
+            log.info(
+                "checkpoint generation %d (%d bytes) restored from state topic %s into %s",
+                stored.generation,
+                len(stored.blob),
+                self.kafka_state.topic,
+                path.name,
+            )
 
     def restore(self) -> None:
         if self.kafka_state is not None:
@@ -513,8 +517,8 @@ class Daemon:
             faults["wall_clock_jump_refused"] += self.clock.jumps
             faults["wall_clock_jump_adopted"] += self.clock.adopted
             spooled = 0
-            if sink is not None:
-                faults.update(sink.faults)
+            for source in self._fault_sources():
+                faults.update(source.faults)
             if isinstance(sink, TopicDeadLetter):
                 faults["dead_letter_spooled"] += sink.spooled_total
                 spooled = sink.spooled
@@ -527,6 +531,10 @@ class Daemon:
                     dead_letter_spooled=spooled,
                 ),
             )
+
+    def _fault_sources(self) -> list[Any]:
+        """Components that count their own handled faults (a ``faults`` Counter)."""
+        return [self._sink] if self._sink is not None else []
 
     def checkpoint(self, sink: DeadLetterSink | None, source: KafkaSource | None) -> bool:
         try:

@@ -263,6 +263,10 @@ class ScaleSettings(_Section):
     # how long the exporter lease (topic "<group_id>-exporter") outlives its holder's last renewal:
     # the failover time of the global series and SLO alerts; below kafka.session_timeout_ms
     exporter_lease: PositiveSeconds = 3.0
+    # a partition none of whose stored states can be restored (garbage, another layout):
+    # "pause" keeps it unconsumed (not ready) until one can; "reset" starts it fresh from
+    # the group's committed offsets, dropping the history its state held
+    on_unusable_state: Literal["pause", "reset"] = "pause"
 
 
 class LabelFields(_Section):

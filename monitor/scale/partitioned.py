@@ -59,7 +59,16 @@ from ..state.kafka_store import KafkaStateStore, StoredState
 from ..state.positions import Resume
 from .global_view import global_snapshot
 from .lease import ExporterLease
-from .merge import PartitionStats, encode, merge, merge_ops, pack, partition_stats, unpack
+from .merge import (
+    PartitionStats,
+    encode,
+    merge,
+    merge_ops,
+    pack,
+    partition_stats,
+    store_layout,
+    unpack,
+)
 from .partitioned_ingest import PartitionedIngest
 from .stats_topic import StatsReader, stats_store
 
@@ -105,6 +114,7 @@ class PartitionedDaemon(Daemon):
             k.group_id,
             [m.name for m in self.engine.models],
             self.engine.buckets.width_ms,
+            store_layout(self.engine),
         )
         self.parts: dict[int, _Partition] = {}
         # revoked, kept in memory: an eager rebalance that gives p back to this instance
@@ -116,6 +126,8 @@ class PartitionedDaemon(Daemon):
             queue.Queue()
         )
         self.paused: set[int] = set()  # assigned, state not restored yet
+        # paused because no stored generation is usable: (why, attempts); readiness says so
+        self.unusable: dict[int, tuple[str, int]] = {}
         self._restore_due = False  # a new assignment: restore after this poll
         self._assigned_generation = -1  # the group generation of the latest assignment
         self._view_complete = False  # evaluated with every partition's statistics
@@ -193,13 +205,35 @@ class PartitionedDaemon(Daemon):
                 )
         return True
 
-    def _restore(self, number: int, found: StoredState | None, generation: int) -> _Partition:
-        """p from its newest complete stored state, or a fresh engine when none was ever
-        stored; raises when the state does not apply here."""
-        engine = self._new_engine()
-        if found is None:
+    def _restore(self, number: int, found: list[StoredState], generation: int) -> _Partition:
+        """p from its newest usable stored state (an unusable generation is skipped and
+        counted), or a fresh engine when none was ever stored (or, with
+        ``scale.on_unusable_state = "reset"``, none is usable); raises StateMismatch when
+        generations exist and none applies here."""
+        problems = []
+        for state in found:
+            try:
+                return self._restore_one(number, state, generation)
+            except (StateMismatch, KeyError, TypeError, ValueError, AttributeError) as err:
+                problems.append(f"generation {state.generation} of fence {state.fence}: {err}")
+                self.count_fault("partition_state_skipped")
+                log.error("partition %d: stored generation %d (fence %d) skipped: %s",
+                          number, state.generation, state.fence, err)  # fmt: skip
+        if problems and self.settings.scale.on_unusable_state == "pause":
+            raise StateMismatch("no usable stored state: " + "; ".join(problems))
+        if problems:
+            self.count_fault("partition_state_reset")
+            log.error(
+                "partition %d: no usable stored state, starting it fresh from the group's "
+                "committed offsets (scale.on_unusable_state = reset)",
+                number,
+            )
+        else:
             log.info("partition %d: no stored state, starting it fresh", number)
-            return _Partition(number, engine, {}, generation)
+        return _Partition(number, self._new_engine(), {}, generation)
+
+    def _restore_one(self, number: int, found: StoredState, generation: int) -> _Partition:
+        engine = self._new_engine()
         meta, arrays = unpack(found.blob)
         if meta.get("format") != STATE_FORMAT or meta.get("partition") != number:
             raise StateMismatch(
@@ -329,13 +363,14 @@ class PartitionedDaemon(Daemon):
             try:
                 part = self._restore(p, stored[p], generation)
             except StateMismatch as err:
-                log.critical("partition %d: stored state cannot be restored: %s", p, err)
+                attempt = self.unusable.get(p, ("", 0))[1] + 1
+                if attempt & (attempt - 1) == 0:  # the 1st, 2nd, 4th… retry (every second)
+                    log.critical("partition %d paused: stored state cannot be restored (attempt "
+                                 "%d): %s", p, attempt, err)  # fmt: skip
+                self.unusable[p] = (str(err), attempt)
                 self.count_fault("partition_state_mismatch")
                 continue
-            except (KeyError, TypeError, ValueError, AttributeError) as err:
-                log.critical("partition %d: stored state is malformed: %s", p, err)
-                self.count_fault("partition_state_mismatch")
-                continue
+            self.unusable.pop(p, None)
             with self._assign_lock:
                 if p not in self.paused:
                     continue  # revoked meanwhile: never own (or store) it
@@ -394,7 +429,7 @@ class PartitionedDaemon(Daemon):
                 with self.lock:
                     stats = partition_stats(part.engine)
                 names = [m.name for m in part.engine.models]
-                self.stats_out.store(part.number, encode(stats, names))
+                self.stats_out.store(part.number, encode(stats, names, part.number))
                 part.stats_published = True
         except Exception as err:
             log.warning("publishing the statistics of partition %d failed: %s", part.number, err)
@@ -518,6 +553,7 @@ class PartitionedDaemon(Daemon):
         s = self.settings
         try:
             counts = self._partition_count()
+            self.stats_in.partitions = counts  # a stats record of another number is refused
             self.state_store.ensure_topic(partitions=counts)
             self.stats_out.ensure_topic(partitions=1)
             self.lease.ensure_topic()
@@ -611,6 +647,21 @@ class PartitionedDaemon(Daemon):
     def _check_group(self) -> None:
         """Several members are this mode's purpose: no single-instance warning."""
 
+    def readiness(self) -> tuple[bool, list[str]]:
+        """Not ready while a partition is paused for want of a usable stored state: its
+        records are not consumed, whatever the lag says (docs/operations.md)."""
+        _, reasons = super().readiness()
+        with self._assign_lock:
+            stuck = {p: why for p, (why, _) in self.unusable.items() if p in self.paused}
+        reasons += [
+            f"partition {p} paused: {why} (scale.on_unusable_state)"
+            for p, why in sorted(stuck.items())
+        ]
+        return not reasons, reasons
+
+    def _fault_sources(self) -> list[Any]:
+        return [*super()._fault_sources(), self.stats_in]
+
     def status_json(self) -> dict[str, Any]:
         out = super().status_json()
         with self.lock:
@@ -621,6 +672,7 @@ class PartitionedDaemon(Daemon):
             "mode": "partitioned",
             "owned_partitions": owned,
             "restoring_partitions": waiting,
+            "unusable_partitions": {str(p): why for p, (why, _) in sorted(self.unusable.items())},
             "exporter": self.exporter,
             "handovers": self.handovers,
             "fenced": self.fenced,

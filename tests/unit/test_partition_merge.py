@@ -20,7 +20,15 @@ from monitor.engine.snapshot import Snapshot
 from monitor.ingest.deadletter import FileDeadLetter
 from monitor.ingest.pipeline import IngestPipeline, RawRecord
 from monitor.scale.global_view import global_snapshot
-from monitor.scale.merge import decode, encode, merge, pack, partition_stats, unpack
+from monitor.scale.merge import (
+    decode,
+    encode,
+    merge,
+    pack,
+    partition_stats,
+    store_layout,
+    unpack,
+)
 from monitor.state.checkpoint import CheckpointStore
 from monitor.synthetic import binary_traffic
 from monitor.wiring import build_engine, build_pipeline
@@ -179,7 +187,11 @@ def test_merged_partitions_evaluate_like_one_engine(tmp_path: Path) -> None:
 
     # the same through the stats topic's bytes, merged in another order
     names = [m.name for m in single.models]
-    wire = [decode(encode(st, names), names, width) for st in reversed(stats)]
+    layout = store_layout(build_engine(s))
+    wire = [
+        decode(encode(st, names, p), names, width, p, layout)
+        for p, st in reversed(list(enumerate(stats)))
+    ]
     again = global_snapshot(build_engine(s), merge(wire, width), NOW, at_ms=NOW,
                             confidence=0.95)  # fmt: skip
     _assert_same(want, again)
@@ -188,7 +200,7 @@ def test_merged_partitions_evaluate_like_one_engine(tmp_path: Path) -> None:
 def test_decode_refuses_foreign_or_broken_stats() -> None:
     s = _settings()
     engine = build_engine(s)
-    blob = encode(partition_stats(engine), ["fraud"])
+    blob = encode(partition_stats(engine), ["fraud"], 0)
     with pytest.raises(ValueError, match="bucket width"):
         decode(blob, ["fraud"], 1000)
     with pytest.raises(ValueError, match="not a packed blob"):
