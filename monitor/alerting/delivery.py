@@ -21,6 +21,11 @@ Design, and why:
   its alerts resolve by themselves a few intervals later instead of firing forever; if
   Alertmanager restarts (it does not persist alerts), the next re-send restores them.
 - **Resolution** is sent once, with ``endsAt`` = the moment it was observed.
+- **One sender.** Several instances of one deployment (``scale.mode = "partitioned"``)
+  evaluate the same SLOs; only the holder of the exporter lease may send (``holding``).
+  An instance that does not hold it sends nothing, and one that loses it drops its
+  firing set and its queues at once — a paused exporter that resumes must not re-send
+  its old firing alerts over the new exporter's resolution.
 
 The stdlib ``urllib`` suffices for two JSON POSTs; no HTTP client dependency is added.
 Credentials in a receiver URL (``https://user:pass@host/...``) are sent as a basic-auth
@@ -288,14 +293,34 @@ class Dispatcher:
         self._receivers = [_Receiver(n) for n in notifiers]
         self._stopping = threading.Event()
         self._flush_deadline = 0.0
+        # whether this instance may send now (the exporter lease); None: always
+        self.holding: Callable[[], bool] | None = None
 
     @property
     def receivers(self) -> tuple[str, ...]:
         return tuple(r.notifier.name for r in self._receivers)
 
     # -- producers (the evaluation thread, the consumer thread) -------------------------
+    def _may_send(self) -> bool:
+        """Whether this instance sends; when it may not, everything it would have sent
+        (firing sets, queues) is dropped: another instance is the sender now."""
+        if self.holding is None or self.holding():
+            return True
+        with self._lock:
+            dropped = sum(len(a) for a in self._active.values())
+            dropped += sum(len(r.queue) for r in self._receivers)
+            self._active.clear()
+            for r in self._receivers:
+                r.queue.clear()
+        if dropped:
+            log.info("not the exporter (lease not held): %d firing or queued alert(s) left "
+                     "to the instance that holds it", dropped)  # fmt: skip
+        return False
+
     def sync(self, source: str, firing: Sequence[Alert], resolved: Sequence[Alert] = ()) -> None:
         """Declare ``source``'s firing alerts now; O(alerts), never blocks on I/O."""
+        if not self._may_send():
+            return
         now = self._clock()
         with self._lock:
             prev = self._active.get(source, {})
@@ -411,8 +436,9 @@ class Dispatcher:
             stopping = self._stopping.is_set()
             now_m = self._monotonic()
             batch: list[Alert] = []
+            sending = self._may_send()
             with self._lock:
-                if not stopping and now_m >= r.next_resend:
+                if sending and not stopping and now_m >= r.next_resend:
                     self._resend(r)
                     r.next_resend = now_m + self.resend_interval
                 due = now_m >= r.next_attempt or (stopping and not final_attempt_done)
@@ -435,6 +461,8 @@ class Dispatcher:
                 return
 
     def _deliver(self, r: _Receiver, batch: list[Alert]) -> None:
+        if not self._may_send():  # the lease ran out since the batch was taken
+            return
         now = self._clock()
         try:
             r.notifier.send(batch, now, self.horizon_s)

@@ -143,6 +143,8 @@ class PartitionedDaemon(Daemon):
             settings.scale.exporter_lease,
             eligible=lambda: self._view_complete,
         )
+        if self.dispatcher is not None:  # only the exporter sends alerts
+            self.dispatcher.holding = self.lease.valid
         self.handovers = 0
         self.fenced = 0  # stores refused: the membership they were owned in is gone
         # (published snapshot, its operational part): what a non-exporter's /metrics
