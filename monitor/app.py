@@ -547,6 +547,11 @@ class Daemon:
             meta["slo"] = self.slos.state()  # firing alerts keep their start over restarts
             written = self.store.write(meta, arrays)
             if self.kafka_state is not None:  # acknowledged before any offset commit
+                if source is not None and not source.connected():  # would wait 10 s
+                    raise ConnectionError(
+                        f"no broker connection: checkpoint written to {written} only, not "
+                        f"to the state topic {self.kafka_state.topic}"
+                    )
                 self.kafka_state.store(WHOLE, written.read_bytes())
         except Exception as err:  # disk full, read-only, DLQ/state topic down: keep going
             st = self._published.status

@@ -32,6 +32,7 @@ from confluent_kafka import (
 from ..config import KafkaSettings
 from ..scale.assignor import warn_unpaired
 from ..state.positions import Resume, reset_by_client, resume_position
+from .kafka import CLOSE_TIMEOUT_MS
 from .pipeline import RawBatch, offset_key
 from .security import librdkafka_security as confluent_security
 
@@ -276,16 +277,25 @@ class ConfluentSource:
         return out
 
     def commit(self, offsets: dict[str, int]) -> None:
+        if not self.connected():
+            raise ConnectionError("no broker connection: commit skipped")
         commit = []
         for tp in self.consumer.assignment():
             off = offsets.get(offset_key(tp.topic, tp.partition))
             if off is not None:
                 commit.append(TopicPartition(tp.topic, tp.partition, off))
-        if commit:
-            self.consumer.commit(offsets=commit, asynchronous=False)
+        if commit:  # asynchronous: a synchronous commit waits for a coordinator forever
+            self.consumer.commit(offsets=commit, asynchronous=True)
 
     def close(self) -> None:
-        self.consumer.close()  # auto-commit is off: closing commits nothing
+        """librdkafka's close leaves the group and waits for the broker: bounded by
+        ``CLOSE_TIMEOUT_MS`` in a helper thread (the process exits after it anyway)."""
+        closer = threading.Thread(target=self.consumer.close, name="consumer-close", daemon=True)
+        closer.start()  # auto-commit is off: closing commits nothing
+        closer.join((CLOSE_TIMEOUT_MS if self.connected() else 0) / 1000)
+        if closer.is_alive():
+            log.warning("consumer close did not finish within %d ms (no broker?): leaving it",
+                        CLOSE_TIMEOUT_MS)  # fmt: skip
 
 
 def _by_partition(

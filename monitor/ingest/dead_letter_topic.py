@@ -44,6 +44,7 @@ __all__ = ["TopicDeadLetter"]
 log = logging.getLogger(__name__)
 
 _SEND_TIMEOUT_S = 10.0
+_CLOSE_TIMEOUT_S = 2.0  # each step of close(): a shutdown must not wait out an outage
 
 Entry = dict[str, Any]  # dead_letter_json: what the spool holds per record
 
@@ -138,7 +139,7 @@ class TopicDeadLetter:
         if sent < len(entries):
             self._append(entries[sent:])
 
-    def flush(self) -> None:
+    def flush(self, timeout: float = _SEND_TIMEOUT_S) -> None:
         """Before a checkpoint: every record rejected so far is acknowledged by the
         broker or fsynced in the spool, so the checkpoint's offsets never pass a record
         that could still be lost (short of a failed spool write, which is counted)."""
@@ -147,7 +148,7 @@ class TopicDeadLetter:
         undelivered = [e for _, e in inflight]
         if producer is not None:
             try:
-                producer.flush(timeout=_SEND_TIMEOUT_S)
+                producer.flush(timeout=timeout)
                 undelivered = self._settle(producer, inflight)
             except Exception as err:
                 self._down(f"flush failed: {err!r}")
@@ -206,11 +207,13 @@ class TopicDeadLetter:
         return undelivered
 
     def close(self) -> None:
+        """Stop within a few seconds even while the broker is unreachable: what is not
+        acknowledged by then stays in the spool, sent after the next start."""
         self._stop.set()
         self._wake.set()
-        self._thread.join(timeout=5)  # within the shutdown grace; the spool stays on disk
+        self._thread.join(timeout=_CLOSE_TIMEOUT_S)
         try:
-            self.flush()
+            self.flush(timeout=_CLOSE_TIMEOUT_S)
         finally:
             with self._lock:
                 if self._fh is not None:
@@ -219,7 +222,7 @@ class TopicDeadLetter:
                     self._fh = None
                 producer, self._producer = self._producer, None
             if producer is not None:
-                producer.close(timeout=5)
+                producer.close(timeout=_CLOSE_TIMEOUT_S)
 
     # -- state for readiness and metrics ------------------------------------------
     def connected(self) -> bool:

@@ -40,6 +40,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+# offsets are owned by the checkpoint: a commit is for lag visibility, never worth a stall
+COMMIT_TIMEOUT_MS = 5_000
+CLOSE_TIMEOUT_MS = 3_000
+
 StoredOffsets = Callable[[], dict[str, int]]
 # told when a checkpointed/current position is outside the log (state/positions.py)
 OnResume = Callable[[str, int, int, Resume], None]
@@ -63,10 +67,14 @@ class KafkaSource(Protocol):
         ...
 
     def commit(self, offsets: dict[str, int]) -> None:
-        """Commit checkpointed offsets ("topic:partition" -> next offset) we are assigned."""
+        """Commit checkpointed offsets ("topic:partition" -> next offset) we are assigned:
+        for lag and for partitions without state only, so it is skipped while no broker
+        answers and never blocks for long (``COMMIT_TIMEOUT_MS``)."""
         ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Leave the group within ``CLOSE_TIMEOUT_MS`` (a shutdown during an outage)."""
+        ...
 
 
 def open_source(
@@ -238,16 +246,19 @@ class KafkaPythonSource:
             self.on_resume(tp.topic, tp.partition, expected, resume)
 
     def commit(self, offsets: dict[str, int]) -> None:
+        if not self.connected():
+            raise ConnectionError("no broker connection: commit skipped")
         commit = {}
         for tp in self.consumer.assignment():
             off = offsets.get(offset_key(tp.topic, tp.partition))
             if off is not None:
                 commit[tp] = OffsetAndMetadata(off, "", -1)
         if commit:
-            self.consumer.commit(offsets=commit)
+            self.consumer.commit(offsets=commit, timeout_ms=COMMIT_TIMEOUT_MS)
 
     def close(self) -> None:
-        self.consumer.close(autocommit=False)
+        timeout = CLOSE_TIMEOUT_MS if self.connected() else 0
+        self.consumer.close(autocommit=False, timeout_ms=timeout)
 
 
 def record_origin(records: list[Any]) -> Callable[[int], tuple[str, int, int]]:

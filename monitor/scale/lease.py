@@ -244,9 +244,13 @@ class ExporterLease:
         return self._producer
 
     def close(self) -> None:
+        """Close the clients, within a second or two even while no broker answers."""
         if self._producer is not None:
-            self._producer.close(timeout=5)
+            try:
+                self._producer.close(timeout=1)
+            except Exception as err:  # a send still waiting for a broker that is gone
+                log.warning("exporter lease: closing the producer: %s", err)
             self._producer = None
         if self._consumer is not None:
-            self._consumer.close()
+            self._consumer.close(autocommit=False, timeout_ms=1000)
             self._consumer = None

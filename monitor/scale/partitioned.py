@@ -454,7 +454,8 @@ class PartitionedDaemon(Daemon):
         """The publisher thread: encoding and sending stay off the consumer loop."""
         interval = self.settings.scale.stats_interval
         while not self._stop.wait(interval):
-            self._publish_all()
+            if self._source is None or self._source.connected():  # else: 10 s per partition
+                self._publish_all()
 
     def _own_stats(self) -> dict[int, PartitionStats]:
         return {p: partition_stats(part.engine) for p, part in self.parts.items()}
@@ -539,6 +540,14 @@ class PartitionedDaemon(Daemon):
             except Exception as err:
                 log.error("checkpoint failed (dead-letter flush): %s", err)
                 return False
+        if source is not None and not source.connected():  # each store would wait 10 s
+            st = self._published.status
+            error = "no broker connection: partition states not stored (the last stand)"
+            log.error("checkpoint failed: %s", error)
+            self._set_status(
+                checkpoint_failures=st.checkpoint_failures + 1, last_checkpoint_error=error
+            )
+            return False
         with self.lock:
             owned = list(self.parts.values())
         ok = True
@@ -619,11 +628,13 @@ class PartitionedDaemon(Daemon):
                 if now - last_ckpt >= s.state.checkpoint_interval:
                     self.checkpoint(sink, source)
                     last_ckpt = now
-            publisher.join(timeout=30)
-            leaser.join(timeout=30)
+            wait = 30 if source.connected() else 2  # a send in flight waits for no broker
+            publisher.join(timeout=wait)
+            leaser.join(timeout=wait)
             self._handovers.put(None)
             handover.join(timeout=60)
-            self._publish_all()
+            if source.connected():  # else each publication would wait 10 s for nothing
+                self._publish_all()
         finally:
             self.lease.release()
             self.lease.close()
