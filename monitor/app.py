@@ -128,8 +128,11 @@ class Daemon:
         self.dispatcher = build_dispatcher(settings)
         self._checkpoint_failing_since: float | None = None
         # source offsets covered by the engine's state (the pipeline advances them under
-        # ``lock``; checkpointed with the state, sought to on assignment)
+        # ``lock``; checkpointed with the state, sought to on assignment), and the ids of
+        # the topics they are offsets in (ingest/topic_watch.py)
         self.offsets: dict[str, int] = {}
+        self.topic_ids: dict[str, str] = {}
+        self._source: Any = None
         self._faults: Counter[str] = Counter()  # handled faults, by event (count_fault)
 
     def _new_engine(self) -> Engine:
@@ -449,6 +452,8 @@ class Daemon:
                     self.engine.load(loaded.meta, loaded.arrays)
                     self.offsets.clear()
                     self.offsets.update(load_offsets(loaded.meta))
+                ids = loaded.meta.get("topic_ids", {})
+                self.topic_ids = {str(t): str(i) for t, i in dict(ids).items()}
             except (StateMismatch, KeyError, ValueError, TypeError, AttributeError) as err:
                 self.engine = self._new_engine()  # a half-applied load is discarded
                 self.offsets.clear()
@@ -534,7 +539,7 @@ class Daemon:
 
     def _fault_sources(self) -> list[Any]:
         """Components that count their own handled faults (a ``faults`` Counter)."""
-        return [self._sink] if self._sink is not None else []
+        return [c for c in (self._sink, self._source) if c is not None and hasattr(c, "faults")]
 
     def checkpoint(self, sink: DeadLetterSink | None, source: KafkaSource | None) -> bool:
         try:
@@ -543,6 +548,9 @@ class Daemon:
             with self.lock:
                 meta, arrays = self.engine.state()
                 meta["offsets"] = dict(self.offsets)
+            if source is not None:
+                self.topic_ids = source.topic_ids()
+            meta["topic_ids"] = dict(self.topic_ids)
             meta["source"] = self.source_identity()
             meta["slo"] = self.slos.state()  # firing alerts keep their start over restarts
             written = self.store.write(meta, arrays)
@@ -738,7 +746,9 @@ class Daemon:
         while not self._stop.is_set():
             try:
                 self._check_layout()
-                return open_source(self.settings.kafka, lambda: dict(self.offsets), self._on_resume)
+                return open_source(
+                    self.settings.kafka, lambda: dict(self.offsets), self._on_resume, self.topic_ids
+                )
             except LayoutError as err:
                 raise StartupError(str(err)) from None
             except Exception as err:
@@ -764,7 +774,17 @@ class Daemon:
 
     def _report_resume(self, topic: str, partition: int, was: int, resume: Resume) -> None:
         """Log and count a position outside the log (both modes)."""
-        if resume.reason == "offset_beyond_end":
+        if resume.reason == "topic_recreated":
+            log.error(
+                "%s[%d]: the topic was recreated; position %d was in the old log: reading the "
+                "new one from %d (kafka.auto_offset_reset=%s)",
+                topic,
+                partition,
+                was,
+                resume.offset,
+                self.settings.kafka.auto_offset_reset,
+            )
+        elif resume.reason == "offset_beyond_end":
             log.error(
                 "%s[%d]: position %d is past the end of the log (topic recreated or "
                 "truncated?): reading from %d (kafka.auto_offset_reset=%s)",
@@ -835,7 +855,7 @@ class Daemon:
 
     def _consume(self, pipeline: Any, sink: DeadLetterSink) -> KafkaSource | None:
         s = self.settings
-        source = self._connect()
+        source = self._source = self._connect()
         if source is None:
             return None
         last_ckpt = last_lag = last_ops = last_health = time.monotonic()

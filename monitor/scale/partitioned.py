@@ -53,6 +53,7 @@ from ..export.published import Published
 from ..ingest.deadletter import DeadLetterSink
 from ..ingest.kafka import KafkaPythonSource, consumer_config, record_origin
 from ..ingest.pipeline import RawBatch, offset_key
+from ..ingest.topic_watch import TopicWatch
 from ..scale.assignor import warn_unpaired
 from ..scale.layout import LayoutError, metadata_config
 from ..state.kafka_store import KafkaStateStore, StoredState
@@ -732,6 +733,8 @@ class PartitionedSource(KafkaPythonSource):
         self.kinds = {k.predictions_topic: "predictions", k.labels_topic: "labels"}
         self._stored_offsets: Callable[[], dict[str, int]] = self._offsets
         self.daemon = daemon
+        self.watch = TopicWatch()  # recreated topics seen while running (topic_watch.py)
+        self.faults = self.watch.faults
         self.consumer = KafkaConsumer(**consumer_config(k))
         self.consumer.subscribe(topics=list(self.kinds), listener=_HandOver(self))
         self._lock = threading.Lock()
@@ -743,8 +746,8 @@ class PartitionedSource(KafkaPythonSource):
         return out
 
     def poll(self, timeout_ms: int) -> dict[tuple[str, int], RawBatch]:  # type: ignore[override]
-        batches = self.consumer.poll(
-            timeout_ms=timeout_ms, max_records=self.settings.max_poll_records
+        batches = self._without_recreated(
+            self.consumer.poll(timeout_ms=timeout_ms, max_records=self.settings.max_poll_records)
         )
         out: dict[tuple[str, int], RawBatch] = {}
         for tp, records in batches.items():
