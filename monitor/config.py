@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -32,8 +33,15 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from pydantic_settings.exceptions import SettingsError
 
 from .durations import format_duration, parse_duration
-from .engine.metric_registry import LOSSES, opt_in_metrics, task_metrics
-from .engine.models import exported_metric_names
+from .metrics.protocol import ModelParams
+from .metrics.registry import (
+    LOSSES,
+    definition,
+    exported_names,
+    opt_in_metrics,
+    task_losses,
+    task_metrics,
+)
 from .redact import mask_urls
 from .state.topics import internal_topics
 from .stats.estimation import ESTIMATED_METRICS, MULTICLASS_ESTIMATED_METRICS
@@ -185,6 +193,10 @@ class HttpSettings(_Section):
     idle_timeout: PositiveSeconds = 90.0
     request_timeout: PositiveSeconds = 10.0
     write_timeout: PositiveSeconds = 30.0
+    # at most this many series in the snapshot part of /metrics (quality, drift,
+    # comparisons, SLO states); beyond it the lowest-traffic slices' series are withheld,
+    # counted in mlmon_series_dropped_total (docs/operations.md "Cardinality"); unset: no bound
+    max_series: int | None = Field(None, ge=100)
 
     _credentials_not_blank = field_validator("basic_auth_user", "basic_auth_password")(not_blank)
 
@@ -337,7 +349,7 @@ class WindowSettings(_Section):
         return size if self.delay == 0 else f"{size}_delay{format_duration(self.delay)}"
 
 
-# the task catalogs come from the one metric registry (monitor/engine/metric_registry.py)
+# the task catalogs come from the metric families (monitor/metrics/registry.py)
 BINARY_METRICS: tuple[str, ...] = task_metrics("binary")
 MULTICLASS_METRICS: tuple[str, ...] = task_metrics("multiclass")
 REGRESSION_METRICS: tuple[str, ...] = task_metrics("regression")
@@ -352,13 +364,9 @@ TASK_METRICS: dict[str, tuple[str, ...]] = {
 # specialist metrics exported only when listed in `metrics` (the registry's opt_in)
 OPT_IN_METRICS = opt_in_metrics()
 # losses a version comparison can use, per task (docs/comparisons.md)
-TASK_LOSSES: dict[str, tuple[str, ...]] = {
-    # estimated_error_rate: label-free (CBPE), split mode, needs [models.estimation]
-    "binary": ("error_rate", "log_loss", "squared_error", "absolute_error", "estimated_error_rate"),
-    "multiclass": ("error_rate", "log_loss", "squared_error", "estimated_error_rate"),
-    "regression": ("squared_error", "absolute_error"),
-    "ranking": ("ndcg_loss",),  # 1 - NDCG@k per query, k = the model's first `k` value
-}
+# (estimated_error_rate: label-free, CBPE, split mode, needs [models.estimation];
+# ranking's ndcg_loss: 1 - NDCG@k per query, k = the model's first `k` value)
+TASK_LOSSES: dict[str, tuple[str, ...]] = {task: task_losses(task) for task in TASK_METRICS}
 
 
 class CostSettings(_Section):
@@ -490,6 +498,14 @@ class ModelSettings(_Section):
             raise ValueError("estimation (CBPE) applies to binary and multiclass models only")
         if self.task == "ranking" and (not self.k or len(set(self.k)) != len(self.k)):
             raise ValueError(f"k must list distinct cut-offs, got {list(self.k)}")
+        if self.task == "multiclass" and "top_k_accuracy" in self.metric_names:
+            if not self.k or len(set(self.k)) != len(self.k):
+                raise ValueError(f"k must list distinct cut-offs, got {list(self.k)}")
+            if max(self.k) >= len(self.classes):
+                raise ValueError(
+                    f"k: top_k_accuracy needs cut-offs below the {len(self.classes)} classes "
+                    f"(k >= classes is always 1), got {list(self.k)}"
+                )
         labels = [w.label for w in self.windows]
         if len(set(labels)) != len(labels):
             raise ValueError(f"window names must be unique, got {labels}")
@@ -507,7 +523,7 @@ class ComparisonSettings(_Section):
     model: str
     control: str
     treatment: str
-    loss: str = "error_rate"  # one of LOSSES (engine/metric_registry.py)
+    loss: str = "error_rate"  # one of LOSSES (metrics/registry.py) or a plugin's name
     mode: Literal["split", "shadow"] = "split"
     alpha: float = Field(0.05, gt=0.0, lt=0.5)
     margin: float = Field(0.0, ge=0.0)
@@ -524,8 +540,11 @@ class ComparisonSettings(_Section):
     @field_validator("loss")
     @classmethod
     def _known_loss(cls, v: str) -> str:
-        if v not in LOSSES:
-            raise ValueError(f"unknown loss {v!r}; choose from {list(LOSSES)}")
+        # a name that is no built-in loss may be a plugin's (checked once plugins load)
+        if v not in LOSSES and not re.fullmatch(r"[a-z][a-z0-9_]*", v):
+            raise ValueError(
+                f"unknown loss {v!r}; choose from {list(LOSSES)} or a loaded plugin's name"
+            )
         return v
 
     @model_validator(mode="after")
@@ -636,28 +655,38 @@ class AlertingSettings(_Section):
         return None
 
 
+def model_params(model: ModelSettings) -> ModelParams:
+    """What a model's metric families depend on (the cut-offs ``k`` for ranking, and for
+    multiclass top-k accuracy)."""
+    per_k = model.task == "ranking" or (
+        model.task == "multiclass" and "top_k_accuracy" in model.metric_names
+    )
+    return ModelParams(model.task, tuple(model.classes), tuple(model.fbeta),
+                       tuple(model.quantiles), tuple(model.gain_fractions),
+                       tuple(model.k) if per_k else ())  # fmt: skip
+
+
 def model_metric_names(model: ModelSettings) -> frozenset[str]:
     """Names a model's configured metrics are exported under ("fbeta" -> f2, f0_5...)."""
-    names = exported_metric_names(
-        model.metric_names,
-        model.fbeta,
-        model.quantiles,
-        model.gain_fractions,
-        model.k if model.task == "ranking" else (),
-    )
+    names = set(exported_names(model_params(model), model.metric_names))
     if model.estimation is not None:  # SLOs may opt into the label-free estimates
         # multiclass: top-label accuracy and the expected confusion matrix's macro averages
         estimated = ESTIMATED_METRICS if model.task == "binary" else MULTICLASS_ESTIMATED_METRICS
         names |= {f"estimated_{m}" for m in estimated}
-    return names
+    return frozenset(names)
+
+
+def _used_twice(section: str, what: str, names: list[str]) -> list[str]:
+    """One problem per name given to more than one entry of ``section``."""
+    return [
+        f"{section}: {what} name {n!r} is used more than once"
+        for n in sorted({n for n in names if names.count(n) > 1})
+    ]
 
 
 def _slo_problems(settings: Settings) -> list[str]:
     """Cross-checks of ``[[slos]]`` against the models (one "path: message" each)."""
-    problems: list[str] = []
-    names = [s.name for s in settings.slos]
-    for dupe in sorted({n for n in names if names.count(n) > 1}):
-        problems.append(f"slos: SLO name {dupe!r} is used more than once")
+    problems = _used_twice("slos", "SLO", [s.name for s in settings.slos])
     models = {m.name: (i, m) for i, m in enumerate(settings.models)}
     builtin = {name for catalog in TASK_METRICS.values() for name in catalog}
     builtin |= {  # need [models.estimation]
@@ -676,8 +705,11 @@ def _slo_problems(settings: Settings) -> list[str]:
                 f"(models[{j}].windows: {windows})"
             )
         known = model_metric_names(model)
-        # plugins see binary models only: any other name of a ranking model is unknown
-        if slo.metric not in known and (slo.metric in builtin or model.task == "ranking"):
+        # a name that is no built-in metric may be a plugin's (checked once plugins load);
+        # one shaped like a built-in per-cut-off series (ndcg_at_7) is the model's or none
+        stem, _, k = slo.metric.rpartition("_at_")
+        per_k = k.isdigit() and getattr(definition(model.task, stem), "per_k", False)
+        if slo.metric not in known and (slo.metric in builtin or per_k):
             problems.append(
                 f"{where}.metric: {slo.metric!r} is not among the metrics of model "
                 f"{slo.model!r} (models[{j}].metrics)"
@@ -692,6 +724,112 @@ def _slo_problems(settings: Settings) -> list[str]:
                     f"{where}.slice: {slo.slice!r} is not a slice of model {slo.model!r}; use "
                     f'"all" or one of {configured or "(no [[models.slices]] configured)"}'
                 )
+    return problems
+
+
+def _check_cron(expr: str) -> str:
+    from apscheduler.triggers.cron import CronTrigger
+
+    try:
+        CronTrigger.from_crontab(expr, timezone="UTC")
+    except ValueError as err:
+        raise ValueError(
+            f"{expr!r} is not a crontab expression (minute hour day month weekday): {err}"
+        ) from None
+    return expr
+
+
+def _check_timezone(name: str) -> str:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(
+            f"{name!r} is not an IANA time zone (e.g. 'Europe/Berlin', 'UTC')"
+        ) from None
+    return name
+
+
+class ScheduleSettings(_Section):
+    """Work tied to the calendar (docs/operations.md "Scheduled work"): a crontab
+    expression in a time zone, run by APScheduler on the wall clock; the evaluation tick
+    is not one of these (it runs on monotonic time)."""
+
+    job: Literal["report", "rotate_reference", "summary"]
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.:-]+$")  # default: the job
+    cron: Annotated[str, AfterValidator(_check_cron)]  # "0 7 * * mon": Mondays 07:00
+    timezone: Annotated[str, AfterValidator(_check_timezone)] = "UTC"
+    # a run missed (the daemon was down at its time) runs once on start if at most this
+    # late; missed runs are coalesced into one; later ones are skipped (outcome "missed")
+    misfire_grace: PositiveSeconds = 3600.0
+    jitter: Annotated[Seconds, Field(ge=0)] = 0.0  # a random delay of up to this
+    period: PositiveSeconds = 7 * 86400.0  # report / rotate_reference: "last 7d"
+    # report: written here as report-<time>.json and .html, the newest `keep` kept
+    directory: Path | None = None
+    keep: int = Field(8, ge=1, le=10_000)
+    # report, summary: a short JSON summary POSTed here (report: with a link to the file)
+    webhook_url: str | None = None
+    link_base: str | None = None  # report: URL prefix under which `directory` is served
+    # rotate_reference: these models (default: every model with a drift.reference file);
+    # the new reference needs at least min_samples predictions in the period
+    models: tuple[str, ...] = ()
+    version: str | None = None  # rotate_reference: only this version's traffic
+    min_samples: int = Field(1000, ge=1)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.job
+
+    @model_validator(mode="after")
+    def _check(self) -> ScheduleSettings:
+        if self.job == "report" and self.directory is None and self.webhook_url is None:
+            raise ValueError("a report job needs a directory, a webhook_url, or both")
+        if self.job == "summary" and self.webhook_url is None:
+            raise ValueError("a summary job needs webhook_url")
+        if self.job != "report" and (self.directory is not None or self.link_base):
+            raise ValueError("directory and link_base apply to report jobs only")
+        if self.job != "rotate_reference" and (self.models or self.version):
+            raise ValueError("models and version apply to rotate_reference jobs only")
+        if self.webhook_url is not None and not re.match(r"^https?://", self.webhook_url):
+            raise ValueError("webhook_url must be an http:// or https:// URL")
+        return self
+
+
+def _schedule_problems(settings: Settings) -> list[str]:
+    """Cross-checks of ``[[schedules]]``: unique names, rotate_reference's models."""
+    problems = _used_twice("schedules", "schedule", [s.label for s in settings.schedules])
+    models = {m.name: (i, m) for i, m in enumerate(settings.models)}
+    width = settings.evaluation.bucket_width
+    for i, sched in enumerate(settings.schedules):
+        if sched.job != "summary" and sched.period % width:
+            problems.append(
+                f"schedules[{i}].period: {format_duration(sched.period)} is not a multiple of "
+                f"evaluation.bucket_width ({format_duration(width)})"
+            )
+        if sched.job != "rotate_reference":
+            continue
+        if settings.scale.mode == "partitioned":
+            problems.append(
+                f"schedules[{i}].job: rotate_reference keeps the new reference in this "
+                'instance\'s state dir; scale.mode = "partitioned" has no shared one'
+            )
+        for name in sched.models:
+            if name not in models:
+                problems.append(f"schedules[{i}].models: unknown model {name!r}")
+                continue
+            j, m = models[name]
+            if m.drift is None or m.drift.reference is None:
+                problems.append(
+                    f"schedules[{i}].models: model {name!r} has no drift.reference file to "
+                    f"rotate (models[{j}].drift)"
+                )
+        if not sched.models and not any(
+            m.drift is not None and m.drift.reference is not None for m in settings.models
+        ):
+            problems.append(
+                f"schedules[{i}].job: rotate_reference needs a model with a drift.reference file"
+            )
     return problems
 
 
@@ -711,6 +849,7 @@ class Settings(BaseSettings):
     plugins: PluginSettings = PluginSettings()
     slos: tuple[SloSettings, ...] = ()
     alerting: AlertingSettings = AlertingSettings()
+    schedules: tuple[ScheduleSettings, ...] = ()
 
     @classmethod
     def settings_customise_sources(
@@ -731,12 +870,13 @@ class Settings(BaseSettings):
         if not self.models:
             problems.append("models: at least one [[models]] entry is required")
         names = [m.name for m in self.models]
-        for dupe in sorted({n for n in names if names.count(n) > 1}):
-            problems.append(f"models: model name {dupe!r} is used more than once")
+        problems += _used_twice("models", "model", names)
         tasks = {m.name: m.task for m in self.models}
         for i, comp in enumerate(self.comparisons):
             if comp.model not in names:
                 problems.append(f"comparisons[{i}].model: {comp.model!r} is not a configured model")
+            elif comp.loss not in LOSSES:
+                pass  # a plugin's loss: checked against the loaded plugins (wiring)
             elif comp.loss not in TASK_LOSSES[tasks[comp.model]]:
                 task = tasks[comp.model]
                 problems.append(
@@ -755,9 +895,7 @@ class Settings(BaseSettings):
                     f"comparisons[{i}].sequence: 'exact' needs a bounded loss; regression "
                     f"losses of {comp.model!r} are unbounded (use 'auto')"
                 )
-        comp_names = [c.name for c in self.comparisons]
-        for dupe in sorted({n for n in comp_names if comp_names.count(n) > 1}):
-            problems.append(f"comparisons: comparison name {dupe!r} is used more than once")
+        problems += _used_twice("comparisons", "comparison", [c.name for c in self.comparisons])
         width = self.evaluation.bucket_width
         for i, model in enumerate(self.models):
             for j, w in enumerate(model.windows):
@@ -769,6 +907,7 @@ class Settings(BaseSettings):
                             f"multiple of evaluation.bucket_width ({format_duration(width)})"
                         )
         problems += _slo_problems(self)
+        problems += _schedule_problems(self)
         if self.scale.mode == "partitioned":
             if self.kafka.client != "kafka-python":
                 problems.append(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -11,9 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .config import ConfigError, ModelSettings, Settings
+from .config import ConfigError, ModelSettings, Settings, model_params
 from .durations import parse_duration
 from .engine.models import ComparisonSpec, DriftSpec, ModelSpec, SliceSpec, WindowSpec
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # imported where used: `monitor check-config` needs no engine (pandas)
     from .engine.core import Engine
@@ -68,7 +71,7 @@ def model_spec(m: ModelSettings) -> ModelSpec:
         wants_features=wants_features,
         segments_path=f.segments,
         slices=tuple(SliceSpec(s.dimensions, s.top_k, s.min_samples) for s in m.slices),
-        ks=tuple(m.k) if m.task == "ranking" else (),
+        ks=model_params(m).ks,
         max_items=m.max_items,
         items_path=f.items,
     )
@@ -123,8 +126,12 @@ def comparison_specs(settings: Settings) -> tuple[ComparisonSpec, ...]:
     )
 
 
-def drift_specs(settings: Settings) -> tuple[DriftSpec, ...]:
-    """Load every model's drift reference; ConfigError names the key of a bad one."""
+def drift_specs(settings: Settings, state_dir: Path | None = None) -> tuple[DriftSpec, ...]:
+    """Load every model's drift reference; ConfigError names the key of a bad one.
+
+    ``state_dir``: the daemon's, where a ``rotate_reference`` schedule keeps references
+    taken from live traffic (:func:`rotated_paths`); one is used instead of the
+    configured file while it was derived from that very file (same fingerprint)."""
     specs, problems = [], []
     for i, m in enumerate(settings.models):
         d = m.drift
@@ -175,7 +182,9 @@ def drift_specs(settings: Settings) -> tuple[DriftSpec, ...]:
                 (f"models[{i}].drift.features", f"{unknown} are not in the reference profile")
             )
             continue
-        fingerprint = hashlib.sha256(raw).hexdigest()[:16]
+        fingerprint = reference_fingerprint(raw)
+        if state_dir is not None:
+            profile, fingerprint = rotated_reference(state_dir, m.name, profile, fingerprint)
         specs.append(DriftSpec(profile=profile, fingerprint=fingerprint, **common))
     if problems:
         raise ConfigError(problems, "drift references")
@@ -184,16 +193,100 @@ def drift_specs(settings: Settings) -> tuple[DriftSpec, ...]:
 
 def load_configured_plugins(settings: Settings) -> Any:
     from .config import BINARY_METRICS
+    from .metrics.registry import LOSSES
     from .plugins import load_plugins
 
     p = settings.plugins
-    reserved = frozenset(BINARY_METRICS) | {"f2", "f0_5", "expected_value", "base_rate"}
+    reserved = frozenset(BINARY_METRICS) | frozenset(LOSSES)
+    reserved |= {"f2", "f0_5", "expected_value", "base_rate"}
     return load_plugins(p.paths, p.entry_points, p.options, reserved)
 
 
-def build_engine(settings: Settings) -> Engine:
+def plugin_loss_problems(settings: Settings, loaded: Any) -> list[tuple[str, str]]:
+    """Comparisons whose ``loss`` names no built-in loss and no loaded plugin that
+    declares a per-prediction loss for the model's task (one (key path, message) each):
+    the engine cannot count such a comparison, so it does not start with it."""
+    from .metrics.registry import LOSSES
+
+    by_name = {p.name: p for p in loaded.plugins}
+    failed = dict(loaded.errors)
+    offered = sorted(p.name for p in loaded.plugins if p.has_loss())
+    problems = []
+    for i, c in enumerate(settings.comparisons):
+        if c.loss in LOSSES:
+            continue
+        key, task = f"comparisons[{i}].loss", settings.model(c.model).task
+        plugin = by_name.get(c.loss)
+        if c.loss in failed:
+            problems.append((key, f"plugin {c.loss!r} did not load: {failed[c.loss]}"))
+        elif plugin is None or not plugin.has_loss():
+            msg = (
+                f"{c.loss!r} is neither a built-in loss {list(LOSSES)} nor a loaded plugin's "
+                f"loss (plugins with a loss: {offered or 'none'})"
+            )
+            problems.append((key, msg))
+        elif task not in plugin.tasks:
+            msg = (
+                f"plugin {c.loss!r} serves {sorted(plugin.tasks)}, not the {task} model {c.model!r}"
+            )
+            problems.append((key, msg))
+        elif c.sequence == "exact" and plugin.loss_bound is None:
+            msg = f"'exact' needs a bounded loss; plugin {c.loss!r} declares no loss_bound"
+            problems.append((f"comparisons[{i}].sequence", msg + " (use 'auto')"))
+    return problems
+
+
+def reference_fingerprint(raw: bytes) -> str:
+    """What a drift reference file is known by: its drift cells are kept across restarts
+    only while the fingerprint holds (engine/drift_cells.py)."""
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+def rotated_paths(state_dir: Path, model: str) -> tuple[Path, Path]:
+    """(current, previous) drift references a rotation keeps for ``model``."""
+    d = state_dir / "references"
+    return d / f"{model}.json", d / f"{model}.previous.json"
+
+
+def rotated_reference(
+    state_dir: Path, model: str, configured: Any, fingerprint: str
+) -> tuple[Any, str]:
+    """The reference a rotation left for ``model`` with its fingerprint, or the
+    configured one: a rotated reference is used only while it derives from the
+    configured file (``based_on`` its fingerprint) — a new baseline file wins."""
+    from .drift.reference import ReferenceProfile
+
+    path = rotated_paths(state_dir, model)[0]
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return configured, fingerprint
+    try:
+        data = orjson.loads(raw)
+        if data.get("based_on") != fingerprint:
+            log.warning(
+                "drift reference of model %r: %s was rotated from another baseline file; "
+                "using the configured one",
+                model,
+                path,
+            )
+            return configured, fingerprint
+        return ReferenceProfile.from_json(data), reference_fingerprint(raw)
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        log.error("drift reference of model %r: %s is unusable (%s); using the configured one",
+                  model, path, err)  # fmt: skip
+        return configured, fingerprint
+
+
+def build_engine(settings: Settings, state_dir: Path | None = None) -> Engine:
+    """The engine of ``settings``; the daemon passes its ``state_dir``, where drift
+    references a ``rotate_reference`` schedule took from live traffic are kept."""
     from .engine.core import Engine
 
+    plugins = load_configured_plugins(settings)
+    problems = plugin_loss_problems(settings, plugins)
+    if problems:
+        raise ConfigError(problems, "plugins")
     j = settings.join
     return Engine(
         model_specs(settings),
@@ -203,8 +296,10 @@ def build_engine(settings: Settings) -> Engine:
         max_pending=j.max_pending,
         max_orphan_labels=j.max_orphan_labels,
         comparisons=comparison_specs(settings),
-        drift=drift_specs(settings),
-        plugins=load_configured_plugins(settings),
+        drift=drift_specs(settings, state_dir),
+        plugins=plugins,
+        # scheduled reports and reference rotations read their period from the buckets
+        retained_spans_ms=[_ms(s.period) for s in settings.schedules if s.job != "summary"],
     )
 
 

@@ -15,7 +15,7 @@ earlier is reported as ``continue`` with the reason until the data are trustwort
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,8 +36,8 @@ from ..experiments.sequential import (
     tau2_for_horizon,
 )
 from ..experiments.srm import SRMResult, sample_ratio_mismatch
-from .comparison_stats import ArmSums, PairedSums
-from .metric_registry import LOSSES
+from ..metrics.registry import LOSSES
+from .comparison_stats import ArmSums, PairedSums, loss_names
 from .models import ComparisonSpec, ModelSpec
 from .snapshot import ComparisonResult, WindowDifference, WindowResult
 
@@ -53,9 +53,17 @@ Decider = (
 
 
 class ComparisonTracker:
-    def __init__(self, specs: Sequence[ComparisonSpec], models: Sequence[ModelSpec]) -> None:
+    def __init__(
+        self,
+        specs: Sequence[ComparisonSpec],
+        models: Sequence[ModelSpec],
+        plugin_bounds: Mapping[str, float | None] | None = None,
+    ) -> None:
         self.specs = tuple(specs)
         self.models = tuple(models)
+        self.losses = loss_names(self.specs)  # the order of the arms' loss moments
+        # plugin losses' declared bounds (the exact sequences need one)
+        self.plugin_bounds = dict(plugin_bounds or {})
         self.deciders: dict[str, Decider] = {}
         # name -> (n_control, n_treatment, wall ms when they last grew)
         self.progress: dict[str, tuple[int, int, int]] = {}
@@ -112,7 +120,7 @@ class ComparisonTracker:
         confidence: float,
     ) -> ComparisonResult:
         model = self.models[spec.model_index].name
-        li = LOSSES.index(spec.loss)
+        li = self.losses.index(spec.loss)
         loss = arms.loss.get(spec.name)
 
         def moments(arm: int) -> LossMoments:
@@ -223,8 +231,12 @@ class ComparisonTracker:
                 n = diffs.n if diffs is not None else min(a.n, b.n)
                 if n < spec.min_samples and not mismatch:
                     return None
-                bound = loss_bound(self.models[spec.model_index].task, spec.loss)
-                assert bound is not None  # config rejects exact sequences of unbounded losses
+                bound = (
+                    self.plugin_bounds.get(spec.loss)
+                    if spec.loss not in LOSSES
+                    else loss_bound(self.models[spec.model_index].task, spec.loss)
+                )
+                assert bound is not None  # wiring rejects exact sequences of unbounded losses
                 decider = kind(
                     alpha=spec.alpha, bound=bound, margin=spec.margin, min_samples=spec.min_samples
                 )

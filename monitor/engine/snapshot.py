@@ -7,11 +7,13 @@ in the adapters.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..drift.detector import DriftReport, LabelPriorDrift
 from ..experiments.mcnemar import McNemarResult
 from ..experiments.srm import SRMResult
+from ..metrics.protocol import Series
 from ..stats.results import MetricValue
 from ..stats.scores import ReliabilityBin
 
@@ -157,6 +159,9 @@ class DriftResult:
     end_ms: int
     report: DriftReport
     label_prior: LabelPriorDrift | None = None
+    # the reference tested against: (start_ms, end_ms) of the live traffic it was taken
+    # from (a rotated reference, a "first:" window), None for a training-data profile
+    reference_period: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,3 +173,6 @@ class Snapshot:
     comparisons: tuple[ComparisonResult, ...] = ()
     drift: tuple[DriftResult, ...] = ()
     fairness: tuple[FairnessGap, ...] = ()
+    # what each metric name in ``results`` is exported as (family, labels, help): built
+    # from the metric families' declarations, so the exporter never parses a name
+    series: Mapping[str, Series] = field(default_factory=dict)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ..metrics.catalog import ESTIMATION, EXPECTED_CONFUSION, MULTICLASS, SCORES
 from .clock import MAX_TS_MS, NO_TS
 
 __all__ = [
@@ -40,8 +41,11 @@ __all__ = [
 MAX_COUNT = 2**53
 # float matrices that hold only counts and sums of non-negative terms: binary score
 # histograms (counts, Σp, Σ log loss, Σ squared error), CBPE's counts and Σp, multiclass
-# counts and loss sums; regression, ranking and plugin matrices may hold negative sums
-NONNEGATIVE_MATRICES = frozenset({"m.scores", "m.est", "m.mc_cm", "m.mc", "m.drift"})
+# counts and loss sums, drift cells; regression, ranking and plugin matrices may hold
+# negative sums
+NONNEGATIVE_MATRICES = frozenset(
+    {s.key for s in (SCORES, ESTIMATION, EXPECTED_CONFUSION, MULTICLASS)} | {"m.drift"}
+)
 _BUCKET_KEY_BITS = 36  # BucketStore packs (group, bucket) with buckets below 2**36
 _TS_ARRAYS = ("preds.ts", "preds.label_ts", "orphans.ts")
 

@@ -21,23 +21,15 @@ from prometheus_client.core import (
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from ..engine.metric_registry import help_text
-from ..stats.ranking import ranking_metric_help
+from ..metrics.protocol import Series
 from .published import Published
+from .series_budget import CountSink, SeriesBudget, Withheld, within_budget
 from .sinks import Family, FamilySink, Sink, TextSink
 
 __all__ = ["QUALITY_LABELS", "MonitorCollector"]
 
 QUALITY_LABELS = ("model", "version", "window", "slice")
 _FAIRNESS_BASE = ("model", "version", "window")  # then dimension, metric
-
-
-def _split_class(name: str) -> tuple[str, str | None]:
-    """``precision[cat]`` -> ("precision", "cat"); other names -> (name, None)."""
-    if name.endswith("]") and "[" in name:
-        base, _, cls = name[:-1].partition("[")
-        return base, cls
-    return name, None
 
 
 class _Listed(Collector):
@@ -54,21 +46,19 @@ class _MetricFamilies:
 
     __slots__ = ("doc", "extra", "extra_names", "fam", "family", "lower", "name", "upper", "value")
 
-    def __init__(self, fam: Callable[..., Family], metric: str) -> None:
-        name, cls = _split_class(metric)
+    def __init__(self, fam: Callable[..., Family], metric: str, series: Series | None) -> None:
+        # how the name is exported comes from its family's declaration (a per-class
+        # multiclass value: mlmon_class_precision{class="cat"}); a name no family declared
+        # (a plugin value outside its declared series) is exported under its own name
+        if series is None:
+            series = Series(metric, metric, f"{metric}: a plugin metric without declared help")
         self.fam, self.name = fam, (metric,)
         self.lower: Family | None = None
         self.upper: Family | None = None
-        if cls is None:
-            self.extra: tuple[str, ...] = ()
-            self.extra_names: tuple[str, ...] = ()
-            self.family = f"mlmon_{name}"
-            doc = ranking_metric_help(name) or help_text(name)
-        else:  # per-class multiclass metric: precision[cat] -> {class="cat"}
-            self.extra, self.extra_names = (cls,), ("class",)
-            self.family = f"mlmon_class_{name}"
-            doc = f"Per-class (one vs rest) {name} of a multiclass model"
-        self.value = fam(self.family, doc, self.extra_names)
+        self.extra: tuple[str, ...] = tuple(v for _, v in series.labels)
+        self.extra_names: tuple[str, ...] = tuple(k for k, _ in series.labels)
+        self.family = f"mlmon_{series.family}"
+        self.value = fam(self.family, series.help, self.extra_names)
 
     def bounds(self) -> None:
         if self.lower is None:
@@ -78,9 +68,16 @@ class _MetricFamilies:
 
 
 class MonitorCollector(Collector):
-    def __init__(self, published: Callable[[], Published], clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        published: Callable[[], Published],
+        clock: Callable[[], float] = time.time,
+        max_series: int | None = None,
+    ):
         self._published = published
         self._clock = clock
+        self.max_series = max_series  # [http] max_series (export/series_budget.py)
+        self._budget: tuple[object, object, SeriesBudget] | None = None
 
     def describe(self) -> list[Metric]:
         return []  # families depend on configuration; registered unchecked
@@ -95,7 +92,7 @@ class MonitorCollector(Collector):
         models, versions, windows, slices and features)."""
         yield from self._quality(pub)
         yield from self._comparisons(pub)
-        yield from self._drift(pub)
+        yield from self.drift_families(pub)
         yield from self._slo_states(pub)
         yield from self._stamp(pub)
 
@@ -118,27 +115,50 @@ class MonitorCollector(Collector):
         """:meth:`snapshot_families` as the text exposition ``generate_latest`` writes,
         the quality part (nearly all of a fleet's page) written directly (.sinks)."""
         sink = TextSink()
-        self._write_quality(pub, sink)
+        self.write_quality(pub, sink, self.budget(pub).keep)
         rest = CollectorRegistry(auto_describe=False)
-        rest.register(
-            _Listed(
-                [
-                    *self._comparisons(pub),
-                    *self._drift(pub),
-                    *self._slo_states(pub),
-                    *self._stamp(pub),
-                ]
-            )
-        )
+        rest.register(_Listed(self._rest(pub)))
         return sink.text().encode() + generate_latest(rest)
+
+    def _rest(self, pub: Published) -> list[Metric]:
+        """The snapshot families beside the quality ones (never withheld)."""
+        return [*self._comparisons(pub), *self.drift_families(pub), *self._slo_states(pub),
+                *self._stamp(pub)]  # fmt: skip
+
+    def budget(self, pub: Published) -> SeriesBudget:
+        """Which window results /metrics writes within ``max_series`` — the one place
+        the bound applies (both renderings ask it); computed once per snapshot."""
+        snap = pub.snapshot
+        if self.max_series is None or snap is None:
+            return SeriesBudget(None, Withheld(self.max_series))
+        cached = self._budget
+        if cached is not None and cached[0] is snap and cached[1] is pub.slos:
+            return cached[2]
+        counter = CountSink()
+        self.write_quality(pub, counter, None)
+        quality = sum(n for key, n in counter.counts.items() if len(key) == 4)
+        fixed = sum(len(f.samples) for f in self._rest(pub)) + sum(
+            n
+            for key, n in counter.counts.items()
+            if len(key) != 4  # fairness gaps
+        )
+        if quality + fixed <= self.max_series:
+            budget = SeriesBudget(None, Withheld(self.max_series, quality + fixed))
+        else:
+            budget = within_budget(snap.results, counter.counts, fixed, self.max_series)
+        self._budget = (snap, pub.slos, budget)
+        return budget
 
     def _quality(self, pub: Published) -> Iterator[Metric]:
         sink = FamilySink()
-        self._write_quality(pub, sink)
+        self.write_quality(pub, sink, self.budget(pub).keep)
         return sink.families()
 
-    def _write_quality(self, pub: Published, out: Sink) -> None:
-        """The quality families of every window result, then the fairness gaps."""
+    def write_quality(
+        self, pub: Published, out: Sink, keep: frozenset[tuple[str, ...]] | None
+    ) -> None:
+        """The quality families of every window result (of those in ``keep``, when the
+        series budget withholds some), then the fairness gaps."""
         snap = pub.snapshot
         if snap is None:
             return
@@ -161,6 +181,8 @@ class MonitorCollector(Collector):
         bin_label: dict[float, tuple[str]] = {}
         isnan = math.isnan
         for r in snap.results:
+            if keep is not None and (r.model, r.version, r.window, r.slice) not in keep:
+                continue
             key = out.key((r.model, r.version, r.window, r.slice))
             for b in r.reliability:
                 at = bin_label.get(b.upper)
@@ -202,7 +224,7 @@ class MonitorCollector(Collector):
                     continue  # undefined (e.g. precision with no predicted positives)
                 known = by_name.get(m.name)
                 if known is None:
-                    known = by_name[m.name] = _MetricFamilies(fam, m.name)
+                    known = by_name[m.name] = _MetricFamilies(fam, m.name, snap.series.get(m.name))
                 extra = known.extra
                 known.value.add(key, m.value, extra)
                 if not (isnan(m.lower) or isnan(m.upper)):  # withheld: m.note says why
@@ -243,7 +265,7 @@ class MonitorCollector(Collector):
                     (f.dimension, f.metric),
                 )
 
-    def _drift(self, pub: Published) -> Iterator[Metric]:
+    def drift_families(self, pub: Published) -> Iterator[Metric]:
         snap = pub.snapshot
         if snap is None or not snap.drift:
             return
@@ -497,6 +519,16 @@ class MonitorCollector(Collector):
         for event, count in status.fault_events:
             faults.add_metric([event], count)
         yield faults
+        runs = CounterMetricFamily(
+            "mlmon_schedule_runs",
+            "Scheduled runs ([[schedules]]) by schedule and outcome: ok, failed, missed "
+            "(later than misfire_grace), skipped (not the exporter-lease holder), rejected "
+            "(a new drift reference that did not validate)",
+            labels=("job", "outcome"),
+        )
+        for job, outcome, count in status.schedule_runs:
+            runs.add_metric([job, outcome], count)
+        yield runs
         yield GaugeMetricFamily(
             "mlmon_dead_letter_spooled",
             "Rejected records on disk waiting for the dead-letter topic",

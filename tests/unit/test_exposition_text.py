@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 from prometheus_client.exposition import generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
@@ -17,13 +18,15 @@ from monitor.engine.snapshot import Economics, FairnessGap, Snapshot, WindowResu
 from monitor.export.prometheus import MonitorCollector
 from monitor.export.published import Published
 from monitor.export.sinks import go_float
+from monitor.metrics.protocol import ModelParams
+from monitor.metrics.registry import series_table
 from monitor.stats.results import MetricValue
 from monitor.stats.scores import ReliabilityBin
 from monitor.wiring import build_engine
 
 
-def _reference(pub: Published) -> bytes:
-    """The previous rendering: every snapshot family through generate_latest."""
+def _reference(pub: Published, render=generate_latest) -> bytes:  # type: ignore[no-untyped-def]
+    """The previous rendering: every snapshot family through ``render`` (generate_latest)."""
     collector = MonitorCollector(lambda: pub)
     registry = CollectorRegistry(auto_describe=False)
 
@@ -32,7 +35,7 @@ def _reference(pub: Published) -> bytes:
             return iter(list(collector.snapshot_families(pub)))
 
     registry.register(Families())  # type: ignore[arg-type]
-    return generate_latest(registry)
+    return render(registry)
 
 
 def _fleet_snapshot() -> Snapshot:
@@ -92,7 +95,13 @@ def _synthetic_snapshot() -> Snapshot:
                                          mv("expected_value", 2.5, math.nan, math.nan, 7))),
     )  # fmt: skip
     fairness = (FairnessGap("bin", "v1", "7d", 'seg"ment', "ece_gap", 0.125, "a", "b"),)
-    return Snapshot(0, results, fairness=fairness)
+    # what a fleet of these models exports its names as (per-class labels, help texts)
+    series = series_table([
+        (ModelParams("multiclass", ("cat\ndog", "b\\c")), ("accuracy", "per_class")),
+        (ModelParams("regression", quantiles=(0.9,)), ("mae", "mape", "pinball")),
+        (ModelParams("binary", gain_fractions=(0.1,)), ("gain", "log_loss", "brier")),
+    ])  # fmt: skip
+    return Snapshot(0, results, fairness=fairness, series=series)
 
 
 @pytest.mark.parametrize("make", [_fleet_snapshot, _synthetic_snapshot])
@@ -129,3 +138,13 @@ def test_go_float_is_floattogostring(value: float) -> None:
     from prometheus_client.utils import floatToGoString
 
     assert go_float(value) == floatToGoString(value)
+
+
+@pytest.mark.parametrize("make", [_fleet_snapshot, _synthetic_snapshot])
+def test_openmetrics_snapshot_part_is_the_cached_text(make) -> None:  # type: ignore[no-untyped-def]
+    """/metrics serves OpenMetrics from the same cached snapshot bytes (export/exposition.py):
+    that holds while the part is gauges only, whose OpenMetrics lines are the text lines."""
+    snap = make()
+    pub = Published(snapshot=snap, ops=snap.ops)
+    cached = MonitorCollector(lambda: pub).snapshot_text(pub)
+    assert _reference(pub, openmetrics_latest) == cached + b"# EOF\n"
