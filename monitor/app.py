@@ -26,7 +26,13 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from .alert_wiring import build_dispatcher, slo_specs
-from .alerting.alerts import checkpoint_alert, comparison_alerts, drift_alerts, slo_alert
+from .alerting.alerts import (
+    checkpoint_alert,
+    comparison_alerts,
+    drift_alerts,
+    slo_alert,
+    version_alerts,
+)
 from .alerting.delivery import DeliveryStats
 from .alerting.slo import SloEvaluator, SloStatus
 from .collector import collector_paused
@@ -66,6 +72,7 @@ from .state.checkpoint import CheckpointError, CheckpointStore, LoadedCheckpoint
 from .state.kafka_store import WHOLE, KafkaStateStore
 from .state.lock import StateDirBusy, StateDirLock
 from .state.positions import Resume
+from .versions import api_routes
 from .wiring import build_engine, build_pipeline
 
 __all__ = ["Daemon", "StartupError"]
@@ -381,6 +388,9 @@ class Daemon:
                     "comparison",
                     comparison_alerts(snap.comparisons, now, generator_url=url, **common),
                 )
+            if a.version_alerts:
+                blocked = snap.ops.versions_blocked if snap.ops is not None else ()
+                d.sync("versions", version_alerts(blocked, now, generator_url=url, **common))
             return statuses
         except Exception:
             log.exception("SLO evaluation or alerting failed")
@@ -518,6 +528,10 @@ class Daemon:
         self._publish_faults()
 
     # -- state -----------------------------------------------------------------------
+    def engines(self) -> list[Engine]:
+        """The engines holding ingested state (read or changed under ``lock``)."""
+        return [self.engine]
+
     def source_identity(self) -> dict[str, Any]:
         """What the checkpointed offsets are offsets *of*: restoring them under another
         group or other topics would apply positions of one log to another."""
@@ -710,6 +724,7 @@ class Daemon:
             auth = h.credentials()
         except (OSError, ValueError) as err:  # never serve without the configured auth
             raise StartupError(str(err)) from None
+        versions, actions = api_routes(self)  # monitor versions list|retire
         tls = (
             (str(h.tls_certfile), str(h.tls_keyfile)) if h.tls_certfile and h.tls_keyfile else None
         )
@@ -735,7 +750,8 @@ class Daemon:
                     request_timeout=h.request_timeout,
                     write_timeout=h.write_timeout,
                 ),
-                routes={"/": lambda _: Response(200, self.status_page(), _HTML)},
+                routes={"/": lambda _: Response(200, self.status_page(), _HTML), **versions},
+                actions=actions,
             )
         except (OSError, ssl.SSLError) as err:
             raise StartupError(f"http: cannot listen on {h.host}:{h.port}: {err}") from None

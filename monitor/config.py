@@ -623,6 +623,8 @@ class AlertingSettings(_Section):
     checkpoint_alerts: bool = True  # MonitorCheckpointFailing from the daemon itself
     drift_alerts: bool = False  # a drift detection raises ModelDriftDetected
     comparison_alerts: bool = False  # a rollback / invalid comparison decision raises one
+    # a version that looks real (100+ predictions in an hour) rejected by max_versions
+    version_alerts: bool = True
     # P(>= 1 false page per day) of an interval SLO whose metric sits on its objective
     false_page_budget: float = Field(0.05, gt=0.0, lt=1.0)
 

@@ -133,11 +133,17 @@ class HttpServer:
         slos: Callable[[], dict[str, Any]] | None = None,
         routes: Mapping[str, Route] | None = None,
         limits: HttpLimits = HttpLimits(),
+        actions: Mapping[str, Route] | None = None,
     ) -> None:
         """``registry`` is either a registry rendered on every scrape or the /metrics
         route itself (the daemon's cached page); ``basic_auth`` = (user, password) protects
         every endpoint (the probes only with ``auth_probes``); ``tls`` = (certfile,
-        keyfile) serves HTTPS; ``routes`` adds or replaces endpoints by exact path."""
+        keyfile) serves HTTPS; ``routes`` adds or replaces endpoints by exact path.
+
+        ``actions`` are the endpoints that change something (``POST``, arguments in the
+        query, no body). They answer only with basic auth configured and given, and only
+        to a request carrying ``X-Monitor-Request`` (a header a browser sends cross-site
+        only after a CORS preflight this server never grants: no request forgery)."""
         self.limits = limits
         self._auth_probes = auth_probes
         self._expected: bytes | None = None
@@ -180,6 +186,7 @@ class HttpServer:
 
             self.prefix_routes["/api/v1/comparisons/"] = one
         self.routes.update(routes or {})
+        self.actions: dict[str, Route] = dict(actions or {})
 
         self._listen = socket.create_server((host, port), reuse_port=False)
         self._listen.setblocking(False)
@@ -388,7 +395,10 @@ class HttpServer:
             )
             self._submit(self._front, conn, req, unauthorized, keep)
             return
-        route = self._route(req.path)
+        route = self._route(req)
+        if isinstance(route, Response):  # refused: a method the path does not take
+            self._submit(self._front, conn, req, route, False)
+            return
         if route is None or probe:
             resp = Response(404, b"not found\n") if route is None else route
             self._submit(self._front, conn, req, resp, keep)
@@ -484,7 +494,17 @@ class HttpServer:
             self._answered.append(conn)
         self._wake()
 
-    def _route(self, path: str) -> Route | None:
+    def _route(self, req: Request) -> Route | Response | None:
+        """The handler of ``req``, or the answer refusing it (an action)."""
+        path = req.path
+        if (req.method == "POST") != (path in self.actions):
+            return Response(405, b"method not allowed\n", headers=(("Allow", _allowed(req)),))
+        if req.method == "POST":
+            if self._expected is None:
+                return Response(403, b"actions need http.basic_auth_user and a password\n")
+            if "x-monitor-request" not in req.headers:
+                return Response(403, b"actions need the X-Monitor-Request header\n")
+            return self.actions[path]
         route = self.routes.get(path)
         if route is None:
             for prefix, handler in self.prefix_routes.items():
@@ -510,6 +530,10 @@ _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _SINGLE = frozenset({"content-length", "transfer-encoding", "host", "authorization"})
 
 
+def _allowed(req: Request) -> str:
+    return "GET, HEAD" if req.method == "POST" else "POST"
+
+
 def _head(resp: Response, keep: bool) -> bytes:
     lines = [
         f"HTTP/1.1 {resp.status} {HTTPStatus(resp.status).phrase}",
@@ -524,7 +548,7 @@ def _head(resp: Response, keep: bool) -> bytes:
 
 def _parse_head(conn: _Conn) -> tuple[Request | None, bool, int]:
     """One request head (RFC 9112 §2-3) off the connection's buffer: (request,
-    keep-alive, error status). Bodies are not accepted (GET/HEAD only), and anything a
+    keep-alive, error status). Bodies are not accepted (GET, HEAD, bodiless POST), and anything a
     proxy in front could read differently — repeated or listed lengths, a transfer
     coding, a missing or repeated Host, folded or malformed fields — is refused with 400
     and the connection closed, so no byte after it is ever read as a request."""
@@ -550,10 +574,10 @@ def _parse_head(conn: _Conn) -> tuple[Request | None, bool, int]:
         headers[name] = value.strip(" \t")
     if version == "HTTP/1.1" and "host" not in headers:
         return None, False, 400
-    if method not in ("GET", "HEAD"):
+    if method not in ("GET", "HEAD", "POST"):
         return None, False, 405
     if headers.get("content-length", "0") != "0" or "transfer-encoding" in headers:
-        return None, False, 400  # a GET with a body: not worth parsing
+        return None, False, 400  # a body: actions take their arguments in the query
     connection = headers.get("connection", "").lower()
     keep = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
     path, _, query = target.partition("?")

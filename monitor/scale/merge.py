@@ -94,6 +94,7 @@ def merge_ops(ops: Iterable[OpsState]) -> OpsState:
     join: Counter[str] = Counter()
     plugin_errors: Counter[str] = Counter()
     rejected: Counter[str] = Counter()
+    blocked: Counter[tuple[str, str]] = Counter()
     untracked: Counter[str] = Counter()
     outcomes: dict[tuple[str, str], list[Any]] = {}
     for o in ops:
@@ -102,6 +103,7 @@ def merge_ops(ops: Iterable[OpsState]) -> OpsState:
         join.update(dict(o.join_events))
         plugin_errors.update(dict(o.plugin_errors))
         rejected.update(dict(o.versions_rejected))
+        blocked.update({(m, v): c for m, v, c in o.versions_blocked})
         untracked.update(dict(o.drift_untracked))
         for model, version, labeled, errors in o.outcomes:
             acc = outcomes.setdefault((model, version), [0, None])
@@ -121,6 +123,7 @@ def merge_ops(ops: Iterable[OpsState]) -> OpsState:
         plugin_errors=tuple(sorted(plugin_errors.items())),
         outcomes=tuple((m, v, lab, err) for (m, v), (lab, err) in sorted(outcomes.items())),
         versions_rejected=tuple(sorted(rejected.items())),
+        versions_blocked=tuple((m, v, c) for (m, v), c in sorted(blocked.items())),
         drift_untracked=tuple(sorted(untracked.items())),
     )
 
@@ -191,6 +194,7 @@ def encode(stats: PartitionStats, model_names: Sequence[str], partition: int) ->
             "plugin_errors": o.plugin_errors,
             "outcomes": o.outcomes,
             "versions_rejected": o.versions_rejected,
+            "versions_blocked": o.versions_blocked,
             "drift_untracked": o.drift_untracked,
         },
         "arm_start": dict(stats.arms.start),
@@ -246,6 +250,9 @@ def decode(
                 for m, v, lab, err in o["outcomes"]
             ),
             versions_rejected=tuple((str(m), _n(c)) for m, c in o["versions_rejected"]),
+            versions_blocked=tuple(
+                (str(m), str(v), _n(c)) for m, v, c in o.get("versions_blocked", ())
+            ),
             drift_untracked=tuple((str(m), _n(c)) for m, c in o["drift_untracked"]),
         )
         stores: dict[str, dict[int, dict[str, np.ndarray]]] = {"wide": {}, "sliced": {}}

@@ -703,6 +703,10 @@ class PartitionedDaemon(Daemon):
     def _check_group(self) -> None:
         """Several members are this mode's purpose: no single-instance warning."""
 
+    def engines(self) -> list[Engine]:
+        """The owned partitions' engines (the holder engine ingests nothing)."""
+        return [part.engine for part in self.parts.values()]
+
     def readiness(self) -> tuple[bool, list[str]]:
         """Not ready while a partition is paused for want of a usable stored state: its
         records are not consumed, whatever the lag says (docs/operations.md)."""
