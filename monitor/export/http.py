@@ -485,9 +485,11 @@ class HttpServer:
         except Exception:  # a malformed response must still release the connection
             log.exception("http: answering %s failed", req.path if req else "?")
             head, resp, keep = _head(Response(500, b""), False), Response(500, b""), False
-        conn.out = [memoryview(head)]
-        if resp.body and not (req is not None and req.method == "HEAD"):
-            conn.out.append(memoryview(resp.body))
+        body = b"" if req is not None and req.method == "HEAD" else resp.body
+        if len(body) < 65536:  # small answers go out in one segment
+            conn.out = [memoryview(head + body)]
+        else:  # a large body is sent from the (shared, cached) bytes, never copied
+            conn.out = [memoryview(head), memoryview(body)]
         conn.keep = keep
         with self._lock:
             self._busy -= 1

@@ -36,6 +36,7 @@ __all__ = [
     "event_ordered",
     "http_get",
     "load_factor",
+    "peak_rss_mb",
     "process_cpu_s",
     "produce",
     "read_topic",
@@ -436,6 +437,14 @@ def load_factor() -> float:
     except OSError:
         return 1.0
     return min(8.0, max(1.0, load / (os.cpu_count() or 1)))
+
+
+def peak_rss_mb(pid: int) -> float:
+    """Peak resident set (VmHWM) of a running process, MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM in /proc status")
 
 
 def process_cpu_s(pid: int) -> float:

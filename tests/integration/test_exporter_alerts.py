@@ -6,20 +6,19 @@ every resend interval — 22 posts — and the alert stayed active)."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import signal
 import time
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
 from monitor.localbroker import LocalBroker
 
 from .alertmanager_harness import AlertmanagerServer
-from .daemon_harness import DaemonProcess, base_config, make_producer, wait_until, write_config
+from .daemon_harness import DaemonProcess, base_config, wait_until, write_config
+from .test_alerting_e2e import Traffic
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -46,25 +45,6 @@ def _config(broker: LocalBroker, tmp: Path, name: str, am: AlertmanagerServer) -
     cfg["alerting"] = {"alertmanager_url": am.url, "resend_interval": "1s", "timeout": "1s",
                        "retry_initial": "0.2s", "retry_max": "1s"}  # fmt: skip
     return write_config(tmp / f"{name}.toml", cfg)
-
-
-class Traffic:
-    def __init__(self, bootstrap: str) -> None:
-        self.producer = make_producer(bootstrap)
-        self.ids = itertools.count()
-
-    def send(self, n: int, wrong: bool) -> None:
-        now = int(time.time() * 1000)
-        for _ in range(n):
-            i = next(self.ids)
-            label = i % 2
-            score = (0.1 if label else 0.9) if wrong else (0.9 if label else 0.1)
-            key = f"p{i}".encode()
-            pred = {"id": f"p{i}", "ts": now, "model": "fraud", "version": "v1", "score": score}
-            self.producer.send("predictions", key=key, value=orjson.dumps(pred))
-            lab = {"id": f"p{i}", "ts": now, "label": label}
-            self.producer.send("labels", key=key, value=orjson.dumps(lab))
-        self.producer.flush(timeout=30)
 
 
 def _exporter(d: DaemonProcess) -> bool:

@@ -16,24 +16,23 @@ correctly chunked generations that outrank the honest ones (a high fence):
 
 from __future__ import annotations
 
-import io
 import json
 import time
-import zipfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from monitor.localbroker import LocalBroker
 from monitor.scale.stats_topic import stats_store
 from monitor.state.kafka_store import Generations, KafkaStateStore
+from tests.unit.poisoned_blobs import deep_json_blob, zip_bomb
 
 from .daemon_harness import (
     DaemonProcess,
     base_config,
     encode,
+    peak_rss_mb,
     produce,
     read_topic,
     wait_until,
@@ -84,27 +83,19 @@ def _poison(store: KafkaStateStore, partition: int, blob: bytes, fence: int = HI
     store.store(partition, blob)
 
 
-def _deep_json_blob(depth: int = 200_000) -> bytes:
-    buf = io.BytesIO()
-    np.savez(buf, __meta__=np.frombuffer(("[" * depth + "]" * depth).encode(), np.uint8))
-    return buf.getvalue()
-
-
-def _zip_bomb(inflated: int = 1 << 30) -> bytes:
-    buf, header = io.BytesIO(), io.BytesIO()
-    np.lib.format.write_array_header_1_0(
-        header, {"descr": "|u1", "fortran_order": False, "shape": (inflated,)}
-    )
-    meta = io.BytesIO()
-    np.save(meta, np.frombuffer(b"{}", np.uint8))
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as zf:
-        zf.writestr("__meta__.npy", meta.getvalue())
-        with zf.open("buckets.labeled.npy", "w", force_zip64=True) as fh:
-            fh.write(np.lib.format.magic(1, 0) + header.getvalue()[8:])
-            zeros = bytes(1 << 20)
-            for _ in range(inflated >> 20):
-                fh.write(zeros)
-    return buf.getvalue()
+def _consuming(broker: LocalBroker, tmp_path: Path) -> DaemonProcess:
+    """A partitioned instance on two partitions that has counted N labeled predictions."""
+    broker.create_topics(["predictions", "labels"], partitions=2)
+    daemon = _daemon(broker, tmp_path)
+    try:
+        daemon.start()
+        daemon.wait_ready()
+        produce(broker.bootstrap, _traffic(0, N))
+        daemon.wait_consumed({"predictions": N, "labels": N})
+    except BaseException:
+        daemon.close()
+        raise
+    return daemon
 
 
 def _samples(d: DaemonProcess) -> tuple[int, int]:
@@ -120,27 +111,15 @@ def _faults(d: DaemonProcess) -> dict[str, float]:
     return d.scrape().by_label("mlmon_fault_events_total", "event")
 
 
-def _peak_rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmHWM")
-
-
 def test_unusable_state_generations_are_skipped_for_the_last_good_one(
     broker: LocalBroker, tmp_path: Path
 ) -> None:
-    broker.create_topics(["predictions", "labels"], partitions=2)
-    daemon = _daemon(broker, tmp_path)
+    daemon = _consuming(broker, tmp_path)
     try:
-        daemon.start()
-        daemon.wait_ready()
-        produce(broker.bootstrap, _traffic(0, N))
-        daemon.wait_consumed({"predictions": N, "labels": N})
         assert daemon.terminate() == 0, daemon.log_tail()  # every partition stored
 
         store = _store(broker)
-        _poison(store, 0, _deep_json_blob())
+        _poison(store, 0, deep_json_blob(200_000))
         _poison(store, 1, b"garbage, not a blob" * 100)
         store.close()
 
@@ -220,20 +199,15 @@ def _newest_stats_blob(broker: LocalBroker, partition: int) -> bytes:
 def test_phantom_partitions_and_zip_bombs_in_the_stats_topic_are_refused(
     broker: LocalBroker, tmp_path: Path
 ) -> None:
-    broker.create_topics(["predictions", "labels"], partitions=2)
-    daemon = _daemon(broker, tmp_path)
+    daemon = _consuming(broker, tmp_path)
     try:
-        daemon.start()
-        daemon.wait_ready()
-        produce(broker.bootstrap, _traffic(0, N))
-        daemon.wait_consumed({"predictions": N, "labels": N})
         wait_until(lambda: _samples(daemon) == (N, N), 30, daemon.log_tail)
         time.sleep(2)  # published at least once more
-        rss_before = _peak_rss_mb(daemon.pid)
+        rss_before = peak_rss_mb(daemon.pid)
 
         stats = _store(broker, "stats")
         _poison(stats, 7, _newest_stats_blob(broker, 0))  # a phantom partition
-        _poison(stats, 1, _zip_bomb())
+        _poison(stats, 1, zip_bomb(1 << 30, "buckets.labeled"))
         _poison(stats, 0, _newest_stats_blob(broker, 1))  # partition 1's under key 0
         stats.close()
 
@@ -248,7 +222,7 @@ def test_phantom_partitions_and_zip_bombs_in_the_stats_topic_are_refused(
             assert _samples(daemon) == (N, N), daemon.log_tail()
             time.sleep(0.5)
         assert daemon.get("/readyz")[0] == 200
-        grown = _peak_rss_mb(daemon.pid) - rss_before
+        grown = peak_rss_mb(daemon.pid) - rss_before
         assert grown < 200, f"peak RSS grew {grown:.0f} MB"
         assert daemon.terminate() == 0, daemon.log_tail()
     finally:

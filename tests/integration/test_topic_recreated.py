@@ -63,6 +63,21 @@ def _daemon(broker: LocalBroker, tmp_path: Path, client: str) -> DaemonProcess:
     return DaemonProcess(write_config(tmp_path / "c.toml", cfg), tmp_path / "d.log")
 
 
+def _read_old_log(broker: LocalBroker, tmp_path: Path, client: str) -> DaemonProcess:
+    """A daemon that has read the OLD records of the (first) predictions topic."""
+    broker.create_topics(["predictions", "labels"])
+    daemon = _daemon(broker, tmp_path, client)
+    try:
+        daemon.start()
+        daemon.wait_ready()
+        produce(broker.bootstrap, _predictions("old", OLD))
+        daemon.wait_consumed({"predictions": OLD})
+    except BaseException:
+        daemon.close()
+        raise
+    return daemon
+
+
 def _faults(d: DaemonProcess) -> dict[str, float]:
     return d.scrape().by_label("mlmon_fault_events_total", "event")
 
@@ -81,13 +96,8 @@ def test_a_topic_recreated_while_running_is_read_from_its_start(
     broker: LocalBroker, tmp_path: Path
 ) -> None:
     kafka_client = "kafka-python"
-    broker.create_topics(["predictions", "labels"])
-    daemon = _daemon(broker, tmp_path, kafka_client)
+    daemon = _read_old_log(broker, tmp_path, kafka_client)
     try:
-        daemon.start()
-        daemon.wait_ready()
-        produce(broker.bootstrap, _predictions("old", OLD))
-        daemon.wait_consumed({"predictions": OLD})
         _recreate(broker, ["predictions"])
         wait_until(lambda: _new_log_seen(daemon), 60, daemon.log_tail)
         produce(broker.bootstrap, _predictions("new", NEW))  # longer than the old position
@@ -110,13 +120,8 @@ def test_a_longer_topic_recreated_while_paused_is_read_from_its_start(
 ) -> None:
     """The case only the topic id can tell: when the consumer comes back the new log
     already holds more records than the old position (the position is in range)."""
-    broker.create_topics(["predictions", "labels"])
-    daemon = _daemon(broker, tmp_path, "kafka-python")
+    daemon = _read_old_log(broker, tmp_path, "kafka-python")
     try:
-        daemon.start()
-        daemon.wait_ready()
-        produce(broker.bootstrap, _predictions("old", OLD))
-        daemon.wait_consumed({"predictions": OLD})
         assert daemon.proc is not None
         daemon.proc.send_signal(signal.SIGSTOP)
         try:
@@ -138,13 +143,8 @@ def test_a_longer_topic_recreated_while_paused_is_read_from_its_start(
 def test_a_topic_recreated_while_stopped_is_read_from_its_start(
     broker: LocalBroker, tmp_path: Path, kafka_client: str
 ) -> None:
-    broker.create_topics(["predictions", "labels"])
-    daemon = _daemon(broker, tmp_path, kafka_client)
+    daemon = _read_old_log(broker, tmp_path, kafka_client)
     try:
-        daemon.start()
-        daemon.wait_ready()
-        produce(broker.bootstrap, _predictions("old", OLD))
-        daemon.wait_consumed({"predictions": OLD})
         assert daemon.terminate() == 0, daemon.log_tail()
         _recreate(broker, ["predictions"])
         produce(broker.bootstrap, _predictions("new", NEW))

@@ -5,9 +5,7 @@ totals that contradict the counters, another partition's statistics under a key.
 
 from __future__ import annotations
 
-import io
 import resource
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ from monitor.scale.merge import decode, encode, pack, partition_stats, store_lay
 from monitor.state.blob import BlobError, read_blob
 from monitor.state.checkpoint import CheckpointError, read_checkpoint
 from monitor.wiring import build_engine, build_pipeline
+from tests.unit.poisoned_blobs import deep_json_blob, zip_bomb
 
 T0 = 1_700_000_000_000
 
@@ -53,47 +52,16 @@ def _fed(daemon: Daemon, tmp_path: Path, n: int = 40) -> None:
     sink.close()
 
 
-def _deep_json_blob(depth: int) -> bytes:
-    meta = np.frombuffer(("[" * depth + "]" * depth).encode(), np.uint8)
-    buf = io.BytesIO()
-    np.savez(buf, __meta__=meta, x=np.zeros(3))
-    return buf.getvalue()
-
-
-def _zip_bomb(inflated: int) -> bytes:
-    """A valid .npz whose one member is a DEFLATE-compressed array of ``inflated`` zero
-    bytes: a few hundred KB that np.load would inflate in full."""
-    buf = io.BytesIO()
-    header = io.BytesIO()
-    np.lib.format.write_array_header_1_0(
-        header, {"descr": "|u1", "fortran_order": False, "shape": (inflated,)}
-    )
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as zf:
-        zf.writestr("__meta__.npy", _npy(np.frombuffer(b"{}", np.uint8)))
-        with zf.open("big.npy", "w", force_zip64=True) as fh:
-            fh.write(np.lib.format.magic(1, 0) + header.getvalue()[8:])
-            zeros = bytes(1 << 20)
-            for _ in range(inflated >> 20):
-                fh.write(zeros)
-    return buf.getvalue()
-
-
-def _npy(arr: np.ndarray) -> bytes:
-    out = io.BytesIO()
-    np.save(out, arr)
-    return out.getvalue()
-
-
 # -- the reader -----------------------------------------------------------------------
 def test_a_200k_deep_header_is_refused_not_a_recursion_error() -> None:
     with pytest.raises(ValueError, match="nests 200000 deep"):
-        unpack(_deep_json_blob(200_000))
+        unpack(deep_json_blob(200_000))
     with pytest.raises(BlobError, match="nests"):
-        read_blob(_deep_json_blob(1000), 1 << 30)
+        read_blob(deep_json_blob(1000), 1 << 30)
 
 
 def test_a_zip_bomb_is_refused_before_anything_is_inflated() -> None:
-    bomb = _zip_bomb(512 << 20)
+    bomb = zip_bomb(512 << 20)
     assert len(bomb) < 1 << 20  # a small record on the wire
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with pytest.raises(ValueError, match="compressed"):
@@ -104,10 +72,10 @@ def test_a_zip_bomb_is_refused_before_anything_is_inflated() -> None:
 
 def test_checkpoint_files_use_the_same_reader(tmp_path: Path) -> None:
     path = tmp_path / "checkpoint.npz"
-    path.write_bytes(_deep_json_blob(100_000))
+    path.write_bytes(deep_json_blob(100_000))
     with pytest.raises(CheckpointError, match="nests"):
         read_checkpoint(path)
-    path.write_bytes(_zip_bomb(64 << 20))
+    path.write_bytes(zip_bomb(64 << 20))
     with pytest.raises(CheckpointError, match="compressed"):
         read_checkpoint(path)
 

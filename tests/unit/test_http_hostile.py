@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import socket
 import ssl
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import require_binary
+from conftest import self_signed_cert
 
 from monitor.export.http import HttpLimits, HttpServer, Request, Response
 
@@ -52,15 +51,7 @@ def server() -> Iterator[HttpServer]:
 
 @pytest.fixture(scope="module")
 def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
-    openssl = require_binary("openssl", hint="apt-get install openssl")
-    d = tmp_path_factory.mktemp("tls")
-    cert, key = d / "cert.pem", d / "key.pem"
-    subprocess.run(
-        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
-         "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
-         "-addext", "subjectAltName=IP:127.0.0.1"],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    cert, key = self_signed_cert(tmp_path_factory.mktemp("tls"))
     return str(cert), str(key)
 
 

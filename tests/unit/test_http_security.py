@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import require_binary
+from conftest import self_signed_cert
 from prometheus_client import CollectorRegistry
 
 from monitor.export.http import HttpServer
@@ -70,30 +70,7 @@ def test_basic_auth_protects_everything_but_the_probes() -> None:
 
 
 def test_tls(tmp_path: Path) -> None:
-    openssl = require_binary("openssl", hint="apt-get install openssl")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [
-            openssl,
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-        ],
-        check=True,
-        capture_output=True,
-    )
+    cert, key = self_signed_cert(tmp_path)
     server = _server(tls=(str(cert), str(key)))
     try:
         assert server.url.startswith("https://")
