@@ -103,6 +103,7 @@ class ConfluentSource:
         # topic -> (id, partitions, when) as an admin client last described them:
         # librdkafka's consumer metadata has no topic ids (a thread asks, the poll compares)
         self._described: dict[str, tuple[str | None, int | None, float]] = {}
+        self._described_tried = time.monotonic()  # the describer's last attempt
         self._stop_describing = threading.Event()
         self._describer = threading.Thread(
             target=self._describe_every, args=(k,), name="topic-ids", daemon=True
@@ -165,6 +166,7 @@ class ConfluentSource:
         """Describe the input topics every second (ids and partition counts)."""
         admin: AdminClient | None = None
         while not self._stop_describing.wait(1.0):
+            self._described_tried = time.monotonic()
             try:
                 if admin is None:
                     admin = AdminClient(
@@ -223,9 +225,10 @@ class ConfluentSource:
     # -- KafkaSource ---------------------------------------------------------------------
     def poll(self, timeout_ms: int) -> dict[str, RawBatch]:
         if self._described:
-            if time.monotonic() - max(d[2] for d in self._described.values()) > STALE_METADATA_S:
-                # paused (or the broker away): which log the next messages are in is not
-                # known until the topics are described again; nothing is consumed till then
+            now = time.monotonic()
+            if self.watch.hold_back(now - self._described_tried, STALE_METADATA_S, now):
+                # the process was paused: which log the next messages are in is not known
+                # until the describer has run again (a second); nothing is consumed till then
                 self._stop_describing.wait(timeout_ms / 1000)
                 return {}
             self._restart_recreated()

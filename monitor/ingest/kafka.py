@@ -23,7 +23,7 @@ from kafka.structs import OffsetAndMetadata
 
 from .. import kafka_compat
 from ..config import KafkaSettings
-from ..kafka_compat import request_metadata, topic_metadata
+from ..kafka_compat import metadata_fetched_at, request_metadata, topic_metadata
 from ..scale.assignor import CoPartitionAssignor, warn_unpaired
 from ..state.positions import Resume, reset_by_client, resume_position
 from .pipeline import RawBatch, offset_key
@@ -213,8 +213,10 @@ class KafkaPythonSource:
         Metadata older than ``STALE_METADATA_S`` (the process was paused, or the broker
         away) cannot vouch for the records: they are given back (each partition sought
         to its first one) and fetched again once fresh metadata has said which log
-        they are in."""
-        if batches and time.monotonic() - topic_metadata(self.consumer, "")[2] > STALE_METADATA_S:
+        they are in (``TopicWatch.hold_back``: not for ever)."""
+        fetched = metadata_fetched_at(self.consumer)
+        now = time.monotonic()
+        if self.watch.hold_back(now - fetched, STALE_METADATA_S, now) and batches:
             request_metadata(self.consumer)
             for tp, records in batches.items():
                 if records:
@@ -222,7 +224,8 @@ class KafkaPythonSource:
             return {}
         reset: set[TopicPartition] = set()
         for topic in self.kinds:
-            if self.watch.observe(topic, *topic_metadata(self.consumer, topic)).recreated:
+            topic_id, partitions = topic_metadata(self.consumer, topic)
+            if self.watch.observe(topic, topic_id, partitions, fetched).recreated:
                 reset |= self._restart_recreated(topic)
         if not reset:
             return batches

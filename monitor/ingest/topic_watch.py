@@ -22,9 +22,12 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["TopicChange", "TopicWatch"]
+__all__ = ["MAX_METADATA_WAIT_S", "TopicChange", "TopicWatch"]
 
 log = logging.getLogger(__name__)
+
+# how long records are held back for want of fresh metadata before they are read anyway
+MAX_METADATA_WAIT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,20 @@ class TopicWatch:
         self.partitions: dict[str, int] = {}
         self.faults: Counter[str] = Counter()
         self._relearn: dict[str, float] = {}  # topic -> metadata must be newer than this
+        self._stale_since: float | None = None  # metadata too old since (monotonic)
+
+    def hold_back(self, age_s: float, limit_s: float, now: float) -> bool:
+        """Whether records must wait for fresh metadata: it is ``age_s`` old, more than
+        ``limit_s`` (the process was paused, or the broker is away), so it cannot say
+        which log they are in — for ``MAX_METADATA_WAIT_S`` at most, then they are read
+        regardless (a broker that serves fetches but no metadata must not stop
+        consumption)."""
+        if age_s <= limit_s:
+            self._stale_since = None
+            return False
+        if self._stale_since is None:
+            self._stale_since = now
+        return now - self._stale_since < MAX_METADATA_WAIT_S
 
     def restarted(self, topic: str, at: float) -> None:
         """The source already restarted ``topic`` at a new log's start at ``at`` (the

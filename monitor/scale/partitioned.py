@@ -585,7 +585,7 @@ class PartitionedDaemon(Daemon):
                 return False
         if source is not None and not source.connected():  # each store would wait 10 s
             st = self._published.status
-            error = "no broker connection: partition states not stored (the last stand)"
+            error = "no broker connection: partition states not stored (the last stored stand)"
             log.error("checkpoint failed: %s", error)
             self._set_status(
                 checkpoint_failures=st.checkpoint_failures + 1, last_checkpoint_error=error
