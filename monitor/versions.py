@@ -34,19 +34,31 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .engine.groups import VersionInfo
 from .export.http import Request, Response, Route, json_response
 
 if TYPE_CHECKING:
     import argparse
+    import threading
 
-    from .app import Daemon
     from .config import Settings
     from .engine.core import Engine
 
 __all__ = ["api_routes", "retire", "run_command", "version_table"]
+
+
+class _Daemon(Protocol):
+    """What of a daemon (``app.Daemon`` or its partitioned kind) versions needs: the
+    daemon imports this module, so it is named by what it does, not imported."""
+
+    settings: Settings
+    lock: threading.RLock
+
+    def engines(self) -> list[Engine]: ...
+
+    def checkpoint(self, sink: Any, source: Any) -> bool: ...
 
 
 def version_table(engines: Sequence[Engine]) -> list[VersionInfo]:
@@ -91,7 +103,7 @@ def _listing(engines: Sequence[Engine], max_versions: dict[str, int]) -> dict[st
     }
 
 
-def api_routes(daemon: Daemon) -> tuple[dict[str, Route], dict[str, Route]]:
+def api_routes(daemon: _Daemon) -> tuple[dict[str, Route], dict[str, Route]]:
     """(``GET /api/v1/versions``, the ``POST /api/v1/versions/retire`` action)."""
     caps = {m.name: m.max_versions for m in daemon.settings.models}
 
@@ -136,7 +148,7 @@ def _daemon_url(settings: Settings) -> str:
     return f"{scheme}://{host}:{h.port}"
 
 
-def _offline(settings: Settings, act: Callable[[Daemon], Any]) -> Any:
+def _offline(settings: Settings, act: Callable[[_Daemon], Any]) -> Any:
     """Run ``act`` on the checkpoint of a stopped daemon, holding its state lock."""
     from .app import Daemon
 
@@ -201,7 +213,7 @@ def run_command(args: argparse.Namespace, settings: Settings) -> int:
         return 1
 
 
-def _retire_offline(daemon: Daemon, args: argparse.Namespace) -> list[str]:
+def _retire_offline(daemon: _Daemon, args: argparse.Namespace) -> list[str]:
     done = retire(daemon.engines(), args.model, args.pattern)
     if done and not daemon.checkpoint(None, None):
         raise RuntimeError("the new checkpoint could not be written (see the log)")

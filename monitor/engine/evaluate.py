@@ -10,7 +10,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from scipy.sparse import csr_matrix
@@ -46,13 +46,10 @@ from ..stats.scores import (
 from .buckets import window_group_sums
 from .models import SCORE_METRICS, ModelSpec, SliceSpec
 from .result_cache import ResultCache, digest, row_digests
-from .snapshot import Economics, FairnessGap, OpsState, WindowResult
+from .snapshot import Economics, FairnessGap, WindowResult
 from .view import StoreView, base_group_index
 
-if TYPE_CHECKING:
-    from .core import Engine
-
-__all__ = ["evaluate_all", "ops_state"]
+__all__ = ["evaluate_all", "score_results"]
 
 _EMPTY: dict[str, np.ndarray] = {}
 
@@ -406,6 +403,20 @@ class _Window:
                 )
                 for j, i in enumerate(at):
                     coarse[i], scored[i], slice_keys[i] = vecs[j], batch[j], keys[j]
+        # and the versions' fine histograms (slice "all"), in one batch too
+        fine = {
+            i: v for i, p in enumerate(self.pending) if (v := catalog.fine_vector(p)) is not None
+        }
+        if fine:
+            fl = catalog.score_layout
+            batch, _ = _cached_rows(
+                self.cache,
+                np.stack(list(fine.values())),
+                ("scores", fl.bins, fl.logit_range, self.confidence),
+                lambda rows: score_results(fl, rows, self.confidence),
+            )
+            for i, got in zip(fine, batch, strict=True):
+                scored[i] = got
         cache = self.cache
         for k, (p, c, values) in enumerate(zip(self.pending, confs.tolist(), binary, strict=True)):
             # a segment slice's catalog is a pure function of its counts: reused whole
@@ -424,8 +435,9 @@ class _Window:
                 done = cache.get(key)
             if done is None:
                 metrics, reliability, economics = catalog.compute(
-                    confs[k], values, p.wide_rows, self.confidence, coarse[k], scored[k], p.fine
-                )
+                    confs[k], values, p.wide_rows, self.confidence, coarse[k], scored[k],
+                    fine.get(k),
+                )  # fmt: skip
                 if p.slice_label == "all" and catalog.est is not None:
                     metrics += catalog.estimates(p.version, p.wide_rows, self.confidence)
                 done = (metrics, reliability, economics, _score_rates(metrics))
@@ -715,9 +727,10 @@ class _Catalog:
         fine: np.ndarray | None = None,
     ) -> tuple[tuple[MetricValue, ...], tuple[ReliabilityBin, ...], Economics | None]:
         """The binary catalog ``binary`` of merged confusion counts ``conf`` (computed in a
-        batch by the caller), plus the score-based metrics from the fine histogram rows
-        ``rows`` (slice "all") or the summed coarse vector ``coarse`` (segment slices;
-        ``scored``: its score metrics, already computed in a batch)."""
+        batch by the caller), plus the score-based metrics of the version's fine histogram
+        ``fine`` (slice "all", :meth:`fine_vector`) or the summed coarse vector ``coarse``
+        (segment slices) — ``scored``, computed in a batch by the caller — and the metric
+        families' values over the version's wide ``rows``."""
         values = list(binary)
         reliability: tuple[ReliabilityBin, ...] = ()
         economics = None
@@ -727,12 +740,11 @@ class _Catalog:
             vec, layout = coarse, self.slice_layout
         elif self.needs_scores and fine is not None:
             vec = fine
-        elif self.needs_scores and self.scores is not None and rows.shape[0]:
-            vec = _sum_rows(self.scores, rows)
         if vec is not None and vec[layout.width - 5] <= 0:  # no scored rows (decisions only)
             vec = None
         if vec is not None:
-            values_scores, reliability = scored or self._scores(vec, layout, confidence)
+            assert scored is not None  # computed in a batch by the caller
+            values_scores, reliability = scored
             values += values_scores
             if self.credit:  # opt-in (config OPT_IN_METRICS)
                 auc = next(mv for mv in values if mv.name == "roc_auc")
@@ -745,16 +757,17 @@ class _Catalog:
             economics = self._economics(conf, vec, layout, confidence)
         return metrics, reliability, economics
 
-    def _scores(self, vec: np.ndarray, layout: ScoreLayout, confidence: float) -> SliceScores:
-        """A window's score metrics and reliability diagram from its histogram (a 1-row
-        :func:`score_results`), reused while the histogram is unchanged (its digest)."""
-        key = digest(vec, ("scores", layout.bins, layout.logit_range, confidence))
-        done = self.cache.get(key) if self.cache is not None else None
-        if done is None:
-            done = score_results(layout, vec, confidence)[0]
-            if self.cache is not None:
-                self.cache.put(key, done)
-        return done  # type: ignore[no-any-return]
+    def fine_vector(self, p: _Pending) -> np.ndarray | None:
+        """Slice "all"'s fine score histogram of a pending result, if its score metrics
+        are wanted and it holds scored rows (what :meth:`compute` reads)."""
+        if p.slice_label != "all" or not self.needs_scores:
+            return None
+        vec = p.fine
+        if vec is None and self.scores is not None and p.wide_rows.shape[0]:
+            vec = _sum_rows(self.scores, p.wide_rows)
+        if vec is None or vec[self.score_layout.width - 5] <= 0:
+            return None
+        return vec
 
     def confusion_metrics(self, rows: np.ndarray, confidence: float) -> list[list[MetricValue]]:
         """The binary catalog and every other view of the confusion counts (``npv``) of
@@ -868,8 +881,3 @@ _SLICED_MATRIX = {
 
 
 _NAN3 = (float("nan"),) * 3
-
-
-def ops_state(engine: Engine) -> OpsState:
-    """A copy of the engine's operational counters (cheap; call under the app lock)."""
-    return engine.ops()

@@ -33,8 +33,8 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 
 from ..config import KafkaSettings
-from ..scale.assignor import warn_unpaired
 from ..state.positions import Resume, reset_by_client, resume_position
+from .assignor import warn_unpaired
 from .kafka import CLOSE_TIMEOUT_MS, METADATA_MAX_AGE_MS, STALE_METADATA_S
 from .pipeline import RawBatch, offset_key
 from .security import librdkafka_security as confluent_security

@@ -24,8 +24,8 @@ from kafka.structs import OffsetAndMetadata
 from .. import kafka_compat
 from ..config import KafkaSettings
 from ..kafka_compat import metadata_fetched_at, request_metadata, topic_metadata
-from ..scale.assignor import CoPartitionAssignor, warn_unpaired
 from ..state.positions import Resume, reset_by_client, resume_position
+from .assignor import CoPartitionAssignor, warn_unpaired
 from .pipeline import RawBatch, offset_key
 from .security import kafka_python_security as client_security
 from .topic_watch import TopicWatch

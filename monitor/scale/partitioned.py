@@ -54,12 +54,12 @@ from ..engine.core import Engine, StateMismatch
 from ..engine.snapshot import Snapshot
 from ..engine.view import StoreView
 from ..export.published import Published
+from ..ingest.assignor import warn_unpaired
 from ..ingest.deadletter import DeadLetterSink
 from ..ingest.kafka import KafkaPythonSource, consumer_config, record_origin
+from ..ingest.layout import LayoutError, metadata_config
 from ..ingest.pipeline import RawBatch, offset_key
 from ..ingest.topic_watch import TopicWatch
-from ..scale.assignor import warn_unpaired
-from ..scale.layout import LayoutError, metadata_config
 from ..state.kafka_store import KafkaStateStore, StoredState
 from ..state.positions import Resume
 from .global_view import global_snapshot
@@ -546,9 +546,11 @@ class PartitionedDaemon(Daemon):
             cached = self._ops_only = (full, Snapshot(at_ms=full.at_ms, ops=full.ops))
         return replace(pub, snapshot=cached[1], slos=())
 
-    def _evaluate_slos(self, snap: Snapshot) -> tuple[SloStatus, ...]:
+    def _evaluate_slos(
+        self, snap: Snapshot, causes: dict[str, Any] | None = None
+    ) -> tuple[SloStatus, ...]:
         if self.exporter:
-            return super()._evaluate_slos(snap)
+            return super()._evaluate_slos(snap, causes)
         try:  # states for /api/v1/slos everywhere; alerts only from the exporter
             return self.slos.evaluate(snap, snap.at_ms / 1000.0)
         except Exception:
@@ -622,7 +624,7 @@ class PartitionedDaemon(Daemon):
 
     def _partition_count(self) -> int:
         k = self.settings.kafka
-        from .layout import check_layout, partition_counts
+        from ..ingest.layout import check_layout, partition_counts
 
         counts = partition_counts(k, [k.predictions_topic, k.labels_topic])
         check_layout(k.predictions_topic, k.labels_topic, counts)
