@@ -1,6 +1,6 @@
 """Benchmarks for the performance targets of model-monitor (issue: throughput, memory, state).
 
-Run ``python bench/run.py [--quick] [--only a,b,c,d,e,f] [--json out.json]``.
+Run ``python bench/run.py [--quick] [--only a,q,r] [--json out.json]``.
 
 Why every figure is a ratio against a baseline measured in the same run: the machines
 this project is built on have two cores shared with other work, so absolute numbers move
@@ -13,7 +13,7 @@ repetitions, baseline and measurement interleaved so that a noisy minute hits bo
 Benchmarks (see docs/benchmarks.md for what each figure means):
 
 a  daemon end-to-end Kafka ingestion vs the same client's raw consume + orjson decode, for
-   kafka-python (≥ 0.75×) and confluent-kafka (≥ 0.6× and ≥ 200,000 msg/s)
+   kafka-python (≥ 0.75×) and confluent-kafka (≥ 0.8×)
 b  in-process engine join + accumulate on columnar batches (≥ 300,000 events/s)
 c  join-buffer memory per pending prediction at 1,000,000 pending (≤ 200 bytes)
 d  checkpoint write and restore at 1,000,000 pending (≤ 5 s each)
@@ -26,11 +26,19 @@ k  state topic (``state.kafka_store``): store and restore of a 100 MB checkpoint
    compacted topic vs writing/reading the same bytes locally (≤ 5 s store, ≤ 10 s restore)
 p  /healthz latency under 50 parallel scrapers of a multi-MB page vs idle (p50 ≤ 50 ms)
 s  status page (GET /) of a 3-window × 100-slice model, served over HTTP (≤ 1 s)
-r  ``monitor replay`` of 1,000,000 predictions + labels (≥ 250,000 events/s) vs scikit-learn +
-   SciPy computing the same metrics and KS tests from the same files
+q  ranking through ``monitor replay``, 50,000 queries of 20 items, per CPU-second (≥ 20,000/s
+   and ≥ 3× one stacked scikit-learn ``ndcg_score`` call over the same lists)
+r  ``monitor replay`` as a command (start-up included) vs the notebook pipeline (pandas,
+   scikit-learn, SciPy) as a process over the same files: ≤ 0.6× its time at 200,000
+   predictions, ≤ 0.33× at 1,000,000
+m  the engine's apply, CPU per event, with 50 models vs 1 (within ±20 %)
+w  a week of one model's traffic (2 versions, 100 slices, 300,000 events) in one replay:
+   peak RSS growth ≤ 3× the engine's state at the end
 g  fleet: 10 models × 3 versions × 100 slices, windows 5m/1h/1d/7d, 1M events (RSS ≤ 1 GiB,
-   tick ≤ 1 s, engine-lock hold ≤ 10 ms, cached /metrics scrape ≤ 0.3 s, ingestion while
-   evaluating ≥ 0.9× alone, ≤ 5 MB per model-version-day) and a models × slices scaling table
+   tick after 1,000 events ≤ 0.5 s, first tick ≤ 1 s, engine-lock hold ≤ 10 ms, cached
+   /metrics scrape ≤ 0.3 s, /metrics after an idle tick ≤ 0.05× a full render, ingestion
+   while evaluating ≥ 0.9× alone, ≤ 5 MB per model-version-day) and a models × slices
+   scaling table (50 models × 100 slices: RSS ≤ 1.5 GiB, tick ≤ 1 s)
 """
 
 from __future__ import annotations
@@ -227,19 +235,19 @@ def _has_confluent() -> bool:
 
 def raw_consume(
     client: str, bootstrap: str, expected: int, timeout_s: float
-) -> tuple[float, int, float]:
+) -> tuple[float, int, float, float]:
     """Baseline: the client's plain consumer in a group, both topics to the end, every
     value orjson-decoded, with the daemon's own consumer settings (same fetch sizes and
     waits, same prefetch queue). Returns (messages/s from the first record on, % of that
     time spent inside the client's poll/consume, this process's CPU seconds over that
-    time — the client's own threads included)."""
+    time — the client's own threads included —, the consuming thread's CPU seconds)."""
     s = settings_for(bootstrap, **GROUP_SETTINGS)
     group = f"bench-raw-{uuid.uuid4().hex[:8]}"
     loads = orjson.loads
     count = decoded = 0
     in_poll = 0.0
     t0: float | None = None
-    cpu0 = 0.0
+    cpu0 = thread0 = 0.0
     deadline = time.monotonic() + timeout_s
     if client == "confluent":
         from confluent_kafka import Consumer
@@ -258,7 +266,7 @@ def raw_consume(
                 if t0 is not None:
                     in_poll += time.perf_counter() - tp0
                 if msgs and t0 is None:
-                    t0, cpu0 = time.perf_counter(), time.process_time()
+                    t0, cpu0, thread0 = time.perf_counter(), time.process_time(), time.thread_time()
                 for m in msgs:
                     if m.error() is None:
                         decoded += len(loads(m.value()))
@@ -283,7 +291,7 @@ def raw_consume(
                 if t0 is not None:
                     in_poll += time.perf_counter() - tp0
                 if polled and t0 is None:
-                    t0, cpu0 = time.perf_counter(), time.process_time()
+                    t0, cpu0, thread0 = time.perf_counter(), time.process_time(), time.thread_time()
                 for records in polled.values():
                     for r in records:
                         decoded += len(loads(r.value))
@@ -296,12 +304,12 @@ def raw_consume(
             consumer.close(autocommit=False)
     elapsed = time.perf_counter() - (t0 or time.perf_counter())
     cpu = time.process_time() - cpu0
-    return count / elapsed, round(100 * in_poll / elapsed), cpu
+    return count / elapsed, round(100 * in_poll / elapsed), cpu, time.thread_time() - thread0
 
 
 def daemon_consume(
     client: str, bootstrap: str, expected: int, timeout_s: float, work: Path
-) -> tuple[float, dict[str, float], float]:
+) -> tuple[float, dict[str, float], float, float]:
     """Measured: the real Daemon, in-process, run() in a thread, fresh group and state.
 
     The clock starts when the daemon's source returns its first records and stops at the
@@ -309,7 +317,8 @@ def daemon_consume(
     invalid) — so decode, join, accumulate, offset tracking and the loop's bookkeeping
     are all inside the measurement; startup, the group join and shutdown are not. Also
     returned: the seconds spent per stage (the client's poll, decoding, engine apply),
-    and this process's CPU seconds over the measured span (the client's threads too).
+    this process's CPU seconds over the measured span (the client's threads too), and
+    the consumer loop's thread's own CPU seconds.
     """
     from monitor.app import Daemon
     from monitor.ingest.kafka import KafkaSource
@@ -353,11 +362,13 @@ def daemon_consume(
                     if done >= expected:
                         marks["end"] = time.perf_counter()
                         marks["end_cpu"] = time.process_time()
+                        marks["end_thread"] = time.thread_time()
                         self.request_stop()
                 out = timed("poll", inner)(timeout_ms)
                 if "first" not in marks and out:
                     marks["first"] = time.perf_counter()
                     marks["first_cpu"] = time.process_time()
+                    marks["first_thread"] = time.thread_time()
                 if out and "end" not in marks:
                     marks["batches"] = marks.get("batches", 0) + len(out)
                 return out
@@ -405,7 +416,12 @@ def daemon_consume(
     stages["other"] = elapsed - sum(stages.values())
     shares = {k: 100 * v / elapsed for k, v in stages.items()}
     shares["records per batch"] = expected / max(marks.get("batches", 1), 1)
-    return expected / elapsed, shares, marks["end_cpu"] - marks["first_cpu"]
+    return (
+        expected / elapsed,
+        shares,
+        marks["end_cpu"] - marks["first_cpu"],
+        marks["end_thread"] - marks["first_thread"],
+    )
 
 
 def bench_kafka(n: int, reps: int, work: Path) -> list[Result]:
@@ -427,6 +443,9 @@ def bench_kafka(n: int, reps: int, work: Path) -> list[Result]:
     cpu: dict[tuple[str, str], list[float]] = {
         (c, x): [] for c in clients for x in ("raw", "daemon")
     }
+    # CPU seconds of the consuming thread alone: the Python work per message each side
+    # does in its loop (the client's C calls included, its own threads and the broker not)
+    thread_cpu: dict[tuple[str, str], list[float]] = {key: [] for key in cpu}
     loads: list[float] = []
     try:
         broker.create_topics(["predictions", "labels"], partitions=1)
@@ -444,22 +463,23 @@ def bench_kafka(n: int, reps: int, work: Path) -> list[Result]:
             k = i % len(sides)
             for client, side in sides[k:] + sides[:k]:
                 if side == "raw":
-                    rate, pct, secs = raw_consume(client, broker.bootstrap, total, timeout)
+                    rate, pct, secs, own = raw_consume(client, broker.bootstrap, total, timeout)
                     raw[client].append(rate)
                     raw_in_poll[client].append(pct)
                 else:
-                    rate, shares, secs = daemon_consume(
+                    rate, shares, secs, own = daemon_consume(
                         client, broker.bootstrap, total, timeout, work
                     )
                     daemon[client].append(rate)
                     stages[client].append(shares)
                 cpu[client, side].append(secs)
+                thread_cpu[client, side].append(own)
                 loads.append(os.getloadavg()[0])
                 log(f"(a) rep {i + 1}/{reps} {client} {side}: {rate:,.0f} msg/s")
     finally:
         broker.stop()
     out = []
-    targets = {"kafka-python": 0.75, "confluent": 0.6}
+    targets = {"kafka-python": 0.75, "confluent": 0.8}
     for client in clients:
         ratios = [d / r for d, r in zip(daemon[client], raw[client], strict=True)]
         share = {k: median([x[k] for x in stages[client]]) for k in stages[client][0]}
@@ -491,24 +511,15 @@ def bench_kafka(n: int, reps: int, work: Path) -> list[Result]:
             f"{total / median(cpu[client, 'raw']):,.0f} "
             f"({median(cpu[client, 'raw']) / median(cpu[client, 'daemon']):.2f}×); load "
             f"average {min(loads):.1f}–{max(loads):.1f} on {os.cpu_count()} CPUs",
+            f"{client}: CPU of the consuming thread alone, µs a message (median): daemon "
+            f"{1e6 * median(thread_cpu[client, 'daemon']) / total:.2f}, raw "
+            f"{1e6 * median(thread_cpu[client, 'raw']) / total:.2f} (per rep: daemon "
+            + ", ".join(f"{1e6 * x / total:.2f}" for x in thread_cpu[client, "daemon"])
+            + "; raw "
+            + ", ".join(f"{1e6 * x / total:.2f}" for x in thread_cpu[client, "raw"])
+            + ")",
         ]
         out.append(res)
-        if client == "confluent":
-            out.append(
-                Result(
-                    "a",
-                    "daemon Kafka ingestion, confluent",
-                    "msg/s",
-                    median(daemon[client]),
-                    median(raw[client]),
-                    "raw confluent consume+orjson",
-                    200_000,
-                    "absolute",
-                    True,
-                    daemon[client],
-                    raw[client],
-                )
-            )
     return out
 
 
@@ -562,198 +573,258 @@ def write_replay_files(n: int, work: Path, seed: int = 9) -> tuple[Path, Path, P
     return pf, lf, ref_path, reference
 
 
-@contextmanager
-def _stage_timers(stages: dict[str, float]) -> Iterator[None]:
-    """Adds the seconds spent decoding and in the engine's apply to ``stages`` while
-    active (class attributes patched, restored on exit)."""
-    from monitor.ingest.decode import LabelDecoder, PredictionDecoder
+def _replay_config(work: Path, ref_path: Path) -> Path:
+    """The configuration bench (r) replays with: one binary model, a 1 h window (replay
+    adds its window "all"), slices by country, drift against the reference profile."""
+    cfg = work / "replay.toml"
+    cfg.write_text(
+        f"""[state]
+dir = "{work / "replay-state"}"
 
-    patched = [
-        (PredictionDecoder, "decode", "decode"),
-        (LabelDecoder, "decode", "decode"),
-        (Engine, "apply_predictions", "apply"),
-        (Engine, "apply_labels", "apply"),
-    ]
-    originals = [(cls, name, getattr(cls, name)) for cls, name, _ in patched]
-
-    def timed(fn: Callable[..., Any], stage: str) -> Callable[..., Any]:
-        def run(*args: Any, **kwargs: Any) -> Any:
-            t = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                stages[stage] += time.perf_counter() - t
-
-        return run
-
-    for (cls, name, stage), (_, _, fn) in zip(patched, originals, strict=True):
-        setattr(cls, name, timed(fn, stage))
-    try:
-        yield
-    finally:
-        for cls, name, fn in originals:
-            setattr(cls, name, fn)
-
-
-def sklearn_replay(pf: Path, lf: Path, reference: dict[str, np.ndarray]) -> dict[str, float]:
-    """Baseline: what a notebook does with the same files — load the JSONL (orjson per
-    line), join labels to predictions by id (pandas), scikit-learn's metrics overall and
-    per country, SciPy's two-sample KS per feature against the raw reference sample."""
-    import pandas as pd
-    from scipy.stats import ks_2samp
-    from sklearn.metrics import (
-        accuracy_score,
-        brier_score_loss,
-        f1_score,
-        log_loss,
-        precision_score,
-        recall_score,
-        roc_auc_score,
+[[models]]
+name = "fraud"
+threshold = 0.5
+windows = [{{size = "1h"}}]
+slices = [{{dimensions = ["country"]}}]
+drift = {{reference = "{ref_path}"}}
+"""
     )
-
-    names = list(reference)
-    with open(pf, "rb") as fh:
-        preds = [orjson.loads(line) for line in fh]
-    with open(lf, "rb") as fh:
-        labels = [orjson.loads(line) for line in fh]
-    p = pd.DataFrame(
-        {
-            "id": [r["id"] for r in preds],
-            "score": np.array([r["score"] for r in preds]),
-            "country": [r["segments"]["country"] for r in preds],
-        }
-    )
-    features = np.array([[r["features"][f] for f in names] for r in preds])
-    lab = pd.DataFrame({"id": [r["id"] for r in labels], "label": [r["label"] for r in labels]})
-    joined = p.drop_duplicates("id").merge(lab.drop_duplicates("id"), on="id")
-    y, s = joined["label"].to_numpy(), joined["score"].to_numpy()
-    d = (s >= 0.5).astype(int)
-    out = {
-        "accuracy": accuracy_score(y, d),
-        "precision": precision_score(y, d),
-        "recall": recall_score(y, d),
-        "f1": f1_score(y, d),
-        "roc_auc": roc_auc_score(y, s),
-        "log_loss": log_loss(y, s),
-        "brier": brier_score_loss(y, s),
-    }
-    for c, part in joined.groupby("country"):
-        yc, dc = part["label"].to_numpy(), (part["score"].to_numpy() >= 0.5).astype(int)
-        out[f"accuracy/{c}"] = accuracy_score(yc, dc)
-        out[f"recall/{c}"] = recall_score(yc, dc)
-    for j, f in enumerate(names):
-        out[f"ks/{f}"] = ks_2samp(reference[f], features[:, j]).pvalue
-    return out
+    return cfg
 
 
-def bench_replay(n: int, reps: int, work: Path) -> Result:
-    """(g) ``monitor replay`` end to end (read, decode, join, accumulate, drift, slices,
-    evaluation, report) vs scikit-learn + SciPy computing the same metrics and KS tests
-    from the same files, load included. Target: ≥ 250,000 events/s and faster than the
-    baseline."""
-    from monitor.replay import replay
+def _without_config(report: dict[str, Any]) -> bytes:
+    return orjson.dumps({k: v for k, v in report.items() if k != "config"})
 
+
+def _timed_process(argv: list[str]) -> tuple[float, float, bytes]:
+    """Run a process to its end: (wall seconds, CPU seconds of it and its children, its
+    standard output); raises when it fails."""
+    import resource
+    import subprocess
+
+    def children_cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return r.ru_utime + r.ru_stime
+
+    c0, t0 = children_cpu(), time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, check=False)
+    wall, cpu = time.perf_counter() - t0, children_cpu() - c0
+    if done.returncode != 0:
+        raise RuntimeError(f"{argv[:3]} failed ({done.returncode}): {done.stderr[-2000:]!r}")
+    return wall, cpu, done.stdout
+
+
+def bench_replay(n: int, reps: int, work: Path, target: float) -> Result:
+    """(r) ``monitor replay`` as a command, start-up included, vs the notebook pipeline
+    (bench/notebook_replay.py: orjson, pandas join, scikit-learn metrics, SciPy KS) as a
+    process of its own over the same files; wall-clock seconds, interleaved, the order
+    alternating. Target: at most ``target`` times the baseline's time."""
+    work = work / f"replay-{n}"
+    work.mkdir(exist_ok=True)
     t = time.perf_counter()
     pf, lf, ref_path, reference = write_replay_files(n, work)
+    np.savez(work / "reference.npz", **reference)
+    cfg = _replay_config(work, ref_path)
     n_labels = lf.read_bytes().count(b"\n")
     events = n + n_labels
     size = (pf.stat().st_size + lf.stat().st_size) / 1e6
-    log(f"(g) wrote {n:,} predictions + {n_labels:,} labels ({size:.0f} MB) in "
+    log(f"(r) wrote {n:,} predictions + {n_labels:,} labels ({size:.0f} MB) in "
         f"{time.perf_counter() - t:.1f}s")  # fmt: skip
-    settings = settings_from_mapping(
-        {
-            "state": {"dir": str(work / "replay-state")},
-            "models": [
-                {"name": "fraud", "threshold": 0.5, "windows": [{"size": "1h"}],
-                 "slices": [{"dimensions": ["country"]}],
-                 "drift": {"reference": str(ref_path)}}
-            ],
-        }
-    )  # fmt: skip
-    times: list[float] = []  # decode worker on: two processes
-    one_times: list[float] = []  # decode worker off: one process (the headline figure)
-    base_times: list[float] = []
-    cpu: dict[str, list[float]] = {"on": [], "off": []}  # CPU seconds, worker included
-    report: dict[str, Any] = {}
-    one: dict[str, Any] = {}
+    from monitor.ingest.file_feed import decode_workers
+
+    out = work / "report.json"
+    ours = [sys.executable, "-m", "monitor.cli", "replay", "-c", str(cfg), "--predictions",
+            str(pf), "--labels", str(lf), "--report", str(out)]  # fmt: skip
+    # the default (--decode-worker auto: workers when a CPU is idle) and the other mode
+    other = "off" if decode_workers("auto") else "on"
+    commands = {
+        "replay": ours,
+        f"replay --decode-worker {other}": [*ours[:-1], str(work / "other.json"),
+                                            "--decode-worker", other],
+        "notebook": [sys.executable, str(Path(__file__).with_name("notebook_replay.py")),
+                     str(pf), str(lf), str(work / "reference.npz")],
+    }  # fmt: skip
+    times: dict[str, list[float]] = {side: [] for side in commands}
+    cpu: dict[str, list[float]] = {side: [] for side in commands}
+    loads: list[float] = []
     oracle: dict[str, float] = {}
-    stages: dict[str, float] = {"decode": 0.0, "apply": 0.0}
-    sides = ("on", "baseline", "off")
+    sides = list(commands)
     for rep in range(reps):
         for side in sides[rep % 3 :] + sides[: rep % 3]:  # each side first once
-            gc.collect()
-            t = time.perf_counter()
-            c = _cpu_seconds()
-            if side == "baseline":
-                oracle = sklearn_replay(pf, lf, reference)
-                base_times.append(time.perf_counter() - t)
-            elif side == "on":
-                report = replay(settings, pf, lf, progress=None, decode_worker="on")
-                times.append(time.perf_counter() - t)
-                cpu["on"].append(_cpu_seconds() - c)
-            else:  # stage timers see only this process's decoding: one process here
-                with _stage_timers(stages):
-                    one = replay(settings, pf, lf, progress=None, decode_worker="off")
-                one_times.append(time.perf_counter() - t)
-                cpu["off"].append(_cpu_seconds() - c)
-            log(f"(r) rep {rep + 1}/{reps} {side}: {time.perf_counter() - t:.2f}s")
-    same = orjson.dumps({k: v for k, v in one.items() if k != "config"}) == orjson.dumps(
-        {k: v for k, v in report.items() if k != "config"}
+            wall, secs, stdout = _timed_process(commands[side])
+            times[side].append(wall)
+            cpu[side].append(secs)
+            loads.append(os.getloadavg()[0])
+            if side == "notebook":
+                oracle = orjson.loads(stdout)
+            log(f"(r) {n:,}: rep {rep + 1}/{reps} {side}: {wall:.2f}s")
+    report = orjson.loads(out.read_bytes())
+    same = _without_config(report) == _without_config(
+        orjson.loads((work / "other.json").read_bytes())
     )
     (whole,) = [r for r in report["results"] if r["window"] == "all" and r["slice"] == "all"]
     got = {k: whole["metrics"][k]["value"] for k in ("accuracy", "recall", "roc_auc")}
     drift = [d for d in report["drift"] if d["window"] == "all"]
     flagged = sorted(f["feature"] for d in drift for f in d["features"] if f["detected"])
-    rate = [events / x for x in one_times]
-    base_rate = [events / x for x in base_times]
-    total = sum(one_times)
-    share = {k: 100 * v / total for k, v in stages.items()}
-    share["other (read, evaluate, report)"] = 100 - sum(share.values())
-    per_m = {k: median(v) / events * 1e6 for k, v in cpu.items()}
+    ratios = [a / b for a, b in zip(times["replay"], times["notebook"], strict=True)]
     return Result(
         "r",
-        f"replay, {n:,} predictions + labels (one process)",
-        "events/s",
-        median(rate),
-        median(base_rate),
-        "sklearn+scipy from the file",
-        250_000,
-        "absolute",
-        True,
-        rate,
-        base_rate,
+        f"monitor replay, {n:,} predictions + labels, start-up included",
+        "s",
+        median(times["replay"]),
+        median(times["notebook"]),
+        "sklearn+scipy+pandas notebook, own process",
+        target,
+        "ratio",
+        False,
+        times["replay"],
+        times["notebook"],
         [
-            f"{events:,} events ({size:.0f} MB JSONL), 20 numeric drift features, a country "
-            f"slice; replay {median(one_times):.2f}s vs baseline {median(base_times):.2f}s "
-            f"({median(base_times) / median(one_times):.2f}× faster end to end); median of "
-            f"{reps}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs",
-            f"decoding in a second process (--decode-worker on): "
-            f"{events / median(times):,.0f} events/s ({median(base_times) / median(times):.2f}×"
-            f" the baseline), {median(one_times) / median(times):.2f}× one process's speed",
-            f"CPU seconds per million events (both processes): worker on {per_m['on']:.2f}, "
-            f"off {per_m['off']:.2f} — {1e6 / per_m['on']:,.0f} / {1e6 / per_m['off']:,.0f} "
-            "events per CPU-second; same report with and without the worker: "
-            + ("yes" if same else "NO"),
-            "one-process replay's time by stage (%, all reps): "
-            + ", ".join(f"{k} {v:.0f}" for k, v in share.items()),
-            "same answers: accuracy "
-            f"{got['accuracy']:.6f} vs {oracle['accuracy']:.6f}, recall {got['recall']:.6f} vs "
-            f"{oracle['recall']:.6f}, ROC-AUC {got['roc_auc']:.4f} vs {oracle['roc_auc']:.4f} "
-            f"(binned); drift flagged {flagged} (KS p<0.05 by SciPy: "
+            f"{n:,}: {events:,} events ({size:.0f} MB JSONL), 20 numeric drift features, a "
+            f"country slice; median of {reps}, per-rep ratios "
+            + ", ".join(f"{x:.2f}" for x in ratios)
+            + f"; replay {events / median(times['replay']):,.0f} events/s "
+            f"(--decode-worker auto: {'workers' if other == 'off' else 'one process'}); CPU "
+            f"seconds replay {median(cpu['replay']):.2f} (all its processes), notebook "
+            f"{median(cpu['notebook']):.2f}; load average {min(loads):.1f}-{max(loads):.1f} "
+            f"on {os.cpu_count()} CPUs",
+            f"{n:,}: replay --decode-worker {other}: {median(times[sides[1]]):.2f} s "
+            f"({median(times[sides[1]]) / median(times['notebook']):.2f}× the notebook), CPU "
+            f"{median(cpu[sides[1]]):.2f} s; same report: " + ("yes" if same else "NO"),
+            f"{n:,}: same answers: accuracy {got['accuracy']:.6f} vs {oracle['accuracy']:.6f}, "
+            f"recall {got['recall']:.6f} vs {oracle['recall']:.6f}, ROC-AUC "
+            f"{got['roc_auc']:.4f} vs {oracle['roc_auc']:.4f} (binned); drift flagged "
+            f"{flagged} (KS p<0.05 by SciPy: "
             f"{sorted(k[3:] for k, v in oracle.items() if k.startswith('ks/') and v < 0.05)})",
         ],
     )
 
 
-def _cpu_seconds() -> float:
-    """User + system CPU of this process and its waited-for children (the worker)."""
-    import resource
+# -- (q) ranking through replay ---------------------------------------------------------
+RANKING_ITEMS = 20
 
-    own, kids = (
-        resource.getrusage(resource.RUSAGE_SELF),
-        resource.getrusage(resource.RUSAGE_CHILDREN),
-    )
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+def write_ranking_files(
+    n: int, work: Path, seed: int = 5
+) -> tuple[Path, Path, np.ndarray, np.ndarray]:
+    """``n`` ranking predictions (20 items scored to two decimals: some ties) and a
+    relevance label for each (three items graded 1-3), as JSONL; returns the paths and
+    the (n, 20) grade and score matrices scikit-learn's ``ndcg_score`` takes."""
+    rng = np.random.default_rng(seed)
+    scores = np.round(rng.random((n, RANKING_ITEMS)), 2)
+    grades = np.zeros((n, RANKING_ITEMS))
+    picked = np.argsort(rng.random((n, RANKING_ITEMS)), axis=1)[:, :3]
+    np.put_along_axis(grades, picked, rng.integers(1, 4, (n, 3)).astype(float), axis=1)
+    ts = 1_700_000_000_000 + np.arange(n, dtype=np.int64) * 10
+    pf, lf = work / "ranking-p.jsonl", work / "ranking-l.jsonl"
+    names = [f"d{j}" for j in range(RANKING_ITEMS)]
+    sl, gl, tl = scores.tolist(), grades.tolist(), ts.tolist()
+    with open(pf, "wb") as fh:
+        fh.write(
+            b"".join(
+                orjson.dumps(
+                    {"id": f"q{i}", "ts": tl[i], "model": "search", "version": "v1",
+                     "items": [{"item": d, "score": x} for d, x in zip(names, sl[i], strict=True)]}
+                ) + b"\n"
+                for i in range(n)
+            )
+        )  # fmt: skip
+    with open(lf, "wb") as fh:
+        fh.write(
+            b"".join(
+                orjson.dumps(
+                    {"id": f"q{i}", "ts": tl[i] + 1000,
+                     "relevance": {names[j]: int(gl[i][j]) for j in picked[i].tolist()}}
+                ) + b"\n"
+                for i in range(n)
+            )
+        )  # fmt: skip
+    return pf, lf, grades, scores
+
+
+def ndcg_from_files(pf: Path, lf: Path) -> float:
+    """The notebook's NDCG@10 from the files replay reads: each line parsed with orjson,
+    labels joined to queries by id (a dict), the (queries, 20) grade and score matrices
+    built, one stacked scikit-learn ``ndcg_score`` call."""
+    from sklearn.metrics import ndcg_score
+
+    with open(lf, "rb") as fh:
+        relevance = {r["id"]: r["relevance"] for r in map(orjson.loads, fh)}
+    scores: list[list[float]] = []
+    grades: list[list[float]] = []
+    with open(pf, "rb") as fh:
+        for r in map(orjson.loads, fh):
+            rel = relevance.get(r["id"])
+            if rel is not None:
+                scores.append([it["score"] for it in r["items"]])
+                grades.append([float(rel.get(it["item"], 0)) for it in r["items"]])
+    return float(ndcg_score(np.array(grades), np.array(scores), k=10))
+
+
+def bench_ranking(n: int, reps: int, work: Path) -> list[Result]:
+    """(q) ``monitor replay`` of ``n`` ranking queries (read, decode, join, per-query
+    metrics, evaluation, report) in queries per CPU-second of the process, vs one
+    stacked scikit-learn ``ndcg_score`` call over the same lists (one metric, one k),
+    given the matrices built beforehand and, as a second baseline, built from the same
+    files (``ndcg_from_files``)."""
+    from sklearn.metrics import ndcg_score
+
+    from monitor.replay import replay
+
+    pf, lf, grades, scores = write_ranking_files(n, work)
+    settings = settings_from_mapping(
+        {"state": {"dir": str(work / "ranking-state")},
+         "models": [{"name": "search", "task": "ranking", "k": [5, 10],
+                     "windows": [{"size": "1d"}]}]}
+    )  # fmt: skip
+    ours: list[float] = []
+    walls: list[float] = []
+    base: list[float] = []
+    files: list[float] = []
+    report: dict[str, Any] = {}
+    oracle = from_files = 0.0
+    loads = []
+    sides = ("replay", "sklearn", "files")
+    for rep in range(reps):
+        for side in sides[rep % 3 :] + sides[: rep % 3]:
+            gc.collect()
+            t, c = time.perf_counter(), time.process_time()
+            if side == "replay":
+                report = replay(settings, pf, lf, progress=None, decode_worker="off")
+                ours.append(n / (time.process_time() - c))
+                walls.append(n / (time.perf_counter() - t))
+            elif side == "sklearn":
+                oracle = float(ndcg_score(grades, scores, k=10))
+                base.append(n / (time.process_time() - c))
+            else:
+                from_files = ndcg_from_files(pf, lf)
+                files.append(n / (time.process_time() - c))
+            loads.append(os.getloadavg()[0])
+            log(f"(q) rep {rep + 1}/{reps} {side}: {time.perf_counter() - t:.2f}s")
+    (whole,) = [r for r in report["results"] if r["window"] == "all" and r["slice"] == "all"]
+    got = whole["metrics"]["ndcg_at_10"]["value"]
+    notes = [
+        f"{n:,} queries of {RANKING_ITEMS} items (scores to two decimals: ties), three graded "
+        f"items each; median of {reps} reps, per-rep ratios "
+        + ", ".join(f"{a / b:.2f}" for a, b in zip(ours, base, strict=True))
+        + f"; wall-clock {median(walls):,.0f} queries/s; load average "
+        f"{min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} CPUs",
+        f"same answer: mean NDCG@10 {got:.6f} (replay) vs {oracle:.6f} (ndcg_score), "
+        f"{from_files:.6f} (from the files)",
+        "per-rep ratios to ndcg_score fed from the files: "
+        + ", ".join(f"{a / b:.2f}" for a, b in zip(ours, files, strict=True)),
+    ]
+    return [
+        Result("q", "ranking through replay, per CPU-second", "queries/s", median(ours),
+               median(base), "one stacked sklearn ndcg_score call", 3.0, "ratio", True,
+               ours, base, notes),
+        Result("q", "ranking through replay, per CPU-second", "queries/s", median(ours),
+               median(base), "one stacked sklearn ndcg_score call", 20_000, "absolute", True,
+               ours, base),
+        Result("q", "ranking through replay, per CPU-second", "queries/s", median(ours),
+               median(files), "the same call fed from the files (orjson, dict join)", 3.0,
+               "ratio", True, ours, files),
+    ]  # fmt: skip
 
 
 # -- (b) engine throughput ---------------------------------------------------------------
@@ -1737,6 +1808,7 @@ def fleet_child(
     ingestion throughput with evaluation ticking in another thread vs without."""
     from prometheus_client.registry import CollectorRegistry
 
+    from monitor.engine.snapshot import Snapshot
     from monitor.export.exposition import Exposition
     from monitor.export.published import Published
     from monitor.heap import release_free_memory
@@ -1793,11 +1865,30 @@ def fleet_child(
         return out
     out.update(_fleet_history(engine, lock, now))
     # /metrics: rendered once per evaluation, a scrape serves the cached bytes
-    published = Published(snapshot=snap, ops=snap.ops)
-    exposition = Exposition(lambda: published, CollectorRegistry())
+    published = [Published(snapshot=snap, ops=snap.ops)]
+    exposition = Exposition(lambda: published[0], CollectorRegistry())
     t0 = time.perf_counter()
-    exposition.refresh()
-    out["render_s"] = time.perf_counter() - t0
+    exposition.page(gzip=True)  # as Prometheus scrapes: the gzip form is kept from now on
+    out["render_s"] = time.perf_counter() - t0  # the first page: every result written
+
+    def render(after: Snapshot) -> float:
+        """The refresh the daemon runs after publishing an evaluation (text and gzip)."""
+        published[0] = Published(snapshot=after, ops=after.ops)
+        t0 = time.perf_counter()
+        exposition.refresh()
+        return time.perf_counter() - t0
+
+    _, idle = tick(now)  # an evaluation with nothing new
+    out["render_idle_s"] = render(idle)
+    out["render_idle_written"] = float(exposition._quality.written)
+    new_p, new_l, _ = _fleet_events(rng, 1_000, *shape, now - 300_000, now, "render-")
+    for p, lab in zip(new_p, new_l, strict=True):
+        engine.apply_predictions(p)
+        engine.apply_labels(lab)
+    _, changed_snap = tick(now)
+    out["render_changed_s"] = render(changed_snap)
+    out["render_changed_written"] = float(exposition._quality.written)
+    out["results_total"] = float(len(changed_snap.results))
     scrapes, gz = [], []
     for _ in range(5):
         t0 = time.perf_counter()
@@ -1898,9 +1989,13 @@ def bench_fleet(
         f"  ticks (Engine.snapshot under a lock): first {fleet['cold_tick_s']:.3f} s, "
         f"nothing new {fleet['tick_s']:.3f} s, after 1,000 new events "
         f"{fleet['changed_tick_s']:.3f} s; longest lock hold {fleet['lock_max_s'] * 1e3:.1f} ms",
-        f"  /metrics: {fleet['page_mb']:.1f} MB page rendered once in {fleet['render_s']:.2f} s "
-        f"per evaluation; a scrape from cache {fleet['scrape_s'] * 1e3:.1f} ms "
-        f"(gzip {fleet['scrape_gzip_s'] * 1e3:.1f} ms)",
+        f"  /metrics: {fleet['page_mb']:.1f} MB page (text and gzip) rendered in "
+        f"{fleet['render_s']:.2f} s with every window result new, "
+        f"{fleet['render_idle_s']:.3f} s after an evaluation with nothing new "
+        f"({fleet['render_idle_written']:.0f} of {fleet['results_total']:,.0f} results "
+        f"written), {fleet['render_changed_s']:.2f} s after 1,000 new events "
+        f"({fleet['render_changed_written']:,.0f} written); a scrape from cache "
+        f"{fleet['scrape_s'] * 1e3:.1f} ms (gzip {fleet['scrape_gzip_s'] * 1e3:.1f} ms)",
         f"  ingestion of {fleet['stream_events']:,.0f} events, evaluation every "
         f"{INGEST_TICK_S:g} s in another thread ({fleet['ingest_ticks']:.0f} ticks): "
         f"{fleet['ingest_with_eval_eps']:,.0f} ev/s vs {fleet['ingest_alone_eps']:,.0f} ev/s "
@@ -1934,7 +2029,7 @@ def bench_fleet(
         Result("g", "fleet steady RSS", "MB", fleet["rss_mb"], one["rss_mb"],
                "1 model, 1/10 the events", 1024, "absolute", False, notes=notes),
         Result("g", "fleet evaluation tick (after 1,000 events)", "s", fleet["changed_tick_s"],
-               one["changed_tick_s"], "1 model, 1/10 the events", 1.0, "absolute", False),
+               one["changed_tick_s"], "1 model, 1/10 the events", 0.5, "absolute", False),
         Result("g", "fleet evaluation tick (first)", "s", fleet["cold_tick_s"],
                one["cold_tick_s"], "1 model, 1/10 the events", 1.0, "absolute", False),
         Result("g", "fleet longest engine-lock hold", "s", fleet["lock_max_s"],
@@ -1944,11 +2039,160 @@ def bench_fleet(
                "ratio", False),
         Result("g", "fleet /metrics scrape (cached)", "s", fleet["scrape_s"], fleet["render_s"],
                "rendering the page", 0.3, "absolute", False),
+        Result("g", "fleet /metrics refresh after an idle tick", "s", fleet["render_idle_s"],
+               fleet["render_s"], "rendering every result", 0.05, "ratio", False),
         Result("g", "ingestion while evaluating", "ev/s", fleet["ingest_with_eval_eps"],
                fleet["ingest_alone_eps"], "no evaluation", 0.9, "ratio", True),
         Result("g", "state per model-version-day", "MB", fleet["per_model_version_day_mb"],
                one["per_model_version_day_mb"], "1 model", 5.0, "absolute", False),
+        *(
+            Result("g", f"50 models x 100 slices ({scale_events:,} events): {what}", unit,
+                   row[key], base[key], "1 model x 100 slices", target, "absolute", False)
+            for row in table if row["models"] == 50 and row["slices"] == 100
+            for base in table if base["models"] == 1 and base["slices"] == 100
+            for what, unit, key, target in (("RSS", "MB", "rss_mb", 1536),
+                                            ("tick after 1,000 events", "s", "changed_tick_s", 1.0))
+        ),
     ]  # fmt: skip
+
+
+# -- (m) ingestion cost per event against the number of models ---------------------------
+def _models_child(n_models: int, n: int, seed: int) -> float:
+    """In a fresh process: CPU µs per event of applying ``n`` fleet events (an hour of
+    them, 3 versions, 100 slices each model) to an engine of ``n_models`` models that
+    already holds a week of 100,000."""
+    models = [{"name": f"m{i}", "windows": FLEET_WINDOWS,
+               "slices": [{"dimensions": ["segment"], "top_k": 100, "min_samples": 1}]}
+              for i in range(n_models)]  # fmt: skip
+    engine = build_engine(settings_from_mapping({"models": models}, "<bench>"))
+    rng = np.random.default_rng(seed)
+    now = 1_700_000_000_000
+    feed_fleet(engine, rng, 100_000, (n_models, 3, 100), now - 7 * 86_400_000, now)
+    engine.retain(now)
+    preds, labels, _ = _fleet_events(rng, n, n_models, 3, 100, now - 3_600_000, now, "s")
+    gc.collect()
+    c = time.thread_time()
+    for p, lab in zip(preds, labels, strict=True):
+        engine.apply_predictions(p)
+        engine.apply_labels(lab)
+    return 1e6 * (time.thread_time() - c) / n
+
+
+def bench_models_ingest(n: int, reps: int) -> Result:
+    """(m) The engine's apply, CPU per event, with 50 models against 1 (the same number
+    of events, spread over the models), each in a fresh process, alternated: ±20 %."""
+    import multiprocessing
+
+    one: list[float] = []
+    fifty: list[float] = []
+    loads = []
+    with multiprocessing.get_context("spawn").Pool(1, maxtasksperchild=1) as pool:
+        for rep in range(reps):
+            for m in (1, 50) if rep % 2 == 0 else (50, 1):
+                us = pool.apply(_models_child, (m, n, 31 + rep))
+                (one if m == 1 else fifty).append(us)
+                loads.append(os.getloadavg()[0])
+                log(f"(m) rep {rep + 1}/{reps}, {m} models: {us:.2f} µs/event")
+    return Result(
+        "m", f"engine apply per event, 50 models ({n:,} events)", "µs", median(fifty),
+        median(one), "1 model", 1.2, "ratio", False, fifty, one,
+        [f"an hour of events after a week of 100,000 (3 versions, 100 slices, windows "
+         f"5m/1h/1d/7d per model), CPU of the applying thread; median of {reps}, per-rep "
+         "ratios " + ", ".join(f"{a / b:.2f}" for a, b in zip(fifty, one, strict=True))
+         + f"; load average {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} CPUs"],
+    )  # fmt: skip
+
+
+# -- (w) a week in one replay ------------------------------------------------------------
+def write_week_files(n: int, work: Path, seed: int = 23) -> tuple[Path, Path]:
+    """``n`` binary predictions over 7 days in time order (1 model, 2 versions, 100 slice
+    values) and the labels of 90 % of them a minute later, as JSONL."""
+    day = 86_400_000
+    end = 1_700_000_000_000
+    preds, labels, _ = _fleet_events(
+        np.random.default_rng(seed), n, 1, 2, 100, end - 7 * day, end, "w"
+    )
+    pf, lf = work / "week-p.jsonl", work / "week-l.jsonl"
+    with open(pf, "wb") as fh:
+        for i, p in enumerate(preds):
+            fh.write(
+                b"".join(
+                    orjson.dumps(
+                        {"id": f"w{i}-{j}", "ts": int(p.ts_ms[j]), "model": "m0",
+                         "version": p.version[j], "score": float(p.score[j]),
+                         "segments": p.segments[j]}
+                    ) + b"\n"
+                    for j in range(len(p))
+                )
+            )  # fmt: skip
+    with open(lf, "wb") as fh:
+        for i, (p, lab) in enumerate(zip(preds, labels, strict=True)):
+            ids = {int(k): j for j, k in enumerate(p.keys.tolist())}
+            fh.write(
+                b"".join(
+                    orjson.dumps({"id": f"w{i}-{ids[int(k)]}", "ts": int(t), "label": int(y)})
+                    + b"\n"
+                    for k, t, y in zip(lab.keys.tolist(), lab.ts_ms.tolist(), lab.label,
+                                       strict=True)
+                )
+            )  # fmt: skip
+    return pf, lf
+
+
+def week_child(pf: str, lf: str, state_dir: str) -> dict[str, float]:
+    """In a fresh process: ``monitor replay`` (one process) of the week, and how much its
+    RSS grew over the replay (peak and after) against the engine's state at the end."""
+    import monitor.replay as replay_module
+
+    engines: list[Engine] = []
+    build = replay_module.build_engine
+
+    def keep(settings: Settings) -> Engine:
+        engines.append(build(settings))
+        return engines[-1]
+
+    replay_module.build_engine = keep  # type: ignore[assignment]
+    settings = settings_from_mapping(
+        {"state": {"dir": state_dir},
+         "models": [{"name": "m0", "windows": FLEET_WINDOWS,
+                     "slices": [{"dimensions": ["segment"], "top_k": 100, "min_samples": 1}]}]}
+    )  # fmt: skip
+    Path("/proc/self/clear_refs").write_text("5")  # the peak RSS from here on
+    rss0 = _vm_kb("VmRSS")
+    t0 = time.perf_counter()
+    replay_module.replay(settings, Path(pf), Path(lf), progress=None, decode_worker="off")
+    stores = engines[0].store_bytes()
+    return {
+        "seconds": time.perf_counter() - t0,
+        "state_mb": sum(stores.values()) / 1e6,
+        "stores_mb": (stores["buckets"] + stores["wide"] + stores["sliced"]) / 1e6,
+        "rss_before_mb": rss0 / 1024,
+        "rss_growth_mb": (_vm_kb("VmRSS") - rss0) / 1024,
+        "peak_growth_mb": (_vm_kb("VmHWM") - rss0) / 1024,
+    }
+
+
+def bench_week(n: int, work: Path) -> Result:
+    """(w) A week of one model's traffic in one ``monitor replay``: the process's peak RSS
+    growth against the engine's state (stores and join buffer) at the end (≤ 3×)."""
+    import multiprocessing
+
+    pf, lf = write_week_files(n, work)
+    log(f"(w) wrote {n:,} predictions over 7 days")
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        out = pool.apply(week_child, (str(pf), str(lf), str(work / "week-state")))
+    return Result(
+        "w", f"a week in one replay: peak RSS growth, {n:,} events", "MB",
+        out["peak_growth_mb"], out["state_mb"], "engine state at the end (stores + join)",
+        3.0, "ratio", False,
+        notes=[
+            f"1 model, 2 versions, 100 slice values, windows 5m/1h/1d/7d, {n:,} predictions "
+            f"over 7 days and 90 % labels; replay {out['seconds']:.1f} s (one process); RSS "
+            f"{out['rss_before_mb']:.0f} MB before (imports), then +{out['rss_growth_mb']:.0f} "
+            f"MB after, +{out['peak_growth_mb']:.0f} MB at the peak; state "
+            f"{out['state_mb']:.0f} MB ({out['stores_mb']:.0f} MB of it the bucket stores)"
+        ],
+    )  # fmt: skip
 
 
 # -- (h) scale-out -----------------------------------------------------------------------
@@ -2118,30 +2362,53 @@ def bench_scale(n: int, reps: int, work: Path) -> list[Result]:
     return [h1, h2]
 
 
+FIGURE_COMMANDS = """\
+one command per figure (each prints its baseline, the ratio and the load average):
+  python bench/run.py --only a   Kafka daemon vs raw consumer, per client (confluent >= 0.8x)
+  python bench/run.py --only m   engine apply per event, 50 models vs 1 (within +-20 %)
+  python bench/run.py --only r   monitor replay vs pandas + scikit-learn + SciPy at 200,000
+                                 (<= 0.6x) and 1,000,000 predictions (<= 0.33x)
+  python bench/run.py --only g   fleet: tick after 1,000 events, first tick, lock hold, RSS,
+                                 idle-tick /metrics, scrape, ingestion while evaluating,
+                                 and the models x slices table (50 x 100: RSS, tick)
+  python bench/run.py --only w   a week of one model in one replay: peak RSS vs state
+  python bench/run.py --only q   ranking through monitor replay vs stacked ndcg_score
+  python bench/run.py --only h   partitioned mode's ingestion and failover
+  python bench/run.py --only b,c,d,e,f,k,p,s   engine, memory, checkpoint, drift, slices,
+                                 state topic, probes, status page
+add --quick for smaller inputs (the figures then say so)
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=FIGURE_COMMANDS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--quick", action="store_true", help="smaller inputs, < 2 minutes")
     parser.add_argument(
         "--only",
-        default="a,b,c,d,e,f,g,h,k,p,r,s",
-        help="comma-separated subset of a..h, k, p, r, s",
+        default="a,b,c,d,e,f,g,h,k,m,p,q,r,s,w",
+        help="comma-separated subset of a..h, k, m, p, q, r, s, w",
     )
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = parser.parse_args(argv)
     # the sklearn baselines warn on ill-defined slices (no positives); the values are unused
     warnings.filterwarnings("ignore", module="sklearn")
     only = {x.strip() for x in args.only.split(",") if x.strip()}
-    unknown = only - set("abcdefghkprs")
+    unknown = only - set("abcdefghkmpqrsw")
     if unknown:
         parser.error(f"unknown benchmark(s): {sorted(unknown)}")
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("kafka").setLevel(logging.ERROR)  # chatty about tansu quirks
     reps = 3
-    n_kafka = 50_000 if args.quick else 200_000
+    n_kafka = 50_000 if args.quick else 550_000  # about 1,040,000 messages
     n_engine = 200_000 if args.quick else 1_000_000
     n_pending = 1_000_000  # the targets are stated at a million pending, quick or not
 
     work = Path(tempfile.mkdtemp(prefix="monitor-bench-"))
+    load_before = os.getloadavg()[0]
     results: list[Result] = []
     started = time.perf_counter()
     try:
@@ -2171,8 +2438,15 @@ def main(argv: list[str] | None = None) -> int:
             results.append(bench_probes(60_000 if args.quick else 200_000))
         if "s" in only:
             results.append(bench_status_page(100_000 if args.quick else 300_000, 5, work))
-        if "r" in only:
-            results.append(bench_replay(200_000 if args.quick else 1_000_000, reps, work))
+        if "r" in only:  # ≤ 0.6× the notebook at 200,000 predictions, ≤ 0.33× at 1,000,000
+            for n_replay, target in ((200_000, 0.6), *(() if args.quick else ((1_000_000, 0.33),))):
+                results.append(bench_replay(n_replay, reps, work, target))
+        if "m" in only:
+            results.append(bench_models_ingest(50_000 if args.quick else 200_000, reps))
+        if "w" in only:
+            results.append(bench_week(60_000 if args.quick else 300_000, work))
+        if "q" in only:
+            results.extend(bench_ranking(10_000 if args.quick else 50_000, reps, work))
         if "g" in only:
             results.extend(
                 bench_fleet(
@@ -2188,7 +2462,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"model-monitor benchmarks — {time.strftime('%Y-%m-%d %H:%M')}, "
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}, "
-        f"{'quick' if args.quick else 'full'} run, {elapsed:.0f}s"
+        f"{'quick' if args.quick else 'full'} run, {elapsed:.0f}s, "
+        f"load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
     )
     print_table(results)
     if args.json:
@@ -2200,6 +2475,7 @@ def main(argv: list[str] | None = None) -> int:
                     "python": platform.python_version(),
                     "mode": "quick" if args.quick else "full",
                     "elapsed_s": elapsed,
+                    "load_average": [load_before, os.getloadavg()[0]],
                     "results": [r.as_json() for r in results],
                 },
                 indent=2,

@@ -914,11 +914,6 @@ class Settings(BaseSettings):
         problems += _slo_problems(self)
         problems += _schedule_problems(self)
         if self.scale.mode == "partitioned":
-            if self.kafka.client != "kafka-python":
-                problems.append(
-                    'scale.mode: "partitioned" needs kafka.client = "kafka-python" (its '
-                    "assignor co-partitions and is sticky; librdkafka's is neither per partition)"
-                )
             if self.evaluation.clock != "wall":
                 problems.append(
                     'evaluation.clock: "event" is one engine\'s watermark; scale.mode = '

@@ -45,7 +45,7 @@ from .export.report import (
     timeline_json,
 )
 from .ingest.deadletter import FileDeadLetter
-from .ingest.file_feed import DecodeWorker, FileFeed, use_worker
+from .ingest.file_feed import DecodeWorker, FileFeed, decode_workers
 from .insight import Insight
 from .replay_steps import StepFeed
 from .wiring import build_engine, build_pipeline, wall_clock_ms
@@ -75,10 +75,11 @@ def replay(
     Files may be gzip-compressed. ReplayError when the predictions file holds no valid
     record, or the labels file holds records and none is valid: a report of nothing
     would look like a clean bill of health. (An empty labels file is fine: drift needs
-    no labels.) ``decode_worker``: decode in a second process (ingest/file_feed.py;
-    ``auto``: when two CPUs are usable) — the report is the same either way.
-    ``max_steps``: with SLOs or comparisons, about how many evaluation steps at most
-    (0: one every ``evaluation.interval`` however long the input)."""
+    no labels.) ``decode_worker``: decode in worker processes, one per CPU, while this
+    process applies (ingest/file_feed.py; ``auto``: when two CPUs are usable) — the
+    report is the same either way. ``max_steps``: with SLOs or comparisons, about how
+    many evaluation steps at most (0: one every ``evaluation.interval`` however long
+    the input)."""
     engine = build_engine(settings)
     dl_path = dead_letter or Path(settings.state.dir) / "replay-dead-letter.jsonl"
     k = settings.kafka
@@ -86,7 +87,7 @@ def replay(
     total = sum(Path(p).stat().st_size for p, _ in files.values())
     sink = FileDeadLetter(dl_path)
     pipeline = build_pipeline(settings, engine, sink, clock_ms=clock_ms)
-    feed = FileFeed(pipeline, files, use_worker(decode_worker))
+    feed = FileFeed(pipeline, files, decode_workers(decode_worker))
     started = last_report = time.monotonic()
     tty = progress is not None and progress.isatty()  # "\r" redraws only on a terminal
     cr, nl, every = ("\r", "", 1.0) if tty else ("", "\n", 10.0)
@@ -107,7 +108,17 @@ def replay(
             if steps is not None:
                 steps.add(b)
             else:
+                if b.kind == "predictions" and len(b.decoded) and not _first_pending(engine):
+                    # rolled up to the batch's newest time first: its rows that would
+                    # roll up right after it is applied are made as hour rows at once
+                    # (a batch may span hours of data: no minute rows made to be merged)
+                    engine.roll_up(int(b.decoded.ts_ms.max()), hours_only=True)
                 pipeline.apply(b.kind, b.decoded, b.rejects, b.raw)
+            # the data's clock moved: old base rows roll into hour rows as the daemon's
+            # evaluations roll them (a week of minute rows would wait in memory); no
+            # coarser, so the report's history keeps an hourly resolution
+            engine.freeze_live_references()
+            engine.roll_up(max(engine.pred_watermark_ms, 0), hours_only=True)
             now = time.monotonic()
             if progress is not None and now - last_report >= every:
                 rate = b.bytes_read / max(now - started, 1e-9) / 1e6
@@ -246,6 +257,12 @@ def _slo_timeline(stepper: _Stepper | None) -> list[dict[str, object]]:
         }
         for s in stepper.timeline.of("slo")
     ]
+
+
+def _first_pending(engine: Engine) -> bool:
+    """Whether a "first"-mode drift reference is still to be frozen from base rows."""
+    drift = engine.drift
+    return any(s.live == "first" and m not in drift.frozen for m, s in drift.specs.items())
 
 
 def _every_metric(spec: ModelSpec) -> list[str]:

@@ -35,7 +35,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize, stats
 
 __all__ = [
     "DAY_S",
@@ -52,6 +51,8 @@ DAY_S = 86_400.0
 
 def _nu(x: float) -> float:
     """Siegmund's approximation of the discrete-sampling overshoot correction ν(x)."""
+    from scipy import stats  # here: scipy.stats costs a second of start-up (replay)
+
     if x <= 0:
         return 1.0
     h = x / 2.0
@@ -62,6 +63,8 @@ def false_page_probability(
     u: float, window_s: float, interval_s: float, horizon_s: float = DAY_S
 ) -> float:
     """P(some evaluation in ``horizon_s`` exceeds ``u``) for a null on the objective."""
+    from scipy import stats
+
     beta = 1.0 / window_s
     rate = beta * u * float(stats.norm.pdf(u)) * _nu(u * math.sqrt(2.0 * beta * interval_s))
     # at most one crossing per evaluation: never more than a union bound over them
@@ -77,6 +80,7 @@ def critical_z(
         raise ValueError(f"false_page_budget must be in (0, 1), got {budget}")
     if not (window_s > 0 and interval_s > 0):
         raise ValueError("window and evaluation interval must be positive")
+    from scipy import optimize, stats
 
     def excess(u: float) -> float:
         return false_page_probability(u, window_s, interval_s, horizon_s) - budget
@@ -90,6 +94,8 @@ def critical_z(
 
 def interval_scale(budget: float, window_s: float, interval_s: float, confidence: float) -> float:
     """Factor on the exported half-interval: ``u / z_c`` (> 1 widens it for the budget)."""
+    from scipy import stats
+
     z_c = float(stats.norm.ppf(0.5 + confidence / 2.0))
     return critical_z(budget, window_s, interval_s) / z_c
 

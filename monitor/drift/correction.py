@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from scipy import stats
 
 __all__ = ["Correction", "adjust_p_values", "benjamini_hochberg", "bonferroni"]
 
@@ -33,11 +32,19 @@ def _as_p(p_values: np.ndarray | list[float]) -> np.ndarray:
 
 
 def benjamini_hochberg(p_values: np.ndarray | list[float]) -> np.ndarray:
-    """BH-adjusted p-values (``scipy.stats.false_discovery_control``, method ``"bh"``)."""
+    """BH-adjusted p-values: ``scipy.stats.false_discovery_control(p, method="bh")``'s
+    steps (sort, ``p·m/i``, running minimum from the top, back into place), here without
+    importing scipy.stats (about a second of start-up)."""
     p = _as_p(p_values)
-    if p.size == 0:
+    if p.size <= 1:
         return p.copy()
-    return np.clip(stats.false_discovery_control(p, method="bh"), 0.0, 1.0)
+    m = p.size
+    order = np.argsort(p)
+    ps = p[order] * (m / np.arange(1, m + 1, dtype=np.float64))
+    np.minimum.accumulate(ps[::-1], out=ps[::-1])
+    out = np.empty_like(ps)
+    out[order] = ps
+    return np.clip(out, 0.0, 1.0)
 
 
 def bonferroni(p_values: np.ndarray | list[float]) -> np.ndarray:

@@ -63,7 +63,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy import stats
 
 from monitor.drift.correction import Correction, adjust_p_values
 from monitor.drift.reference import (
@@ -232,6 +231,8 @@ def label_prior_drift(
         if keep.sum() < 2:
             statistic, p_value = 0.0, 1.0
         else:
+            from scipy import stats  # (imported when first needed: a second of start-up)
+
             res = stats.chisquare(obs[keep], f_exp=prior[keep] * n)
             statistic, p_value = float(res.statistic), float(res.pvalue)
     js = js_distance(prior, obs)

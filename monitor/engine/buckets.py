@@ -25,6 +25,7 @@ __all__ = ["BucketStore", "CopyPlan", "RunningSums", "SumPlan", "window_group_su
 _BUCKET_BITS = 36  # bucket index < 2**36 (over 2000 years of 1 s buckets)
 _GROUP_SHIFT = np.int64(_BUCKET_BITS + 2)  # then 2 bits of tier (0 base, 1 h, 2 day, 3 12 h)
 _MIN_ROWS = 8
+_ROLL_PART = 4096  # rows of a roll-up summed at a time (bounds its transient copy)
 _FIXED = {"group": ((), np.int32), "bucket": ((), np.int64), "tier": ((), np.int8),
           "predicted": ((), np.int64), "labeled": ((), np.int64),
           "confusion": ((4,), np.int64)}  # fmt: skip
@@ -232,13 +233,11 @@ class BucketStore:
         bidx = self.bucket_of(ts_ms)
         combined = (np.asarray(group, np.int64) << _GROUP_SHIFT) | self._tiered(bidx)
         uniq, inverse = np.unique(combined, return_inverse=True)
-        urows = np.empty(uniq.shape[0], np.int64)
-        index = self._index
-        for i, key in enumerate(uniq.tolist()):
-            row = index.get(key)
-            if row is None:
-                row = self._new_row(key)
-            urows[i] = row
+        keys = uniq.tolist()
+        urows = np.fromiter(map(self._index.get, keys, itertools.repeat(-1)), np.int64, len(keys))
+        new = np.flatnonzero(urows < 0)
+        if new.shape[0]:
+            urows[new] = self._new_rows(uniq[new])
         self._dirty[urows] = True  # every write to a row comes through here first
         for plan in self._sum_plans:  # keep the old value of rows already summed
             self._save_undo(plan, urows)
@@ -263,18 +262,25 @@ class BucketStore:
         span = np.array(t.spans, np.int64)[tier]
         return (tier.astype(np.int64) << _BUCKET_BITS) | (bidx - bidx % span)
 
-    def _new_row(self, key: int) -> int:
-        if self._n == self._cap:
+    def _new_rows(self, keys: np.ndarray) -> np.ndarray:
+        """Rows for new (group, tier, bucket) keys, appended in one step; their rows."""
+        k = keys.shape[0]
+        if self._n + k > self._cap:
             cap = self._cap
-            small = cap < _GROW_SLOWER_FROM and self.nbytes() < _GROW_SLOWER_BYTES
-            self._grow(cap * 2 if small else cap + cap // 4)
-        row = self._n
-        self._n += 1
-        self._index[key] = row
-        self._cols["group"][row] = key >> int(_GROUP_SHIFT)
-        self._cols["bucket"][row] = key & ((1 << _BUCKET_BITS) - 1)
-        self._cols["tier"][row] = (key >> _BUCKET_BITS) & 3
-        return row
+            while cap < self._n + k:
+                small = cap < _GROW_SLOWER_FROM and cap * self._row_bytes() < _GROW_SLOWER_BYTES
+                cap = cap * 2 if small else cap + cap // 4
+            self._grow(cap)
+        rows = np.arange(self._n, self._n + k)
+        self._n += k
+        self._index.update(zip(keys.tolist(), rows.tolist(), strict=True))
+        self._cols["group"][rows] = keys >> _GROUP_SHIFT
+        self._cols["bucket"][rows] = keys & ((1 << _BUCKET_BITS) - 1)
+        self._cols["tier"][rows] = (keys >> _BUCKET_BITS) & 3
+        return rows
+
+    def _row_bytes(self) -> int:
+        return int(sum(a.nbytes // a.shape[0] for a in self._cols.values()))
 
     def span(self) -> np.ndarray:
         """Base buckets each row in use covers (1, or an hour's, 12 hours' or a day's worth)."""
@@ -321,9 +327,22 @@ class BucketStore:
             order = np.argsort(to[add], kind="stable")
             movers, targets = src[add][order], to[add][order]
             starts = np.flatnonzero(np.r_[True, targets[1:] != targets[:-1]])
+            ends = np.r_[starts[1:], movers.shape[0]]
+            # in parts of whole destinations, ~_ROLL_PART movers each: a week of rows
+            # rolled at once would otherwise be copied whole (``col[movers]``)
+            k, parts = 0, []
+            while k < starts.shape[0]:
+                k2 = max(k + 1, int(np.searchsorted(ends, starts[k] + _ROLL_PART, "right")))
+                parts.append((k, k2))
+                k = k2
             for name, col in self._cols.items():
-                if name not in ("group", "bucket", "tier"):
-                    col[targets[starts]] += np.add.reduceat(col[movers], starts, axis=0)
+                if name in ("group", "bucket", "tier"):
+                    continue
+                for k, k2 in parts:
+                    lo, hi = int(starts[k]), int(ends[k2 - 1])
+                    col[targets[starts[k:k2]]] += np.add.reduceat(
+                        col[movers[lo:hi]], starts[k:k2] - lo, axis=0
+                    )
         # movers that became their coarse row take its key
         becomes = np.flatnonzero(dest == src[first])
         for i in becomes.tolist():
@@ -365,7 +384,8 @@ class BucketStore:
         tail = np.arange(n_new, n)
         movers = tail[~np.isin(tail, gone)]
         for col in self._cols.values():
-            col[holes] = col[movers]
+            for at in range(0, holes.shape[0], _ROLL_PART):  # (parts: a bounded copy)
+                col[holes[at : at + _ROLL_PART]] = col[movers[at : at + _ROLL_PART]]
             col[n_new:n] = 0  # freed rows must be zero when reused
         self._n = n_new
         for key, row in zip(self._keys(holes).tolist(), holes.tolist(), strict=True):
@@ -375,7 +395,8 @@ class BucketStore:
             self._shrink(max(_MIN_ROWS, 2 * self._n))
 
     def _shrink(self, cap: int) -> None:
-        self._cols = {name: col[:cap].copy() for name, col in self._cols.items()}
+        for name in list(self._cols):  # one column's copy alive at a time
+            self._cols[name] = self._cols[name][:cap].copy()
         self._dirty = self._dirty[:cap].copy()
         self._cap = cap
 

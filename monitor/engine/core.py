@@ -363,10 +363,12 @@ class Engine:
     def _stores(self) -> list[BucketStore]:
         return [self.buckets, *self.wide.values(), *self.sliced.values()]
 
-    def roll_up(self, now_ms: int) -> int:
+    def roll_up(self, now_ms: int, hours_only: bool = False) -> int:
         """Move the tiers to ``now`` and merge rows older than their tier's start into
-        hour and day rows; returns rows merged away."""
-        self.tiers = self.tiers.advanced(now_ms, *self._reach)
+        hour and day rows; returns rows merged away. ``hours_only``: base rows into hour
+        rows, nothing coarser (replay: its report's history keeps hourly points)."""
+        tiers = self.tiers.advanced(now_ms, *self._reach)
+        self.tiers = replace(self.tiers, hour_from=tiers.hour_from) if hours_only else tiers
         return sum(st.roll_up(self.tiers) for st in self._stores())
 
     def view(
@@ -547,7 +549,8 @@ class Engine:
         # identity is (id, model, version): a resend with other segments is a duplicate,
         # in the same batch as across batches
         mv = reg.mv
-        new = valid[self.join.unseen(batch.keys[valid], mv[group[valid]], mv)]
+        held = self.join.unseen(batch.keys[valid], mv[group[valid]], mv)
+        new = valid[held.positions]
         dup = valid.shape[0] - new.shape[0]
         self.records["predictions", "accepted"] += int(new.shape[0])
         if dup:
@@ -556,7 +559,7 @@ class Engine:
         if new.shape[0] == 0:
             return rejects
         keys, ts, g = batch.keys[new], batch.ts_ms[new], group[new]
-        self.join.insert_predictions(
+        own = self.join.insert_predictions(
             keys,
             {
                 "ts": ts,
@@ -576,11 +579,12 @@ class Engine:
         late = self.event_clock.observe(ts)
         if late:  # behind every retained bucket: in no window (docs/semantics.md)
             self.join_events["too_late"] += late
-        joined, unknown = self.join.join_new(keys, g, self._classify)
+        joined, unknown = self.join.join_new(keys, own, held, self._classify)
         if unknown:  # the label's bytes went by long ago: nothing to dead-letter
             self.join_events["unknown_class_label"] += unknown
         if joined is not None:
             self._accumulate(joined)
+        self.join.settle()  # the joined rows are read: the table may compact now
         self._expire_and_evict()
         self._collect_ranking()
         return rejects

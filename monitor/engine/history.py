@@ -208,4 +208,5 @@ def take(engine: Any, model: str, version: str, slice_label: str) -> tuple[Store
         have = ", ".join(versions) or "none yet"
         raise NarrowError("version", f"model {model} has no version {version!r} (versions: {have})")
     gids = slice_groups(engine.groups, spec, m, version, slice_label)
-    return copy_rows(engine, m, gids), spec
+    dims, _ = parse_slice(slice_label)  # (slice "all" reads no per-slice row)
+    return copy_rows(engine, m, gids, sliced=bool(dims)), spec

@@ -33,7 +33,7 @@ import numpy as np
 
 from .table import KeyedTable
 
-__all__ = ["NO_TS", "NUMERIC", "RANKED", "JoinBuffer", "JoinReject", "Joined"]
+__all__ = ["NO_TS", "NUMERIC", "RANKED", "JoinBuffer", "JoinReject", "Joined", "Unseen"]
 
 JoinReject = tuple[int, str, str]  # (index in the batch, reason, detail)
 
@@ -78,6 +78,17 @@ class Joined:
 
     def __len__(self) -> int:
         return int(self.rows.shape[0])
+
+
+@dataclass(frozen=True, slots=True)
+class Unseen:
+    """``JoinBuffer.unseen``'s answer: the batch positions (ascending) of the predictions
+    to insert, and the rows already held under their ids — ``rows[i]`` belongs to the
+    prediction at ``positions[index[i]]``."""
+
+    positions: np.ndarray
+    index: np.ndarray
+    rows: np.ndarray
 
 
 class JoinBuffer:
@@ -135,24 +146,35 @@ class JoinBuffer:
     # -- predictions -------------------------------------------------------------------
     def unseen(
         self, keys: np.ndarray, identity: np.ndarray, identity_of_group: np.ndarray
-    ) -> np.ndarray:
-        """Positions (ascending) of the predictions to insert: the first of each
-        (key, identity) in the batch, if the buffer does not hold it yet. ``identity``
-        is each row's (model, version) index, ``identity_of_group`` the same per group,
-        so a resend with other segments is a duplicate."""
-        order = np.lexsort((identity, keys))  # stable: earliest index first
-        ks, ms = keys[order], identity[order]
-        is_first = np.ones(order.shape[0], bool)
-        is_first[1:] = (ks[1:] != ks[:-1]) | (ms[1:] != ms[:-1])
+    ) -> Unseen:
+        """The predictions to insert: the first of each (key, identity) in the batch, if
+        the buffer does not hold it yet. ``identity`` is each row's (model, version)
+        index, ``identity_of_group`` the same per group, so a resend with other segments
+        is a duplicate. Also the rows already held under their ids (other identities:
+        the siblings ``join_new`` may take a label from)."""
+        if identity.shape[0] and identity.min() == identity.max():
+            order = np.argsort(keys, kind="stable")  # one identity: the keys decide
+            ks = keys[order]
+            is_first = np.ones(order.shape[0], bool)
+            is_first[1:] = ks[1:] != ks[:-1]
+        else:
+            order = np.lexsort((identity, keys))  # stable: earliest index first
+            ks, ms = keys[order], identity[order]
+            is_first = np.ones(order.shape[0], bool)
+            is_first[1:] = (ks[1:] != ks[:-1]) | (ms[1:] != ms[:-1])
         first = np.sort(order[is_first])
         q, rows = self.preds.lookup_all(keys[first])
         exists = np.zeros(first.shape[0], bool)
         same = identity_of_group[self.preds.col("group")[rows]] == identity[first][q]
         exists[q[same]] = True
-        return first[~exists]
+        fresh = ~exists
+        prior = fresh[q]
+        index = np.cumsum(fresh) - 1  # position among the fresh ones
+        return Unseen(first[fresh], index[q[prior]], rows[prior])
 
-    def insert_predictions(self, keys: np.ndarray, columns: Mapping[str, np.ndarray]) -> None:
-        """Add new predictions, waiting (label columns are set here)."""
+    def insert_predictions(self, keys: np.ndarray, columns: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Add new predictions, waiting (label columns are set here); returns their rows,
+        valid until :meth:`settle` (the caller's, once the batch is joined and counted)."""
         k = keys.shape[0]
         cols = dict(columns)
         cols.update(
@@ -162,30 +184,27 @@ class JoinBuffer:
         )
         if self.numeric_labels:
             cols["label_value"] = np.full(k, np.nan)
-        self.preds.insert(keys, cols)
+        rows = self.preds.insert(keys, cols, compact=False)
         self.pending += k
         tmin = int(np.min(columns["ts"]))
         if self._min_pred_ts == NO_TS or tmin < self._min_pred_ts:
             self._min_pred_ts = tmin
+        return rows
 
     def join_new(
-        self, keys: np.ndarray, group: np.ndarray, classify: Classify
+        self, keys: np.ndarray, own: np.ndarray, held: Unseen, classify: Classify
     ) -> tuple[Joined | None, int]:
-        """Join just inserted predictions (``keys``, ``group``) with a label already
-        known: one a sibling (another version of the id) joined, else a waiting orphan
-        (then released). Returns the join (None if none) and how many predictions had a
-        label that is no class of their model (left waiting; the label's bytes went by
-        long ago, so there is nothing to dead-letter)."""
+        """Join just inserted predictions (``keys``, their rows ``own``) with a label
+        already known: one a sibling (another version of the id, among the rows ``held``
+        found before the insert) joined, else a waiting orphan (then released). Returns
+        the join (None if none) and how many predictions had a label that is no class of
+        their model (left waiting; the label's bytes went by long ago, so there is
+        nothing to dead-letter)."""
         k = keys.shape[0]
-        q, rows = self.preds.lookup_all(keys)
-        row_group = self.preds.col("group")[rows]
-        lab = self.preds.col("label")[rows]
-        own = np.full(k, -1, np.int64)
-        mine = (row_group == group[q]) & (lab < 0)
-        own[q[mine]] = rows[mine]
+        # a labeled id's rows all carry the same label: any labeled sibling will do
+        known = self.preds.col("label")[held.rows] >= 0
         sibling = np.full(k, -1, np.int64)
-        known = lab >= 0
-        sibling[q[known]] = rows[known]
+        sibling[held.index[known]] = held.rows[known]
         joined: list[Joined] = []
         unknown = 0
         has = sibling >= 0
@@ -207,6 +226,12 @@ class JoinBuffer:
         if orow.shape[0]:
             self.orphans.delete(orow)
         return (_concat(joined) if joined else None), unknown
+
+    def settle(self) -> None:
+        """Compact the prediction table if due: after a batch's predictions were inserted
+        and joined and the joined rows read (``insert_predictions`` defers it, so the rows
+        it returned, those ``unseen`` found and the ``Joined`` rows stay valid until here)."""
+        self.preds.maybe_compact()
 
     # -- labels ------------------------------------------------------------------------
     @staticmethod

@@ -89,11 +89,17 @@ def slice_groups(
 
 
 def copy_rows(
-    engine: Engine, m: int, gids: Iterable[int], lo: int | None = None, hi: int | None = None
+    engine: Engine,
+    m: int,
+    gids: Iterable[int],
+    lo: int | None = None,
+    hi: int | None = None,
+    sliced: bool = True,
 ) -> StoreView:
     """A copy of the rows of groups ``gids`` of model ``m`` (their buckets in ``[lo, hi]``
     when given) from every store, the groups re-coded as model 0's only ones, so
-    :func:`evaluate_narrow` reads them alone. Call under the engine's lock."""
+    :func:`evaluate_narrow` reads them alone. Call under the engine's lock.
+    ``sliced=False``: not the per-slice store (an evaluation of slice ``all`` only)."""
     wanted = sorted(set(gids))
     versions = {engine.groups[g][1] for g in wanted}
     bases = [
@@ -123,15 +129,15 @@ def copy_rows(
     asked = np.isin(light["group"], code[wanted])
     light = {k: v[asked] for k, v in light.items()}
     wide = engine.wide.get(m)
-    sliced = engine.sliced.get(m)
+    per_slice = engine.sliced.get(m) if sliced else None
     return StoreView(
         width_ms=engine.buckets.width_ms,
         tiers=engine.tiers,
         groups=tuple((0, engine.groups[g][1], engine.groups[g][2]) for g in keep),
         buckets=light,
         wide={0: take(wide.view())} if wide is not None and len(wide) else {},
-        sliced={0: _only(take(sliced.view()), code[wanted])}
-        if sliced is not None and len(sliced)
+        sliced={0: _only(take(per_slice.view()), code[wanted])}
+        if per_slice is not None and len(per_slice)
         else {},
     )
 

@@ -17,13 +17,15 @@ Checkpointed as flat arrays (UTF-8 item bytes, lengths, scores, grades): no pick
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import chain, compress, repeat
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
 
 from ..metrics.protocol import RankingRows
-from ..stats.ranking import RankedList, RankingLayout, batch_query_metrics, grades_for
+from ..stats.ranking import RankedList, RankingLayout, batch_query_metrics
 
 __all__ = ["RankingState"]
 
@@ -54,11 +56,16 @@ class RankingState:
     ) -> np.ndarray:
         """Keep each ranking label's grades (the first of equal digests); returns the mask
         of rows that are ranking labels."""
-        mask = np.fromiter((r is not None for r in relevance), bool, len(relevance))
-        for i in np.flatnonzero(mask).tolist():
-            grades = relevance[i]
-            assert grades is not None
-            self.relevance.setdefault((int(keys[i]), float(digests[i])), grades)
+        mask = np.fromiter(map(_is_map, relevance), bool, len(relevance))
+        if not mask.any():
+            return mask
+        pairs = list(compress(zip(keys.tolist(), digests.tolist(), strict=True), mask))
+        grades = list(compress(relevance, mask))
+        fresh = dict(zip(reversed(pairs), reversed(grades), strict=True))  # the first wins
+        held = self.relevance
+        for pair in fresh.keys() & held.keys():  # ... and one held already
+            del fresh[pair]
+        held.update(fresh)
         return mask
 
     def contributions(
@@ -73,37 +80,39 @@ class RankingState:
         A query whose list or grades are unknown contributes a zero row (counted nowhere),
         which a consistent state never produces. ``keep``: also append the queries' grades
         in ranked order (what metric families of ranking models read; an unknown query
-        has none)."""
-        out = np.zeros((keys.shape[0], layout.width))
-        known, scores, gains, unranked = [], [], [], []
-        for i, (key, group, digest) in enumerate(
-            zip(keys.tolist(), groups.tolist(), digests.tolist(), strict=True)
-        ):
-            ranked = self.lists.pop((key, group), None)
-            grades = self.relevance.get((key, digest))
-            if ranked is None or grades is None:
-                continue
-            g, u = grades_for(ranked, grades)
-            known.append(i)
-            scores.append(np.asarray(ranked.scores, np.float64))
-            gains.append(g)
-            unranked.append(u)
-        if known:  # every joined query of the batch in one pass (stats/ranking.py)
+        has none).
+
+        The batch's queries are scored together (``batch_query_metrics``): each list's
+        grades are looked up with one C-level ``map`` over its items, and the items, scores
+        and grades of all queries are concatenated once."""
+        n = keys.shape[0]
+        out = np.zeros((n, layout.width))
+        key_list = keys.tolist()
+        lists = list(map(self.lists.pop, zip(key_list, groups.tolist(), strict=True),
+                         repeat(None)))  # fmt: skip
+        grades = list(map(self.relevance.get, zip(key_list, digests.tolist(), strict=True)))
+        known = [i for i, (r, g) in enumerate(zip(lists, grades, strict=True))
+                 if r is not None and g is not None]  # fmt: skip
+        ranked = [lists[i] for i in known]
+        maps = [grades[i] for i in known]
+        lengths = np.fromiter(map(len, map(_items, ranked)), np.int64, len(known))
+        gains = np.fromiter(
+            chain.from_iterable(map(_gains, ranked, maps)), np.float64, int(lengths.sum())
+        )
+        unranked = list(map(_unranked, ranked, maps))
+        if known:
+            extra = np.fromiter(chain.from_iterable(unranked), np.float64)
+            scores = np.concatenate([np.asarray(r.scores, np.float64) for r in ranked])
             out[known] = batch_query_metrics(
-                np.concatenate(scores), np.concatenate(gains), np.array([x.size for x in gains]),
-                np.concatenate(unranked), np.array([x.size for x in unranked]), layout.ks,
-            )  # fmt: skip
+                scores, gains, lengths, extra, np.fromiter(map(len, unranked), np.int64), layout.ks
+            )
         if keep is not None:
-            sizes = np.zeros(keys.shape[0], np.int64)
-            sizes[known] = [g.size for g in gains]
-            missed = np.zeros(keys.shape[0], np.int64)
-            missed[known] = [int((u > 0).sum()) for u in unranked]
+            sizes = np.zeros(n, np.int64)
+            sizes[known] = lengths
+            missed = np.zeros(n, np.int64)
+            missed[known] = [sum(g > 0 for g in u) for u in unranked]
             keep.append(
-                RankingRows(
-                    np.concatenate(gains) if gains else np.zeros(0),
-                    np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
-                    missed,
-                )
+                RankingRows(gains, np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64), missed)
             )
         return out
 
@@ -178,6 +187,26 @@ class RankingState:
             self.relevance[(int(key), float(digest))] = dict(
                 zip(names[start:end], grades[start:end].tolist(), strict=True)
             )
+
+
+def _is_map(grades: dict[str, float] | None) -> bool:
+    return grades is not None
+
+
+_items = attrgetter("items")
+
+
+def _gains(ranked: RankedList, grades: dict[str, float]) -> Iterator[float]:
+    """The grade of each ranked item (0: unjudged)."""
+    return map(grades.get, ranked.items, repeat(0.0))
+
+
+def _unranked(ranked: RankedList, grades: dict[str, float]) -> list[float]:
+    """The grades of judged items the list did not rank (they raise the ideal DCG)."""
+    if len(grades) <= len(ranked.items):
+        listed = ranked.items
+        return [g for item, g in grades.items() if item not in listed]
+    return [grades[item] for item in grades.keys() - set(ranked.items)]
 
 
 def _pack(strings: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -137,13 +137,17 @@ class KeyedTable:
         return q[order], rows[order]
 
     # -- writing -------------------------------------------------------------------
-    def insert(self, keys: np.ndarray, values: Mapping[str, np.ndarray]) -> None:
-        """Append rows. For a unique table the keys must not be live and must be unique
-        in ``keys``. Rows move on compaction: look them up again when needed."""
+    def insert(
+        self, keys: np.ndarray, values: Mapping[str, np.ndarray], compact: bool = True
+    ) -> np.ndarray:
+        """Append rows; returns their row numbers. For a unique table the keys must not be
+        live and must be unique in ``keys``. Rows move on compaction: look them up again
+        when needed (``compact=False`` leaves it to the caller's ``maybe_compact``, so the
+        rows returned and those looked up before stay valid until then)."""
         keys = np.asarray(keys, np.uint64)
         k = keys.shape[0]
         if k == 0:
-            return
+            return np.empty(0, np.int64)
         self._reserve(self._size + k)
         rows = np.arange(self._size, self._size + k, dtype=np.int64)
         self._keys[rows] = keys
@@ -157,7 +161,9 @@ class KeyedTable:
         at = np.searchsorted(self._tail_keys, sk, side="right")
         self._tail_keys = np.insert(self._tail_keys, at, sk)
         self._tail_rows = np.insert(self._tail_rows, at, rows[order])
-        self._maybe_compact()
+        if compact:
+            self.maybe_compact()
+        return rows
 
     def delete(self, rows: np.ndarray) -> None:
         rows = np.asarray(rows, np.int64)
@@ -166,7 +172,7 @@ class KeyedTable:
         live = self._alive[rows]
         self._n_live -= int(np.unique(rows[live]).shape[0])
         self._alive[rows] = False
-        self._maybe_compact()
+        self.maybe_compact()
 
     def _reserve(self, need: int) -> None:
         if need <= self._cap:
@@ -177,17 +183,33 @@ class KeyedTable:
         self._cols = {n: _grow(a, cap) for n, a in self._cols.items()}
         self._cap = cap
 
-    def _maybe_compact(self) -> None:
+    def maybe_compact(self) -> None:
+        """Compact when the tail or the dead rows have grown past their share."""
         tail = self._size - self._n_sorted
         dead = self._size - self._n_live
         if tail > max(_MIN_TAIL, self._n_sorted // 4) or dead > max(_MIN_TAIL, self._size // 2):
             self.compact()
 
     def compact(self) -> None:
-        """Drop dead rows, sort everything by key, empty the tail; shrink when sparse."""
-        live = np.flatnonzero(self._alive[: self._size])
-        order = live[np.argsort(self._keys[live], kind="stable")]
-        n = order.shape[0]
+        """Drop dead rows, merge the tail into the sorted main segment, empty the tail;
+        shrink when sparse. Both are sorted already (the main segment by key, the tail
+        index by key then arrival), so this is a merge — one ``searchsorted`` of the tail
+        into the main segment — not a sort of every row: a tail entry goes after the
+        main entries of its key (it is newer), as a stable sort would put it."""
+        alive = self._alive
+        main = np.flatnonzero(alive[: self._n_sorted])
+        tail = self._tail_rows[alive[self._tail_rows]]
+        n = main.shape[0] + tail.shape[0]
+        order = np.empty(n, np.int64)
+        if tail.shape[0]:
+            at = np.searchsorted(self._keys[main], self._keys[tail], side="right")
+            at += np.arange(tail.shape[0])
+            from_main = np.ones(n, bool)
+            from_main[at] = False
+            order[at] = tail
+            order[from_main] = main
+        else:
+            order[:] = main
         # keep a quarter of headroom; shrink when the table has emptied out
         cap = max(16, n + n // 4) if n * 2 < self._cap else max(self._cap, n + n // 4)
         self._keys = _take(self._keys, order, cap)
@@ -217,18 +239,19 @@ class KeyedTable:
             sk = np.sort(keys)  # (np.unique on uint64 is ~100x slower than sort + compare)
             if (sk[1:] == sk[:-1]).any():
                 raise ValueError("duplicate keys in table state")
+        # stable: a multimap's rows of one key keep their saved (arrival) order
+        order = np.argsort(keys, kind="stable")
         self._cap = max(16, n + n // 2)
-        self._keys = _grow(keys, self._cap)
+        self._keys = _take(keys, order, self._cap)
         self._cols = {
-            name: _grow(np.asarray(state[name], dt), self._cap) for name, dt in self._dtypes.items()
+            name: _take(np.asarray(state[name], dt), order, self._cap)
+            for name, dt in self._dtypes.items()
         }
         self._alive = np.zeros(self._cap, bool)
         self._alive[:n] = True
-        self._size = self._n_live = n
-        self._n_sorted = 0
+        self._size = self._n_live = self._n_sorted = n
         self._tail_keys = np.empty(0, np.uint64)
         self._tail_rows = np.empty(0, np.int64)
-        self.compact()
 
 
 def _grow(a: np.ndarray, cap: int, fill: object = None) -> np.ndarray:

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy import stats
 
 __all__ = ["McNemarResult", "discordant_counts", "mcnemar_exact"]
 
@@ -55,7 +54,6 @@ def mcnemar_exact(b: int, c: int) -> McNemarResult:
     if b < 0 or c < 0:
         raise ValueError(f"discordant counts must be non-negative, got b={b}, c={c}")
     n = b + c
-    p_value = 1.0 if n == 0 else float(stats.binomtest(b, n, 0.5).pvalue)
     direction: Direction
     if c > b:
         direction = "treatment_worse"
@@ -63,4 +61,9 @@ def mcnemar_exact(b: int, c: int) -> McNemarResult:
         direction = "treatment_better"
     else:
         direction = "no_difference"
+    p_value = 1.0
+    if n > 0:
+        from scipy import stats  # (imported when first needed: a second of start-up)
+
+        p_value = float(stats.binomtest(b, n, 0.5).pvalue)
     return McNemarResult(int(b), int(c), p_value, direction)

@@ -5,9 +5,12 @@ A scrape used to rebuild every metric family from the snapshot: 50 parallel scra
 parts:
 
 - the *snapshot part* (quality, comparisons, drift, SLO states) is rendered once per
-  published snapshot, kept as bytes, and its gzip stream is kept too, flushed at a block
-  boundary (``Z_SYNC_FLUSH``) with the compressor state saved, so a gzip scrape only
-  compresses what follows (RFC 1950/1952; zlib's ``compressobj.copy``);
+  published snapshot, kept as bytes; its quality families (nearly all of a fleet's page)
+  are kept a window result at a time (``sinks.QualityPage``), so a new snapshot writes
+  only the window results that changed — none after an evaluation that changed nothing.
+  Its gzip form is kept too, as raw deflate chunks of consecutive families that end in a
+  full flush (they concatenate), so a gzip scrape only compresses what follows (RFC
+  1951/1952);
 - the *live part* (operations counters, process and Python collectors, build info, the
   page's own size) is a few dozen series rendered per scrape from the app's registry.
 
@@ -23,6 +26,7 @@ rendered by the negotiated encoder.
 from __future__ import annotations
 
 import platform
+import struct
 import threading
 import time
 import zlib
@@ -43,8 +47,12 @@ from .http import Request, Response
 from .prometheus import MonitorCollector
 from .published import Published
 from .series_budget import Withheld, series_in
+from .sinks import QualityPage
 
 __all__ = ["Exposition", "app_version"]
+
+# a gzip member header: deflate, no flags, no mtime, no extra flags, OS unknown (RFC 1952)
+_GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
 
 
 class _Live(Collector):
@@ -125,9 +133,13 @@ class Exposition:
         self.collector = MonitorCollector(published, clock, max_series)
         self._lock = threading.Lock()
         self._key: tuple[object, object] | None = None
-        self._text = b""
-        self._gz_head = b""
-        self._gz: zlib._Compress | None = None
+        self._quality = QualityPage()
+        self._text = b""  # the quality part of the snapshot part (from ``_quality``)
+        self._rest = b""  # the rest of it: comparisons, drift, SLO states, stamp
+        self._gz_head = b""  # gzip header and the snapshot part, deflated, no final block
+        self._gz_crc = 0  # CRC-32 and length of the snapshot part
+        self._gz_size = 0
+        self._gz_ready = False
         self._gzip_wanted = False  # set by the first gzip scrape; then refresh compresses
         self.series = 0
         self.size = 0
@@ -152,25 +164,37 @@ class Exposition:
         if self._key is not None and self._key[0] is key[0] and self._key[1] is key[1]:
             return
         started = time.perf_counter()
-        text = self.collector.snapshot_text(pub)
-        self._text = text
-        self._gz = None
+        self._text = self._quality.render(pub, self.collector)
+        self._rest = self.collector.rest_text(pub)
+        self._gz_ready = False
         if self._gzip_wanted:  # compress here, in the evaluation thread, not in a scrape
             self._compress_locked()
-        self.series = series_in(text)
+        self.series = self._quality.series() + series_in(self._rest)
         self.withheld = self.collector.budget(pub).withheld
         self.dropped_total += self.withheld.series
-        self.size = len(text)
+        self.size = len(self._text) + len(self._rest)
         self.renders += 1
         self.render_seconds = time.perf_counter() - started
         self._key = key
 
+    def snapshot_part(self) -> bytes:
+        """The cached snapshot part of the page (what a scrape sends before the live part)."""
+        with self._lock:
+            self._refresh_locked()
+            return self._text + self._rest
+
     def _compress_locked(self) -> None:
-        """The snapshot part as the start of a gzip stream, flushed to a byte boundary
-        with the compressor kept, so each scrape appends the live part to a copy."""
-        gz = zlib.compressobj(6, zlib.DEFLATED, 31)
-        self._gz_head = gz.compress(self._text) + gz.flush(zlib.Z_SYNC_FLUSH)
-        self._gz = gz
+        """The snapshot part as the start of a gzip stream: the header, the quality part's
+        kept deflate chunks and the rest deflated, ending in a full flush, so each scrape
+        appends the live part and the trailer."""
+        deflated, crc, size = self._quality.deflated()
+        rest = zlib.compressobj(6, zlib.DEFLATED, -15)
+        self._gz_head = b"".join(
+            (_GZIP_HEADER, deflated, rest.compress(self._rest), rest.flush(zlib.Z_FULL_FLUSH))
+        )
+        self._gz_crc = zlib.crc32(self._rest, crc)
+        self._gz_size = size + len(self._rest)
+        self._gz_ready = True
 
     def page(
         self, gzip: bool = False, live: Callable[[CollectorRegistry], bytes] = generate_latest
@@ -179,17 +203,19 @@ class Exposition:
         live part (the negotiated encoder)."""
         with self._lock:
             self._refresh_locked()
-            text = self._text
+            quality, rest = self._text, self._rest
             if gzip:
                 self._gzip_wanted = True
-                if self._gz is None:
+                if not self._gz_ready:
                     self._compress_locked()
-                assert self._gz is not None
-                head, gz = self._gz_head, self._gz.copy()
-        rest = live(self.registry)
+                head, crc, size = self._gz_head, self._gz_crc, self._gz_size
+        tail = live(self.registry)
         if not gzip:
-            return text + rest
-        return head + gz.compress(rest) + gz.flush()
+            return b"".join((quality, rest, tail))
+        z = zlib.compressobj(6, zlib.DEFLATED, -15)
+        crc, size = zlib.crc32(tail, crc), size + len(tail)
+        trailer = struct.pack("<II", crc & 0xFFFFFFFF, size & 0xFFFFFFFF)
+        return b"".join((head, z.compress(tail), z.flush(), trailer))
 
     def route(self, req: Request) -> Response:
         """The /metrics handler: the format the ``Accept`` header asks for, gzip when

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -21,10 +21,11 @@ from prometheus_client.core import (
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from ..engine.snapshot import FairnessGap, WindowResult
 from ..metrics.protocol import Series
 from .published import Published
 from .series_budget import CountSink, SeriesBudget, Withheld, within_budget
-from .sinks import Family, FamilySink, Sink, TextSink
+from .sinks import Family, FamilySink, QualityPage, Sink
 
 __all__ = ["QUALITY_LABELS", "MonitorCollector"]
 
@@ -145,14 +146,19 @@ class MonitorCollector(Collector):
         yield from self._operations(pub)
         yield from self._alert_delivery(pub)
 
-    def snapshot_text(self, pub: Published) -> bytes:
+    def snapshot_text(self, pub: Published, page: QualityPage | None = None) -> bytes:
         """:meth:`snapshot_families` as the text exposition ``generate_latest`` writes,
-        the quality part (nearly all of a fleet's page) written directly (.sinks)."""
-        sink = TextSink()
-        self.write_quality(pub, sink, self.budget(pub).keep)
+        the quality part (nearly all of a fleet's page) written directly (.sinks); with
+        ``page``, a window result unchanged since ``page`` last rendered is not written
+        again (the evaluation reuses the result objects of windows whose counts stayed)."""
+        return (page or QualityPage()).render(pub, self) + self.rest_text(pub)
+
+    def rest_text(self, pub: Published) -> bytes:
+        """The snapshot part after the quality families: comparisons, drift, SLO states
+        and the evaluation stamp (small: rendered through prometheus-client)."""
         rest = CollectorRegistry(auto_describe=False)
         rest.register(_Listed(self._rest(pub)))
-        return sink.text().encode() + generate_latest(rest)
+        return generate_latest(rest)
 
     def _rest(self, pub: Published) -> list[Metric]:
         """The snapshot families beside the quality ones (never withheld)."""
@@ -188,6 +194,16 @@ class MonitorCollector(Collector):
         self.write_quality(pub, sink, self.budget(pub).keep)
         return sink.families()
 
+    def exported_results(self, pub: Published) -> list[WindowResult]:
+        """The window results /metrics writes: those ``budget`` keeps."""
+        snap = pub.snapshot
+        if snap is None:
+            return []
+        keep = self.budget(pub).keep
+        if keep is None:
+            return list(snap.results)
+        return [r for r in snap.results if (r.model, r.version, r.window, r.slice) in keep]
+
     def write_quality(
         self, pub: Published, out: Sink, keep: frozenset[tuple[str, ...]] | None
     ) -> None:
@@ -196,6 +212,18 @@ class MonitorCollector(Collector):
         snap = pub.snapshot
         if snap is None:
             return
+        write = self.result_writer(out, snap.series)
+        for r in snap.results:
+            if keep is None or (r.model, r.version, r.window, r.slice) in keep:
+                write(r)
+        self.write_fairness(snap.fairness, out)
+
+    def result_writer(
+        self, out: Sink, series: Mapping[str, Series]
+    ) -> Callable[[WindowResult], None]:
+        """A function writing one window result's series into ``out``; the families
+        every result has are created first (their place on the page), the others as a
+        result first writes to them. ``series``: the snapshot's metric series (help)."""
         fam = out.family
         samples = fam("mlmon_window_samples", "Labeled predictions in the window")
         preds = fam("mlmon_window_predictions", "Predictions in the window (labeled or not)")
@@ -214,9 +242,8 @@ class MonitorCollector(Collector):
         by_name: dict[str, _MetricFamilies] = {}  # one lookup per sample
         bin_label: dict[float, tuple[str]] = {}
         isnan = math.isnan
-        for r in snap.results:
-            if keep is not None and (r.model, r.version, r.window, r.slice) not in keep:
-                continue
+
+        def write(r: WindowResult) -> None:
             key = out.key((r.model, r.version, r.window, r.slice))
             for b in r.reliability:
                 at = bin_label.get(b.upper)
@@ -258,7 +285,7 @@ class MonitorCollector(Collector):
                     continue  # undefined (e.g. precision with no predicted positives)
                 known = by_name.get(m.name)
                 if known is None:
-                    known = by_name[m.name] = _MetricFamilies(fam, m.name, snap.series.get(m.name))
+                    known = by_name[m.name] = _MetricFamilies(fam, m.name, series.get(m.name))
                 extra = known.extra
                 known.value.add(key, m.value, extra)
                 if not (isnan(m.lower) or isnan(m.upper)):  # withheld: m.note says why
@@ -283,7 +310,12 @@ class MonitorCollector(Collector):
                     "relevant item (without_relevant)",
                     ("metric",),
                 ).add(key, rows, (metric,))
-        if snap.fairness:
+
+        return write
+
+    @staticmethod
+    def write_fairness(fairness: Sequence[FairnessGap], out: Sink) -> None:
+        if fairness:
             gap = out.family(
                 "mlmon_fairness_gap",
                 "Largest minus smallest rate across a slice dimension's values: "
@@ -292,7 +324,7 @@ class MonitorCollector(Collector):
                 ("dimension", "metric"),
                 base=_FAIRNESS_BASE,
             )
-            for f in snap.fairness:
+            for f in fairness:
                 gap.add(
                     out.key((f.model, f.version, f.window), _FAIRNESS_BASE),
                     f.gap,

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from itertools import compress
+from operator import add, not_
 from typing import Any
 
 import orjson
@@ -123,6 +124,9 @@ class ConfluentSource:
                 "logger": logging.getLogger("monitor.ingest.rdkafka"),
             }
         )
+        self._subscribe()
+
+    def _subscribe(self) -> None:
         # the group join happens inside poll(); on_assign seeks before any message
         self.consumer.subscribe(
             list(self.kinds), on_assign=self._on_assign, on_revoke=self._on_revoke
@@ -232,6 +236,11 @@ class ConfluentSource:
                 self._stop_describing.wait(timeout_ms / 1000)
                 return {}
             self._restart_recreated()
+        msgs = self._consumed(timeout_ms)
+        return self._split(msgs) if msgs else {}
+
+    def _consumed(self, timeout_ms: int) -> list[Message]:
+        """One poll's messages (none: idle), errors dropped (logged)."""
         n = self.settings.max_poll_records
         msgs = self.consumer.consume(n, 0)  # what librdkafka has queued, at once
         if self.unchecked:
@@ -241,7 +250,7 @@ class ConfluentSource:
             if self.unchecked:
                 self._check_starts()
             if first is None:
-                return {}
+                return []
             msgs = [first]
         if len(msgs) < n:
             # a few ms for the fetchers to fill the batch: each batch costs the pipeline
@@ -249,34 +258,43 @@ class ConfluentSource:
             msgs += self.consumer.consume(n - len(msgs), _FILL_S)
         if any(map(_error, msgs)):
             msgs = self._drop_errors(msgs)
-            if not msgs:
-                return {}
-        topics = list(map(_topic, msgs))
+        return msgs
+
+    def _split(self, msgs: list[Message]) -> dict[str, RawBatch]:
+        """A poll's messages as one ``RawBatch`` per kind, and the partitions' positions
+        moved past them. A handful of C-level passes over the messages (their values,
+        partitions, whether each is of the first message's topic); offsets are read only
+        at each partition's first and last message."""
+        n = len(msgs)
         values = list(map(_value, msgs))
         parts = list(map(_partition, msgs))
-        offs = list(map(_offset, msgs))
+        first_topic = _topic(msgs[0])
+        sel = list(map(first_topic.__eq__, map(_topic, msgs)))  # of the first topic
+        other = None
+        if sel.count(True) < n:  # (two topics are subscribed: the rest is the other one)
+            other = next(t for t in self.kinds if t != first_topic)
+        ends = _partition_ends(sel, parts)
         position = self._position
-        # messages of one partition come in order: its last offset seen is the highest
-        last = _by_partition(topics, parts, offs)
-        # ... and its first the lowest
-        firsts = _by_partition(topics[::-1], parts[::-1], offs[::-1]) if position else {}
-        for tp, o in firsts.items():  # each partition's first record where we expect it
-            expected = position.get(tp)
-            if expected is not None and o < expected:
-                self._reset_by_client(tp, expected, o)
-        for tp, o in last.items():
-            position[tp] = o + 1
-        kinds = self.kinds
-        present = {t for t, _ in last}
         out: dict[str, RawBatch] = {}
-        for topic in present:
-            offsets = {offset_key(t, p): o + 1 for (t, p), o in last.items() if t == topic}
-            if len(present) == 1:
-                mine, vals = msgs, values
-            else:  # C-level passes: a selector, then two compresses
-                sel = list(map(topic.__eq__, topics))
-                mine, vals = list(compress(msgs, sel)), list(compress(values, sel))
-            out[kinds[topic]] = RawBatch(vals, _message_origin(mine), offsets)
+        for topic, mine in ((first_topic, True), (other, False)):
+            if topic is None:
+                continue
+            offsets: dict[str, int] = {}
+            for (is_first, part), (i, j) in ends.items():
+                if is_first is not mine:
+                    continue
+                start, last = _offset(msgs[i]), _offset(msgs[j])
+                expected = position.get((topic, part))
+                if expected is not None and start < expected:  # the client went back
+                    self._reset_by_client((topic, part), expected, start)
+                position[topic, part] = last + 1
+                offsets[offset_key(topic, part)] = last + 1
+            if other is None:
+                vals: list[bytes | None] = values
+            else:
+                vals = list(compress(values, sel if mine else map(not_, sel)))
+            origin = _Origin(msgs, None if other is None else sel, mine)
+            out[self.kinds[topic]] = RawBatch(vals, origin, offsets)
         return out
 
     def _check_starts(self) -> None:
@@ -389,24 +407,46 @@ class ConfluentSource:
                         CLOSE_TIMEOUT_MS)  # fmt: skip
 
 
-def _by_partition(
-    topics: list[str], parts: list[int], offs: list[int]
-) -> dict[tuple[str, int], int]:
-    """(topic, partition) -> the offset of its last message in the lists. Keyed by topic
-    alone when one partition number is all there is (single-partition topics, or a
-    consumer of one partition each): no tuple per message to build and hash."""
-    if parts.count(parts[0]) == len(parts):
+def _partition_ends(sel: list[bool], parts: list[int]) -> dict[tuple[bool, int], tuple[int, int]]:
+    """(of the first topic, partition) -> indices of its first and last message in the
+    lists (messages of one partition come in order). Keyed without a tuple per message:
+    by the topic flag alone when one partition number is all there is, else by
+    2 * partition + flag (small ints) in two C-level dict builds."""
+    n = len(sel)
+    if parts.count(parts[0]) == n:
         part = parts[0]
-        return {(t, part): o for t, o in dict(zip(topics, offs, strict=True)).items()}
-    return dict(zip(zip(topics, parts, strict=True), offs, strict=True))
+        out = {}
+        backwards = sel[::-1]
+        for flag in (True, False):
+            if flag in sel:
+                out[flag, part] = (sel.index(flag), n - 1 - backwards.index(flag))
+        return out
+    keys = list(map(add, map(add, parts, parts), sel))
+    last = dict(zip(keys, range(n), strict=True))
+    first = dict(zip(keys[::-1], range(n - 1, -1, -1), strict=True))
+    return {(bool(k & 1), k >> 1): (first[k], i) for k, i in last.items()}
 
 
-def _message_origin(msgs: list[Message]) -> Callable[[int], tuple[str, int, int]]:
-    def origin(i: int) -> tuple[str, int, int]:
-        m = msgs[i]
+class _Origin:
+    """Where record ``i`` of a kind's batch came from, worked out only when asked (for
+    rejected records): the poll's messages and which of them are of that kind."""
+
+    __slots__ = ("_index", "_mine", "_msgs", "_sel")
+
+    def __init__(self, msgs: list[Message], sel: list[bool] | None, mine: bool) -> None:
+        self._msgs = msgs
+        self._sel = sel  # None: every message is of the kind
+        self._mine = mine
+        self._index: list[int] | None = None
+
+    def __call__(self, i: int) -> tuple[str, int, int]:
+        if self._sel is not None:
+            if self._index is None:
+                flags = self._sel if self._mine else map(not_, self._sel)
+                self._index = list(compress(range(len(self._msgs)), flags))
+            i = self._index[i]
+        m = self._msgs[i]
         return m.topic(), m.partition(), m.offset()
-
-    return origin
 
 
 class _Delivery:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from itertools import chain, compress
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 import msgspec
 import numpy as np
@@ -34,7 +34,12 @@ from ..engine.models import ModelSpec
 from ..engine.records import LabelBatch, PredictionBatch, hash_ids
 from ..stats.ranking import RankedList
 from .fields import FieldReject, finite_float
-from .ranking import parse_ranked_items, parse_relevance, relevance_digest
+from .ranking import (
+    parse_ranked_batch,
+    parse_ranked_items,
+    parse_relevance,
+    relevance_digest,
+)
 
 __all__ = [
     "REASONS",
@@ -108,9 +113,7 @@ def _parse_json(raw: bytes | None, limits: DecodeLimits) -> dict[str, Any]:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError:
         obj = _parse_json_slow(raw)
-    if not isinstance(obj, dict):
-        raise _Reject("not_object", f"top-level JSON is {type(obj).__name__}, not an object")
-    return obj
+    return _object(obj)
 
 
 def _parse_json_slow(raw: bytes) -> Any:
@@ -132,6 +135,18 @@ def _parse_json_slow(raw: bytes) -> Any:
     except ValueError as err:
         raise _Reject("not_json", f"not JSON: {str(err)[:120]}") from None
     return obj
+
+
+def _object(obj: Any) -> dict[str, Any]:
+    """A record orjson parsed, if it is an object (``_parse_json``'s last check)."""
+    if not isinstance(obj, dict):
+        raise _Reject("not_object", f"top-level JSON is {type(obj).__name__}, not an object")
+    return obj
+
+
+def _parsed(raw: bytes | None, obj: Any, limits: DecodeLimits) -> dict[str, Any]:
+    """The record's object from ``_loads_all``'s parse, or parsed here where it had none."""
+    return _parse_json(raw, limits) if obj is _BAD else _object(obj)
 
 
 _BAD = object()  # a value the per-record path must look at
@@ -327,6 +342,7 @@ class PredictionDecoder:
             for m in self.models
         ]
         self._items = [_getter(m.items_path) if m.task == "ranking" else None for m in models]
+        self._max_items = max(m.max_items for m in models) if models else 0
         self._class_pos = [{c: k for k, c in enumerate(m.classes)} for m in self.models]
         self.n_proba = max([len(m.classes) for m in models if m.task == "multiclass"] + [0])
         self.has_regression = any(m.task == "regression" for m in models)
@@ -358,9 +374,10 @@ class PredictionDecoder:
         raise _Reject("unknown_model", f"model {seen[:64]!r} is not configured")
 
     def _one(
-        self, raw: bytes | None, now_ms: int
+        self, raw: bytes | None, now_ms: int, parsed: Any = _BAD
     ) -> tuple[str, int, int, str, float, int, Any, Any]:
-        obj = _parse_json(raw, self.limits)
+        """One record; ``parsed``: orjson's parse of it, when it has one (else _BAD)."""
+        obj = _parse_json(raw, self.limits) if parsed is _BAD else _object(parsed)
         m = self._model_of(obj)
         spec = self.models[m]
         get_id, get_ts, get_version, get_score, get_pred = self._getters[m]
@@ -514,21 +531,23 @@ class PredictionDecoder:
         self, raws: Sequence[bytes | None], now_ms: int
     ) -> tuple[PredictionBatch, list[tuple[int, str, str]]]:
         n = len(raws)
+        objs = None  # the records orjson parsed (the untyped paths), parsed once
         if not n:
             fast = None
         elif self._typed is not None:
             fast = self._typed_columns(raws, now_ms)
         else:
-            fast = self._columns(_loads_all(raws, self.limits), now_ms)
+            objs = _loads_all(raws, self.limits)
+            fast = self._columns(objs, now_ms)
         if fast is None:
-            batch, rejects = self._decode_rows(raws, range(n), now_ms)
+            batch, rejects = self._decode_rows(raws, range(n), now_ms, objs)
             return self._finish(batch), rejects
         rows, cols = fast
         if rows.shape[0] == n:  # the common case: the whole batch in columns
             return self._finish(self._batch(cols)), []
         slow = np.ones(n, bool)
         slow[rows] = False
-        batch, rejects = self._decode_rows(raws, np.flatnonzero(slow).tolist(), now_ms)
+        batch, rejects = self._decode_rows(raws, np.flatnonzero(slow).tolist(), now_ms, objs)
         if len(batch) == 0:
             return self._finish(self._batch(cols)), rejects
         # both paths gave rows: back into input order (the engine's first-wins needs it)
@@ -548,23 +567,35 @@ class PredictionDecoder:
         assert self._typed is not None
         n = len(raws)
         rows, ok = _typed_rows(self._typed.decode, raws, self.limits, _EMPTY_ROW)
+        # the struct checked each field's type and range (lengths, score in [0, 1], no
+        # explicit prediction); left: the model name, and the timestamp against "now"
         names = list(map(_get_model, rows))
-        index = {name: self._by_name.get(name, -1) for name in set(names)}
-        model = np.fromiter(map(index.__getitem__, names), np.int16, n)
-        checks = model >= 0
+        first = self._by_name.get(names[0], -1)
+        if first >= 0 and names.count(names[0]) == n:  # one model (C-level comparisons)
+            model = np.full(n, first, np.int16)
+        else:
+            index = {name: self._by_name.get(name, -1) for name in set(names)}
+            model = np.fromiter(map(index.__getitem__, names), np.int16, n)
+        ts = np.fromiter(map(_get_ts, rows), np.int64, n)
+        checks = (model >= 0) & (ts <= now_ms + self.limits.max_future_skew_ms)
         if ok is not None:
             checks &= ok
-        ts = np.fromiter(map(_get_ts, rows), np.int64, n)
-        score = np.fromiter(map(_get_score, rows), np.float64, n)
         ids = list(map(_get_id, rows))
         versions = list(map(_get_version, rows))
-        v_len = np.fromiter(map(len, versions), np.int64, n)
-        id_len = np.fromiter(map(len, ids), np.int64, n)
-        checks &= self._in_range(ts, score, id_len, v_len, now_ms)
-        if list(map(_get_prediction, rows)).count(None) != n:  # any type, even a list
-            checks &= np.fromiter(map(_no_prediction, rows), bool, n)
-        thresholds = np.array([m.threshold for m in self.models] + [2.0])
-        decision = (score >= thresholds[model]).astype(np.int8)
+        ranked = None
+        if self._items[0] is not None:  # ranking models (the typed parse is all of one task)
+            ranked = parse_ranked_batch(list(map(_get_items, rows)), self._max_items, _RankedItem)
+            checks &= np.fromiter(map(_is_not_none, ranked), bool, n)
+            if len({m.max_items for m in self.models}) > 1:  # each model's own bound
+                bound = np.array([m.max_items for m in self.models] + [0])[model]
+                sizes = np.fromiter((len(r.items) if r else 0 for r in ranked), np.int64, n)
+                checks &= sizes <= bound
+            score = np.full(n, np.nan)
+            decision = np.zeros(n, np.int8)
+        else:
+            score = np.fromiter(map(_get_score, rows), np.float64, n)
+            thresholds = np.array([m.threshold for m in self.models] + [2.0])
+            decision = (score >= thresholds[model]).astype(np.int8)
         fields = self._typed.type.__struct_fields__
         feats: list[Any] = []
         segs: list[Any] = []
@@ -575,19 +606,21 @@ class PredictionDecoder:
             feats = list(map(_get_features, rows)) if "features" in fields else [None] * n
         if self.wants_extras:
             segs = list(map(_get_segments, rows)) if "segments" in fields else [None] * n
-        return _kept(checks, ids, ts, model, versions, score, decision, feats, segs, block)
+        return _kept(checks, ids, ts, model, versions, score, decision, feats, segs, block, ranked)
 
     def _in_range(
         self,
         ts: np.ndarray,
-        score: np.ndarray,
+        score: np.ndarray | None,
         id_len: np.ndarray,
         v_len: np.ndarray,
         now_ms: int,
     ) -> np.ndarray:
         """The per-record fast path's range conditions, on columns (both column paths)."""
         limit = now_ms + self.limits.max_future_skew_ms
-        checks = (ts >= 0) & (ts <= limit) & (score >= 0.0) & (score <= 1.0) & (id_len > 0)
+        checks = (ts >= 0) & (ts <= limit) & (id_len > 0)
+        if score is not None:  # (None: a ranking model, which has no score)
+            checks &= (score >= 0.0) & (score <= 1.0)
         checks &= (v_len > 0) & (v_len <= MAX_VERSION_CHARS)
         return checks
 
@@ -603,15 +636,11 @@ class PredictionDecoder:
         names = list(map(self._model_getters[0][1], objs))
         known = self._by_name
         index = {name: known.get(name, -1) for name in set(map(_hashable, names))}
-        binary = [
-            i >= 0 and self.models[i].task == "binary" and _flat(self.models[i])
-            for i in index.values()
-        ]
-        if not any(binary):
+        if not any(i >= 0 and _column_model(self.models[i]) for i in index.values()):
             return None
         model = np.fromiter(map(index.__getitem__, map(_hashable, names)), np.int16, n)
         for i in index.values():
-            if i >= 0 and not (self.models[i].task == "binary" and _flat(self.models[i])):
+            if i >= 0 and not _column_model(self.models[i]):
                 model[model == i] = -1  # not a column model: the per-record path
         ok = model >= 0
         if mask is not None:
@@ -623,6 +652,7 @@ class PredictionDecoder:
         versions: list[Any] = [None] * n
         feats: list[Any] = [None] * n if self.wants_extras else []
         segs: list[Any] = [None] * n if self.wants_extras else []
+        ranked: list[Any] | None = None
         for m in np.unique(model[ok]).tolist():
             spec = self.models[m]
             sel = np.flatnonzero(ok & (model == m))
@@ -632,30 +662,45 @@ class PredictionDecoder:
             c_id = list(map(get_id, sub))
             c_ts = list(map(get_ts, sub))
             c_ver = list(map(get_version, sub))
-            c_score = list(map(get_score, sub))
-            id_str, ver_str, sc_float = (
-                _of_type(c_id, str),
-                _of_type(c_ver, str),
-                _of_type(c_score, float),
-            )
-            good = _and(_and(id_str, ver_str), sc_float)
-            good = _and(good, _of_type(list(map(get_pred, sub)), object))  # absent
+            id_str, ver_str = _of_type(c_id, str), _of_type(c_ver, str)
+            good = _and(id_str, ver_str)
             t, fits = _int_column(c_ts, _of_type(c_ts, int))
             good = _and(good, fits)
             k = len(sub)
             id_len = np.fromiter(map(len if id_str is None else _len, c_id), np.int64, k)
             v_len = np.fromiter(map(len if ver_str is None else _len, c_ver), np.int64, k)
-            if sc_float is None:
-                sc = np.fromiter(c_score, np.float64, k)
+            if spec.task == "ranking":  # the list instead of a score (ingest/ranking.py)
+                get_items = self._items[m]
+                assert get_items is not None
+                lists = parse_ranked_batch(list(map(get_items, sub)), spec.max_items)
+                good = _and(good, np.fromiter(map(_is_not_none, lists), bool, k))
+                sc = np.full(k, np.nan)
+                checks = self._in_range(t, None, id_len, v_len, now_ms)
+                if ranked is None:
+                    ranked = [None] * n
+                if whole:
+                    ranked = lists
+                else:
+                    for i, x in zip(sel.tolist(), lists, strict=True):
+                        ranked[i] = x
             else:
-                sc = np.fromiter((x if type(x) is float else -1.0 for x in c_score), np.float64, k)
-            checks = self._in_range(t, sc, id_len, v_len, now_ms)
+                c_score = list(map(get_score, sub))
+                sc_float = _of_type(c_score, float)
+                good = _and(good, sc_float)
+                good = _and(good, _of_type(list(map(get_pred, sub)), object))  # absent
+                if sc_float is None:
+                    sc = np.fromiter(c_score, np.float64, k)
+                else:
+                    sc = np.fromiter(
+                        (x if type(x) is float else -1.0 for x in c_score), np.float64, k
+                    )
+                checks = self._in_range(t, sc, id_len, v_len, now_ms)
+                decision[sel] = sc >= spec.threshold
             if good is not None:
                 checks &= good
             ok[sel[~checks]] = False
             ts[sel] = t
             score[sel] = sc
-            decision[sel] = sc >= spec.threshold
             if whole:
                 ids, versions = c_id, c_ver
             else:
@@ -673,7 +718,7 @@ class PredictionDecoder:
                     else:
                         for i, x in zip(sel.tolist(), col, strict=True):
                             out[i] = x
-        return _kept(ok, ids, ts, model, versions, score, decision, feats, segs, None)
+        return _kept(ok, ids, ts, model, versions, score, decision, feats, segs, None, ranked)
 
     def _batch(self, cols: dict[str, Any]) -> PredictionBatch:
         n = len(cols["ids"])
@@ -691,12 +736,18 @@ class PredictionDecoder:
             np.full(n, np.nan) if self.has_regression else None,
             cols.get("numeric"),
             self.numeric_names if cols.get("numeric") is not None else (),
+            ranked=cols.get("ranked"),
         )
 
     def _decode_rows(
-        self, raws: Sequence[bytes | None], indices: Sequence[int], now_ms: int
+        self,
+        raws: Sequence[bytes | None],
+        indices: Sequence[int],
+        now_ms: int,
+        objs: Sequence[Any] | None = None,
     ) -> tuple[PredictionBatch, list[tuple[int, str, str]]]:
-        """The per-record path over ``raws[i] for i in indices``; rejects keep the index."""
+        """The per-record path over ``raws[i] for i in indices``; rejects keep the index.
+        ``objs``: orjson's parse of every record (``_loads_all``), when there is one."""
         ids: list[str] = []
         ts: list[int] = []
         model: list[int] = []
@@ -711,7 +762,7 @@ class PredictionDecoder:
         one = self._one
         for i in indices:
             try:
-                pid, t, m, v, s, d, f, x = one(raws[i], now_ms)
+                pid, t, m, v, s, d, f, x = one(raws[i], now_ms, _BAD if objs is None else objs[i])
             except _Reject as rej:
                 rejects.append((i, rej.reason, rej.detail))
                 continue
@@ -772,6 +823,7 @@ def _kept(
     feats: list[Any],
     segs: list[Any],
     block: np.ndarray | None,
+    ranked: list[Any] | None = None,
 ) -> tuple[np.ndarray, dict[str, Any]] | None:
     """The rows a column path cleared (``ok``) and their columns; None when none is."""
     keep = np.flatnonzero(ok)
@@ -783,6 +835,9 @@ def _kept(
         versions = [versions[i] for i in take]
         feats = [feats[i] for i in take] if feats else feats
         segs = [segs[i] for i in take] if segs else segs
+        ranked = [ranked[i] for i in take] if ranked is not None else None
+    if ranked is not None and ranked.count(None) == len(ranked):
+        ranked = None  # no ranking row: as the per-record path has it
     cols = {
         "ids": ids,
         "ts": ts[keep],
@@ -793,6 +848,7 @@ def _kept(
         "features": feats,
         "segments": segs,
         "numeric": None if block is None else block[keep],
+        "ranked": ranked,
     }
     return keep, cols
 
@@ -842,13 +898,16 @@ def _typed_decoder(
     ``block_names`` the features object is parsed into a struct of those numeric features
     (others skipped), returned as (width, the struct of an absent object) for
     ``_struct_block``."""
-    if not models or any(m.task != "binary" or not _flat(m) for m in models):
+    tasks = {m.task for m in models}
+    if tasks not in ({"binary"}, {"ranking"}) or not all(map(_column_model, models)):
         return None, None
     first = models[0]
+    ranking = tasks == {"ranking"}
 
     def paths(m: ModelSpec) -> tuple[str, ...]:
-        return (m.id_path, m.ts_path, m.model_path, m.version_path, m.score_path,
-                m.prediction_path, m.features_path, m.segments_path)  # fmt: skip
+        return (m.id_path, m.ts_path, m.model_path, m.version_path,
+                m.items_path if ranking else m.score_path, m.prediction_path,
+                m.features_path, m.segments_path)  # fmt: skip
 
     if any(paths(m) != paths(first) for m in models) or any("." in p for p in paths(first)):
         return None, None
@@ -856,6 +915,9 @@ def _typed_decoder(
     # features and segments are built only when drift or slices read them; else skipped
     extras: list[tuple[str, Any, Any]] = []
     names = {"id", "ts", "model", "version", "score", "prediction"}
+    if ranking:  # the list in the score's place; a ranking record's prediction is unread
+        fields = ("id", "ts", "model", "version", "items", "prediction", "features", "segments")
+        names = {"id", "ts", "model", "version", "items"}
     block = None
     # JSON numbers (ints too) become floats, null and absence NaN; any other value fails
     # the record's typed parse, and the per-record path gives it NaN
@@ -874,15 +936,24 @@ def _typed_decoder(
     if any(m.slices for m in models):
         extras.append(("segments", dict[str, Any] | None, None))
         names.add("segments")
+    if ranking:
+        # an entry {"item": id, "score": number} or a bare id: integer ids (canonicalised
+        # to text) fail the typed parse and take the per-record path
+        task: list[tuple[str, Any]] = [("items", list[_RankedItem | str])]
+    else:
+        task = [
+            ("score", Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]),
+            # present (even null): an explicit decision, which the per-record path reads
+            ("prediction", msgspec.UnsetType, msgspec.UNSET),
+        ]
     row = _struct(
         "Row",
         [
-            ("id", str),
-            ("ts", Annotated[int, msgspec.Meta(ge=0, le=_MAX_TS_MS)]),
+            ("id", Annotated[str, msgspec.Meta(min_length=1)]),
+            ("ts", Annotated[int, msgspec.Meta(ge=0, lt=_MAX_TS_MS)]),
             ("model", str),
-            ("version", str),
-            ("score", float),
-            ("prediction", Any, None),
+            ("version", Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_VERSION_CHARS)]),
+            *task,
             *extras,
         ],
         {f: p for f, p in zip(fields, paths(first), strict=True) if f in names},
@@ -890,6 +961,13 @@ def _typed_decoder(
     if row is None:
         return None, None
     return msgspec.json.Decoder(row), block
+
+
+class _RankedItem(msgspec.Struct, gc=False):
+    """A scored entry of a ranking prediction's list, as the typed parse reads it."""
+
+    item: Annotated[str, msgspec.Meta(min_length=1)]
+    score: float
 
 
 def _struct(name: str, fields: list[Any], rename: dict[str, str]) -> Any:
@@ -923,10 +1001,10 @@ _get_ts = operator.attrgetter("ts")
 _get_model = operator.attrgetter("model")
 _get_version = operator.attrgetter("version")
 _get_score = operator.attrgetter("score")
-_get_prediction = operator.attrgetter("prediction")
 
 
 _get_features = operator.attrgetter("features")
+_get_items = operator.attrgetter("items")
 _get_segments = operator.attrgetter("segments")
 
 
@@ -936,7 +1014,8 @@ class _EmptyRow:
     id = version = model = ""
     ts = -1
     score = -1.0
-    prediction = features = segments = None
+    features = segments = None
+    items: ClassVar[list[Any]] = []  # (never changed)
 
 
 _EMPTY_ROW = _EmptyRow()
@@ -984,10 +1063,6 @@ def _not_utf8(raw: bytes) -> bool:
     except UnicodeDecodeError:
         return True
     return False
-
-
-def _no_prediction(row: Any) -> bool:
-    return row.prediction is None
 
 
 def _numeric_block(features: Sequence[dict[str, Any] | None], names: Sequence[str]) -> np.ndarray:
@@ -1054,6 +1129,18 @@ def _finite_number(value: Any) -> float:
         except OverflowError:
             return math.nan
     return math.nan
+
+
+def _column_model(spec: ModelSpec) -> bool:
+    """Whether ``_columns`` decodes the model's records: binary and ranking models with
+    flat field names."""
+    if spec.task == "ranking":
+        return _flat(spec) and "." not in spec.items_path
+    return spec.task == "binary" and _flat(spec)
+
+
+def _is_not_none(value: Any) -> bool:
+    return value is not None
 
 
 def _flat(spec: ModelSpec) -> bool:
@@ -1124,7 +1211,9 @@ def _merge(
         arrays(fast.upper, slow.upper),
         arrays(fast.numeric, slow.numeric),
         fast.numeric_names,
-        ranked=None if slow.ranked is None else rows([None] * len(fast), slow.ranked),
+        ranked=None
+        if fast.ranked is None and slow.ranked is None
+        else rows(fast.ranked or [None] * len(fast), slow.ranked or [None] * len(slow)),
     )
 
 
@@ -1153,7 +1242,7 @@ class LabelDecoder:
         row = _struct(
             "LabelRow",
             [
-                ("id", str),
+                ("id", Annotated[str, msgspec.Meta(min_length=1)]),
                 ("ts", Annotated[int, msgspec.Meta(ge=0, lt=_MAX_TS_MS)]),
                 ("label", int | str),
             ],
@@ -1161,6 +1250,26 @@ class LabelDecoder:
         )
         if row is not None and not any("." in p for p in self.paths):
             self._typed = msgspec.json.Decoder(row)
+        self._typed_relevance = None
+        names = {id_path, ts_path, label_path, "relevance", "clicked"}
+        if max_items and self._typed is not None and len(names) == 5:
+            # a ranking label with its grades: no label, no clicks (those take the
+            # per-record path), at most max_items grades, each a finite number >= 0
+            grade = Annotated[float, msgspec.Meta(ge=0.0)]
+            item = Annotated[str, msgspec.Meta(min_length=1)]
+            rel = _struct(
+                "RelevanceRow",
+                [
+                    ("id", Annotated[str, msgspec.Meta(min_length=1)]),
+                    ("ts", Annotated[int, msgspec.Meta(ge=0, lt=_MAX_TS_MS)]),
+                    ("relevance", Annotated[dict[item, grade], msgspec.Meta(max_length=max_items)]),
+                    ("label", msgspec.UnsetType, msgspec.UNSET),
+                    ("clicked", msgspec.UnsetType, msgspec.UNSET),
+                ],
+                {"id": id_path, "ts": ts_path, "label": label_path},
+            )
+            if rel is not None:
+                self._typed_relevance = msgspec.json.Decoder(rel)
 
     def decode(
         self, raws: Sequence[bytes | None], now_ms: int
@@ -1173,20 +1282,27 @@ class LabelDecoder:
         self, raws: Sequence[bytes | None], now_ms: int
     ) -> tuple[LabelBatch, list[tuple[int, str, str]]]:
         n = len(raws)
+        objs = None  # the records orjson parsed (the untyped path), parsed once
+        grades: list[dict[str, float]] | None = None  # the fast rows' relevance
         if not n:
             fast = None
         elif self._typed is not None:
-            fast = self._typed_columns(raws, now_ms)
+            fast = None
+            if self._typed_relevance is not None and _looks_ranking(raws):
+                fast, grades = self._relevance_columns(raws, now_ms)
+            if fast is None:
+                fast, grades = self._typed_columns(raws, now_ms), None
         else:
-            fast = self._columns(_loads_all(raws, self.limits), now_ms)
+            objs = _loads_all(raws, self.limits)
+            fast = self._columns(objs, now_ms)
         if fast is None:
-            return self._decode_rows(raws, range(n), now_ms)
+            return self._decode_rows(raws, range(n), now_ms, objs)
         ok, ids, ts, labels, values = fast
         if ok is None:
-            return LabelBatch(hash_ids(ids), ts, labels, values), []
+            return LabelBatch(hash_ids(ids), ts, labels, values, grades), []
         # some rows need the per-record path: decode those, then put all in input order
         slow_idx = np.flatnonzero(~ok).tolist()
-        slow, rejects = self._decode_rows(raws, slow_idx, now_ms)
+        slow, rejects = self._decode_rows(raws, slow_idx, now_ms, objs)
         rejected = np.zeros(n, bool)
         rejected[[i for i, _, _ in rejects]] = True
         fast_rows = np.flatnonzero(ok)
@@ -1197,8 +1313,9 @@ class LabelDecoder:
         all_labels = [labels[i] for i in sel] + slow.label
         all_ids = [ids[i] for i in sel]
         relevance = None
-        if slow.relevance is not None:
-            both = [None] * len(sel) + slow.relevance
+        if slow.relevance is not None or grades is not None:
+            mine = [None] * len(sel) if grades is None else [grades[i] for i in sel]
+            both = mine + (slow.relevance or [None] * len(slow.label))
             relevance = [both[i] for i in take]
         keys = np.concatenate([hash_ids(all_ids), slow.keys])[order]
         assert slow.value is not None
@@ -1227,7 +1344,9 @@ class LabelDecoder:
         raw_labels = list(map(get_label, objs))
         ok = _and(ok, id_str := _of_type(ids, str))
         ts, fits = _int_column(c_ts, _of_type(c_ts, int))
-        return self._checked(_and(ok, fits), ids, id_str is None, ts, raw_labels, now_ms)
+        lengths = np.fromiter(map(len if id_str is None else _len, ids), np.int64, len(ids))
+        ok = _and(ok, lengths > 0)  # (a non-string id counts as empty)
+        return self._checked(_and(ok, fits), ids, ts, raw_labels, now_ms)
 
     def _typed_columns(
         self, raws: Sequence[bytes | None], now_ms: int
@@ -1238,22 +1357,44 @@ class LabelDecoder:
         rows, ok = _typed_rows(self._typed.decode, raws, self.limits, _EMPTY_LABEL)
         ids = list(map(_get_id, rows))
         ts = np.fromiter(map(_get_ts, rows), np.int64, len(rows))
-        return self._checked(ok, ids, True, ts, list(map(_get_label, rows)), now_ms)
+        return self._checked(ok, ids, ts, list(map(_get_label, rows)), now_ms)
+
+    def _relevance_columns(
+        self, raws: Sequence[bytes | None], now_ms: int
+    ) -> tuple[tuple[np.ndarray | None, list[Any], np.ndarray, list[str], np.ndarray] | None,
+               list[dict[str, float]]]:  # fmt: skip
+        """``_typed_columns`` for ranking labels: msgspec parses each straight into (id,
+        ts, grades) with the grades checked as it reads them; the label is the ranking
+        label, its value the grades' digest. Returns the columns (None when no row is
+        one) and the grades."""
+        assert self._typed_relevance is not None
+        rows, ok = _typed_rows(self._typed_relevance.decode, raws, self.limits, _EMPTY_GRADES)
+        ids = list(map(_get_id, rows))
+        ts = np.fromiter(map(_get_ts, rows), np.int64, len(rows))
+        grades = list(map(_get_relevance, rows))
+        checks = ts <= now_ms + self.limits.max_future_skew_ms
+        if ok is not None:
+            checks &= ok
+        if not checks.any():
+            return None, grades
+        n = len(rows)
+        values = np.fromiter(map(relevance_digest, grades), np.float64, n)
+        labels = [RANKING_LABEL] * n
+        return ((None if checks.all() else checks), ids, ts, labels, values), grades
 
     def _checked(
         self,
         ok: np.ndarray | None,
         ids: list[Any],
-        all_str: bool,
         ts: np.ndarray,
         raw_labels: list[Any],
         now_ms: int,
     ) -> tuple[np.ndarray | None, list[Any], np.ndarray, list[str], np.ndarray] | None:
-        """Range checks and canonical labels (per distinct label) on the columns."""
+        """Range checks and canonical labels (per distinct label) on the columns (ids
+        already checked: non-empty strings where ``ok``)."""
         n = len(ids)
         limit = now_ms + self.limits.max_future_skew_ms
         checks = (ts >= 0) & (ts <= limit) & (ts < _MAX_TS_MS)
-        checks &= np.fromiter(map(len if all_str else _len, ids), np.int64, n) > 0
         # labels of one type (ints, or strings) are canonicalised per distinct value
         kind = int if _of_type(raw_labels, int) is None else str
         typed = _of_type(raw_labels, kind)
@@ -1290,9 +1431,14 @@ class LabelDecoder:
         return (None if checks.all() else checks), ids, ts, labels, values
 
     def _decode_rows(
-        self, raws: Sequence[bytes | None], indices: Sequence[int], now_ms: int
+        self,
+        raws: Sequence[bytes | None],
+        indices: Sequence[int],
+        now_ms: int,
+        objs: Sequence[Any] | None = None,
     ) -> tuple[LabelBatch, list[tuple[int, str, str]]]:
-        """The per-record path over ``raws[i] for i in indices``; rejects keep the index."""
+        """The per-record path over ``raws[i] for i in indices``; rejects keep the index.
+        ``objs``: orjson's parse of every record (``_loads_all``), when there is one."""
         ids: list[str] = []
         ts: list[int] = []
         labels: list[str] = []
@@ -1304,7 +1450,11 @@ class LabelDecoder:
         limits = self.limits
         for i in indices:
             try:
-                obj = _parse_json(raws[i], limits)
+                obj = (
+                    _parse_json(raws[i], limits)
+                    if objs is None
+                    else _parsed(raws[i], objs[i], limits)
+                )
                 pid = _parse_id(get_id(obj), id_path)
                 t = _parse_ts(get_ts(obj), now_ms, limits, ts_path)
                 raw_label = get_label(obj)
@@ -1346,6 +1496,25 @@ class LabelDecoder:
 
 # the label text of a ranking label (its relevance travels beside it, LabelBatch.relevance)
 RANKING_LABEL = "relevance"
+
+
+class _EmptyGrades:
+    """A ranking label the typed parse refused (it takes the per-record path)."""
+
+    id = ""
+    ts = -1
+    relevance: ClassVar[dict[str, float]] = {}  # (never changed)
+
+
+_EMPTY_GRADES = _EmptyGrades()
+_get_relevance = operator.attrgetter("relevance")
+
+
+def _looks_ranking(raws: Sequence[bytes | None]) -> bool:
+    """Whether a batch's first record names relevance grades (then the ranking labels'
+    typed parse is tried first)."""
+    first = next((r for r in raws if r is not None), None)
+    return first is not None and b'"relevance"' in first
 
 
 def _ranking_label(obj: dict[str, Any]) -> bool:

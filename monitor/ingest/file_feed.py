@@ -1,18 +1,24 @@
 """Replay's two files as decoded batches, in the order ``interleave`` gives, decoded in
-this process or in a second one.
+this process or by worker processes on every CPU, applied here in file order.
 
-Why a second process: replay is CPU-bound in one interpreter, and about half of its time
-is decoding (msgspec's typed parse, column checks), which reads no engine state. A
-forked worker reads both files, interleaves and decodes them exactly as the in-process
-path does, and sends each batch's columns back; the main process applies them to the
-engine in the same order, so the report is the same byte for byte. The worker sends each
-batch's raw records too (one joined ``bytes`` and the record ends), so every rejection —
-the decoder's and the engine's late ones — keeps its original bytes and line number.
-The pipe's own backpressure keeps about one batch in flight, which bounds the memory.
+Why workers: replay is CPU-bound in one interpreter, and most of its time is decoding
+(msgspec's typed parse, column checks), which reads no engine state. A plain file is cut
+into spans of whole lines (``SpanReader``: where each span starts is found by a small
+read near its boundary), so every worker plans the same sequence of spans of both files
+without reading them, and worker k decodes spans k, k + n, k + 2n, ... of it; this
+process applies the decoded spans to the engine in the planned order — the order the
+in-process path applies them in — so the report is the same byte for byte. A span's
+records are not sent back: a rejected or late record's bytes and line number are read
+from the file again, here, when the dead-letter sink asks for them.
+
+What crosses the pipe is the decoded columns (numpy arrays as out-of-band buffers of
+pickle protocol 5) with the text columns coded (versions, segments and labels repeat:
+the distinct values and a code per row); each worker's pipe has a reader thread here
+(the GIL is released while it reads) and about ``_AHEAD`` batches of backpressure.
 
 Fork (not spawn) because the decoders hold msgspec types built at run time that do not
-pickle, and a fresh interpreter would pay seconds of imports; where fork is unavailable,
-or without a second idle CPU (two processes would only take turns), decoding stays here.
+pickle, and a fresh interpreter would pay seconds of imports. A gzip file cannot be
+cut into spans without reading it: gzip input is decoded in this process.
 """
 
 from __future__ import annotations
@@ -27,86 +33,102 @@ import threading
 import traceback
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
+from itertools import count
 from pathlib import Path
 from typing import Any, Literal, overload
 
 import numpy as np
 
 from ..engine.records import LabelBatch, PredictionBatch
-from .files import JsonlReader, interleave
-from .pipeline import IngestPipeline, RawBatch
+from .files import JsonlReader, LineOrigin, SpanReader, interleave, open_reader, read_span
+from .pipeline import IngestPipeline, RawBatch, offset_key
 
-__all__ = ["DecodeWorker", "DecodedBatch", "FileFeed", "Lines", "use_worker"]
+__all__ = ["DecodeWorker", "DecodedBatch", "FileFeed", "SpanLines", "decode_workers"]
 
 DecodeWorker = Literal["auto", "on", "off"]
-KINDS = frozenset({"predictions", "labels"})
-BATCH_SIZE = 20_000  # records per batch (per file)
-_AHEAD = 4  # batches received and not yet applied (about 12 MB each)
+BATCH_SIZE = 20_000  # records per batch (per file), about
+_AHEAD = 4  # batches received from one worker and not yet applied (a few MB each)
+_MAX_WORKERS = 8
 
 
-def use_worker(mode: DecodeWorker) -> bool:
-    """Whether to decode in a second process: ``on``/``off``, or ``auto`` — when fork is
-    available, this process may run on at least two CPUs and one of them is idle (load
-    average below CPUs - 1): on a busy machine the two processes wait for each other's
-    turn and the hand-over costs more than it saves."""
+def decode_workers(mode: DecodeWorker) -> int:
+    """How many worker processes decode (0: this process does): one per CPU this process
+    may run on (``on``); ``auto`` only when there are two and one of them is idle (load
+    average below CPUs - 1): on a busy machine the processes wait for each other's turn
+    and the hand-over costs more than it saves (measured: replay 20-40 % slower at a load
+    average of 3 on 2 CPUs). None where fork is unavailable."""
     if mode == "off" or "fork" not in multiprocessing.get_all_start_methods():
-        return False
-    if mode == "on":
-        return True
+        return 0
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # (not on Linux)
         cpus = os.cpu_count() or 1
-    return cpus >= 2 and os.getloadavg()[0] <= cpus - 1
+    if mode == "auto" and (cpus < 2 or os.getloadavg()[0] > cpus - 1):
+        return 0
+    return max(1, min(cpus, _MAX_WORKERS))
 
 
-class Lines(Sequence[bytes]):
-    """Records joined by newlines, indexed without splitting them all (only rejected
-    records are ever read back): ``ends[i]`` is the end of record ``i``."""
+class SpanLines(Sequence[bytes]):
+    """A span's records, read from the file again only when one is asked for (a rejected
+    or late record's bytes, for the dead-letter sink)."""
 
-    __slots__ = ("blob", "ends")
+    __slots__ = ("_values", "count", "end", "path", "start", "topic")
 
-    def __init__(self, blob: bytes, ends: np.ndarray) -> None:
-        self.blob = blob
-        self.ends = ends
-
-    @classmethod
-    def of(cls, values: Sequence[bytes]) -> Lines:
-        lengths = np.fromiter(map(len, values), np.int64, len(values))
-        return cls(b"\n".join(values), np.cumsum(lengths + 1) - 1)
-
-    def split(self) -> list[bytes]:
-        """All records (a record holds no newline: one C-level split)."""
-        return self.blob.split(b"\n") if len(self) else []
+    def __init__(self, path: Path, topic: str, start: int, end: int, count: int) -> None:
+        self.path, self.topic, self.start, self.end, self.count = path, topic, start, end, count
+        self._values: list[bytes] | None = None
 
     def __len__(self) -> int:
-        return int(self.ends.shape[0])
+        return self.count
 
     @overload
     def __getitem__(self, i: int) -> bytes: ...
     @overload
     def __getitem__(self, i: slice) -> list[bytes]: ...
     def __getitem__(self, i: int | slice) -> bytes | list[bytes]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        if not -len(self) <= i < len(self):
-            raise IndexError(i)
-        i %= len(self)
-        end = int(self.ends[i])
-        start = int(self.ends[i - 1]) + 1 if i > 0 else 0
-        return self.blob[start:end]
+        if self._values is None:
+            batch, _ = read_span(self.path, self.topic, self.start, self.end, 0)
+            self._values = list(batch.values)
+        return self._values[i]
 
 
 @dataclass(frozen=True, slots=True)
 class DecodedBatch:
-    """One batch as the main process applies it: the decoder's output, the raw records
-    with their origins (``raw``), and both files' bytes read after it (progress)."""
+    """One batch as this process applies it: the decoder's output, the raw records with
+    their origins (``raw``), and both files' bytes read after it (progress)."""
 
     kind: str
-    decoded: PredictionBatch | LabelBatch | None  # None: not decoded yet
+    decoded: PredictionBatch | LabelBatch
     rejects: list[tuple[int, str, str]]
     raw: RawBatch
     bytes_read: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Span:
+    """A planned span: its place in the plan, its file (by kind) and byte range, and both
+    files' bytes read after it."""
+
+    index: int
+    kind: str
+    start: int
+    end: int
+    bytes_read: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Decoded:
+    """A worker's answer for one span: the decoded columns (text columns coded), the
+    rejections, and the span's lines: how many (blank ones included) and the records'
+    line numbers within it (None: one record a line)."""
+
+    span: _Span
+    decoded: Any
+    coded: dict[str, tuple[list[Any], np.ndarray]]
+    rejects: list[tuple[int, str, str]]
+    lines: int
+    numbers: list[int] | None
+    records: int
 
 
 class FileFeed:
@@ -114,32 +136,37 @@ class FileFeed:
     order; once iterated, ``lines`` holds each kind's count of non-blank lines."""
 
     def __init__(
-        self, pipeline: IngestPipeline, files: dict[str, tuple[Path, str]], worker: bool
+        self, pipeline: IngestPipeline, files: dict[str, tuple[Path, str]], workers: int
     ) -> None:
-        """``files``: kind ("predictions", "labels") -> (path, topic)."""
+        """``files``: kind ("predictions", "labels") -> (path, topic); ``workers``: decoding
+        processes (0: decode here; gzip input is always decoded here)."""
         self.pipeline = pipeline
         self.files = files
-        self.worker = worker
+        self.workers = workers
         self.lines: dict[str, int] = {}
 
     def __iter__(self) -> Iterator[DecodedBatch]:
-        return self._from_worker() if self.worker else self._here()
+        readers = self._readers()
+        if self.workers and all(isinstance(r, SpanReader) for r in readers.values()):
+            for r in readers.values():
+                r.close()
+            return self._from_workers()
+        return self._here(readers)
 
-    def _here(self, decode: frozenset[str] = KINDS) -> Iterator[DecodedBatch]:
-        """Batches of both files, those of the kinds in ``decode`` decoded."""
+    def _readers(self) -> dict[str, JsonlReader | SpanReader]:
         (pp, pt), (lp, lt) = self.files["predictions"], self.files["labels"]
-        preds = JsonlReader(pp, pt, BATCH_SIZE)
+        preds = open_reader(pp, pt, BATCH_SIZE)
         try:
-            labs = JsonlReader(lp, lt, BATCH_SIZE)
+            return {"predictions": preds, "labels": open_reader(lp, lt, BATCH_SIZE)}
         except BaseException:
             preds.close()
             raise
+
+    def _here(self, readers: dict[str, JsonlReader | SpanReader]) -> Iterator[DecodedBatch]:
+        preds, labs = readers["predictions"], readers["labels"]
         try:
             for kind, batch in interleave(preds, labs):
                 read = preds.bytes_read + labs.bytes_read
-                if kind not in decode:
-                    yield DecodedBatch(kind, None, [], batch, read)
-                    continue
                 decoded, rejects = self.pipeline.decode(kind, batch.values)
                 yield DecodedBatch(kind, decoded, rejects, batch, read)
         finally:
@@ -147,67 +174,118 @@ class FileFeed:
             labs.close()
         self.lines = {"predictions": preds.lines, "labels": labs.lines}
 
-    def _from_worker(self) -> Iterator[DecodedBatch]:
-        ctx = multiprocessing.get_context("fork")
-        receive, send = ctx.Pipe(duplex=False)
-        _widen(send)
-        proc = ctx.Process(target=_work, args=(send, self), name="replay-decode", daemon=True)
-        proc.start()
-        send.close()  # only the worker holds the sending end: EOF here when it dies
-        # a thread takes the frames off the pipe (the GIL is released while it reads), so
-        # the worker may run _AHEAD batches ahead when the scheduler favours it
-        frames: queue.Queue[tuple[bytes, list[bytes]] | None] = queue.Queue(_AHEAD)
-        reader = threading.Thread(
-            target=_receive, args=(receive, frames), name="replay-decode-pipe", daemon=True
-        )
-        reader.start()
+    def plan(self) -> Iterator[_Span]:
+        """Both files' spans in ``interleave``'s order (reading only near boundaries)."""
+        (pp, pt), (lp, lt) = self.files["predictions"], self.files["labels"]
+        readers = {"predictions": SpanReader(pp, pt, BATCH_SIZE)}
+        readers["labels"] = SpanReader(lp, lt, BATCH_SIZE)
+        a, b = readers["predictions"], readers["labels"]
         try:
-            while True:
-                got = frames.get()
-                if got is None:
-                    proc.join()
-                    raise RuntimeError(
-                        f"replay's decoding process ended unexpectedly (exit {proc.exitcode})"
-                    )
-                msg = pickle.loads(memoryview(got[0])[4:], buffers=got[1])
-                if msg[0] == "batch":
-                    yield self._decoded(msg[1])
-                elif msg[0] == "end":
-                    self.lines = msg[1]
+            for index in count():
+                if a.done and b.done:
                     return
-                else:  # the worker's exception, raised here as the in-process path would
-                    err, text = msg[1], msg[2]
-                    raise err if err is not None else RuntimeError(text)
+                kind = (
+                    "predictions"
+                    if not a.done and (b.done or a.fraction <= b.fraction)
+                    else "labels"
+                )
+                start, end = readers[kind].next_span()
+                yield _Span(index, kind, start, end, a.bytes_read + b.bytes_read)
         finally:
-            if proc.is_alive():  # stopped early (an error on either side): no more work
-                proc.terminate()
-            proc.join()
-            while reader.is_alive():  # (the pipe is at EOF: it ends once not blocked)
-                with contextlib.suppress(queue.Empty):
-                    frames.get(timeout=0.1)
-            reader.join()
-            receive.close()
+            a.close()
+            b.close()
 
-    def _decoded(self, b: DecodedBatch) -> DecodedBatch:
-        """A batch from the worker, decoded here if the worker left it raw."""
-        if b.decoded is not None:
-            return b
-        values = b.raw.values.split()  # type: ignore[attr-defined]
-        decoded, rejects = self.pipeline.decode(b.kind, values)
-        return replace(b, decoded=decoded, rejects=rejects, raw=replace(b.raw, values=values))
+    def _from_workers(self) -> Iterator[DecodedBatch]:
+        ctx = multiprocessing.get_context("fork")
+        n = self.workers
+        procs, receivers, frames = [], [], []
+        try:
+            for k in range(n):
+                receive, send = ctx.Pipe(duplex=False)
+                _widen(send)
+                proc = ctx.Process(target=_work, args=(send, self, k, n),
+                                   name=f"replay-decode-{k}", daemon=True)  # fmt: skip
+                proc.start()
+                send.close()  # only the worker holds the sending end: EOF here when it dies
+                got: queue.Queue[tuple[bytes, list[bytes]] | None] = queue.Queue(_AHEAD)
+                reader = threading.Thread(target=_receive, args=(receive, got),
+                                          name=f"replay-decode-pipe-{k}", daemon=True)  # fmt: skip
+                reader.start()
+                procs.append(proc)
+                receivers.append((receive, reader))
+                frames.append(got)
+            yield from self._in_order(frames, procs)
+        finally:
+            for proc in procs:
+                if proc.is_alive():  # stopped early (an error on either side): no more work
+                    proc.terminate()
+                proc.join()
+            for (receive, reader), got in zip(receivers, frames, strict=True):
+                while reader.is_alive():  # (the pipe is at EOF: it ends once not blocked)
+                    with contextlib.suppress(queue.Empty):
+                        got.get(timeout=0.1)
+                reader.join()
+                receive.close()
+
+    def _in_order(self, frames: list[queue.Queue[Any]], procs: list[Any]) -> Iterator[DecodedBatch]:
+        """The workers' spans in plan order: span i comes from worker i mod n; the first
+        worker to say it has no span i ends the plan."""
+        base = {"predictions": 0, "labels": 0}  # line number of each file's next span
+        records = {"predictions": 0, "labels": 0}
+        for i in count():
+            k = i % len(frames)
+            got = frames[k].get()
+            if got is None:
+                procs[k].join()
+                raise RuntimeError(
+                    f"replay's decoding process ended unexpectedly (exit {procs[k].exitcode})"
+                )
+            msg = pickle.loads(memoryview(got[0])[4:], buffers=got[1])
+            if msg[0] == "error":  # the worker's exception, raised here as in process
+                err, text = msg[1], msg[2]
+                raise err if err is not None else RuntimeError(text)
+            if msg[0] == "end":
+                self.lines = records
+                return
+            d: _Decoded = msg[1]
+            kind = d.span.kind
+            path, topic = self.files[kind]
+            first = base[kind]
+            base[kind] += d.lines
+            records[kind] += d.records
+            numbers: list[int] | range = (
+                range(first, first + d.records) if d.numbers is None
+                else [first + x for x in d.numbers]
+            )  # fmt: skip
+            offsets = {offset_key(topic, 0): numbers[-1] + 1} if d.records else {}
+            values = SpanLines(Path(path), topic, d.span.start, d.span.end, d.records)
+            raw = RawBatch(values, LineOrigin(topic, numbers), offsets)
+            yield DecodedBatch(
+                kind, _uncoded(d.decoded, d.coded), d.rejects, raw, d.span.bytes_read
+            )
 
 
-def _work(conn: Any, feed: FileFeed) -> None:
-    """The worker's loop: decode the predictions (labels, a tenth of the time, are left
-    to the main process: the split that keeps both sides about equally busy), send every
-    batch with its raw records joined. Its loop makes no reference cycles (parsed rows,
-    columns, pickles), so the cyclic collector is off: its passes would also touch, and
-    copy, every object inherited from the parent."""
+def _work(conn: Any, feed: FileFeed, k: int, n: int) -> None:
+    """Worker k of n: decode spans k, k + n, ... of the plan and send them, then "end".
+    Its loop makes no reference cycles (parsed rows, columns, pickles), so the cyclic
+    collector is off: its passes would also touch, and copy, every object inherited from
+    the parent."""
     gc.disable()
     try:
-        for b in feed._here(decode=frozenset({"predictions"})):
-            _send(conn, ("batch", _joined(b)))
-        _send(conn, ("end", feed.lines))
+        for span in feed.plan():
+            if span.index % n != k:
+                continue
+            path, topic = feed.files[span.kind]
+            batch, lines = read_span(Path(path), topic, span.start, span.end, 0)
+            decoded, rejects = feed.pipeline.decode(span.kind, batch.values)
+            plain, coded = _coded(decoded)
+            numbers = batch.origin.numbers  # type: ignore[attr-defined]
+            d = _Decoded(
+                span, plain, coded, rejects, lines,
+                None if isinstance(numbers, range) else list(numbers), len(batch.values),
+            )  # fmt: skip
+            _send(conn, ("batch", d))
+        _send(conn, ("end", None))
     except BaseException as err:  # everything goes back to the main process
         try:
             _send(conn, ("error", err, traceback.format_exc()))
@@ -215,6 +293,51 @@ def _work(conn: Any, feed: FileFeed) -> None:
             _send(conn, ("error", None, traceback.format_exc()))
     finally:
         conn.close()
+
+
+_CODED = {PredictionBatch: ("version", "segments"), LabelBatch: ("label",)}
+
+
+def _coded(batch: Any) -> tuple[Any, dict[str, tuple[list[Any], np.ndarray]]]:
+    """The batch with its repetitive text columns (versions, segments, labels) taken out,
+    and those as (distinct values, a code per row): a few values and an int array pickle
+    in microseconds, a string or dictionary per row in tens of milliseconds a batch."""
+    coded: dict[str, tuple[list[Any], np.ndarray]] = {}
+    for name in _CODED[type(batch)]:
+        column = getattr(batch, name)
+        if not column:
+            continue
+        try:
+            keys = _keys(column) if name == "segments" else column
+            distinct = dict.fromkeys(keys)
+        except TypeError:  # an unhashable segment value (a list): sent as it is
+            continue
+        index = {key: i for i, key in enumerate(distinct)}
+        codes = np.fromiter(map(index.__getitem__, keys), np.int64, len(keys))
+        values = [_value(key) for key in distinct] if name == "segments" else list(distinct)
+        coded[name] = (values, codes)
+    return replace(batch, **{name: [] for name in coded}), coded
+
+
+def _uncoded(batch: Any, coded: dict[str, tuple[list[Any], np.ndarray]]) -> Any:
+    """``_coded``'s inverse (rows of equal segments share one dictionary: read only)."""
+    if not coded:
+        return batch
+    return replace(
+        batch, **{name: list(map(values.__getitem__, codes.tolist()))
+                  for name, (values, codes) in coded.items()}
+    )  # fmt: skip
+
+
+def _keys(segments: list[dict[str, Any] | None]) -> list[Any]:
+    """A hashable key per row's segments object (its items; None for none)."""
+    if None not in segments:
+        return list(map(tuple, map(dict.items, segments)))  # type: ignore[arg-type]
+    return [None if x is None else tuple(x.items()) for x in segments]
+
+
+def _value(key: Any) -> dict[str, Any] | None:
+    return None if key is None else dict(key)
 
 
 def _widen(conn: Any) -> None:
@@ -229,8 +352,8 @@ def _widen(conn: Any) -> None:
 
 
 def _send(conn: Any, msg: Any) -> None:
-    """Pickle protocol 5 with the big buffers (numpy columns, the raw records) sent as
-    their own frames, not copied into the pickle stream."""
+    """Pickle protocol 5 with the big buffers (numpy columns) sent as their own frames,
+    not copied into the pickle stream."""
     buffers: list[pickle.PickleBuffer] = []
     head = pickle.dumps(msg, protocol=5, buffer_callback=buffers.append)
     conn.send_bytes(len(buffers).to_bytes(4, "little") + head)
@@ -239,7 +362,7 @@ def _send(conn: Any, msg: Any) -> None:
 
 
 def _receive(conn: Any, frames: queue.Queue[tuple[bytes, list[bytes]] | None]) -> None:
-    """The main process's pipe reader: each message's frames, None at EOF."""
+    """A pipe reader of the main process: each message's frames, None at EOF."""
     try:
         while True:
             first = conn.recv_bytes()
@@ -247,9 +370,3 @@ def _receive(conn: Any, frames: queue.Queue[tuple[bytes, list[bytes]] | None]) -
             frames.put((first, [conn.recv_bytes() for _ in range(n)]))
     except (EOFError, OSError):
         frames.put(None)
-
-
-def _joined(b: DecodedBatch) -> DecodedBatch:
-    """The batch with its raw records joined (``Lines``: one buffer, not 20,000 objects
-    to pickle; only rejected ones are read back)."""
-    return replace(b, raw=replace(b.raw, values=Lines.of(b.raw.values)))  # type: ignore[arg-type]

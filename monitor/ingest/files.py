@@ -8,13 +8,14 @@ Python object besides the line's own bytes, which the decoder needs anyway. A gz
 from __future__ import annotations
 
 import gzip
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 from .pipeline import RawBatch, offset_key
 
-__all__ = ["JsonlReader", "LineOrigin", "interleave"]
+__all__ = ["JsonlReader", "LineOrigin", "SpanReader", "interleave", "open_reader", "read_span"]
 
 _CHUNK_BYTES = 256 * 1024  # (4 MiB reads were slower: fresh pages for every copy)
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -102,12 +103,8 @@ class JsonlReader:
         them may end in a carriage return)."""
         start = self._next_line
         self._next_line += len(lines)
-        if cr:
-            lines = [x[:-1] if x.endswith(b"\r") else x for x in lines]
-        # a blank line is empty or starts with a space, tab or CR: all sort below "!",
-        # so the smallest line (one C-level pass) clears the usual chunk
-        blank = bool(lines) and min(lines) < b"!"
-        if self._numbers is None and not blank:
+        lines, numbers = _records(lines, start, cr)
+        if self._numbers is None and numbers is None:
             if not self._lines:
                 self._first = start
             self._lines.extend(lines)
@@ -115,10 +112,8 @@ class JsonlReader:
         # rare: blank lines to skip, so each kept line's number is listed
         if self._numbers is None:
             self._numbers = list(range(self._first, self._first + len(self._lines)))
-        for n, x in enumerate(lines, start):
-            if x.strip(_BLANK):
-                self._lines.append(x)
-                self._numbers.append(n)
+        self._lines.extend(lines)
+        self._numbers.extend(range(start, start + len(lines)) if numbers is None else numbers)
 
     def next_batch(self) -> RawBatch:
         self._fill()
@@ -146,7 +141,116 @@ class JsonlReader:
             self._raw.close()
 
 
-def interleave(a: JsonlReader, b: JsonlReader) -> Iterator[tuple[str, RawBatch]]:
+def _records(lines: list[bytes], start: int, cr: bool) -> tuple[list[bytes], list[int] | None]:
+    """The records among ``lines`` (numbered from ``start``): CR stripped (``cr``: whether
+    any line may end in one), blank lines skipped; with the kept lines' numbers when
+    some were skipped (None: all kept)."""
+    if cr:
+        lines = [x[:-1] if x.endswith(b"\r") else x for x in lines]
+    # a blank line is empty or starts with a space, tab or CR: all sort below "!", so the
+    # smallest line (one C-level pass) clears the usual chunk
+    if not lines or min(lines) >= b"!":
+        return lines, None
+    kept, numbers = [], []
+    for n, x in enumerate(lines, start):
+        if x.strip(_BLANK):
+            kept.append(x)
+            numbers.append(n)
+    return kept, numbers
+
+
+class SpanReader:
+    """Batches of an uncompressed JSONL file as byte ranges of whole lines, each about
+    ``batch_size`` lines long: a span ends at the first newline after its share of bytes
+    (the file's first 256 KiB give the bytes per line). So where every batch starts is
+    known from a few small reads near its boundary, without reading what comes before:
+    several processes can each decode their own spans of one file (``file_feed``).
+
+    ``next_span`` only plans (it reads near the boundary); ``next_batch`` also reads and
+    splits the span into records, as :class:`JsonlReader` does; ``read_span`` reads one."""
+
+    def __init__(self, path: Path, topic: str, batch_size: int = 20_000) -> None:
+        self.path = Path(path)
+        self.topic = topic
+        self.size = self.path.stat().st_size
+        self._fd = os.open(self.path, os.O_RDONLY)
+        head = os.pread(self._fd, _CHUNK_BYTES, 0)
+        per_line = len(head) / max(head.count(b"\n"), 1)
+        self.span_bytes = max(4096, round(batch_size * per_line))
+        self._key = offset_key(topic, 0)
+        self._at = 0  # where the next span starts
+        self._line = 0  # line number of its first line
+        self.lines = 0  # non-blank lines handed out so far (``next_batch``)
+        self.done = self.size == 0
+
+    @property
+    def fraction(self) -> float:
+        return 1.0 if self.done or self.size == 0 else self._at / self.size
+
+    @property
+    def bytes_read(self) -> int:
+        return self._at
+
+    def next_span(self) -> tuple[int, int]:
+        """The next span's (start, end) byte offsets, planned without reading it."""
+        start, end = self._at, self.size
+        target = start + self.span_bytes
+        while target < self.size:  # the span ends after the first newline from target on
+            window = os.pread(self._fd, 65_536, target)
+            cut = window.find(b"\n")
+            if cut >= 0:
+                end = target + cut + 1
+                break
+            target += len(window)
+        self._at = end
+        self.done = end >= self.size
+        if self.done:
+            self.close()
+        return start, end
+
+    def next_batch(self) -> RawBatch:
+        start, end = self.next_span()
+        batch, lines = read_span(self.path, self.topic, start, end, self._line)
+        self._line += lines
+        self.lines += len(batch.values)
+        return batch
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def read_span(
+    path: Path, topic: str, start: int, end: int, first_line: int
+) -> tuple[RawBatch, int]:
+    """The records of a file's byte range of whole lines, numbered from ``first_line``,
+    and how many lines the range holds (blank ones included)."""
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        data = fh.read(end - start)
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()  # (after the last newline: nothing)
+    values, numbers = _records(lines, first_line, b"\r" in data)
+    if numbers is None:
+        numbers = range(first_line, first_line + len(values))  # type: ignore[assignment]
+    next_offsets = {offset_key(topic, 0): numbers[-1] + 1} if values else {}
+    return RawBatch(values, LineOrigin(topic, numbers), next_offsets), len(lines)
+
+
+def open_reader(path: Path, topic: str, batch_size: int) -> JsonlReader | SpanReader:
+    """A :class:`SpanReader` for a plain file, a :class:`JsonlReader` for a gzip one."""
+    with open(path, "rb") as fh:
+        compressed = fh.read(2) == _GZIP_MAGIC
+    return (
+        JsonlReader(path, topic, batch_size) if compressed else SpanReader(path, topic, batch_size)
+    )
+
+
+def interleave(
+    a: JsonlReader | SpanReader, b: JsonlReader | SpanReader
+) -> Iterator[tuple[str, RawBatch]]:
     """Batches from both files, advancing each by its share of bytes, so predictions and
     labels move forward together (as they would on two live topics)."""
     while not (a.done and b.done):

@@ -636,7 +636,7 @@ class PartitionedDaemon(Daemon):
         ingest = PartitionedIngest(pipeline, sink, self.clock.now_ms, self.lock)
         try:
             self._check_layout()
-            source = self._source = PartitionedSource(s.kafka, self)
+            source = self._source = _source(s.kafka, self)
         except LayoutError as err:
             raise StartupError(str(err)) from None
         last_ckpt = last_health = last_ops = last_retry = last_lag = time.monotonic()
@@ -740,6 +740,16 @@ class PartitionedDaemon(Daemon):
             "fenced": self.fenced,
         }
         return out
+
+
+def _source(k: KafkaSettings, daemon: PartitionedDaemon) -> PartitionedSource:
+    """The configured client's partitioned source (both split polls per (kind, partition)
+    and hand partitions over through the daemon)."""
+    if k.client == "confluent":
+        from .partitioned_confluent import PartitionedConfluentSource
+
+        return PartitionedConfluentSource(k, daemon)  # type: ignore[return-value]
+    return PartitionedSource(k, daemon)
 
 
 class _ScaleCollector:

@@ -20,9 +20,9 @@ Queries whose label holds no relevant item leave every metric undefined (sklearn
 NDCG 0, TREC drops them); they are counted apart (:meth:`RankingLayout.excluded`).
 
 Batches. The engine scores every query a batch of records joins in one call
-(:func:`batch_query_metrics`): the items of all queries are concatenated and each step is
-a sort, a cumulative sum or a ``bincount`` over them, so the cost is per item, not a
-Python loop per query.
+(:func:`batch_query_metrics`): queries of similar length form a padded matrix, a row per
+query, and each step is a row-wise sort, a cumulative sum or a segment sum over the whole
+matrix, so the cost is per item, not a Python loop per query.
 
 Window layout (float64, ``width = 4 + 10·len(ks)``; all entries are sums over queries):
 ``[n, n_without_relevant, Σrr, Σrr²]`` then per k ``Σndcg, Σndcg², Σap, Σap², Σp, Σp², Σr,
@@ -110,71 +110,106 @@ def batch_query_metrics(
 
     The queries' ranked items are concatenated: ``scores`` and ``grades`` hold
     ``lengths[q]`` entries per query, ``unranked_grades`` holds ``unranked_lengths[q]``
-    grades of labelled items query q's list did not contain. Every step is a sort, a
-    cumulative sum or a ``bincount`` over all items of the batch, none a loop over queries.
-    """
+    grades of labelled items query q's list did not contain. Queries of similar length
+    (a power of two apart at most) are scored together as a padded matrix, a row per
+    query: one row-wise sort, cumulative sums and segment sums over whole matrices, none
+    a loop over queries."""
     lengths = np.asarray(lengths, np.int64)
-    nq, n = lengths.size, int(lengths.sum())
+    unranked_lengths = np.asarray(unranked_lengths, np.int64)
+    nq = lengths.size
+    out = np.zeros((nq, _BASE + 10 * len(ks)))
     if nq == 0:
-        return np.zeros((0, _BASE + 10 * len(ks)))
-    qid = np.repeat(np.arange(nq), lengths)
-    q_start = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    # rank within each query by descending score; ties keep their order (a stable sort)
-    order = np.lexsort((-np.asarray(scores, np.float64), qid))
-    s = np.asarray(scores, np.float64)[order]
-    gains = np.asarray(grades, np.float64)[order]
-    relevant = (gains > 0).astype(np.float64)
-    pos = np.arange(n) - q_start[qid]
-    # tie groups: a new group where the query or the score changes
-    new = np.ones(n, bool)
-    new[1:] = (qid[1:] != qid[:-1]) | (s[1:] != s[:-1])
-    gid = np.cumsum(new) - 1
-    g_first = np.flatnonzero(new)
-    size_g = np.diff(np.append(g_first, n))
-    rel_g = np.bincount(gid, weights=relevant, minlength=g_first.size)
-    gain_g = np.bincount(gid, weights=gains, minlength=g_first.size) / np.maximum(size_g, 1)
-    g_pos = pos[g_first]  # each group's first position in its query
-    g_q = qid[g_first]
-    size, r, start = size_g[gid], rel_g[gid], g_pos[gid]
-    q = r / size  # E[rel_i] at each sorted position
-    extra_q = np.repeat(np.arange(nq), np.asarray(unranked_lengths, np.int64))
+        return out
+    scores = np.asarray(scores, np.float64)
+    grades = np.asarray(grades, np.float64)
     extra = np.asarray(unranked_grades, np.float64)
-    n_rel = np.bincount(qid, weights=relevant, minlength=nq) + np.bincount(
-        extra_q, weights=(extra > 0).astype(np.float64), minlength=nq
-    )
+    start = np.cumsum(lengths) - lengths
+    extra_start = np.cumsum(unranked_lengths) - unranked_lengths
+    # a class per power of two of the length: padding wastes under half of any row
+    width_class = np.ceil(np.log2(np.maximum(lengths, 1))).astype(np.int64)
+    for c in np.unique(width_class).tolist():
+        rows = np.flatnonzero(width_class == c)
+        out[rows] = _padded_metrics(
+            _pad(scores, start[rows], lengths[rows], -np.inf),
+            _pad(grades, start[rows], lengths[rows], 0.0),
+            lengths[rows],
+            _pad(extra, extra_start[rows], unranked_lengths[rows], 0.0),
+            ks,
+        )
+    return out
+
+
+def _pad(values: np.ndarray, start: np.ndarray, lengths: np.ndarray, fill: float) -> np.ndarray:
+    """A row per segment ``values[start[i]:start[i] + lengths[i]]``, padded with ``fill``
+    to the longest (at least one column)."""
+    width = max(int(lengths.max(initial=0)), 1)
+    n = lengths.size
+    first = int(start[0]) if n else 0
+    if (lengths == width).all() and (start == first + width * np.arange(n)).all():
+        return values[first : first + n * width].reshape(n, width).copy()  # lists alike
+    out = np.full((n, width), fill)
+    col = np.arange(width)
+    inside = col < lengths[:, None]
+    out[inside] = values[(start[:, None] + col)[inside]]
+    return out
+
+
+def _padded_metrics(
+    scores: np.ndarray, grades: np.ndarray, lengths: np.ndarray, extra: np.ndarray,
+    ks: Sequence[int],
+) -> np.ndarray:  # fmt: skip
+    """``batch_query_metrics`` of queries given as padded rows (``scores`` padded with
+    −inf, so padding sorts last; ``grades`` and the unranked grades ``extra`` with 0)."""
+    nq, width = scores.shape
+    # rank within each query by descending score; ties keep their order (a stable sort)
+    order = np.argsort(-scores, axis=1, kind="stable")
+    s = np.take_along_axis(scores, order, axis=1)
+    gains = np.take_along_axis(grades, order, axis=1)
+    col = np.arange(width)
+    valid = col < lengths[:, None]
+    relevant = (gains > 0).astype(np.float64)
+    # tie groups: a new group where the score changes (the padding is a group of its own)
+    new = np.ones((nq, width), bool)
+    new[:, 1:] = s[:, 1:] != s[:, :-1]
+    group = np.cumsum(new, axis=1) - 1 + (width * np.arange(nq))[:, None]  # flat group id
+    flat = group.ravel()
+    size = np.bincount(flat, minlength=nq * width)[group].astype(np.float64)
+    r = np.bincount(flat, weights=relevant.ravel(), minlength=nq * width)[group]
+    gain_g = np.bincount(flat, weights=gains.ravel(), minlength=nq * width)[group] / size
+    first = np.maximum.accumulate(np.where(new, col, 0), axis=1)  # each group's first slot
+    q = r / size  # E[rel_i] at each sorted position
+    n_rel = relevant.sum(axis=1) + (extra > 0).sum(axis=1)
     scored = n_rel > 0
     n_rel_safe = np.where(scored, n_rel, 1.0)
     # the ideal order: every judged grade of the query, descending
-    all_q = np.concatenate([qid, extra_q])
-    all_gain = np.concatenate([gains, extra])
-    ideal_order = np.lexsort((-all_gain, all_q))
-    ideal_gain, ideal_q = all_gain[ideal_order], all_q[ideal_order]
-    ideal_start = np.concatenate([[0], np.cumsum(np.bincount(all_q, minlength=nq))[:-1]])
-    ideal_pos = np.arange(ideal_q.size) - ideal_start[ideal_q]
-    discount = 1.0 / np.log2(pos + 2.0)
-    ideal_discount = 1.0 / np.log2(ideal_pos + 2.0)
+    ideal = -np.sort(-np.concatenate([gains, extra], axis=1), axis=1)
+    discount = 1.0 / np.log2(np.arange(ideal.shape[1]) + 2.0)
     # Σ_{j<=i} E[rel_i rel_j]: q_i·q_j for j in earlier groups (independent), the
     # without-replacement r(r − 1)/(g(g − 1)) for earlier slots of i's group, q_i for j = i
     with np.errstate(divide="ignore", invalid="ignore"):
         within = np.where(size > 1, r * (r - 1) / (size * (size - 1)), 0.0)
-    cum_q = np.concatenate([[0.0], np.cumsum(q)])
-    before = cum_q[g_first[gid]] - cum_q[q_start[qid]]  # Σ q_j over the query's earlier groups
-    ap_terms = (q * before + (pos - start) * within + q) / (pos + 1.0)
+    cum_q = np.zeros((nq, width + 1))
+    np.cumsum(q, axis=1, out=cum_q[:, 1:])
+    before = np.take_along_axis(cum_q, first, axis=1)  # Σ q_j over the earlier groups
+    ap_terms = (q * before + (col - first) * within + q) / (col + 1.0)
+    # the groups themselves, query by query in rank order (the tie-aware RR and hit rate)
+    g_q, g_pos = np.nonzero(new & valid)
+    size_g, rel_g = size[g_q, g_pos], r[g_q, g_pos]
 
     out = np.zeros((nq, _BASE + 10 * len(ks)))
     out[:, 0] = 1.0
     out[:, 1] = ~scored
     rr = _expected_reciprocal_rank(nq, g_q, size_g, rel_g, g_pos)
     out[:, 2], out[:, 3] = rr, rr * rr
+    dcg_terms = gain_g * discount[:width]
     for j, k in enumerate(ks):
         top = np.minimum(k, lengths)
-        inside = pos < k
-        idcg = np.bincount(ideal_q, weights=ideal_gain * ideal_discount * (ideal_pos < k),
-                           minlength=nq)  # fmt: skip
-        dcg = np.bincount(qid, weights=gain_g[gid] * discount * inside, minlength=nq)
+        cut = min(k, width)
+        idcg = ideal[:, :k] @ discount[: min(k, ideal.shape[1])]
+        dcg = dcg_terms[:, :cut].sum(axis=1)
         ndcg = np.where(idcg > 0, dcg / np.where(idcg > 0, idcg, 1.0), 0.0)
-        ap = np.bincount(qid, weights=ap_terms * inside, minlength=nq) / np.minimum(n_rel_safe, k)
-        hits = np.bincount(qid, weights=q * inside, minlength=nq)
+        ap = ap_terms[:, :cut].sum(axis=1) / np.minimum(n_rel_safe, k)
+        hits = q[:, :cut].sum(axis=1)
         precision, recall = hits / k, hits / n_rel_safe
         hit = _expected_hit(nq, g_q, size_g, rel_g, g_pos, top)
         b = _BASE + 10 * j
@@ -224,13 +259,14 @@ def _expected_hit(
     from scipy.special import comb
 
     t = top[g_q]
-    whole = (start + size <= t) & (rel > 0)
+    end = start + size
+    whole = (end <= t) & (rel > 0)
     certain = np.bincount(g_q, weights=whole.astype(np.float64), minlength=nq) > 0
-    cut = (start < t) & (start + size > t)
-    m = np.where(cut, t - start, 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        p = np.where(cut, 1.0 - comb(size - rel, m) / comb(size, m), 0.0)
-    return np.where(certain, 1.0, np.bincount(g_q, weights=p, minlength=nq))
+    cut = np.flatnonzero((start < t) & (end > t) & (rel > 0))  # at most one group a query
+    g, r, m = size[cut], rel[cut], (t - start)[cut]
+    p = np.zeros(nq)
+    p[g_q[cut]] = 1.0 - comb(g - r, m) / comb(g, m)
+    return np.where(certain, 1.0, p)
 
 
 @dataclass(frozen=True, slots=True)

@@ -714,26 +714,46 @@ class ScoreLayout:
     def add_rows(
         self, matrix: np.ndarray, rows: np.ndarray | int, y_true: np.ndarray, score: np.ndarray
     ) -> None:
-        """Add (0/1 label, probability-of-positive score) pairs into ``matrix[rows[i]]``."""
+        """Add (0/1 label, probability-of-positive score) pairs into ``matrix[rows[i]]``.
+
+        The pairs' cells and weights go into one weighted ``bincount`` over the span of
+        rows they touch (a batch's rows are a few recent buckets), added to the matrix
+        once — several times faster than an ``np.add.at`` per part; rows far apart take
+        ``np.add.at``."""
         y = np.asarray(y_true, dtype=np.float64)
         p = np.clip(np.asarray(score, dtype=np.float64), 0.0, 1.0)
         m = y.size
+        if m == 0:
+            return
         r = _as_index(rows, m)
         b = self.bins
         fine = self.bin_of(p)
-        np.add.at(matrix, (r, fine + b * (y > 0.5)), 1.0)
-        np.add.at(matrix, (r, 2 * b + fine), p)
         mc = self.calibration_bins
         coarse = np.searchsorted(np.linspace(0.0, 1.0, mc + 1)[1:-1], p, side="left")
         cal = self._cal
-        np.add.at(matrix, (r, cal + coarse), 1.0)
-        np.add.at(matrix, (r, cal + mc + coarse), p)
-        np.add.at(matrix, (r, cal + 2 * mc + coarse), y)
         pc = np.clip(p, self.eps, 1.0 - self.eps)
         ll = -(y * np.log(pc) + (1.0 - y) * np.log1p(-pc))
         br = (p - y) ** 2
-        dense = np.column_stack([np.ones(m), ll, ll * ll, br, br * br])
-        np.add.at(matrix, (r[:, None], self._sums + np.arange(5)[None, :]), dense)
+        ones = np.ones(m)
+        cols = (
+            fine + b * (y > 0.5),
+            2 * b + fine,
+            cal + coarse,
+            cal + mc + coarse,
+            cal + 2 * mc + coarse,
+            *(np.full(m, self._sums + j) for j in range(5)),
+        )
+        weights = (ones, p, ones, p, y, ones, ll, ll * ll, br, br * br)  # fmt: skip
+        lo, hi = int(r.min()), int(r.max()) + 1
+        width = matrix.shape[1]
+        if (hi - lo) * width > 4 * m * len(cols) + 65_536:  # rows far apart: sparse adds
+            for c, w in zip(cols, weights, strict=True):
+                np.add.at(matrix, (r, c), w)
+            return
+        at = (r - lo) * width
+        flat = np.concatenate([at + c for c in cols])
+        sums = np.bincount(flat, np.concatenate(weights), (hi - lo) * width)
+        matrix[lo:hi] += sums.reshape(hi - lo, width)
 
     def add(self, vec: np.ndarray, y_true: np.ndarray, score: np.ndarray) -> None:
         self.add_rows(vec[np.newaxis, :], 0, y_true, score)

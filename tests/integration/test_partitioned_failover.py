@@ -78,16 +78,19 @@ def stream(n: int, seed: int, now: int) -> tuple[list[tuple[str, bytes, bytes]],
 
 
 def config(broker: LocalBroker, tmp: Path, name: str, am: AlertmanagerServer | None,
-           group: str = "model-monitor", mode: str = "partitioned") -> Path:  # fmt: skip
+           group: str = "model-monitor", mode: str = "partitioned",
+           client: str = "kafka-python") -> Path:  # fmt: skip
+    # JoinGroup waits up to the rebalance timeout (max_poll_interval_ms, 10 s here): a
+    # request timeout above it, not kafka-python's 5 minutes (see the scale-down)
+    extra = {"request_timeout_ms": 20_000} if client == "kafka-python" else {}
     cfg = base_config(
         broker.bootstrap,
         tmp / f"state-{name}",
         windows=[{"size": WINDOW}],
         state={"checkpoint_interval": INTERVAL, "single_instance": mode == "single"},
-        # JoinGroup waits up to the rebalance timeout (max_poll_interval_ms, 10 s here):
-        # a request timeout above it, not the client's 5 minutes (see the scale-down)
-        kafka={"group_id": group, "extra_consumer_config": {"request_timeout_ms": 20_000}},
+        kafka={"group_id": group, "extra_consumer_config": extra},
         model={"slices": [{"dimensions": ["country"]}]},
+        client=client,
     )
     if mode == "partitioned":
         cfg["scale"] = {"mode": mode, "stats_interval": INTERVAL}

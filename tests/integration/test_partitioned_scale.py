@@ -1,7 +1,8 @@
-"""``scale.mode = "partitioned"`` on a real tansu broker: instances of one group hand
-partitions over through the state topic, merge every partition's statistics through the
-stats topic, and serve the same global view as one instance would — counts exactly,
-metrics to 1e-9 against scikit-learn — across a scale-out and a SIGKILL."""
+"""``scale.mode = "partitioned"`` on a real tansu broker, with each Kafka client: instances
+of one group hand partitions over through the state topic, merge every partition's
+statistics through the stats topic, and serve the same global view as one instance would
+— counts exactly, metrics to 1e-9 against scikit-learn — across a scale-out and a SIGKILL
+(kafka-python with the co-partition assignor, librdkafka with its range assignor)."""
 
 from __future__ import annotations
 
@@ -48,12 +49,13 @@ def _stream(now: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[
     return preds, labels, messages  # type: ignore[return-value]
 
 
-def _daemon(broker: LocalBroker, tmp_path: Path, name: str) -> DaemonProcess:
+def _daemon(broker: LocalBroker, tmp_path: Path, name: str, client: str) -> DaemonProcess:
     cfg = base_config(
         broker.bootstrap,
         tmp_path / f"state-{name}",  # own directory each: no shared disk
         windows=[{"size": WINDOW}],
         state={"checkpoint_interval": "1s", "single_instance": False},
+        client=client,
     )
     cfg["scale"] = {"mode": "partitioned", "stats_interval": "1s"}
     toml = write_config(tmp_path / f"{name}.toml", cfg)
@@ -91,13 +93,16 @@ def _same_results(a: dict[str, Any], b: dict[str, Any]) -> None:
 
 
 def test_two_instances_hand_over_partitions_and_agree_with_one(
-    broker: LocalBroker, tmp_path: Path
+    broker: LocalBroker, tmp_path: Path, kafka_client: str
 ) -> None:
     now = int(time.time() * 1000)
     preds, labels, messages = _stream(now)
     oracle = sklearn_oracle(preds, labels)
     broker.create_topics(["predictions", "labels"], partitions=4)
-    a, b = _daemon(broker, tmp_path, "a"), _daemon(broker, tmp_path, "b")
+    a, b = (
+        _daemon(broker, tmp_path, "a", kafka_client),
+        _daemon(broker, tmp_path, "b", kafka_client),
+    )
     producer = StreamProducer(broker.bootstrap, messages, 12.0)
     want = (len(preds), len(labels))
     try:

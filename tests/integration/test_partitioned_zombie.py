@@ -3,7 +3,7 @@ timeout, the other instance takes over its partitions and the export, more recor
 arrive, then the zombie resumes (SIGCONT). It must never export again while the other
 holds the lease, must drop the partitions it lost without storing them, and the end
 state must still count every record once and equal one instance's reading of the same
-topics (counts exactly, metrics 1e-9)."""
+topics (counts exactly, metrics 1e-9). With each Kafka client."""
 
 from __future__ import annotations
 
@@ -40,15 +40,15 @@ def exporting(d: DaemonProcess) -> bool:
 
 
 def test_paused_exporter_is_fenced_and_the_end_state_is_exact(
-    broker: LocalBroker, tmp_path: Path
+    broker: LocalBroker, tmp_path: Path, kafka_client: str
 ) -> None:
     now = int(time.time() * 1000)
     messages, n_preds, n_labeled = stream(N_PREDICTIONS, seed=17, now=now)
     n_pred_records = sum(1 for kind, _, _ in messages if kind == "predictions")
     half = len(messages) // 2
     broker.create_topics(["predictions", "labels"], partitions=PARTITIONS)
-    daemons = {n: DaemonProcess(config(broker, tmp_path, n, None), tmp_path / f"{n}.log")
-               for n in ("a", "b")}  # fmt: skip
+    daemons = {n: DaemonProcess(config(broker, tmp_path, n, None, client=kafka_client),
+                                tmp_path / f"{n}.log") for n in ("a", "b")}  # fmt: skip
     ref: DaemonProcess | None = None
 
     def logs() -> str:

@@ -56,3 +56,44 @@ def test_check_config_imports_neither_scipy_nor_pandas(tmp_path: Path) -> None:
     lines = [line.split() for line in out.splitlines() if line.startswith("  ")]
     assert [w[0] for w in lines[:2]] == ["fraud", "eta"], out
     assert "worst case" in out and "max_series is not set" in out, out
+
+
+def test_replay_with_drift_does_not_import_scipy_stats(tmp_path: Path) -> None:
+    """A replay's start-up and evaluation — intervals, KS p-values against a reference
+    profile (above 10,000 effective events: the Kolmogorov limit), the multiple-testing
+    correction — run on scipy.special: scipy.stats (about a second of start-up) stays
+    unloaded unless a test needs one of its distributions."""
+    import numpy as np
+    import orjson
+
+    from monitor.drift.reference import ReferenceProfile
+
+    rng = np.random.default_rng(3)
+    ref = ReferenceProfile.from_columns(numeric={"x": rng.normal(0, 1, 100_000)})
+    (tmp_path / "ref.json").write_bytes(
+        orjson.dumps(ref.to_json(), option=orjson.OPT_SERIALIZE_NUMPY)
+    )
+    t0 = 1_700_000_000_000
+    preds = [
+        {"id": f"p{i}", "ts": t0 + i, "model": "fraud", "version": "v1", "score": i / 40_000,
+         "features": {"x": float(x)}, "segments": {"country": ("US", "DE")[i % 2]}}
+        for i, x in enumerate(rng.normal(0.1, 1, 40_000))
+    ]  # fmt: skip
+    labels = [{"id": f"p{i}", "ts": t0 + i + 5, "label": i % 3 == 0} for i in range(40_000)]
+    (tmp_path / "p.jsonl").write_bytes(b"\n".join(map(orjson.dumps, preds)))
+    (tmp_path / "l.jsonl").write_bytes(b"\n".join(map(orjson.dumps, labels)))
+    cfg = tmp_path / "monitor.toml"
+    cfg.write_text(
+        f'[state]\ndir = "{tmp_path}"\n[[models]]\nname = "fraud"\n'
+        'windows = [{size = "1h"}]\nslices = [{dimensions = ["country"]}]\n'
+        f'drift = {{reference = "{tmp_path / "ref.json"}"}}\n'
+    )
+    report_path = tmp_path / "report.json"
+    files = ("--predictions", str(tmp_path / "p.jsonl"), "--labels", str(tmp_path / "l.jsonl"))
+    _, report = _run("replay", "-c", str(cfg), *files, "--report", str(report_path))
+    assert report["code"] == 0, report
+    drift = orjson.loads(report_path.read_bytes())["drift"]
+    (feature,) = [f for d in drift if d["window"] == "all" for f in d["features"]]
+    assert feature["detected"] and feature["p_value"] < 1e-6  # a 0.1 SD shift, 40,000 events
+    assert "scipy" in report["loaded"] and "pandas" in report["loaded"]
+    assert "scipy.stats" not in report["loaded"] and "sklearn" not in report["loaded"], report

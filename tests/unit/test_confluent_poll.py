@@ -1,4 +1,4 @@
-"""The confluent source's per-poll bookkeeping: each partition's first and last offset of
+"""The confluent source's per-poll bookkeeping: each partition's first and last message of
 a poll, found in C-level passes (keyed by topic alone when one partition number is all
 there is), equal what a loop over the messages gives."""
 
@@ -17,32 +17,31 @@ except ImportError:  # (the whole module needs the client)
 
 from monitor.config import KafkaSettings
 from monitor.ingest import confluent
-from monitor.ingest.confluent import ConfluentSource, _by_partition
+from monitor.ingest.confluent import ConfluentSource, _partition_ends
 
 MESSAGES = st.lists(
     st.tuples(st.sampled_from(["predictions", "labels"]), st.integers(0, 2)), min_size=1
 )
 
 
-def _reference(pairs: list[tuple[str, int]], offs: list[int]) -> dict[tuple[str, int], int]:
-    out: dict[tuple[str, int], int] = {}
-    for pair, o in zip(pairs, offs, strict=True):
-        out[pair] = o
+def _reference(msgs: list[tuple[str, int]]) -> dict[tuple[bool, int], tuple[int, int]]:
+    """(of the first message's topic, partition) -> (first index, last index), by a loop."""
+    out: dict[tuple[bool, int], tuple[int, int]] = {}
+    for i, (topic, part) in enumerate(msgs):
+        key = (topic == msgs[0][0], part)
+        out[key] = (out[key][0] if key in out else i, i)
     return out
 
 
 @settings(max_examples=200, deadline=None)
 @given(msgs=MESSAGES, one_partition=st.booleans())
-def test_last_offset_per_partition_as_a_loop_gives_it(
+def test_each_partitions_first_and_last_message_as_a_loop_finds_them(
     msgs: list[tuple[str, int]], one_partition: bool
 ) -> None:
     if one_partition:
         msgs = [(t, msgs[0][1]) for t, _ in msgs]
-    offs = list(range(100, 100 + len(msgs)))
-    topics, parts = [t for t, _ in msgs], [p for _, p in msgs]
-    assert _by_partition(topics, parts, offs) == _reference(msgs, offs)
-    first = _by_partition(topics[::-1], parts[::-1], offs[::-1])
-    assert first == _reference(msgs[::-1], offs[::-1])
+    sel = [t == msgs[0][0] for t, _ in msgs]
+    assert _partition_ends(sel, [p for _, p in msgs]) == _reference(msgs)
 
 
 class _Queued:

@@ -38,6 +38,7 @@ FEATURED = ModelSpec(
     wants_features=True, slices=(("country",),),
 )  # fmt: skip
 MULTI = ModelSpec("kind", task="multiclass", classes=("a", "b", "c"))
+SEARCH = ModelSpec("search", task="ranking", classes=(), max_items=4, slices=(("region",),))
 REGRESSION = ModelSpec("price", task="regression", classes=())
 DECODERS = [
     PredictionDecoder([BINARY], LIMITS),
@@ -46,11 +47,18 @@ DECODERS = [
     # numeric drift features only: the typed parse fills the float block, no dictionaries
     PredictionDecoder([FEATURED], LIMITS, numeric_features=["y", "x"], feature_objects=False),
     PredictionDecoder([FEATURED], LIMITS, numeric_features=["x"]),
+    # ranking: the typed parse (ranking models only), the orjson columns (mixed tasks)
+    PredictionDecoder([SEARCH], LIMITS),
+    PredictionDecoder([SEARCH, FEATURED], LIMITS),
 ]
 CLASSES = {"legit", "fraud", "0", "1", "a", "b", "c"}
 LABELS = [
     LabelDecoder(LIMITS, known_label=lambda t, v: None if t in CLASSES else "unknown_class"),
     LabelDecoder(LIMITS, known_label=lambda t, v: None if v == v or t in CLASSES else "wrong_type"),
+    # ranking labels too: the grades' typed parse
+    LabelDecoder(
+        LIMITS, known_label=lambda t, v: None if t in CLASSES else "unknown_class", max_items=4
+    ),
 ]
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -93,6 +101,45 @@ def traffic_prediction(draw: st.DrawFn) -> bytes:
     return json.dumps(rec).encode()  # (orjson stops at 64-bit integers)
 
 
+edge_entry = st.sampled_from(
+    ["a", "", 3, True, None, 1.5, {"item": "a"}, {"score": 1.0}, {"item": 4, "score": 0.5},
+     {"item": "", "score": 0.5}, {"item": "b", "score": True}, {"item": "b", "score": "1"},
+     {"item": "c", "score": 10**30}, {"item": "d", "score": 2**70}, [1]]
+)  # fmt: skip
+
+
+@st.composite
+def traffic_ranking(draw: st.DrawFn) -> bytes:
+    """A ranking prediction: a scored or an already ranked list (some ties, some of
+    length over max_items 4), now and then an edge entry or no list at all."""
+    names = st.sampled_from(["a", "b", "c", "d", "e"])
+    if draw(st.booleans()):
+        entry: st.SearchStrategy[Any] = st.fixed_dictionaries(
+            {"item": names, "score": st.one_of(st.sampled_from([0.5, 1, 2.0]), st.floats(-9, 9))}
+        )
+    else:
+        entry = names
+    items: Any = draw(st.lists(_entry(entry), max_size=6))
+    if draw(st.integers(0, 9)) == 0:
+        items = draw(st.sampled_from([None, "a", {"a": 1}, 3]))
+    rec: dict[str, Any] = {
+        "id": _field(draw, st.text(min_size=1, max_size=6), edge_id),
+        "ts": _field(draw, st.integers(0, NOW), edge_ts),
+        "model": _field(draw, st.just("search"), edge_model),
+        "version": _field(draw, st.sampled_from(["v1", "v2"]), edge_version),
+        "items": items,
+    }
+    if draw(st.booleans()):
+        rec["segments"] = _field(draw, st.just({"region": "EU"}), st.just([1]))
+    if draw(st.integers(0, 7)) == 0:
+        del rec[draw(st.sampled_from(list(rec)))]
+    return json.dumps(rec).encode()
+
+
+def _entry(usual: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.one_of(usual, usual, usual, usual, usual, usual, usual, edge_entry)
+
+
 @st.composite
 def traffic_label(draw: st.DrawFn) -> bytes:
     rec: dict[str, Any] = {
@@ -109,9 +156,39 @@ def traffic_label(draw: st.DrawFn) -> bytes:
     return json.dumps(rec).encode()
 
 
+edge_grade = st.sampled_from([0, 3, 2.5, -1, -0.0, True, None, "1", 10**30, 2**70, 10**400, [1]])
+
+
+@st.composite
+def traffic_relevance(draw: st.DrawFn) -> bytes:
+    """A ranking label: grades of up to five items (max_items 4), now and then an edge
+    grade, an empty item id, clicks, a label beside them, or a field missing."""
+    grades = draw(
+        st.dictionaries(
+            st.sampled_from(["a", "b", "c", "d", "e", ""]),
+            st.one_of(st.integers(0, 3), st.floats(0, 3), st.integers(0, 3), edge_grade),
+            max_size=5,
+        )
+    )
+    rec: dict[str, Any] = {
+        "id": _field(draw, st.text(min_size=1, max_size=6), edge_id),
+        "ts": _field(draw, st.integers(0, NOW), edge_ts),
+        "relevance": _field(draw, st.just(grades), st.sampled_from([[1], None, "a", 3])),
+    }
+    if draw(st.integers(0, 7)) == 0:
+        rec[draw(st.sampled_from(["clicked", "label"]))] = draw(st.sampled_from([["a"], "a", 1]))
+    if draw(st.integers(0, 7)) == 0:
+        del rec[draw(st.sampled_from(list(rec)))]
+    return json.dumps(rec).encode()
+
+
 def _same(a: Any, b: Any) -> None:
     for name in a.__slots__:
         x, y = getattr(a, name), getattr(b, name)
+        if name == "ranked" and x is not None and y is not None:  # (lists holding arrays)
+            assert [r and r.items for r in x] == [r and r.items for r in y]
+            assert [r and r.scores.tolist() for r in x] == [r and r.scores.tolist() for r in y]
+            continue
         if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
             assert x is not None and y is not None, name
             assert x.dtype == y.dtype and x.shape == y.shape, name
@@ -128,6 +205,8 @@ def _same(a: Any, b: Any) -> None:
             traffic_prediction(),
             traffic_prediction(),
             traffic_prediction(),
+            traffic_ranking(),
+            traffic_ranking(),
             arbitrary("predictions"),
             bad_prediction().map(lambda x: x[1]),
         ),
@@ -142,6 +221,45 @@ def test_prediction_columns_equal_rows(which: int, raws: list[bytes | None]) -> 
     assert isinstance(got, PredictionBatch)
     assert got_rejects == want_rejects
     _same(got, want)
+
+
+@FUZZ
+@given(
+    st.sampled_from([DECODERS[-2], DECODERS[-1]]),
+    st.lists(
+        st.one_of(traffic_ranking(), traffic_ranking(), traffic_ranking(), traffic_prediction()),
+        max_size=40,
+    ),
+)
+def test_ranking_columns_equal_rows(dec: PredictionDecoder, raws: list[bytes | None]) -> None:
+    """Ranked lists read a batch at a time (the typed parse, or orjson's objects) are the
+    lists the per-record path reads, and rejected with the same reasons."""
+    got, got_rejects = dec.decode(raws, NOW)
+    want, want_rejects = dec._decode_rows(raws, range(len(raws)), NOW)
+    assert got_rejects == want_rejects
+    _same(got, dec._finish(want))
+
+
+def test_a_clean_ranking_batch_takes_no_per_record_path() -> None:
+    raws = [
+        orjson.dumps({"id": f"q{i}", "ts": NOW - i, "model": "search", "version": "v1",
+                      "items": [{"item": "a", "score": 0.5}, {"item": "b", "score": i}]
+                      if i % 2 else ["b", "a", "c"]})
+        for i in range(50)
+    ]  # fmt: skip
+    for dec in (PredictionDecoder([SEARCH], LIMITS), PredictionDecoder([SEARCH, BINARY], LIMITS)):
+        calls: list[int] = []
+
+        def counting(raw: bytes | None, now_ms: int, *parsed: Any, one: Any = dec._one) -> Any:
+            calls.append(1)  # noqa: B023 - called within this iteration only
+            return one(raw, now_ms, *parsed)
+
+        dec._one = counting  # type: ignore[method-assign]
+        batch, rejects = dec.decode(raws, NOW)
+        assert len(batch) == 50 and not rejects and not calls
+        assert batch.ranked is not None and batch.ranked[3].items == ("a", "b")
+        assert batch.ranked[3].scores.tolist() == [0.5, 3.0]
+        assert batch.ranked[2].scores.tolist() == [3.0, 2.0, 1.0]
 
 
 @FUZZ
@@ -176,6 +294,8 @@ def test_a_batch_decoded_in_pieces_equals_it_whole(
             traffic_label(),
             traffic_label(),
             traffic_label(),
+            traffic_relevance(),
+            traffic_relevance(),
             arbitrary("labels"),
             bad_label().map(lambda x: x[1]),
         ),
@@ -191,6 +311,32 @@ def test_label_columns_equal_rows(which: int, raws: list[bytes | None]) -> None:
     _same(got, want)
 
 
+@FUZZ
+@given(st.lists(st.one_of(traffic_relevance(), traffic_relevance(), traffic_label()), max_size=40))
+def test_relevance_columns_equal_rows(raws: list[bytes | None]) -> None:
+    """Batches that start with a ranking label take the grades' typed parse first."""
+    dec = LABELS[-1]
+    raws = [b'{"id": "q", "ts": 5, "relevance": {"a": 1}}', *raws]
+    got, got_rejects = dec.decode(raws, NOW)
+    want, want_rejects = dec._decode_rows(raws, range(len(raws)), NOW)
+    assert got_rejects == want_rejects
+    _same(got, want)
+
+
+def test_a_clean_relevance_batch_takes_no_per_record_path() -> None:
+    raws = [
+        orjson.dumps({"id": f"q{i}", "ts": NOW - i, "relevance": {"a": 1, "b": i % 3}})
+        for i in range(50)
+    ]
+    dec = LabelDecoder(LIMITS, max_items=4)
+    dec._decode_rows = None  # type: ignore[assignment,method-assign]  # (must not be called)
+    batch, rejects = dec.decode(raws, NOW)
+    assert len(batch) == 50 and not rejects and set(batch.label) == {"relevance"}
+    assert batch.relevance is not None and batch.relevance[4] == {"a": 1.0, "b": 1.0}
+    want, _ = LabelDecoder(LIMITS, max_items=4)._decode_rows(raws, range(50), NOW)
+    assert batch.value.tolist() == want.value.tolist()
+
+
 def test_a_clean_batch_takes_the_column_path_whole() -> None:
     """No row of a clean batch goes through the per-record path."""
     raws = [
@@ -202,9 +348,9 @@ def test_a_clean_batch_takes_the_column_path_whole() -> None:
     calls: list[int] = []
     original = dec._one
 
-    def counting(raw: bytes | None, now_ms: int) -> Any:
+    def counting(raw: bytes | None, now_ms: int, *parsed: Any) -> Any:
         calls.append(1)
-        return original(raw, now_ms)
+        return original(raw, now_ms, *parsed)
 
     dec._one = counting  # type: ignore[method-assign]
     batch, rejects = dec.decode(raws, NOW)

@@ -17,13 +17,13 @@ def _buffer(max_pending: int = 100) -> JoinBuffer:
                       max_pending=max_pending, max_orphan_labels=100)  # fmt: skip
 
 
-def _insert(j: JoinBuffer, keys: list[int], ts: list[int]) -> np.ndarray:
+def _insert(j: JoinBuffer, keys: list[int], ts: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Insert new predictions of group 0; returns (keys, their rows)."""
     k = np.asarray(keys, np.uint64)
     n = len(keys)
     cols = {"ts": np.asarray(ts, np.int64), "group": np.zeros(n, np.int32),
             "score": np.full(n, 0.5), "decision": np.ones(n, np.int8)}  # fmt: skip
-    j.insert_predictions(k, cols)
-    return k
+    return k, j.insert_predictions(k, cols)
 
 
 def test_labels_join_waiting_predictions_and_wait_for_missing_ones() -> None:
@@ -45,8 +45,10 @@ def test_labels_join_waiting_predictions_and_wait_for_missing_ones() -> None:
     assert sorted(r[:2] for r in rejects) == [(2, "conflicting_label"), (3, "unknown_class")]
     assert dups == 0 and j.pending == 1 and len(j.orphans) == 1  # id 3 waits
     # a prediction for the waiting label joins on arrival
-    k = _insert(j, [3], [35])
-    joined, unknown = j.join_new(k, np.zeros(1, np.int32), _classify)
+    k = np.asarray([3], np.uint64)
+    held = j.unseen(k, np.zeros(1, np.int64), identity_of_group=np.asarray([0]))
+    k, rows = _insert(j, [3], [35])
+    joined, unknown = j.join_new(k, rows, held, _classify)
     assert joined is not None and joined.y_true.tolist() == [0] and unknown == 0
     assert len(j.orphans) == 0 and j.pending == 1
 
@@ -56,8 +58,10 @@ def test_duplicates_are_found_by_key_and_identity() -> None:
     _insert(j, [5], [1])
     keys = np.asarray([5, 5, 6, 6], np.uint64)
     identity = np.asarray([0, 1, 0, 0])
-    pos = j.unseen(keys, identity, identity_of_group=np.asarray([0]))
-    assert pos.tolist() == [1, 2]  # (5, 0) is held; (6, 0) twice: the first only
+    held = j.unseen(keys, identity, identity_of_group=np.asarray([0]))
+    assert held.positions.tolist() == [1, 2]  # (5, 0) is held; (6, 0) twice: the first only
+    # (5, 1) is new, and the row of (5, 0) is its sibling
+    assert held.index.tolist() == [0] and j.preds.keys[held.rows].tolist() == [5]
 
 
 def test_expiry_counts_only_waiting_predictions_and_caps_evict_the_oldest() -> None:

@@ -227,8 +227,7 @@ def test_partitioned_mode_refuses_what_it_cannot_merge() -> None:
 
     base: dict[str, Any] = {"models": [{"name": "fraud"}], "scale": {"mode": "partitioned"}}
     settings_from_mapping(base)  # kafka-python, wall clock: accepted
-    with pytest.raises(ConfigError, match="kafka-python"):
-        settings_from_mapping({**base, "kafka": {"client": "confluent"}})
+    settings_from_mapping({**base, "kafka": {"client": "confluent"}})  # librdkafka too
     with pytest.raises(ConfigError, match=r"evaluation\.clock"):
         settings_from_mapping({**base, "evaluation": {"clock": "event"}})
     assert settings_from_mapping({"models": [{"name": "fraud"}]}).scale.mode == "single"

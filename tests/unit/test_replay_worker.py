@@ -1,6 +1,7 @@
-"""Replay's decoding in a second process (monitor/ingest/file_feed.py): the same report
+"""Replay's decoding in worker processes (monitor/ingest/file_feed.py): the same report
 and the same dead letters, each rejection with its original bytes and line number, as
-decoding in process; the worker's failures surface as the in-process path's would."""
+decoding in process, whatever the number of workers; a worker's failure surfaces as the
+in-process path's would."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from hypothesis import strategies as st
 
 from monitor.config import settings_from_mapping
 from monitor.ingest import file_feed
-from monitor.ingest.file_feed import Lines, use_worker
+from monitor.ingest.file_feed import SpanLines, decode_workers
+from monitor.ingest.files import SpanReader, read_span
 from monitor.replay import replay
 from monitor.synthetic import binary_traffic
 
@@ -29,15 +31,38 @@ pytestmark = pytest.mark.skipif(
 
 
 @settings(max_examples=80, deadline=None)
-@given(values=st.lists(st.binary(max_size=30).map(lambda b: b.replace(b"\n", b"")), max_size=40))
-def test_lines_index_and_split_as_the_list(values: list[bytes]) -> None:
-    lines = Lines.of(values)
-    assert len(lines) == len(values)
-    assert [lines[i] for i in range(len(values))] == values
-    assert [lines[-i] for i in range(1, len(values) + 1)] == values[::-1]
-    assert lines.split() == values
-    with pytest.raises(IndexError):
-        lines[len(values)]
+@given(
+    lines=st.lists(
+        st.one_of(st.binary(max_size=30).map(lambda b: b.replace(b"\n", b"")), st.just(b" ")),
+        min_size=1,
+        max_size=40,
+    ),
+    size=st.integers(1, 9),
+)
+def test_spans_cover_the_file_and_read_back_lazily(
+    tmp_path_factory: pytest.TempPathFactory, lines: list[bytes], size: int
+) -> None:
+    """A file's spans, planned without reading them, cover it in whole lines; each reads
+    back (``SpanLines``, as the dead-letter sink asks) as the records the span holds."""
+    path = tmp_path_factory.mktemp("spans") / "f.jsonl"
+    data = b"\n".join(lines)
+    path.write_bytes(data)
+    lines = data.split(b"\n")[:-1] if data.endswith(b"\n") or not data else data.split(b"\n")
+    reader = SpanReader(path, "t", batch_size=size)
+    reader.span_bytes = size * 4  # (small spans: many boundaries)
+    ends, got, first = [0], [], 0
+    while not reader.done:
+        start, end = reader.next_span()
+        assert start == ends[-1] < end
+        ends.append(end)
+        batch, n = read_span(path, "t", start, end, first)
+        lazy = SpanLines(path, "t", start, end, len(batch.values))
+        assert [lazy[i] for i in range(len(lazy))] == list(batch.values)
+        got += [(v, batch.origin(i)[2]) for i, v in enumerate(batch.values)]
+        first += n
+    assert ends[-1] == path.stat().st_size and first == len(lines)
+    want = [(x.rstrip(b"\r"), i) for i, x in enumerate(lines) if x.strip(b" \t\r")]
+    assert got == [(v, i) for (v, i) in want]
 
 
 def _files(tmp_path: Path, gz: bool) -> tuple[Path, Path]:
@@ -88,11 +113,15 @@ def _run(tmp_path: Path, pf: Path, lf: Path, mode: str) -> tuple[dict[str, Any],
     return report, letters
 
 
-@pytest.mark.parametrize("gz", [False, True])
-def test_worker_gives_the_in_process_report_and_dead_letters(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gz: bool
+@pytest.mark.parametrize(("gz", "cpus"), [(False, 1), (False, 3), (True, 2)])
+def test_workers_give_the_in_process_report_and_dead_letters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gz: bool, cpus: int
 ) -> None:
+    """One worker, or three (more than the spans' two kinds), or gzip input (decoded in
+    process): the report and dead letters are those of decoding in process."""
     monkeypatch.setattr(file_feed, "BATCH_SIZE", 700)  # many batches, interleaved
+    monkeypatch.setattr(file_feed.os, "sched_getaffinity", lambda _pid: set(range(cpus)),
+                        raising=False)  # fmt: skip
     pf, lf = _files(tmp_path, gz)
     here, here_letters = _run(tmp_path, pf, lf, "off")
     there, there_letters = _run(tmp_path, pf, lf, "on")
@@ -125,13 +154,38 @@ def test_a_worker_failure_is_raised_as_in_process(tmp_path: Path) -> None:
     assert errors[0][0] is EOFError
 
 
-def test_auto_mode_needs_a_second_idle_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert use_worker("on") and not use_worker("off")
-    monkeypatch.setattr(file_feed.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+def test_a_worker_failure_on_plain_input_is_raised_as_in_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pf, lf = _files(tmp_path, gz=False)
+    monkeypatch.setattr(file_feed, "BATCH_SIZE", 700)
+    original = file_feed.IngestPipeline.decode
+    calls = [0]
+
+    def failing(self: Any, kind: str, values: Any) -> Any:
+        calls[0] += 1
+        if kind == "predictions" and b'"p00000800"' in b"".join(values):
+            raise ValueError("decoder broke on the batch of p00000800")
+        return original(self, kind, values)
+
+    monkeypatch.setattr(file_feed.IngestPipeline, "decode", failing)
+    s = settings_from_mapping(
+        {"state": {"dir": str(tmp_path / "s")}, "models": [{"name": "fraud"}]}
+    )
+    errors = []
+    for mode in ("off", "on"):
+        with pytest.raises(ValueError) as info:
+            replay(s, pf, lf, progress=None, decode_worker=mode)  # type: ignore[arg-type]
+        errors.append(str(info.value))
+    assert errors == ["decoder broke on the batch of p00000800"] * 2
+
+
+def test_workers_one_per_usable_cpu_auto_when_one_is_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(file_feed.os, "sched_getaffinity", lambda _pid: {0, 1, 2}, raising=False)
     monkeypatch.setattr(file_feed.os, "getloadavg", lambda: (0.4, 0.0, 0.0))
-    assert use_worker("auto")
-    monkeypatch.setattr(file_feed.os, "getloadavg", lambda: (3.0, 0.0, 0.0))
-    assert not use_worker("auto")
+    assert decode_workers("on") == decode_workers("auto") == 3 and decode_workers("off") == 0
+    monkeypatch.setattr(file_feed.os, "getloadavg", lambda: (2.5, 0.0, 0.0))
+    assert decode_workers("auto") == 0 and decode_workers("on") == 3
     monkeypatch.setattr(file_feed.os, "sched_getaffinity", lambda _pid: {0}, raising=False)
     monkeypatch.setattr(file_feed.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
-    assert not use_worker("auto")
+    assert decode_workers("auto") == 0 and decode_workers("on") == 1

@@ -190,3 +190,32 @@ def test_a_degrading_regression_slice_shows_in_its_interval(tmp_path: Path) -> N
     assert healthy.value == pytest.approx(5.0 * math.sqrt(2 / math.pi), rel=0.1)
     south = mae["region=south"]
     assert south.lower > healthy.upper  # the degraded slice's interval excludes healthy
+
+
+def test_a_batch_that_compacts_the_join_table_counts_the_labels_it_joins(tmp_path: Path) -> None:
+    # labels waiting first, then one batch of predictions big enough to compact the
+    # prediction table: the joined rows are read before the table moves them
+    settings = _settings()
+    preds, labels = _records(5000, seed=4)
+    big = build_engine(settings)
+    pipe = build_pipeline(settings, big, FileDeadLetter(tmp_path / "a.jsonl"))
+    _feed(pipe, "labels", labels)
+    _feed(pipe, "predictions", preds)
+    small = build_engine(settings)
+    pipe = build_pipeline(settings, small, FileDeadLetter(tmp_path / "b.jsonl"))
+    _feed(pipe, "labels", labels)
+    for at in range(0, len(preds), 1000):
+        _feed(pipe, "predictions", preds[at : at + 1000])
+    assert big.join_events["joined"] == small.join_events["joined"] == len(preds)
+    expected, got = _evaluate(small), _evaluate(big)
+    assert got.keys() == expected.keys()
+    for key, metrics in expected.items():
+        for name, value in metrics.items():
+            assert got[key][name] == pytest.approx(value, rel=1e-9, nan_ok=True), (key, name)
+    mae = np.mean(
+        [
+            abs(p["prediction"] - lab["label"])
+            for p, lab in zip(preds[1::2], labels[1::2], strict=True)
+        ]
+    )
+    assert got[("demand", "all")]["mae"] == pytest.approx(mae, rel=1e-9)
