@@ -228,16 +228,23 @@ class ConfluentSource:
 
     # -- KafkaSource ---------------------------------------------------------------------
     def poll(self, timeout_ms: int) -> dict[str, RawBatch]:
-        if self._described:
-            now = time.monotonic()
-            if self.watch.hold_back(now - self._described_tried, STALE_METADATA_S, now):
-                # the process was paused: which log the next messages are in is not known
-                # until the describer has run again (a second); nothing is consumed till then
-                self._stop_describing.wait(timeout_ms / 1000)
-                return {}
-            self._restart_recreated()
+        if self._held_back(timeout_ms):
+            return {}
         msgs = self._consumed(timeout_ms)
         return self._split(msgs) if msgs else {}
+
+    def _held_back(self, timeout_ms: int) -> bool:
+        """Before each poll: whether to consume nothing now — the process was paused, and
+        which log the next messages are in is not known until the describer has run
+        again (a second) — else partitions of a topic found recreated are restarted."""
+        if not self._described:
+            return False
+        now = time.monotonic()
+        if self.watch.hold_back(now - self._described_tried, STALE_METADATA_S, now):
+            self._stop_describing.wait(timeout_ms / 1000)
+            return True
+        self._restart_recreated()
+        return False
 
     def _consumed(self, timeout_ms: int) -> list[Message]:
         """One poll's messages (none: idle), errors dropped (logged)."""
