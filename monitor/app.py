@@ -28,7 +28,13 @@ from urllib.parse import parse_qs
 from prometheus_client import CollectorRegistry
 
 from .alert_wiring import build_dispatcher, slo_specs
-from .alerting.alerts import checkpoint_alert, comparison_alerts, drift_alerts, slo_alert
+from .alerting.alerts import (
+    checkpoint_alert,
+    comparison_alerts,
+    drift_alerts,
+    slo_alert,
+    version_alerts,
+)
 from .alerting.delivery import DeliveryStats
 from .alerting.slo import SloEvaluator, SloStatus
 from .alerting.timeline import Timeline
@@ -66,6 +72,7 @@ from .ingest.kafka import KafkaSource, make_producer, open_source
 from .ingest.layout import LayoutError, check_layout, metadata_config, partition_counts
 from .ingest.pipeline import load_offsets, offset_key
 from .insight import Insight, key_metrics
+from .redact import mask
 from .schedule.jobs import ScheduledJobs
 from .schedule.reference import rotate
 from .schedule.runner import ScheduleRunner
@@ -73,6 +80,7 @@ from .state.checkpoint import CheckpointError, CheckpointStore, LoadedCheckpoint
 from .state.kafka_store import WHOLE, KafkaStateStore
 from .state.lock import StateDirBusy, StateDirLock
 from .state.positions import Resume
+from .versions import api_routes
 from .wiring import build_engine, build_pipeline
 
 __all__ = ["Daemon", "StartupError"]
@@ -84,6 +92,11 @@ _HTML = "text/html; charset=utf-8"
 _LAG_EVERY_S = 5.0
 _OPS_EVERY_S = 0.25
 _HEALTH_EVERY_S = 1.0
+
+
+def _masked(text: str | None) -> str | None:
+    """An error message as the API may show it (errors can quote URLs with credentials)."""
+    return None if text is None else mask(text)
 
 
 def _bad(param: str, message: str) -> Response:
@@ -154,8 +167,11 @@ class Daemon:
         self.dispatcher = build_dispatcher(settings)
         self._checkpoint_failing_since: float | None = None
         # source offsets covered by the engine's state (the pipeline advances them under
-        # ``lock``; checkpointed with the state, sought to on assignment)
+        # ``lock``; checkpointed with the state, sought to on assignment), and the ids of
+        # the topics they are offsets in (ingest/topic_watch.py)
         self.offsets: dict[str, int] = {}
+        self.topic_ids: dict[str, str] = {}
+        self._source: Any = None
         self._faults: Counter[str] = Counter()  # handled faults, by event (count_fault)
         # [[schedules]] on APScheduler's wall-clock cron triggers (monitor/schedule/);
         # a handled run asks the consumer loop for a checkpoint at once, so a restart
@@ -211,18 +227,19 @@ class Daemon:
         topics = dict(st.topics)
         return {
             "ready": ready,
-            "not_ready_reasons": reasons,
+            "not_ready_reasons": [mask(r) for r in reasons],
             "started_at": st.started_at,
             "consuming": st.consuming,
             "assigned_partitions": st.assigned_partitions,
-            "source_error": st.source_error,
+            "source_error": _masked(st.source_error),
             "consumer_lag": [
                 {"topic": t, "partition": p, "lag": lag} for t, p, lag in st.consumer_lag
             ],
             "last_checkpoint_at": st.last_checkpoint_at,
             "checkpoint_failures": st.checkpoint_failures,
-            "last_checkpoint_error": st.last_checkpoint_error,
-            "last_evaluation_error": st.last_evaluation_error,
+            "last_checkpoint_error": _masked(st.last_checkpoint_error),
+            "last_evaluation_error": _masked(st.last_evaluation_error),
+            "dead_letter_error": _masked(self._sink.error) if self._sink is not None else None,
             "operations": ops_json(pub.ops, topics) if pub.ops else None,
             "snapshot": snapshot_json(pub.snapshot) if pub.snapshot else None,
             "schedules": self.schedules_json(),
@@ -409,6 +426,9 @@ class Daemon:
                         snap.comparisons, now, generator_url=url, causes=causes, **common
                     ),
                 )
+            if a.version_alerts:
+                blocked = snap.ops.versions_blocked if snap.ops is not None else ()
+                d.sync("versions", version_alerts(blocked, now, generator_url=url, **common))
             return statuses
         except Exception:
             log.exception("SLO evaluation or alerting failed")
@@ -624,6 +644,10 @@ class Daemon:
         self._publish_faults()
 
     # -- state -----------------------------------------------------------------------
+    def engines(self) -> list[Engine]:
+        """The engines holding ingested state (read or changed under ``lock``)."""
+        return [self.engine]
+
     def source_identity(self) -> dict[str, Any]:
         """What the checkpointed offsets are offsets *of*: restoring them under another
         group or other topics would apply positions of one log to another."""
@@ -641,27 +665,31 @@ class Daemon:
             return  # the local copy is the cache (written before the topic's copy)
         try:
             self.kafka_state.ensure_topic(partitions=1)
-            found = self.kafka_state.restore(WHOLE)
+            found = self.kafka_state.restore_many([WHOLE])[WHOLE]
         except Exception as err:
             raise StartupError(
                 f"state.kafka_store: cannot read the state topic {self.kafka_state.topic!r} "
                 f"at {self.settings.kafka.bootstrap_servers}: {err}"
             ) from None
-        if found is None:
+        if not found:
             log.info("state topic %s holds no checkpoint", self.kafka_state.topic)
             return
         store.directory.mkdir(parents=True, exist_ok=True)
-        with open(store.tmp_path, "wb") as f:
-            f.write(found.blob)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(store.tmp_path, store.path)
-        log.info(
-            "checkpoint generation %d (%d bytes) restored from state topic %s",
-            found.generation,
-            len(found.blob),
-            self.kafka_state.topic,
-        )
+        # the newest complete generation, and the one before as the fallback the usual
+        # load tries when the newest is unusable (garbage in the topic, say)
+        for stored, path in zip(found, (store.path, store.prev_path), strict=False):
+            with open(store.tmp_path, "wb") as f:
+                f.write(stored.blob)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(store.tmp_path, path)
+            log.info(
+                "checkpoint generation %d (%d bytes) restored from state topic %s into %s",
+                stored.generation,
+                len(stored.blob),
+                self.kafka_state.topic,
+                path.name,
+            )
 
     def restore(self) -> None:
         if self.kafka_state is not None:
@@ -673,6 +701,8 @@ class Daemon:
                     self.engine.load(loaded.meta, loaded.arrays)
                     self.offsets.clear()
                     self.offsets.update(load_offsets(loaded.meta))
+                ids = loaded.meta.get("topic_ids", {})
+                self.topic_ids = {str(t): str(i) for t, i in dict(ids).items()}
             except (StateMismatch, KeyError, ValueError, TypeError, AttributeError) as err:
                 self.engine = self._new_engine()  # a half-applied load is discarded
                 self.offsets.clear()
@@ -744,6 +774,8 @@ class Daemon:
             faults["wall_clock_jump_refused"] += self.clock.jumps
             faults["wall_clock_jump_adopted"] += self.clock.adopted
             spooled = 0
+            for source in self._fault_sources():
+                faults.update(source.faults)
             if isinstance(sink, TopicDeadLetter):
                 faults["dead_letter_spooled"] += sink.spooled_total
                 spooled = sink.spooled
@@ -757,6 +789,10 @@ class Daemon:
                 ),
             )
 
+    def _fault_sources(self) -> list[Any]:
+        """Components that count their own handled faults (a ``faults`` Counter)."""
+        return [c for c in (self._sink, self._source) if c is not None and hasattr(c, "faults")]
+
     def checkpoint(self, sink: DeadLetterSink | None, source: KafkaSource | None) -> bool:
         try:
             if sink is not None:
@@ -764,12 +800,20 @@ class Daemon:
             with self.lock:
                 meta, arrays = self.engine.state()
                 meta["offsets"] = dict(self.offsets)
+            if source is not None:
+                self.topic_ids = source.topic_ids()
+            meta["topic_ids"] = dict(self.topic_ids)
             meta["source"] = self.source_identity()
             meta["slo"] = self.slos.state()  # firing alerts keep their start over restarts
             meta["timeline"] = Timeline(self._published.timeline).state()
             meta["schedules"] = self.schedules.state()  # last runs: no repeat, no skip
             written = self.store.write(meta, arrays)
             if self.kafka_state is not None:  # acknowledged before any offset commit
+                if source is not None and not source.connected():  # would wait 10 s
+                    raise ConnectionError(
+                        f"no broker connection: checkpoint written to {written} only, not "
+                        f"to the state topic {self.kafka_state.topic}"
+                    )
                 self.kafka_state.store(WHOLE, written.read_bytes())
         except Exception as err:  # disk full, read-only, DLQ/state topic down: keep going
             st = self._published.status
@@ -794,8 +838,11 @@ class Daemon:
 
     def start_http(self) -> HttpServer:
         h = self.settings.http
-        password = h.resolved_password()
-        auth = (h.basic_auth_user, password) if h.basic_auth_user and password else None
+        try:
+            auth = h.credentials()
+        except (OSError, ValueError) as err:  # never serve without the configured auth
+            raise StartupError(str(err)) from None
+        versions, actions = api_routes(self)  # monitor versions list|retire
         tls = (
             (str(h.tls_certfile), str(h.tls_keyfile)) if h.tls_certfile and h.tls_keyfile else None
         )
@@ -824,7 +871,9 @@ class Daemon:
                 routes={
                     "/": lambda _: Response(200, self.status_page(), _HTML),
                     "/api/v1/history": self.history_response,
+                    **versions,
                 },
+                actions=actions,
             )
         except (OSError, ssl.SSLError) as err:
             raise StartupError(f"http: cannot listen on {h.host}:{h.port}: {err}") from None
@@ -950,14 +999,18 @@ class Daemon:
                 st.dir / "dead-letter.spool.jsonl",
                 st.dead_letter_spill_max_bytes,
             )
-        return FileDeadLetter(st.dir / "dead-letter.jsonl")
+        return FileDeadLetter(
+            st.dead_letter_path, st.dead_letter_file_max_bytes, st.dead_letter_file_keep
+        )
 
     def _connect(self) -> KafkaSource | None:
         backoff = 0.5
         while not self._stop.is_set():
             try:
                 self._check_layout()
-                return open_source(self.settings.kafka, lambda: dict(self.offsets), self._on_resume)
+                return open_source(
+                    self.settings.kafka, lambda: dict(self.offsets), self._on_resume, self.topic_ids
+                )
             except LayoutError as err:
                 raise StartupError(str(err)) from None
             except Exception as err:
@@ -983,7 +1036,17 @@ class Daemon:
 
     def _report_resume(self, topic: str, partition: int, was: int, resume: Resume) -> None:
         """Log and count a position outside the log (both modes)."""
-        if resume.reason == "offset_beyond_end":
+        if resume.reason == "topic_recreated":
+            log.error(
+                "%s[%d]: the topic was recreated; position %d was in the old log: reading the "
+                "new one from %d (kafka.auto_offset_reset=%s)",
+                topic,
+                partition,
+                was,
+                resume.offset,
+                self.settings.kafka.auto_offset_reset,
+            )
+        elif resume.reason == "offset_beyond_end":
             log.error(
                 "%s[%d]: position %d is past the end of the log (topic recreated or "
                 "truncated?): reading from %d (kafka.auto_offset_reset=%s)",
@@ -1054,7 +1117,7 @@ class Daemon:
 
     def _consume(self, pipeline: Any, sink: DeadLetterSink) -> KafkaSource | None:
         s = self.settings
-        source = self._connect()
+        source = self._source = self._connect()
         if source is None:
             return None
         last_ckpt = last_lag = last_ops = last_health = time.monotonic()

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .logsetup import LEVELS, configure_logging, fatal, register_secrets
+from .logsetup import LEVELS, configure_logging, fatal
+from .redact import register_secrets
 
 if TYPE_CHECKING:
     from .config import Settings
@@ -44,6 +45,9 @@ _DESCRIPTIONS = {
     "baseline": "Build a drift reference profile (numeric and categorical features, score, "
     "label prior) from training data (JSONL, CSV or Parquet).",
     "rules": "Print Prometheus recording and alerting rules for the configured SLOs.",
+    "versions": "List a model's versions (live, retired, blocked by max_versions), or retire "
+    "them by name pattern: through the running daemon's API, or in the checkpoint of a "
+    "stopped one (docs/operations.md).",
 }
 
 
@@ -160,6 +164,17 @@ def _parser() -> argparse.ArgumentParser:
 
     rules = command("rules", "print Prometheus rules for the configured SLOs")
     rules.add_argument("-c", "--config", required=True, type=Path)
+
+    versions = command("versions", "list a model's versions, or retire them by pattern")
+    versions.add_argument("action", choices=("list", "retire"))
+    versions.add_argument("-c", "--config", required=True, type=Path)
+    versions.add_argument("--model", default=None, help="the model (required for retire)")
+    versions.add_argument(
+        "--pattern", default=None, help="retire: shell-style pattern of version names ('b-*')"
+    )
+    versions.add_argument(
+        "--url", default=None, help="a running daemon's address (default: [http] of the config)"
+    )
     return p
 
 
@@ -461,7 +476,22 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _baseline(args)
     if args.command == "rules":
         return _rules(args.config)
+    if args.command == "versions":
+        return _versions(args)
     return EXIT_USAGE
+
+
+def _versions(args: argparse.Namespace) -> int:
+    from .versions import run_command
+
+    if args.action == "retire" and not (args.model and args.pattern):
+        print("monitor versions retire: give --model and --pattern", file=sys.stderr)
+        return EXIT_USAGE
+    from .config import secret_values
+
+    settings = _load(args.config)
+    register_secrets(secret_values(settings))
+    return run_command(args, settings)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import logging
 import re
 import stat
 import tomllib
+import urllib.parse
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -32,7 +33,6 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from pydantic_settings.exceptions import SettingsError
 
 from .durations import format_duration, parse_duration
-from .logsetup import URL_USERINFO
 from .metrics.protocol import ModelParams
 from .metrics.registry import (
     LOSSES,
@@ -42,6 +42,8 @@ from .metrics.registry import (
     task_losses,
     task_metrics,
 )
+from .redact import mask_urls
+from .state.topics import internal_topics
 from .stats.estimation import ESTIMATED_METRICS, MULTICLASS_ESTIMATED_METRICS
 
 __all__ = [
@@ -76,6 +78,17 @@ def check_secret_file(path: Path | None) -> Path | None:
             stat.S_IMODE(mode),
         )
     return path
+
+
+def not_blank(value: str | SecretStr | None) -> str | SecretStr | None:
+    """A credential that is set must not be empty or whitespace: an empty user or secret
+    would make authentication fail open (or send blank credentials)."""
+    if value is None:
+        return None
+    text = value.get_secret_value() if isinstance(value, SecretStr) else value
+    if not text.strip():
+        raise ValueError("is empty: an empty credential is refused (unset the key instead)")
+    return value
 
 
 class _Section(BaseModel):
@@ -125,6 +138,32 @@ class KafkaSettings(_Section):
     def _sasl_password_file(cls, v: Path | None) -> Path | None:
         return check_secret_file(v)
 
+    _credentials_not_blank = field_validator("sasl_username", "sasl_password", "ssl_password")(
+        not_blank
+    )
+
+    @model_validator(mode="after")
+    def _no_loop(self) -> KafkaSettings:
+        """A dead-letter topic the monitor reads (or keeps its state in) would feed every
+        rejected record back to itself, forever."""
+        dlq = self.dead_letter_topic
+        if dlq is None:
+            return self
+        if not dlq.strip():
+            raise ValueError("dead_letter_topic is empty: unset it to write rejects to a file")
+        read = {self.predictions_topic: "predictions_topic", self.labels_topic: "labels_topic"}
+        if dlq in read:
+            raise ValueError(
+                f"dead_letter_topic {dlq!r} is also kafka.{read[dlq]}: every rejected record "
+                "would be read again and rejected again, forever; use a topic of its own"
+            )
+        if dlq in internal_topics(self.group_id):
+            raise ValueError(
+                f"dead_letter_topic {dlq!r} is one of the monitor's own topics for group "
+                f"{self.group_id!r} (state, statistics, exporter lease); use a topic of its own"
+            )
+        return self
+
     def resolved_sasl_password(self) -> str | None:
         if self.sasl_password is not None:
             return self.sasl_password.get_secret_value()
@@ -159,12 +198,7 @@ class HttpSettings(_Section):
     # counted in mlmon_series_dropped_total (docs/operations.md "Cardinality"); unset: no bound
     max_series: int | None = Field(None, ge=100)
 
-    @field_validator("basic_auth_password")
-    @classmethod
-    def _password_not_empty(cls, v: SecretStr | None) -> SecretStr | None:
-        if v is not None and not v.get_secret_value().strip():
-            raise ValueError("is empty: basic auth with an empty password would let anyone in")
-        return v
+    _credentials_not_blank = field_validator("basic_auth_user", "basic_auth_password")(not_blank)
 
     @field_validator("basic_auth_password_file")
     @classmethod
@@ -187,6 +221,16 @@ class HttpSettings(_Section):
             return self.basic_auth_password_file.read_text().strip()
         return None
 
+    def credentials(self) -> tuple[str, str] | None:
+        """(user, password) of basic auth, None when it is off. Fails closed: a user
+        whose password resolves empty (a file emptied since validation) raises."""
+        if self.basic_auth_user is None:
+            return None
+        password = self.resolved_password()
+        if not self.basic_auth_user.strip() or not password:
+            raise ValueError("http basic auth: the user or the password is empty")
+        return self.basic_auth_user, password
+
 
 class StateSettings(_Section):
     dir: Path = Path("./state")
@@ -198,6 +242,17 @@ class StateSettings(_Section):
     # rejected records held on disk while the dead-letter topic is unreachable; above
     # this the consumer pauses (offsets stay behind) until the topic is back
     dead_letter_spill_max_bytes: int = Field(1 << 30, ge=1 << 20)
+    # without kafka.dead_letter_topic: the dead-letter file (default <dir>/dead-letter.jsonl),
+    # rotated above dead_letter_file_max_bytes into .1, .2, ... keeping
+    # dead_letter_file_keep old files: at most (keep + 1) x max bytes on disk
+    dead_letter_file: Path | None = None
+    dead_letter_file_max_bytes: int = Field(64 << 20, ge=4096)
+    dead_letter_file_keep: int = Field(3, ge=0, le=1000)
+
+    @property
+    def dead_letter_path(self) -> Path:
+        return self.dead_letter_file or self.dir / "dead-letter.jsonl"
+
     # this deployment is one instance: warn when the consumer group has other members
     single_instance: bool = True
     group_check_interval: PositiveSeconds = 60.0
@@ -220,6 +275,10 @@ class ScaleSettings(_Section):
     # how long the exporter lease (topic "<group_id>-exporter") outlives its holder's last renewal:
     # the failover time of the global series and SLO alerts; below kafka.session_timeout_ms
     exporter_lease: PositiveSeconds = 3.0
+    # a partition none of whose stored states can be restored (garbage, another layout):
+    # "pause" keeps it unconsumed (not ready) until one can; "reset" starts it fresh from
+    # the group's committed offsets, dropping the history its state held
+    on_unusable_state: Literal["pause", "reset"] = "pause"
 
 
 class LabelFields(_Section):
@@ -567,6 +626,8 @@ class AlertingSettings(_Section):
     checkpoint_alerts: bool = True  # MonitorCheckpointFailing from the daemon itself
     drift_alerts: bool = False  # a drift detection raises ModelDriftDetected
     comparison_alerts: bool = False  # a rollback / invalid comparison decision raises one
+    # a version that looks real (100+ predictions in an hour) rejected by max_versions
+    version_alerts: bool = True
     # P(>= 1 false page per day) of an interval SLO whose metric sits on its objective
     false_page_budget: float = Field(0.05, gt=0.0, lt=1.0)
 
@@ -574,6 +635,8 @@ class AlertingSettings(_Section):
     @classmethod
     def _webhook_secret_file(cls, v: Path | None) -> Path | None:
         return check_secret_file(v)
+
+    _secret_not_blank = field_validator("webhook_secret")(not_blank)
 
     @model_validator(mode="after")
     def _check(self) -> AlertingSettings:
@@ -974,7 +1037,7 @@ def _resolve_relative(data: dict[str, Any], base: Path) -> None:
             drift["reference"] = str(base / ref)
 
 
-# configuration keys that name a secret (credentials in URLs: logsetup.URL_USERINFO)
+# configuration keys that name a secret (credentials in URLs: redact.mask_urls)
 SECRET_KEY = re.compile(r"(?i)(pass|secret|token|credential|jaas|sasl|private|api.?key|key$)")
 
 
@@ -986,7 +1049,7 @@ def _masked(value: Any, key: str = "") -> Any:
     if isinstance(value, str):
         if key and SECRET_KEY.search(key) and not key.endswith(("_file", "file")):
             return "**********"
-        return URL_USERINFO.sub(r"\1***@", value)
+        return mask_urls(value)
     return value
 
 
@@ -1005,7 +1068,7 @@ def redacted(settings: Settings) -> dict[str, Any]:
 
 def secret_values(settings: Settings) -> list[str]:
     """Every secret the configuration holds, for the log formatter to mask wherever it
-    appears (monitor/logsetup.py)."""
+    appears (monitor/redact.py)."""
     k, h, a = settings.kafka, settings.http, settings.alerting
     values: list[str | None] = [
         k.ssl_password.get_secret_value() if k.ssl_password else None,
@@ -1020,4 +1083,7 @@ def secret_values(settings: Settings) -> list[str]:
         m = re.match(r"^[a-z][a-z0-9+.-]*://([^/\s@]+)@", url or "", re.I)
         if m:
             values += [m.group(1), *m.group(1).split(":", 1)[1:]]
+        # values of secret-named query parameters (?token=...), wherever they reappear
+        query = urllib.parse.urlsplit(url or "").query
+        values += [v for k, v in urllib.parse.parse_qsl(query) if SECRET_KEY.search(k)]
     return [v for v in values if v]

@@ -32,7 +32,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["install"]
+__all__ = ["install", "metadata_fetched_at", "request_metadata", "topic_metadata"]
 
 _LOCK = threading.Lock()
 _VERSIONS_LOCK = threading.RLock()
@@ -75,3 +75,24 @@ def _serialised(inner: Callable[..., Any], lock: Any) -> Callable[..., Any]:
 
     setattr(guarded, _MARK, True)
     return guarded
+
+
+def topic_metadata(consumer: Any, topic: str) -> tuple[str | None, int | None]:
+    """(topic id, partition count) of ``topic`` from a kafka-python client's cached
+    cluster metadata — no request, so it can be asked on every poll. kafka-python has
+    no public accessor for topic ids; None where the metadata does not say (yet), or
+    the broker gives no ids (an all-zero id)."""
+    cluster = consumer._client.cluster
+    tid = cluster.topic_id(topic)
+    parts = cluster.partitions_for_topic(topic)
+    return (str(tid) if tid and int(tid) else None), (len(parts) if parts else None)
+
+
+def metadata_fetched_at(consumer: Any) -> float:
+    """When the client's cluster metadata was last refreshed (``time.monotonic()``)."""
+    return float(consumer._client.cluster._last_successful_refresh_ms) / 1000
+
+
+def request_metadata(consumer: Any) -> None:
+    """Ask kafka-python for fresh cluster metadata at its next poll."""
+    consumer._client.cluster.request_update()

@@ -2,9 +2,10 @@
 
 Masking happens in the formatter, on the final line (message, arguments and traceback
 alike), so no code path can log a credential by accident: URL user-info
-(``https://user:pass@host`` -> ``https://***@host``) and every secret value the
-configuration holds (passwords, webhook secrets, secret-like ``extra_consumer_config``
-values) are replaced by ``***``. kafka-python's protocol loggers (``kafka.conn``,
+(``https://user:pass@host`` -> ``https://***@host``), secret-named query parameters
+(``?token=…``) and every secret value the configuration holds (passwords, webhook
+secrets, secret-like ``extra_consumer_config`` values) are replaced by ``***``
+(``monitor/redact.py``). kafka-python's protocol loggers (``kafka.conn``,
 ``kafka.protocol``) print request objects, SASL authentication bytes included, at DEBUG:
 they stay at INFO or above unless ``--kafka-log-level`` asks for more.
 
@@ -30,40 +31,12 @@ from typing import Any, Literal
 
 import orjson
 
-__all__ = [
-    "LEVELS",
-    "URL_USERINFO",
-    "SlowTaskSummary",
-    "configure_logging",
-    "fatal",
-    "mask",
-    "register_secrets",
-]
+from .redact import mask
+
+__all__ = ["LEVELS", "SlowTaskSummary", "configure_logging", "fatal"]
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-# credentials inside a URL (also masked in the configuration by monitor/config.py)
-URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
-_secrets: set[str] = set()
-_lock = threading.Lock()
 _format: list[str] = ["text"]  # the configured format, for fatal()
-
-
-def register_secrets(values: Any) -> None:
-    """Mask these exact values in every later log line (short ones would mask noise)."""
-    with _lock:
-        for v in values:
-            if isinstance(v, str) and len(v.strip()) >= 4:
-                _secrets.add(v.strip())
-
-
-def mask(text: str) -> str:
-    text = URL_USERINFO.sub(r"\1***@", text)
-    with _lock:
-        secrets = sorted(_secrets, key=len, reverse=True)
-    for s in secrets:
-        if s in text:
-            text = text.replace(s, "***")
-    return text
 
 
 class _TextFormatter(logging.Formatter):

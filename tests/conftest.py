@@ -10,6 +10,7 @@ import json
 import os
 import pathlib
 import shutil
+import subprocess
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import NoReturn
@@ -52,6 +53,19 @@ def require_binary(name: str, hint: str = "apt-get install prometheus") -> str:
     if found is None:
         _missing(f"{name} not found; install with: {hint}")
     return found
+
+
+def self_signed_cert(directory: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+    """(certificate, key) for 127.0.0.1, made by openssl in ``directory``."""
+    openssl = require_binary("openssl", hint="apt-get install openssl")
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+         "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
 
 
 @pytest.fixture

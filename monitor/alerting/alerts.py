@@ -29,18 +29,21 @@ __all__ = [
     "ALERT_COMPARISON",
     "ALERT_DRIFT",
     "ALERT_SLO",
+    "ALERT_VERSION_BLOCKED",
     "Alert",
     "cause_text",
     "checkpoint_alert",
     "comparison_alerts",
     "drift_alerts",
     "slo_alert",
+    "version_alerts",
 ]
 
 ALERT_SLO = "ModelSloBreached"
 ALERT_CHECKPOINT = "MonitorCheckpointFailing"
 ALERT_DRIFT = "ModelDriftDetected"
 ALERT_COMPARISON = "ModelComparisonDecision"
+ALERT_VERSION_BLOCKED = "ModelVersionBlocked"
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,6 +308,50 @@ def comparison_alerts(
                     "cause": cause_text((causes or {}).get(c.name)),
                 },
                 starts_at=started,
+                generator_url=generator_url,
+            )
+        )
+    return out
+
+
+def version_alerts(
+    blocked: tuple[tuple[str, str, int], ...],
+    now: float,
+    *,
+    extra_labels: Mapping[str, str] | None = None,
+    dashboard_url: str | None = None,
+    generator_url: str = "",
+) -> list[Alert]:
+    """A firing alert (ticket) per version that looks real — 100 or more predictions in
+    the last hour — but is rejected because its model has ``max_versions`` live
+    versions: it is not being monitored at all."""
+    out = []
+    for model, version, rejected in blocked:
+        labels = {
+            **(extra_labels or {}),
+            "alertname": ALERT_VERSION_BLOCKED,
+            "model": model,
+            "version": version,
+            "severity": "ticket",
+        }
+        out.append(
+            Alert.make(
+                labels,
+                {
+                    "summary": (
+                        f"{model} {version}: {rejected} prediction(s) rejected, the model has "
+                        "max_versions live versions"
+                    ),
+                    "description": (
+                        f"Version {version} of {model} is not monitored: its predictions are "
+                        "rejected (reason version_limit) because other versions fill the "
+                        "model's max_versions slots. List them with `monitor versions list` "
+                        "and retire the ones that are not real with `monitor versions retire "
+                        f"--model {model} --pattern ...`, or raise max_versions."
+                    ),
+                    "dashboard_url": dashboard_url,
+                },
+                starts_at=now,
                 generator_url=generator_url,
             )
         )

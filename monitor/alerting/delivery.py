@@ -21,12 +21,21 @@ Design, and why:
   its alerts resolve by themselves a few intervals later instead of firing forever; if
   Alertmanager restarts (it does not persist alerts), the next re-send restores them.
 - **Resolution** is sent once, with ``endsAt`` = the moment it was observed.
+- **One sender.** Several instances of one deployment (``scale.mode = "partitioned"``)
+  evaluate the same SLOs; only the holder of the exporter lease may send (``holding``).
+  An instance that does not hold it sends nothing, and one that loses it drops its
+  firing set and its queues at once — a paused exporter that resumes must not re-send
+  its old firing alerts over the new exporter's resolution.
 
 The stdlib ``urllib`` suffices for two JSON POSTs; no HTTP client dependency is added.
+Credentials in a receiver URL (``https://user:pass@host/...``) are sent as a basic-auth
+header, and every error message is masked (``monitor/redact.py``) before it is kept for
+``/api/v1/slos`` or logged: ``last_error`` never carries a password or a ``?token=``.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import logging
@@ -34,6 +43,7 @@ import random
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -43,6 +53,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from ..redact import mask
 from .alerts import Alert
 
 __all__ = [
@@ -137,14 +148,30 @@ def sign(secret: str | bytes, body: bytes) -> str:
     return "sha256=" + hmac.new(key, body, hashlib.sha256).hexdigest()
 
 
+def split_userinfo(url: str) -> tuple[str, dict[str, str]]:
+    """``url`` without its user-info, and the basic-auth header it stood for (urllib
+    would not send it, and it must never appear in an error message)."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, {}
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    creds = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
+    header = {"Authorization": "Basic " + base64.b64encode(creds.encode()).decode()}
+    return urllib.parse.urlunsplit(parts._replace(netloc=hostport)), header
+
+
 def _post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> None:
+    target, auth = split_userinfo(url)
+    shown = mask(target)  # what an error may say about the receiver
     request = urllib.request.Request(
-        url,
+        target,
         data=body,
         method="POST",
         headers={
             "Content-Type": "application/json",
             "User-Agent": "model-monitor",
+            **auth,
             **headers,
         },
     )
@@ -153,9 +180,9 @@ def _post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> Non
             resp.read(65536)
     except urllib.error.HTTPError as err:
         detail = err.read(300).decode("utf-8", "replace").strip()
-        raise DeliveryError(f"{url} answered {err.code}: {detail}") from None
+        raise DeliveryError(mask(f"{shown} answered {err.code}: {detail}")) from None
     except (OSError, ValueError) as err:  # URLError, timeouts, refused, reset
-        raise DeliveryError(f"{url}: {err}") from None
+        raise DeliveryError(mask(f"{shown}: {err}")) from None
 
 
 class AlertmanagerNotifier:
@@ -164,7 +191,10 @@ class AlertmanagerNotifier:
     name = "alertmanager"
 
     def __init__(self, url: str, timeout: float = 5.0) -> None:
-        self.url = url.rstrip("/") + "/api/v2/alerts"
+        parts = urllib.parse.urlsplit(url)  # the API path goes before any query
+        self.url = urllib.parse.urlunsplit(
+            parts._replace(path=parts.path.rstrip("/") + "/api/v2/alerts")
+        )
         self.timeout = timeout
 
     def send(self, alerts: Sequence[Alert], now: float, horizon_s: float) -> None:
@@ -263,14 +293,34 @@ class Dispatcher:
         self._receivers = [_Receiver(n) for n in notifiers]
         self._stopping = threading.Event()
         self._flush_deadline = 0.0
+        # whether this instance may send now (the exporter lease); None: always
+        self.holding: Callable[[], bool] | None = None
 
     @property
     def receivers(self) -> tuple[str, ...]:
         return tuple(r.notifier.name for r in self._receivers)
 
     # -- producers (the evaluation thread, the consumer thread) -------------------------
+    def _may_send(self) -> bool:
+        """Whether this instance sends; when it may not, everything it would have sent
+        (firing sets, queues) is dropped: another instance is the sender now."""
+        if self.holding is None or self.holding():
+            return True
+        with self._lock:
+            dropped = sum(len(a) for a in self._active.values())
+            dropped += sum(len(r.queue) for r in self._receivers)
+            self._active.clear()
+            for r in self._receivers:
+                r.queue.clear()
+        if dropped:
+            log.info("not the exporter (lease not held): %d firing or queued alert(s) left "
+                     "to the instance that holds it", dropped)  # fmt: skip
+        return False
+
     def sync(self, source: str, firing: Sequence[Alert], resolved: Sequence[Alert] = ()) -> None:
         """Declare ``source``'s firing alerts now; O(alerts), never blocks on I/O."""
+        if not self._may_send():
+            return
         now = self._clock()
         with self._lock:
             prev = self._active.get(source, {})
@@ -386,8 +436,9 @@ class Dispatcher:
             stopping = self._stopping.is_set()
             now_m = self._monotonic()
             batch: list[Alert] = []
+            sending = self._may_send()
             with self._lock:
-                if not stopping and now_m >= r.next_resend:
+                if sending and not stopping and now_m >= r.next_resend:
                     self._resend(r)
                     r.next_resend = now_m + self.resend_interval
                 due = now_m >= r.next_attempt or (stopping and not final_attempt_done)
@@ -410,6 +461,8 @@ class Dispatcher:
                 return
 
     def _deliver(self, r: _Receiver, batch: list[Alert]) -> None:
+        if not self._may_send():  # the lease ran out since the batch was taken
+            return
         now = self._clock()
         try:
             r.notifier.send(batch, now, self.horizon_s)
@@ -419,7 +472,7 @@ class Dispatcher:
                 r.attempt += 1
                 backoff = min(self.retry_max, self.retry_initial * 2 ** (r.attempt - 1))
                 r.next_attempt = self._monotonic() + backoff * (0.5 + 0.5 * self._rng.random())
-                r.last_error = str(err)
+                r.last_error = mask(str(err))  # a notifier's own error may carry a URL
                 for a in reversed(batch):
                     self._enqueue(r, a, front=True)
             if r.attempt == 1 or r.attempt % 10 == 0:

@@ -331,6 +331,24 @@ def _operations(options: RuleOptions) -> list[dict[str, Any]]:
             },
         },
         {
+            "alert": "ModelVersionBlocked",
+            "expr": "max by (job, model, version) (mlmon_version_blocked) > 0",
+            "for": "5m",
+            "labels": {**base, "severity": "ticket"},
+            "annotations": {
+                "summary": (
+                    "{{ $labels.model }} {{ $labels.version }} is rejected by max_versions "
+                    "and not monitored"
+                ),
+                "description": (
+                    "{{ $value }} predictions of the version were rejected in the last hour "
+                    "(reason version_limit): other versions fill the model's max_versions "
+                    "slots. `monitor versions list`, then `monitor versions retire` the ones "
+                    "that are not real, or raise max_versions."
+                ),
+            },
+        },
+        {
             "alert": "MonitorHighInvalidRate",
             "expr": (
                 'sum by (job, instance, topic) (rate(mlmon_records_total{outcome="invalid"}'

@@ -545,7 +545,7 @@ class Engine:
         rejects: list[JoinReject] = []
         valid = np.flatnonzero(group >= 0)
         if valid.shape[0] < n:
-            rejects = reg.reject(batch.model, batch.version, np.flatnonzero(group < 0))
+            rejects = reg.reject(batch.model, batch.version, np.flatnonzero(group < 0), batch.ts_ms)
             self.count_invalid("predictions", "version_limit", len(rejects))
         # identity is (id, model, version): a resend with other segments is a duplicate,
         # in the same batch as across batches
@@ -754,6 +754,7 @@ class Engine:
             label_watermark_ms=self.label_watermark_ms,
             plugin_errors=tuple(sorted(self.plugin_errors.items())),
             versions_rejected=tuple(sorted(self.registry.rejected.items())),
+            versions_blocked=tuple(self.registry.blocked()),
             drift_untracked=tuple(self.drift.untracked_features().items()),
             outcomes=tuple(
                 (

@@ -10,15 +10,28 @@ Versions are bounded: a model has at most ``max_versions`` live versions; predic
 of one more are rejected with a counted reason and a log line, never merged into
 another version. A version without predictions for ``version_idle_ttl`` (and for longer
 than its model's windows reach) is retired and stops counting; it comes back as a new
-version if it reappears. Per version the registry also keeps the cumulative labeled and
-wrong counts that error-budget burn rates are taken of (``monitor rules``).
+version if it reappears; an operator retires versions by name pattern at once
+(``retire``: ``monitor versions retire``). Per version the registry also keeps the
+cumulative labeled and wrong counts that error-budget burn rates are taken of
+(``monitor rules``).
+
+A flood of junk versions can fill a model's slots while a real new version (a canary)
+is then rejected for days. Rejected versions are therefore counted too, in bounded
+memory — the heavy hitters of a stream by Misra and Gries ("Finding repeated
+elements", 1982; ``BLOCKED_TRACKED`` counters per model, each count an underestimate
+by at most the rejections of one batch spread over the counters) — and a version
+with at least ``BLOCKED_MIN`` rejected predictions in the last ``BLOCKED_RECENT_MS``
+"looks real": it is reported (``blocked``: ``mlmon_version_blocked``, an alert),
+while a million one-off build ids stay below it.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,11 +41,26 @@ from .join import NO_TS, JoinReject
 from .models import ModelSpec
 from .segments import SegmentFolder
 
-__all__ = ["Group", "GroupRegistry"]
+__all__ = ["BLOCKED_MIN", "Group", "GroupRegistry", "VersionInfo"]
 
 _log = logging.getLogger(__name__)
 
 Group = tuple[int, str, tuple[str, ...]]  # (model index or -1, version, segment)
+BLOCKED_TRACKED = 32  # Misra-Gries counters of rejected versions per model
+BLOCKED_MIN = 100  # rejected predictions that make a version look real
+BLOCKED_RECENT_MS = 3_600_000  # ... within the last hour (event time)
+
+
+@dataclass(frozen=True, slots=True)
+class VersionInfo:
+    """One version of a model as the registry knows it (``monitor versions list``)."""
+
+    model: str
+    version: str
+    live: bool  # counts against max_versions
+    last_seen_ms: int  # newest prediction (event time)
+    labeled: int
+    errors: int
 
 
 class GroupRegistry:
@@ -57,6 +85,8 @@ class GroupRegistry:
         self.retired: set[tuple[int, str]] = set()
         self.live: Counter[int] = Counter()  # live versions per model
         self.rejected: Counter[str] = Counter()  # predictions rejected per model name
+        # per model: rejected version -> [count (Misra-Gries), newest rejection ms]
+        self._blocked: dict[int, dict[str, list[int]]] = {}
 
     def __len__(self) -> int:
         return len(self.groups)
@@ -170,7 +200,7 @@ class GroupRegistry:
 
     # -- version lifecycle -----------------------------------------------------------
     def reject(
-        self, model: np.ndarray, version: Sequence[str], rows: np.ndarray
+        self, model: np.ndarray, version: Sequence[str], rows: np.ndarray, ts_ms: np.ndarray
     ) -> list[JoinReject]:
         """Count and return the predictions ``rows`` (of versions over their model's cap),
         with their reason; logs at the 1st, 2nd, 4th, 8th… rejection of a model."""
@@ -179,6 +209,7 @@ class GroupRegistry:
             sel = rows[model[rows] == m]
             spec = self.models[m]
             k = int(sel.shape[0])
+            self._count_blocked(m, [version[i] for i in sel.tolist()], int(ts_ms[sel].max()))
             before = self.rejected[spec.name]
             self.rejected[spec.name] += k
             detail = f"model {spec.name!r} has max_versions={spec.max_versions} live versions"
@@ -190,6 +221,63 @@ class GroupRegistry:
                 )  # fmt: skip
             rejects.extend((int(i), "version_limit", detail) for i in sel.tolist())
         return rejects
+
+    def _count_blocked(self, m: int, versions: list[str], at_ms: int) -> None:
+        """Weighted Misra-Gries over the rejected versions of model ``m``."""
+        table = self._blocked.setdefault(m, {})
+        for v, k in Counter(versions).items():
+            entry = table.get(v)
+            if entry is not None:
+                entry[0] += k
+                entry[1] = max(entry[1], at_ms)
+                continue
+            if len(table) >= BLOCKED_TRACKED:
+                d = min(k, min(e[0] for e in table.values()))
+                for name in list(table):
+                    table[name][0] -= d
+                    if table[name][0] <= 0:
+                        del table[name]
+                k -= d
+            if k > 0 and len(table) < BLOCKED_TRACKED:
+                table[v] = [k, at_ms]
+
+    def blocked(self) -> list[tuple[str, str, int]]:
+        """(model, version, rejected predictions) of the versions that look real: at
+        least ``BLOCKED_MIN`` rejected recently (``retire_idle`` forgets older ones)."""
+        return sorted(
+            (self.models[m].name, v, count)
+            for m, table in self._blocked.items()
+            for v, (count, _) in table.items()
+            if count >= BLOCKED_MIN
+        )
+
+    def retire(self, model: int, pattern: str) -> list[str]:
+        """Retire model ``model``'s live versions whose name matches the shell-style
+        ``pattern`` (``fnmatch``, case-sensitive) now: they stop counting against
+        ``max_versions``, their history stays until it leaves every window, and each
+        comes back as a new version if it sends again. Returns the names retired."""
+        done = []
+        for m, v in self._versions:
+            if m == model and (m, v) not in self.retired and fnmatch.fnmatchcase(v, pattern):
+                self.retired.add((m, v))
+                self.live[m] -= 1
+                done.append(v)
+        if done:
+            self._blocked.get(model, {}).clear()  # counted against slots that are free now
+            _log.warning("model %r: %d version(s) retired by an operator (pattern %r)",
+                         self.models[model].name, len(done), pattern)  # fmt: skip
+        return done
+
+    def versions(self) -> list[VersionInfo]:
+        """Every version of every configured model, live or retired."""
+        out = []
+        for i, ((m, v), last) in enumerate(zip(self._versions, self.last_seen, strict=True)):
+            if m < 0:
+                continue
+            labeled, errors = (int(x) for x in self.outcomes[i])
+            live = (m, v) not in self.retired
+            out.append(VersionInfo(self.models[m].name, v, live, int(last), labeled, errors))
+        return out
 
     def seen(self, group: np.ndarray, ts: np.ndarray) -> None:
         """Predictions of ``group`` arrived at event times ``ts``."""
@@ -213,6 +301,9 @@ class GroupRegistry:
             if now_ms - int(self.last_seen[i]) > max(spec.version_idle_ttl_ms, spec.horizon_ms):
                 self.retired.add((m, v))
                 self.live[m] -= 1
+        for table in self._blocked.values():  # rejections of the last hour only
+            for v in [v for v, (_, at) in table.items() if now_ms - at > BLOCKED_RECENT_MS]:
+                del table[v]
 
     def outcome_counts(self) -> list[tuple[int, str, int, int]]:
         """(model index, version, labeled, errors) so far, cumulative since first start."""

@@ -146,6 +146,8 @@ class OpsState:
     # (model, version, labeled, errors) cumulative; errors only for classifiers
     outcomes: tuple[tuple[str, str, int, int | None], ...] = ()
     versions_rejected: tuple[tuple[str, int], ...] = ()  # (model, predictions) over max_versions
+    # (model, version, rejected predictions) of rejected versions that look real (groups.py)
+    versions_blocked: tuple[tuple[str, str, int], ...] = ()
     drift_untracked: tuple[tuple[str, int], ...] = ()  # (model, feature values) over the cap
 
 

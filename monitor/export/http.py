@@ -27,6 +27,7 @@ import base64
 import contextlib
 import hmac
 import logging
+import re
 import selectors
 import socket
 import ssl
@@ -99,6 +100,9 @@ class HttpLimits:
     idle_timeout: float = 90.0
     request_timeout: float = 10.0
     write_timeout: float = 30.0
+    # answers in a row to requests a client sent before reading the previous answer; the
+    # last one closes the connection, so one client cannot keep the server busy forever
+    max_pipeline: int = 32
 
 
 @dataclass(eq=False, slots=True)
@@ -106,6 +110,10 @@ class _Conn:
     sock: socket.socket
     handshaken: bool = True
     buf: bytearray = field(default_factory=bytearray)
+    out: list[memoryview] = field(default_factory=list)  # the answer not yet written
+    keep: bool = False  # keep the connection after the answer
+    events: int = 0  # what the selector watches it for (0: not registered)
+    pipelined: int = 0  # answers in a row to requests that were already waiting
 
 
 class HttpServer:
@@ -125,11 +133,17 @@ class HttpServer:
         slos: Callable[[], dict[str, Any]] | None = None,
         routes: Mapping[str, Route] | None = None,
         limits: HttpLimits = HttpLimits(),
+        actions: Mapping[str, Route] | None = None,
     ) -> None:
         """``registry`` is either a registry rendered on every scrape or the /metrics
         route itself (the daemon's cached page); ``basic_auth`` = (user, password) protects
         every endpoint (the probes only with ``auth_probes``); ``tls`` = (certfile,
-        keyfile) serves HTTPS; ``routes`` adds or replaces endpoints by exact path."""
+        keyfile) serves HTTPS; ``routes`` adds or replaces endpoints by exact path.
+
+        ``actions`` are the endpoints that change something (``POST``, arguments in the
+        query, no body). They answer only with basic auth configured and given, and only
+        to a request carrying ``X-Monitor-Request`` (a header a browser sends cross-site
+        only after a CORS preflight this server never grants: no request forgery)."""
         self.limits = limits
         self._auth_probes = auth_probes
         self._expected: bytes | None = None
@@ -172,6 +186,7 @@ class HttpServer:
 
             self.prefix_routes["/api/v1/comparisons/"] = one
         self.routes.update(routes or {})
+        self.actions: dict[str, Route] = dict(actions or {})
 
         self._listen = socket.create_server((host, port), reuse_port=False)
         self._listen.setblocking(False)
@@ -186,9 +201,10 @@ class HttpServer:
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
-        self._returned: list[_Conn] = []
-        self._idle: dict[_Conn, float] = {}  # insertion order = deadline order
-        self._busy = 0  # connections held by a pool thread
+        self._answered: list[_Conn] = []  # answers computed by a pool, to be written
+        self._idle: dict[_Conn, float] = {}  # reading a request: its deadline
+        self._writing: dict[_Conn, float] = {}  # writing an answer: its deadline
+        self._busy = 0  # connections whose answer a pool thread is computing
         self._queued = 0  # requests waiting for or running on a worker
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -218,14 +234,15 @@ class HttpServer:
             self._thread.join(timeout=5)
         self._front.shutdown(wait=False, cancel_futures=True)
         self._workers.shutdown(wait=False, cancel_futures=True)
-        for conn in list(self._idle):
+        for conn in [*self._idle, *self._writing]:
             _close(conn)
         self._idle.clear()
+        self._writing.clear()
         self._listen.close()
         self._wake_r.close()
         self._wake_w.close()
 
-    # -- the loop thread: accept, handshakes, request heads, timeouts ---------------
+    # -- the loop thread: every socket operation, never blocking ---------------------
     def _wake(self) -> None:
         with contextlib.suppress(OSError):
             self._wake_w.send(b"x")
@@ -233,6 +250,7 @@ class HttpServer:
     def _loop(self) -> None:
         last_sweep = 0.0
         while not self._stopping.is_set():
+            writable = []
             for key, _ in self._selector.select(0.1):
                 if key.data == "accept":
                     self._accept()
@@ -240,20 +258,26 @@ class HttpServer:
                     with contextlib.suppress(OSError):
                         while self._wake_r.recv(4096):
                             pass
+                elif key.data in self._writing:
+                    writable.append(key.data)
                 else:
                     self._readable(key.data)
             with self._lock:
-                returned, self._returned = self._returned, []
-            for conn in returned:
-                conn.sock.setblocking(False)
-                self._park(conn)
+                answered, self._answered = self._answered, []
+            for conn in answered:  # new answers first: a probe's is one chunk
+                self._writing[conn] = time.monotonic() + self.limits.write_timeout
+                self._write(conn)
+            for conn in writable:
+                if conn in self._writing:
+                    self._write(conn)
             now = time.monotonic()
             if now - last_sweep >= 0.1:
                 last_sweep = now
-                for conn in [c for c, deadline in self._idle.items() if deadline <= now]:
-                    self._drop_idle(conn)
-        for conn in list(self._idle):
-            self._drop_idle(conn)
+                for table in (self._idle, self._writing):
+                    for conn in [c for c, deadline in table.items() if deadline <= now]:
+                        self._drop(conn)
+        for conn in [*self._idle, *self._writing]:
+            self._drop(conn)
         self._selector.close()
 
     def _accept(self) -> None:
@@ -266,13 +290,15 @@ class HttpServer:
                 log.warning("http: accept failed: %s", err)
                 return
             with self._lock:
-                full = len(self._idle) + self._busy >= self.limits.max_connections
-            if full:
-                if not self._idle:
-                    sock.close()  # every connection is busy: refuse this one
+                busy = self._busy
+            if len(self._idle) + len(self._writing) + busy >= self.limits.max_connections:
+                # make room: the oldest idle connection, else the answer started longest
+                # ago (a slow reader's), never the new one — a probe must get in
+                table = self._idle or self._writing
+                if not table:
+                    sock.close()  # every connection is being answered: refuse this one
                     continue
-                oldest = min(self._idle.items(), key=lambda item: item[1])[0]
-                self._drop_idle(oldest)
+                self._drop(min(table.items(), key=lambda item: item[1])[0])
             sock.setblocking(False)
             conn = _Conn(sock)
             if self._tls is not None:
@@ -283,26 +309,42 @@ class HttpServer:
                 conn.handshaken = False
             self._park(conn)
 
+    def _watch(self, conn: _Conn, events: int) -> bool:
+        """Have the selector watch ``conn`` for ``events`` (0: not at all); False when the
+        socket is gone."""
+        if events == conn.events:
+            return True
+        try:
+            if not events:
+                self._selector.unregister(conn.sock)
+            elif conn.events:
+                self._selector.modify(conn.sock, events, conn)
+            else:
+                self._selector.register(conn.sock, events, conn)
+        except (KeyError, ValueError, OSError):
+            conn.events = 0
+            return False
+        conn.events = events
+        return True
+
     def _park(self, conn: _Conn) -> None:
-        """Wait (on the selector, not a thread) for the connection's next request."""
+        """Wait (on the selector, not a thread) for the connection's next request; one
+        already buffered (pipelined) is dispatched at once."""
         if b"\r\n\r\n" in conn.buf:
+            conn.pipelined += 1
+            self._watch(conn, 0)
             self._dispatch(conn)
             return
+        conn.pipelined = 0
         timeout = self.limits.request_timeout if conn.buf else self.limits.idle_timeout
-        with self._lock:
-            self._idle[conn] = time.monotonic() + timeout
-        try:
-            self._selector.register(conn.sock, selectors.EVENT_READ, conn)
-        except (ValueError, OSError):
-            with self._lock:
-                self._idle.pop(conn, None)
-            _close(conn)
+        self._idle[conn] = time.monotonic() + timeout
+        if not self._watch(conn, selectors.EVENT_READ):
+            self._drop(conn)
 
-    def _drop_idle(self, conn: _Conn) -> None:
-        with self._lock:
-            self._idle.pop(conn, None)
-        with contextlib.suppress(KeyError, ValueError):
-            self._selector.unregister(conn.sock)
+    def _drop(self, conn: _Conn) -> None:
+        self._idle.pop(conn, None)
+        self._writing.pop(conn, None)
+        self._watch(conn, 0)
         _close(conn)
 
     def _readable(self, conn: _Conn) -> None:
@@ -315,38 +357,37 @@ class HttpServer:
                 assert isinstance(conn.sock, ssl.SSLSocket)
                 conn.sock.do_handshake()
                 conn.handshaken = True
-            while True:
+            while len(conn.buf) <= _MAX_HEAD:
                 chunk = conn.sock.recv(65536)
                 if not chunk:
-                    self._drop_idle(conn)
+                    self._drop(conn)
                     return
                 conn.buf += chunk
-                if len(conn.buf) > _MAX_HEAD:
-                    break
         except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             pass
         except (OSError, ValueError):
-            self._drop_idle(conn)
+            self._drop(conn)
             return
         if b"\r\n\r\n" in conn.buf or len(conn.buf) > _MAX_HEAD:
-            with self._lock:
-                self._idle.pop(conn, None)
-            self._selector.unregister(conn.sock)
+            self._idle.pop(conn, None)
+            self._watch(conn, 0)
             self._dispatch(conn)
         elif first or not conn.handshaken:
-            with self._lock:
-                deadline = time.monotonic() + self.limits.request_timeout
-                self._idle[conn] = min(self._idle.get(conn, deadline), deadline)
+            deadline = time.monotonic() + self.limits.request_timeout
+            self._idle[conn] = min(self._idle.get(conn, deadline), deadline)
 
     def _dispatch(self, conn: _Conn) -> None:
         """A complete request head: probes and errors to the front pool, everything else
-        to the bounded worker pool."""
+        to the bounded worker pool. The pools only compute answers; this thread writes
+        them, so no client can hold a thread by not reading."""
         with self._lock:
             self._busy += 1
         req, keep, error = _parse_head(conn)
         if req is None:
             self._submit(self._front, conn, None, Response(error, b""), False)
             return
+        if conn.pipelined >= self.limits.max_pipeline:
+            keep = False  # enough answered without the client reading: this one closes
         probe = req.path in PROBES
         if not self._authorized(req, probe):
             unauthorized = Response(
@@ -354,7 +395,10 @@ class HttpServer:
             )
             self._submit(self._front, conn, req, unauthorized, keep)
             return
-        route = self._route(req.path)
+        route = self._route(req)
+        if isinstance(route, Response):  # refused: a method the path does not take
+            self._submit(self._front, conn, req, route, False)
+            return
         if route is None or probe:
             resp = Response(404, b"not found\n") if route is None else route
             self._submit(self._front, conn, req, resp, keep)
@@ -381,24 +425,45 @@ class HttpServer:
         try:
             pool.submit(self._work, conn, req, resp, keep, queued)
         except RuntimeError:  # shutting down
-            if queued:
-                with self._lock:
+            with self._lock:
+                self._busy -= 1
+                if queued:
                     self._queued -= 1
-            self._finish(conn, keep=False)
-
-    # -- pool threads --------------------------------------------------------------
-    def _finish(self, conn: _Conn, keep: bool) -> None:
-        with self._lock:
-            self._busy -= 1
-            if keep and not self._stopping.is_set():
-                self._returned.append(conn)
-            else:
-                keep = False
-        if keep:
-            self._wake()
-        else:
             _close(conn)
 
+    def _write(self, conn: _Conn) -> None:
+        """Send one chunk of the answer (the rest when the selector says the socket is
+        writable again: every writer gets a turn per round, so a big answer to a fast
+        reader delays a probe's by one chunk at most). A finished answer parks the
+        connection for its next request, or closes it."""
+        try:
+            if conn.out:
+                # a TLS write that wants to be retried must be retried with the same bytes
+                sent = conn.sock.send(conn.out[0][:_WRITE_CHUNK])
+                if sent < len(conn.out[0]):
+                    conn.out[0] = conn.out[0][sent:]
+                else:
+                    conn.out.pop(0)
+        except (BlockingIOError, ssl.SSLWantWriteError):
+            pass
+        except ssl.SSLWantReadError:  # the TLS layer must read first (rare)
+            if not self._watch(conn, selectors.EVENT_READ | selectors.EVENT_WRITE):
+                self._drop(conn)
+            return
+        except (OSError, ValueError):
+            self._drop(conn)
+            return
+        if conn.out:
+            if not self._watch(conn, selectors.EVENT_WRITE):
+                self._drop(conn)
+            return
+        self._writing.pop(conn, None)
+        if conn.keep and not self._stopping.is_set():
+            self._park(conn)
+        else:
+            self._drop(conn)
+
+    # -- pool threads: compute the answer, hand it to the loop ---------------------------
     def _work(
         self,
         conn: _Conn,
@@ -415,9 +480,33 @@ class HttpServer:
             if queued:
                 with self._lock:
                     self._queued -= 1
-        self._respond(conn, req, resp, keep)
+        try:
+            head = _head(resp, keep)
+        except Exception:  # a malformed response must still release the connection
+            log.exception("http: answering %s failed", req.path if req else "?")
+            head, resp, keep = _head(Response(500, b""), False), Response(500, b""), False
+        body = b"" if req is not None and req.method == "HEAD" else resp.body
+        if len(body) < 65536:  # small answers go out in one segment
+            conn.out = [memoryview(head + body)]
+        else:  # a large body is sent from the (shared, cached) bytes, never copied
+            conn.out = [memoryview(head), memoryview(body)]
+        conn.keep = keep
+        with self._lock:
+            self._busy -= 1
+            self._answered.append(conn)
+        self._wake()
 
-    def _route(self, path: str) -> Route | None:
+    def _route(self, req: Request) -> Route | Response | None:
+        """The handler of ``req``, or the answer refusing it (an action)."""
+        path = req.path
+        if (req.method == "POST") != (path in self.actions):
+            return Response(405, b"method not allowed\n", headers=(("Allow", _allowed(req)),))
+        if req.method == "POST":
+            if self._expected is None:
+                return Response(403, b"actions need http.basic_auth_user and a password\n")
+            if "x-monitor-request" not in req.headers:
+                return Response(403, b"actions need the X-Monitor-Request header\n")
+            return self.actions[path]
         route = self.routes.get(path)
         if route is None:
             for prefix, handler in self.prefix_routes.items():
@@ -434,56 +523,63 @@ class HttpServer:
             token.strip().encode(), self._expected
         )
 
-    def _respond(self, conn: _Conn, req: Request | None, resp: Response, keep: bool) -> None:
-        try:
-            reason = HTTPStatus(resp.status).phrase
-            lines = [
-                f"HTTP/1.1 {resp.status} {reason}",
-                f"Content-Type: {resp.content_type}",
-                f"Content-Length: {len(resp.body)}",
-                *(f"{k}: {v}" for k, v in resp.headers),
-            ]
-            if not keep:
-                lines.append("Connection: close")
-            head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-            conn.sock.settimeout(self.limits.write_timeout)
-            if req is not None and req.method == "HEAD":
-                conn.sock.sendall(head)
-            elif len(resp.body) < 65536:
-                conn.sock.sendall(head + resp.body)
-            else:
-                conn.sock.sendall(head)
-                conn.sock.sendall(resp.body)
-        except OSError:
-            keep = False
-        except Exception:  # a malformed response must still release the connection
-            log.exception("http: answering %s failed", req.path if req else "?")
-            keep = False
-        self._finish(conn, keep)
+
+_WRITE_CHUNK = 256 * 1024
+# a field name is a token (RFC 9110 §5.6.2): no whitespace, no separators, no controls
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+# fields that say how to read the message or who sends it: one occurrence at most, or a
+# server and a proxy in front of it may read two different requests (RFC 9112 §6.3, §3.2)
+_SINGLE = frozenset({"content-length", "transfer-encoding", "host", "authorization"})
+
+
+def _allowed(req: Request) -> str:
+    return "GET, HEAD" if req.method == "POST" else "POST"
+
+
+def _head(resp: Response, keep: bool) -> bytes:
+    lines = [
+        f"HTTP/1.1 {resp.status} {HTTPStatus(resp.status).phrase}",
+        f"Content-Type: {resp.content_type}",
+        f"Content-Length: {len(resp.body)}",
+        *(f"{k}: {v}" for k, v in resp.headers),
+    ]
+    if not keep:
+        lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
 def _parse_head(conn: _Conn) -> tuple[Request | None, bool, int]:
     """One request head (RFC 9112 §2-3) off the connection's buffer: (request,
-    keep-alive, error status). Bodies are not accepted (GET/HEAD only)."""
+    keep-alive, error status). Bodies are not accepted (GET, HEAD, bodiless POST), and anything a
+    proxy in front could read differently — repeated or listed lengths, a transfer
+    coding, a missing or repeated Host, folded or malformed fields — is refused with 400
+    and the connection closed, so no byte after it is ever read as a request."""
     if b"\r\n\r\n" not in conn.buf:
         return None, False, 431
     head, _, rest = bytes(conn.buf).partition(b"\r\n\r\n")
     conn.buf = bytearray(rest)
     lines = head.decode("latin-1").split("\r\n")
     parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+    if len(parts) != 3 or parts[2] not in ("HTTP/1.1", "HTTP/1.0") or not _TOKEN.match(parts[0]):
         return None, False, 400
     method, target, version = parts
+    if not target.startswith("/") or any(c in target for c in "\r\n\t\x00"):
+        return None, False, 400
     headers: dict[str, str] = {}
     for line in lines[1:]:
         name, sep, value = line.partition(":")
-        if not sep:
+        if not sep or not _TOKEN.match(name) or "\n" in value or "\r" in value:
+            return None, False, 400  # also obs-fold: a line that starts with whitespace
+        name = name.lower()
+        if name in headers and name in _SINGLE:
             return None, False, 400
-        headers[name.strip().lower()] = value.strip()
-    if method not in ("GET", "HEAD"):
+        headers[name] = value.strip(" \t")
+    if version == "HTTP/1.1" and "host" not in headers:
+        return None, False, 400
+    if method not in ("GET", "HEAD", "POST"):
         return None, False, 405
     if headers.get("content-length", "0") != "0" or "transfer-encoding" in headers:
-        return None, False, 400  # a GET with a body: not worth parsing
+        return None, False, 400  # a body: actions take their arguments in the query
     connection = headers.get("connection", "").lower()
     keep = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
     path, _, query = target.partition("?")

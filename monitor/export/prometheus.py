@@ -493,6 +493,15 @@ class MonitorCollector(Collector):
             for model, count in ops.versions_rejected:
                 rejected.add_metric([model], count)
             yield rejected
+            blocked = GaugeMetricFamily(
+                "mlmon_version_blocked",
+                "Predictions of a version rejected by max_versions in the last hour, for versions "
+                "that look real (at least 100): a new version is not being monitored",
+                labels=("model", "version"),
+            )
+            for model, version, count in ops.versions_blocked:
+                blocked.add_metric([model, version], count)
+            yield blocked
             untracked = CounterMetricFamily(
                 "mlmon_drift_untracked_features",
                 "Feature values a live drift reference left out (names over drift.max_features)",

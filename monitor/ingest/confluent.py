@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from itertools import compress
 from operator import add, not_
@@ -27,14 +28,18 @@ from confluent_kafka import (
     KafkaException,
     Message,
     Producer,
+    TopicCollection,
     TopicPartition,
 )
+from confluent_kafka.admin import AdminClient
 
 from ..config import KafkaSettings
 from ..state.positions import Resume, reset_by_client, resume_position
 from .assignor import warn_unpaired
+from .kafka import CLOSE_TIMEOUT_MS, METADATA_MAX_AGE_MS, STALE_METADATA_S
 from .pipeline import RawBatch, offset_key
 from .security import librdkafka_security as confluent_security
+from .topic_watch import TopicWatch
 
 __all__ = ["ConfluentProducer", "ConfluentSource", "confluent_config", "confluent_security"]
 
@@ -71,6 +76,7 @@ def confluent_config(k: KafkaSettings) -> dict[str, Any]:
         "heartbeat.interval.ms": k.heartbeat_interval_ms,
         "reconnect.backoff.max.ms": k.reconnect_backoff_max_ms,
         "socket.connection.setup.timeout.ms": max(1000, k.bootstrap_timeout_ms),
+        "topic.metadata.refresh.interval.ms": METADATA_MAX_AGE_MS,
         # range co-partitions topics of equal partition counts (librdkafka runs no Python
         # assignor; roundrobin and cooperative-sticky do not co-partition): docs/scale-out.md
         "partition.assignment.strategy": "range",
@@ -87,11 +93,23 @@ class ConfluentSource:
         k: KafkaSettings,
         stored_offsets: Callable[[], dict[str, int]],
         on_resume: Callable[[str, int, int, Resume], None] | None = None,
+        topic_ids: dict[str, str] | None = None,
     ) -> None:
         self.settings = k
         self.kinds = {k.predictions_topic: "predictions", k.labels_topic: "labels"}
         self._stored_offsets = stored_offsets
         self.on_resume = on_resume
+        self.watch = TopicWatch(topic_ids)
+        self.faults = self.watch.faults
+        # topic -> (id, partitions, when) as an admin client last described them:
+        # librdkafka's consumer metadata has no topic ids (a thread asks, the poll compares)
+        self._described: dict[str, tuple[str | None, int | None, float]] = {}
+        self._described_tried = time.monotonic()  # the describer's last attempt
+        self._stop_describing = threading.Event()
+        self._describer = threading.Thread(
+            target=self._describe_every, args=(k,), name="topic-ids", daemon=True
+        )
+        self._describer.start()
         # (topic, partition) -> next offset to hand out (assigned or after the last handed)
         self._position: dict[tuple[str, int], int] = {}
         self.unchecked: dict[tuple[str, int], int] = {}  # assigned offsets, low end unchecked
@@ -147,10 +165,86 @@ class ConfluentSource:
                 self._up = False
         log.warning("kafka: %s", err.str())
 
+    # -- topic identity -------------------------------------------------------------------
+    def _describe_every(self, k: KafkaSettings) -> None:
+        """Describe the input topics every second (ids and partition counts)."""
+        admin: AdminClient | None = None
+        while not self._stop_describing.wait(1.0):
+            self._described_tried = time.monotonic()
+            try:
+                if admin is None:
+                    admin = AdminClient(
+                        {"bootstrap.servers": k.bootstrap_servers, **confluent_security(k)}
+                    )
+                asked = time.monotonic()
+                futures = admin.describe_topics(
+                    TopicCollection(list(self.kinds)), request_timeout=5
+                )
+                for topic, fut in futures.items():
+                    d = fut.result(timeout=10)
+                    tid = str(d.topic_id) if d.topic_id else None
+                    described = (tid, len(d.partitions), asked)
+                    with self._lock:
+                        self._described[topic] = described
+            except Exception as err:  # no broker, a topic not created yet: next round
+                log.debug("describing the input topics: %s", err)
+
+    def topic_ids(self) -> dict[str, str]:
+        return dict(self.watch.ids)
+
+    def _restart_recreated(self) -> None:
+        """Partitions of a topic found recreated since the last poll — assigned, or with
+        a stored offset — restart at the new log's start (or end, ``auto_offset_reset =
+        latest``) before anything more is consumed: a seek drops what librdkafka fetched
+        of them at the old position, and the daemon's offsets follow (a partition
+        assigned later is sought there)."""
+        with self._lock:
+            described = dict(self._described)
+        for topic, (topic_id, partitions, asked) in described.items():
+            old = self.watch.ids.get(topic)
+            if not self.watch.observe(topic, topic_id, partitions, asked).recreated:
+                continue
+            stored = self._stored_offsets()
+            assigned = {tp.partition for tp in self.consumer.assignment() if tp.topic == topic}
+            numbers = assigned | {
+                int(key.rpartition(":")[2]) for key in stored if key.rpartition(":")[0] == topic
+            }
+            try:
+                for p in sorted(numbers):
+                    tp = TopicPartition(topic, p)
+                    low, high = self.consumer.get_watermark_offsets(tp, timeout=5.0, cached=False)
+                    off = int(low if self.settings.auto_offset_reset == "earliest" else high)
+                    was = self._position.get((topic, p), stored.get(offset_key(topic, p), -1))
+                    if p in assigned:
+                        self.consumer.seek(TopicPartition(topic, p, off))
+                        self._position[topic, p] = off
+                    self.unchecked.pop((topic, p), None)
+                    if self.on_resume is not None:
+                        self.on_resume(topic, p, was, Resume(off, "topic_recreated"))
+            except KafkaException as err:  # a seek before the fetcher started: next poll
+                log.debug("%s: restart deferred: %s", topic, err)
+                if old is not None:
+                    self.watch.ids[topic] = old
+
     # -- KafkaSource ---------------------------------------------------------------------
     def poll(self, timeout_ms: int) -> dict[str, RawBatch]:
+        if self._held_back(timeout_ms):
+            return {}
         msgs = self._consumed(timeout_ms)
         return self._split(msgs) if msgs else {}
+
+    def _held_back(self, timeout_ms: int) -> bool:
+        """Before each poll: whether to consume nothing now — the process was paused, and
+        which log the next messages are in is not known until the describer has run
+        again (a second) — else partitions of a topic found recreated are restarted."""
+        if not self._described:
+            return False
+        now = time.monotonic()
+        if self.watch.hold_back(now - self._described_tried, STALE_METADATA_S, now):
+            self._stop_describing.wait(timeout_ms / 1000)
+            return True
+        self._restart_recreated()
+        return False
 
     def _consumed(self, timeout_ms: int) -> list[Message]:
         """One poll's messages (none: idle), errors dropped (logged)."""
@@ -249,11 +343,15 @@ class ConfluentSource:
         if pos < resume.offset or resume.reason == "offset_beyond_end":
             self.consumer.seek(TopicPartition(topic, partition, resume.offset))
             self._position[topic, partition] = resume.offset
+        if resume.reason == "offset_beyond_end":
+            self.watch.restarted(topic, time.monotonic())
         if self.on_resume is not None:
             self.on_resume(topic, partition, was, resume)
 
     def _reset_by_client(self, tp: tuple[str, int], expected: int, first: int) -> None:
         resume = reset_by_client(expected, first)
+        if resume is not None:
+            self.watch.restarted(tp[0], time.monotonic())
         if resume is not None and self.on_resume is not None:
             self.on_resume(tp[0], tp[1], expected, resume)
 
@@ -294,16 +392,26 @@ class ConfluentSource:
         return out
 
     def commit(self, offsets: dict[str, int]) -> None:
+        if not self.connected():
+            raise ConnectionError("no broker connection: commit skipped")
         commit = []
         for tp in self.consumer.assignment():
             off = offsets.get(offset_key(tp.topic, tp.partition))
             if off is not None:
                 commit.append(TopicPartition(tp.topic, tp.partition, off))
-        if commit:
-            self.consumer.commit(offsets=commit, asynchronous=False)
+        if commit:  # asynchronous: a synchronous commit waits for a coordinator forever
+            self.consumer.commit(offsets=commit, asynchronous=True)
 
     def close(self) -> None:
-        self.consumer.close()  # auto-commit is off: closing commits nothing
+        """librdkafka's close leaves the group and waits for the broker: bounded by
+        ``CLOSE_TIMEOUT_MS`` in a helper thread (the process exits after it anyway)."""
+        self._stop_describing.set()
+        closer = threading.Thread(target=self.consumer.close, name="consumer-close", daemon=True)
+        closer.start()  # auto-commit is off: closing commits nothing
+        closer.join((CLOSE_TIMEOUT_MS if self.connected() else 0) / 1000)
+        if closer.is_alive():
+            log.warning("consumer close did not finish within %d ms (no broker?): leaving it",
+                        CLOSE_TIMEOUT_MS)  # fmt: skip
 
 
 def _partition_ends(sel: list[bool], parts: list[int]) -> dict[tuple[bool, int], tuple[int, int]]:

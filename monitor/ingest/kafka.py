@@ -13,6 +13,7 @@ with the same semantics; docs/kafka.md maps the settings onto each.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -22,10 +23,12 @@ from kafka.structs import OffsetAndMetadata
 
 from .. import kafka_compat
 from ..config import KafkaSettings
+from ..kafka_compat import metadata_fetched_at, request_metadata, topic_metadata
 from ..state.positions import Resume, reset_by_client, resume_position
 from .assignor import CoPartitionAssignor, warn_unpaired
 from .pipeline import RawBatch, offset_key
 from .security import kafka_python_security as client_security
+from .topic_watch import TopicWatch
 
 kafka_compat.install()
 
@@ -39,6 +42,15 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+# offsets are owned by the checkpoint: a commit is for lag visibility, never worth a stall
+COMMIT_TIMEOUT_MS = 5_000
+CLOSE_TIMEOUT_MS = 3_000
+# how often the clients refresh topic metadata: new partitions and recreated topics are
+# seen within seconds (the clients' default is five minutes)
+METADATA_MAX_AGE_MS = 5_000
+# records polled with metadata older than this are fetched again after a refresh
+STALE_METADATA_S = 2 * METADATA_MAX_AGE_MS / 1000
 
 StoredOffsets = Callable[[], dict[str, int]]
 # told when a checkpointed/current position is outside the log (state/positions.py)
@@ -63,22 +75,35 @@ class KafkaSource(Protocol):
         ...
 
     def commit(self, offsets: dict[str, int]) -> None:
-        """Commit checkpointed offsets ("topic:partition" -> next offset) we are assigned."""
+        """Commit checkpointed offsets ("topic:partition" -> next offset) we are assigned:
+        for lag and for partitions without state only, so it is skipped while no broker
+        answers and never blocks for long (``COMMIT_TIMEOUT_MS``)."""
         ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Leave the group within ``CLOSE_TIMEOUT_MS`` (a shutdown during an outage)."""
+        ...
+
+    def topic_ids(self) -> dict[str, str]:
+        """The ids of the topics the current positions are positions in (checkpointed
+        beside the offsets: ``topic_watch.py``)."""
+        ...
 
 
 def open_source(
-    k: KafkaSettings, stored_offsets: StoredOffsets, on_resume: OnResume | None = None
+    k: KafkaSettings,
+    stored_offsets: StoredOffsets,
+    on_resume: OnResume | None = None,
+    topic_ids: dict[str, str] | None = None,
 ) -> KafkaSource:
     """The configured client's source; raises while the cluster cannot be reached.
-    ``on_resume`` is told of positions outside the log (both clients)."""
+    ``on_resume`` is told of positions outside the log or in a recreated topic (both
+    clients); ``topic_ids``: the topics the stored offsets belong to."""
     if k.client == "confluent":
         from .confluent import ConfluentSource
 
-        return ConfluentSource(k, stored_offsets, on_resume)
-    return KafkaPythonSource(k, stored_offsets, on_resume)
+        return ConfluentSource(k, stored_offsets, on_resume, topic_ids)
+    return KafkaPythonSource(k, stored_offsets, on_resume, topic_ids)
 
 
 def make_producer(k: KafkaSettings) -> Any:
@@ -118,6 +143,7 @@ def consumer_config(k: KafkaSettings) -> dict[str, Any]:
         "heartbeat_interval_ms": k.heartbeat_interval_ms,
         "reconnect_backoff_max_ms": k.reconnect_backoff_max_ms,
         "bootstrap_timeout_ms": k.bootstrap_timeout_ms,
+        "metadata_max_age_ms": METADATA_MAX_AGE_MS,
         # co-partitioned, sticky; range (which also co-partitions equal counts) lets a
         # group mix these members with older ones or with librdkafka members
         "partition_assignment_strategy": (CoPartitionAssignor, RangePartitionAssignor),
@@ -130,10 +156,16 @@ class KafkaPythonSource:
     """``KafkaSource`` on kafka-python."""
 
     def __init__(
-        self, k: KafkaSettings, stored_offsets: StoredOffsets, on_resume: OnResume | None = None
+        self,
+        k: KafkaSettings,
+        stored_offsets: StoredOffsets,
+        on_resume: OnResume | None = None,
+        topic_ids: dict[str, str] | None = None,
     ) -> None:
         self.settings = k
         self.on_resume = on_resume
+        self.watch = TopicWatch(topic_ids)
+        self.faults = self.watch.faults
         self.unchecked: dict[TopicPartition, int] = {}  # seeks not range-checked yet
         # the offset each partition's next record must have: sought to, or after the last
         # record handed out (absent: the client chose the start, nothing to compare)
@@ -147,8 +179,8 @@ class KafkaPythonSource:
         return {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
 
     def poll(self, timeout_ms: int) -> dict[str, RawBatch]:
-        batches = self.consumer.poll(
-            timeout_ms=timeout_ms, max_records=self.settings.max_poll_records
+        batches = self._without_recreated(
+            self.consumer.poll(timeout_ms=timeout_ms, max_records=self.settings.max_poll_records)
         )
         if self.unchecked:
             self._check_starts()
@@ -164,6 +196,68 @@ class KafkaPythonSource:
             kind: RawBatch([r.value for r in records], record_origin(records), offsets)
             for kind, (records, offsets) in split.items()
         }
+
+    def topic_ids(self) -> dict[str, str]:
+        return dict(self.watch.ids)
+
+    def _restarted(self, topic: str) -> None:
+        """A reset to a new log's start by the offset checks: fresh metadata says which."""
+        self.watch.restarted(topic, time.monotonic())
+        request_metadata(self.consumer)
+
+    def _without_recreated(self, batches: dict[Any, list[Any]]) -> dict[Any, list[Any]]:
+        """``batches`` less the records of partitions of a topic found recreated now: their
+        positions move to the new log's start and the records there are read next (what
+        this poll returned of them may be of either log: the old one is gone).
+
+        Metadata older than ``STALE_METADATA_S`` (the process was paused, or the broker
+        away) cannot vouch for the records: they are given back (each partition sought
+        to its first one) and fetched again once fresh metadata has said which log
+        they are in (``TopicWatch.hold_back``: not for ever)."""
+        fetched = metadata_fetched_at(self.consumer)
+        now = time.monotonic()
+        if self.watch.hold_back(now - fetched, STALE_METADATA_S, now) and batches:
+            request_metadata(self.consumer)
+            for tp, records in batches.items():
+                if records:
+                    self.consumer.seek(tp, records[0].offset)
+            return {}
+        reset: set[TopicPartition] = set()
+        for topic in self.kinds:
+            topic_id, partitions = topic_metadata(self.consumer, topic)
+            if self.watch.observe(topic, topic_id, partitions, fetched).recreated:
+                reset |= self._restart_recreated(topic)
+        if not reset:
+            return batches
+        return {tp: records for tp, records in batches.items() if tp not in reset}
+
+    def _restart_recreated(self, topic: str) -> set[TopicPartition]:
+        """Every partition of the recreated ``topic`` that is assigned or has a stored
+        offset restarts at its new log's start (or end, ``auto_offset_reset = latest``):
+        the daemon's offsets follow, so a partition assigned later is sought there too."""
+        stored = self._stored_offsets()
+        assigned = {tp for tp in self.consumer.assignment() if tp.topic == topic}
+        tps = assigned | {
+            TopicPartition(topic, int(key.rpartition(":")[2]))
+            for key in stored
+            if key.rpartition(":")[0] == topic
+        }
+        if not tps:
+            return set()
+        if self.settings.auto_offset_reset == "earliest":
+            starts = self.consumer.beginning_offsets(list(tps))
+        else:
+            starts = self.consumer.end_offsets(list(tps))
+        for tp, start in starts.items():
+            off = int(start)
+            was = self._position.get(tp, stored.get(offset_key(tp.topic, tp.partition), -1))
+            if tp in assigned:
+                self.consumer.seek(tp, off)
+                self._position[tp] = off
+            self.unchecked.pop(tp, None)
+            if self.on_resume is not None:
+                self.on_resume(tp.topic, tp.partition, was, Resume(off, "topic_recreated"))
+        return assigned
 
     def connected(self) -> bool:
         """kafka-python's own ``connection-count`` metric."""
@@ -221,6 +315,7 @@ class KafkaPythonSource:
         resume = resume_position(pos, low, high, self.settings.auto_offset_reset)
         self.consumer.seek(tp, resume.offset)
         self._position[tp] = resume.offset
+        self._restarted(tp.topic)
         if self.on_resume is not None:
             self.on_resume(tp.topic, tp.partition, pos, resume)
 
@@ -234,20 +329,25 @@ class KafkaPythonSource:
 
     def _reset_by_client(self, tp: TopicPartition, expected: int, first: int) -> None:
         resume = reset_by_client(expected, first)
+        if resume is not None:
+            self._restarted(tp.topic)
         if resume is not None and self.on_resume is not None:
             self.on_resume(tp.topic, tp.partition, expected, resume)
 
     def commit(self, offsets: dict[str, int]) -> None:
+        if not self.connected():
+            raise ConnectionError("no broker connection: commit skipped")
         commit = {}
         for tp in self.consumer.assignment():
             off = offsets.get(offset_key(tp.topic, tp.partition))
             if off is not None:
                 commit[tp] = OffsetAndMetadata(off, "", -1)
         if commit:
-            self.consumer.commit(offsets=commit)
+            self.consumer.commit(offsets=commit, timeout_ms=COMMIT_TIMEOUT_MS)
 
     def close(self) -> None:
-        self.consumer.close(autocommit=False)
+        timeout = CLOSE_TIMEOUT_MS if self.connected() else 0
+        self.consumer.close(autocommit=False, timeout_ms=timeout)
 
 
 def record_origin(records: list[Any]) -> Callable[[int], tuple[str, int, int]]:

@@ -45,20 +45,17 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from .. import kafka_compat
+from ..state.topics import lease_topic
 
 kafka_compat.install()
 
-__all__ = ["ExporterLease", "LeaseLog", "lease_key", "lease_topic"]
+__all__ = ["ExporterLease", "LeaseLog", "lease_key"]
 
 log = logging.getLogger(__name__)
 
 
 def lease_key(group_id: str) -> str:
     return f"{group_id}/exporter"
-
-
-def lease_topic(group_id: str) -> str:
-    return f"{group_id}-exporter"
 
 
 @dataclass
@@ -247,9 +244,13 @@ class ExporterLease:
         return self._producer
 
     def close(self) -> None:
+        """Close the clients, within a second or two even while no broker answers."""
         if self._producer is not None:
-            self._producer.close(timeout=5)
+            try:
+                self._producer.close(timeout=1)
+            except Exception as err:  # a send still waiting for a broker that is gone
+                log.warning("exporter lease: closing the producer: %s", err)
             self._producer = None
         if self._consumer is not None:
-            self._consumer.close()
+            self._consumer.close(autocommit=False, timeout_ms=1000)
             self._consumer = None

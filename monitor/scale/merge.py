@@ -15,8 +15,6 @@ whatever order the partitions arrive in), the accumulators' sums by ``+``.
 
 from __future__ import annotations
 
-import io
-import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,13 +27,15 @@ from ..engine.core import Engine
 from ..engine.delay import LabelDelay
 from ..engine.drift_cells import UnseenValues
 from ..engine.snapshot import OpsState
+from ..engine.state_checks import MAX_COUNT, StateInvalid, check_columns, check_counts, check_totals
 from ..engine.view import StoreView
 from ..engine.view_sum import sum_views
 from ..engine.windows import Tiers
-from ..state.checkpoint import META_KEY, npz_payload
+from ..state.blob import BlobError, pack, read_blob
 
 __all__ = [
     "FORMAT",
+    "Layout",
     "PartitionStats",
     "decode",
     "encode",
@@ -43,13 +43,16 @@ __all__ = [
     "merge_ops",
     "pack",
     "partition_stats",
+    "store_layout",
     "unpack",
 ]
 
-FORMAT = 2  # 2: label delays per model
+FORMAT = 3  # 2: the blob names its partition; 3: label delays per model (1, 2 still read)
 _NO_TS = int(np.iinfo(np.int64).min)  # the engine's "no timestamp yet"
 
 Group = tuple[int, str, tuple[str, ...]]
+# store ("buckets", "wide/<model>", "sliced/<model>") -> column -> (row shape, dtype kind)
+Layout = dict[str, dict[str, tuple[tuple[int, ...], str]]]
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,7 @@ def merge_ops(ops: Iterable[OpsState]) -> OpsState:
     join: Counter[str] = Counter()
     plugin_errors: Counter[str] = Counter()
     rejected: Counter[str] = Counter()
+    blocked: Counter[tuple[str, str]] = Counter()
     untracked: Counter[str] = Counter()
     outcomes: dict[tuple[str, str], list[Any]] = {}
     for o in ops:
@@ -99,6 +103,7 @@ def merge_ops(ops: Iterable[OpsState]) -> OpsState:
         join.update(dict(o.join_events))
         plugin_errors.update(dict(o.plugin_errors))
         rejected.update(dict(o.versions_rejected))
+        blocked.update({(m, v): c for m, v, c in o.versions_blocked})
         untracked.update(dict(o.drift_untracked))
         for model, version, labeled, errors in o.outcomes:
             acc = outcomes.setdefault((model, version), [0, None])
@@ -118,6 +123,7 @@ def merge_ops(ops: Iterable[OpsState]) -> OpsState:
         plugin_errors=tuple(sorted(plugin_errors.items())),
         outcomes=tuple((m, v, lab, err) for (m, v), (lab, err) in sorted(outcomes.items())),
         versions_rejected=tuple(sorted(rejected.items())),
+        versions_blocked=tuple((m, v, c) for (m, v), c in sorted(blocked.items())),
         drift_untracked=tuple(sorted(untracked.items())),
     )
 
@@ -125,29 +131,37 @@ def merge_ops(ops: Iterable[OpsState]) -> OpsState:
 # -- bytes (the stats topic's values) ------------------------------------------------------
 
 
-def pack(meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> bytes:
-    """JSON metadata and plain arrays as one .npz blob (read back without pickle)."""
-    buf = io.BytesIO()
-    np.savez(buf, **npz_payload(meta, arrays))
-    return buf.getvalue()
+MAX_BLOB_BYTES = 4 * 2**30  # a partition's state or statistics, whole
 
 
 def unpack(blob: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Inverse of ``pack``; ValueError on anything that is not such a blob."""
+    """Inverse of ``pack`` through the hardened reader (``state/blob.py``): ValueError
+    on anything that is not such a blob, however crafted."""
     try:
-        with np.load(io.BytesIO(blob), allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-        meta = json.loads(arrays.pop(META_KEY).tobytes().decode())
-    except (OSError, KeyError, ValueError, UnicodeDecodeError) as err:
+        meta, arrays = read_blob(blob, MAX_BLOB_BYTES)
+    except BlobError as err:
         raise ValueError(f"not a packed blob: {err}") from None
     if not isinstance(meta, dict):
         raise ValueError("blob metadata is not an object")
     return meta, arrays
 
 
-def encode(stats: PartitionStats, model_names: Sequence[str]) -> bytes:
-    """``stats`` as bytes; groups name their model, so a reader maps them to its own
-    model order (a model it does not know is dropped on decode)."""
+def store_layout(engine: Engine) -> Layout:
+    """The columns this configuration's stores have: what a reader accepts (a blob of
+    another layout — score bins, classes, a plugin — would break the merged sums)."""
+    names = [m.name for m in engine.models]
+    stores = {"buckets": engine.buckets.state()}
+    for kind, by_model in (("wide", engine.wide), ("sliced", engine.sliced)):
+        stores.update({f"{kind}/{names[m]}": st.state() for m, st in by_model.items()})
+    return {
+        store: {col: (a.shape[1:], "f" if a.dtype.kind == "f" else "i") for col, a in cols.items()}
+        for store, cols in stores.items()
+    }
+
+
+def encode(stats: PartitionStats, model_names: Sequence[str], partition: int) -> bytes:
+    """``stats`` of input partition ``partition`` as bytes; groups name their model, so a
+    reader maps them to its own model order (a model it does not know is dropped)."""
     v, o = stats.view, stats.ops
     arrays: dict[str, np.ndarray] = {f"buckets.{k}": a for k, a in v.buckets.items()}
     for kind, stores in (("wide", v.wide), ("sliced", v.sliced)):
@@ -162,6 +176,7 @@ def encode(stats: PartitionStats, model_names: Sequence[str]) -> bytes:
         arrays.update({f"{kind}/{name}": a for name, a in values.items()})
     meta = {
         "format": FORMAT,
+        "partition": partition,
         "width_ms": v.width_ms,
         "tiers": v.tiers.bounds(),
         "groups": [
@@ -184,6 +199,7 @@ def encode(stats: PartitionStats, model_names: Sequence[str]) -> bytes:
             "plugin_errors": o.plugin_errors,
             "outcomes": o.outcomes,
             "versions_rejected": o.versions_rejected,
+            "versions_blocked": o.versions_blocked,
             "drift_untracked": o.drift_untracked,
         },
         "arm_start": dict(stats.arms.start),
@@ -192,12 +208,25 @@ def encode(stats: PartitionStats, model_names: Sequence[str]) -> bytes:
     return pack(meta, arrays)
 
 
-def decode(blob: bytes, model_names: Sequence[str], width_ms: int) -> PartitionStats:
+def decode(
+    blob: bytes,
+    model_names: Sequence[str],
+    width_ms: int,
+    partition: int | None = None,
+    layout: Layout | None = None,
+) -> PartitionStats:
     """Inverse of ``encode`` for this configuration's models; ValueError when the blob is
-    not such statistics or was written with another bucket width."""
+    not such statistics: written for another partition than its key says, with another
+    bucket width or store ``layout``, or holding impossible counts (negative, beyond
+    2**53, more labeled or predicted than the blob's own counters ever saw)."""
     meta, arrays = unpack(blob)
-    if meta.get("format") != FORMAT:
-        raise ValueError(f"stats format {meta.get('format')!r}, this reads {FORMAT}")
+    fmt = meta.get("format")
+    if fmt not in (1, 2, FORMAT):
+        raise ValueError(f"stats format {fmt!r}, this reads 1..{FORMAT}")
+    if partition is not None and fmt != 1 and meta.get("partition") != partition:
+        raise ValueError(
+            f"stats of partition {meta.get('partition')!r} under partition {partition}"
+        )
     if meta.get("width_ms") != width_ms:
         raise ValueError(f"stats bucket width {meta.get('width_ms')} ms, configured {width_ms} ms")
     index = {name: i for i, name in enumerate(model_names)}
@@ -208,22 +237,27 @@ def decode(blob: bytes, model_names: Sequence[str], width_ms: int) -> PartitionS
         ]
         tiers = Tiers.for_width(width_ms).with_bounds(meta["tiers"])
         o = meta["ops"]
+        # before format 3 one histogram of every model's delays: the fleet prior
+        delays = _delays(o["label_delays"]) if fmt == FORMAT else _delay(o["label_delay"])
         ops = OpsState(
-            records=tuple((str(k), str(x), int(c)) for k, x, c in o["records"]),
-            invalid=tuple((str(k), str(r), int(c)) for k, r, c in o["invalid"]),
-            join_events=tuple((str(e), int(c)) for e, c in o["join_events"]),
-            pending_predictions=int(o["pending_predictions"]),
-            orphan_labels=int(o["orphan_labels"]),
-            label_delay=_delays(o["label_delays"]).histograms(),
+            records=tuple((str(k), str(x), _n(c)) for k, x, c in o["records"]),
+            invalid=tuple((str(k), str(r), _n(c)) for k, r, c in o["invalid"]),
+            join_events=tuple((str(e), _n(c)) for e, c in o["join_events"]),
+            pending_predictions=_n(o["pending_predictions"]),
+            orphan_labels=_n(o["orphan_labels"]),
+            label_delay=delays.histograms(),
             prediction_watermark_ms=int(o["prediction_watermark_ms"]),
             label_watermark_ms=int(o["label_watermark_ms"]),
-            plugin_errors=tuple((str(n), int(c)) for n, c in o["plugin_errors"]),
+            plugin_errors=tuple((str(n), _n(c)) for n, c in o["plugin_errors"]),
             outcomes=tuple(
-                (str(m), str(v), int(lab), None if err is None else int(err))
+                (str(m), str(v), _n(lab), None if err is None else _n(err))
                 for m, v, lab, err in o["outcomes"]
             ),
-            versions_rejected=tuple((str(m), int(c)) for m, c in o["versions_rejected"]),
-            drift_untracked=tuple((str(m), int(c)) for m, c in o["drift_untracked"]),
+            versions_rejected=tuple((str(m), _n(c)) for m, c in o["versions_rejected"]),
+            versions_blocked=tuple(
+                (str(m), str(v), _n(c)) for m, v, c in o.get("versions_blocked", ())
+            ),
+            drift_untracked=tuple((str(m), _n(c)) for m, c in o["drift_untracked"]),
         )
         stores: dict[str, dict[int, dict[str, np.ndarray]]] = {"wide": {}, "sliced": {}}
         per_name: dict[str, dict[str, np.ndarray]] = {}
@@ -239,10 +273,22 @@ def decode(blob: bytes, model_names: Sequence[str], width_ms: int) -> PartitionS
                 kind, _, name = key.partition("/")
                 per_name.setdefault(kind, {})[name] = a
         n = len(groups)
-        for cols in [buckets, *stores["wide"].values(), *stores["sliced"].values()]:
+        named = {"buckets": buckets}
+        for kind in ("wide", "sliced"):
+            named.update({f"{kind}/{model_names[m]}": c for m, c in stores[kind].items()})
+        for where, cols in named.items():
+            if layout is not None:
+                _check_layout(where, cols, layout.get(where))
+            check_columns(where, cols, width_ms)
             g = cols.get("group")
             if g is not None and len(g) and (int(g.min()) < 0 or int(g.max()) >= n):
                 raise ValueError("stats refer to groups they do not define")
+        counted = delays.counts.sum(axis=0)
+        if delays.prior is not None:
+            counted = counted + delays.prior[0]
+        check_counts("label_delay", counted)
+        check_totals("partition statistics", buckets, dict(ops.join_events).get("joined", 0),
+                     _accepted(ops), counted)  # fmt: skip
         # groups of models this configuration does not know are dropped
         known = np.array([g[0] >= 0 for g in groups] or [True], bool)
         if buckets and not known.all():
@@ -264,6 +310,9 @@ def decode(blob: bytes, model_names: Sequence[str], width_ms: int) -> PartitionS
         paired = PairedSums(per_name.get("paired", {}))
         arms.check()
         paired.check()
+        for kind, values in per_name.items():
+            for name, a in values.items():
+                check_counts(f"{kind}/{name}", a, nonnegative=kind == "arm_predictions")
         return PartitionStats(
             view=view,
             ops=ops,
@@ -273,8 +322,49 @@ def decode(blob: bytes, model_names: Sequence[str], width_ms: int) -> PartitionS
                 {(str(m), str(f)): [str(x) for x in vals] for m, f, vals in meta["unseen"]}
             ),
         )
-    except (KeyError, TypeError, ValueError) as err:
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
         raise ValueError(f"malformed partition statistics: {err}") from None
+
+
+def _n(value: object) -> int:
+    """A count of the blob's operational counters: an integer in 0..2**53."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        raise StateInvalid(f"counter {value!r} is not an integer in 0..2**53")
+    return value
+
+
+def _accepted(ops: OpsState) -> int:
+    return sum(
+        c for kind, outcome, c in ops.records if (kind, outcome) == ("predictions", "accepted")
+    )
+
+
+def _check_layout(
+    where: str, cols: dict[str, np.ndarray], expected: dict[str, tuple[tuple[int, ...], str]] | None
+) -> None:
+    """``cols`` as this configuration lays the store out: every column, same row shapes
+    and kinds (a matrix this configuration does not have is dropped)."""
+    if expected is None:
+        raise ValueError(f"{where}: a store this configuration does not have")
+    for col in [c for c in cols if c not in expected]:
+        del cols[col]
+    for col, (shape, kind) in expected.items():
+        a = cols.get(col)
+        if a is None:
+            raise ValueError(f"{where}: column {col!r} missing (another configuration?)")
+        if a.shape[1:] != shape or ("f" if a.dtype.kind == "f" else "i") != kind:
+            raise ValueError(
+                f"{where}: column {col!r} is {a.dtype}{list(a.shape[1:])}, this configuration "
+                f"lays it out as {kind}{list(shape)} (another configuration?)"
+            )
+
+
+def _delay(saved: Sequence[Any]) -> LabelDelay:
+    """A format 1-2 blob's one label delay histogram, [counts, total], as the fleet prior
+    (ValueError for another shape)."""
+    delay = LabelDelay()
+    delay.load({"delay_sum_s": float(saved[1])}, {"delay_counts": np.asarray(saved[0], np.int64)})
+    return delay
 
 
 def _delays(saved: Mapping[str, Any]) -> LabelDelay:

@@ -59,11 +59,21 @@ from ..ingest.deadletter import DeadLetterSink
 from ..ingest.kafka import KafkaPythonSource, consumer_config, record_origin
 from ..ingest.layout import LayoutError, metadata_config
 from ..ingest.pipeline import RawBatch, offset_key
+from ..ingest.topic_watch import TopicWatch
 from ..state.kafka_store import KafkaStateStore, StoredState
 from ..state.positions import Resume
 from .global_view import global_snapshot
 from .lease import ExporterLease
-from .merge import PartitionStats, encode, merge, merge_ops, pack, partition_stats, unpack
+from .merge import (
+    PartitionStats,
+    encode,
+    merge,
+    merge_ops,
+    pack,
+    partition_stats,
+    store_layout,
+    unpack,
+)
 from .partitioned_ingest import PartitionedIngest
 from .stats_topic import StatsReader, stats_store
 
@@ -109,6 +119,7 @@ class PartitionedDaemon(Daemon):
             k.group_id,
             [m.name for m in self.engine.models],
             self.engine.buckets.width_ms,
+            store_layout(self.engine),
         )
         self.parts: dict[int, _Partition] = {}
         # revoked, kept in memory: an eager rebalance that gives p back to this instance
@@ -120,6 +131,8 @@ class PartitionedDaemon(Daemon):
             queue.Queue()
         )
         self.paused: set[int] = set()  # assigned, state not restored yet
+        # paused because no stored generation is usable: (why, attempts); readiness says so
+        self.unusable: dict[int, tuple[str, int]] = {}
         self._restore_due = False  # a new assignment: restore after this poll
         self._assigned_generation = -1  # the group generation of the latest assignment
         self._view_complete = False  # evaluated with every partition's statistics
@@ -135,6 +148,8 @@ class PartitionedDaemon(Daemon):
             settings.scale.exporter_lease,
             eligible=lambda: self._view_complete,
         )
+        if self.dispatcher is not None:  # only the exporter sends alerts
+            self.dispatcher.holding = self.lease.valid
         self.handovers = 0
         self.fenced = 0  # stores refused: the membership they were owned in is gone
         # (published snapshot, its operational part): what a non-exporter's /metrics
@@ -197,13 +212,35 @@ class PartitionedDaemon(Daemon):
                 )
         return True
 
-    def _restore(self, number: int, found: StoredState | None, generation: int) -> _Partition:
-        """p from its newest complete stored state, or a fresh engine when none was ever
-        stored; raises when the state does not apply here."""
-        engine = self._new_engine()
-        if found is None:
+    def _restore(self, number: int, found: list[StoredState], generation: int) -> _Partition:
+        """p from its newest usable stored state (an unusable generation is skipped and
+        counted), or a fresh engine when none was ever stored (or, with
+        ``scale.on_unusable_state = "reset"``, none is usable); raises StateMismatch when
+        generations exist and none applies here."""
+        problems = []
+        for state in found:
+            try:
+                return self._restore_one(number, state, generation)
+            except (StateMismatch, KeyError, TypeError, ValueError, AttributeError) as err:
+                problems.append(f"generation {state.generation} of fence {state.fence}: {err}")
+                self.count_fault("partition_state_skipped")
+                log.error("partition %d: stored generation %d (fence %d) skipped: %s",
+                          number, state.generation, state.fence, err)  # fmt: skip
+        if problems and self.settings.scale.on_unusable_state == "pause":
+            raise StateMismatch("no usable stored state: " + "; ".join(problems))
+        if problems:
+            self.count_fault("partition_state_reset")
+            log.error(
+                "partition %d: no usable stored state, starting it fresh from the group's "
+                "committed offsets (scale.on_unusable_state = reset)",
+                number,
+            )
+        else:
             log.info("partition %d: no stored state, starting it fresh", number)
-            return _Partition(number, engine, {}, generation)
+        return _Partition(number, self._new_engine(), {}, generation)
+
+    def _restore_one(self, number: int, found: StoredState, generation: int) -> _Partition:
+        engine = self._new_engine()
         meta, arrays = unpack(found.blob)
         if meta.get("format") != STATE_FORMAT or meta.get("partition") != number:
             raise StateMismatch(
@@ -333,13 +370,14 @@ class PartitionedDaemon(Daemon):
             try:
                 part = self._restore(p, stored[p], generation)
             except StateMismatch as err:
-                log.critical("partition %d: stored state cannot be restored: %s", p, err)
+                attempt = self.unusable.get(p, ("", 0))[1] + 1
+                if attempt & (attempt - 1) == 0:  # the 1st, 2nd, 4th… retry (every second)
+                    log.critical("partition %d paused: stored state cannot be restored (attempt "
+                                 "%d): %s", p, attempt, err)  # fmt: skip
+                self.unusable[p] = (str(err), attempt)
                 self.count_fault("partition_state_mismatch")
                 continue
-            except (KeyError, TypeError, ValueError, AttributeError) as err:
-                log.critical("partition %d: stored state is malformed: %s", p, err)
-                self.count_fault("partition_state_mismatch")
-                continue
+            self.unusable.pop(p, None)
             with self._assign_lock:
                 if p not in self.paused:
                     continue  # revoked meanwhile: never own (or store) it
@@ -398,7 +436,7 @@ class PartitionedDaemon(Daemon):
                 with self.lock:
                     stats = partition_stats(part.engine)
                 names = [m.name for m in part.engine.models]
-                self.stats_out.store(part.number, encode(stats, names))
+                self.stats_out.store(part.number, encode(stats, names, part.number))
                 part.stats_published = True
         except Exception as err:
             log.warning("publishing the statistics of partition %d failed: %s", part.number, err)
@@ -421,7 +459,8 @@ class PartitionedDaemon(Daemon):
         """The publisher thread: encoding and sending stay off the consumer loop."""
         interval = self.settings.scale.stats_interval
         while not self._stop.wait(interval):
-            self._publish_all()
+            if self._source is None or self._source.connected():  # else: 10 s per partition
+                self._publish_all()
 
     def _own_stats(self) -> dict[int, PartitionStats]:
         return {p: partition_stats(part.engine) for p, part in self.parts.items()}
@@ -546,6 +585,14 @@ class PartitionedDaemon(Daemon):
             except Exception as err:
                 log.error("checkpoint failed (dead-letter flush): %s", err)
                 return False
+        if source is not None and not source.connected():  # each store would wait 10 s
+            st = self._published.status
+            error = "no broker connection: partition states not stored (the last stored stand)"
+            log.error("checkpoint failed: %s", error)
+            self._set_status(
+                checkpoint_failures=st.checkpoint_failures + 1, last_checkpoint_error=error
+            )
+            return False
         with self.lock:
             owned = list(self.parts.values())
         ok = True
@@ -562,6 +609,7 @@ class PartitionedDaemon(Daemon):
         s = self.settings
         try:
             counts = self._partition_count()
+            self.stats_in.partitions = counts  # a stats record of another number is refused
             self.state_store.ensure_topic(partitions=counts)
             self.stats_out.ensure_topic(partitions=1)
             self.lease.ensure_topic()
@@ -625,11 +673,13 @@ class PartitionedDaemon(Daemon):
                 if now - last_ckpt >= s.state.checkpoint_interval:
                     self.checkpoint(sink, source)
                     last_ckpt = now
-            publisher.join(timeout=30)
-            leaser.join(timeout=30)
+            wait = 30 if source.connected() else 2  # a send in flight waits for no broker
+            publisher.join(timeout=wait)
+            leaser.join(timeout=wait)
             self._handovers.put(None)
             handover.join(timeout=60)
-            self._publish_all()
+            if source.connected():  # else each publication would wait 10 s for nothing
+                self._publish_all()
         finally:
             self.lease.release()
             self.lease.close()
@@ -655,6 +705,25 @@ class PartitionedDaemon(Daemon):
     def _check_group(self) -> None:
         """Several members are this mode's purpose: no single-instance warning."""
 
+    def engines(self) -> list[Engine]:
+        """The owned partitions' engines (the holder engine ingests nothing)."""
+        return [part.engine for part in self.parts.values()]
+
+    def readiness(self) -> tuple[bool, list[str]]:
+        """Not ready while a partition is paused for want of a usable stored state: its
+        records are not consumed, whatever the lag says (docs/operations.md)."""
+        _, reasons = super().readiness()
+        with self._assign_lock:
+            stuck = {p: why for p, (why, _) in self.unusable.items() if p in self.paused}
+        reasons += [
+            f"partition {p} paused: {why} (scale.on_unusable_state)"
+            for p, why in sorted(stuck.items())
+        ]
+        return not reasons, reasons
+
+    def _fault_sources(self) -> list[Any]:
+        return [*super()._fault_sources(), self.stats_in]
+
     def status_json(self) -> dict[str, Any]:
         out = super().status_json()
         with self.lock:
@@ -665,6 +734,7 @@ class PartitionedDaemon(Daemon):
             "mode": "partitioned",
             "owned_partitions": owned,
             "restoring_partitions": waiting,
+            "unusable_partitions": {str(p): why for p, (why, _) in sorted(self.unusable.items())},
             "exporter": self.exporter,
             "handovers": self.handovers,
             "fenced": self.fenced,
@@ -721,6 +791,8 @@ class PartitionedSource(KafkaPythonSource):
         self.kinds = {k.predictions_topic: "predictions", k.labels_topic: "labels"}
         self._stored_offsets: Callable[[], dict[str, int]] = self._offsets
         self.daemon = daemon
+        self.watch = TopicWatch()  # recreated topics seen while running (topic_watch.py)
+        self.faults = self.watch.faults
         self.consumer = KafkaConsumer(**consumer_config(k))
         self.consumer.subscribe(topics=list(self.kinds), listener=_HandOver(self))
         self._lock = threading.Lock()
@@ -732,8 +804,8 @@ class PartitionedSource(KafkaPythonSource):
         return out
 
     def poll(self, timeout_ms: int) -> dict[tuple[str, int], RawBatch]:  # type: ignore[override]
-        batches = self.consumer.poll(
-            timeout_ms=timeout_ms, max_records=self.settings.max_poll_records
+        batches = self._without_recreated(
+            self.consumer.poll(timeout_ms=timeout_ms, max_records=self.settings.max_poll_records)
         )
         out: dict[tuple[str, int], RawBatch] = {}
         for tp, records in batches.items():

@@ -109,6 +109,8 @@ class PartitionedConfluentSource(ConfluentSource):
     def poll(self, timeout_ms: int) -> dict[tuple[str, int], RawBatch]:  # type: ignore[override]
         """One poll split by (kind, partition number); a paused partition's messages
         (fetched before its pause took effect) are dropped, its first offset kept."""
+        if self._held_back(timeout_ms):  # paused, or a recreated topic restarted
+            return {}
         msgs = self._consumed(timeout_ms)
         if not msgs:
             return {}

@@ -6,6 +6,13 @@ layout (``KafkaStateStore``). Every instance reads the whole topic continuously 
 consumer outside the group (``StatsReader``) and keeps the newest complete generation of
 each partition; merged with its own live partitions they give the global view, the same
 on every instance once the latest publications are read.
+
+Nothing in the topic is trusted: a record whose key is not ``<group>/<p>/<slot>/<chunk>``
+with ``p`` one of the input topics' partitions (a phantom partition 7 of six would be
+merged as extra data) is ignored; a generation that does not decode — another
+partition's statistics under this key, a zip bomb, impossible counts (``merge.decode``)
+— is skipped for the next older complete one. Both are counted
+(``mlmon_fault_events_total{event="stats_record_rejected"|"stats_generation_rejected"}``).
 """
 
 from __future__ import annotations
@@ -13,6 +20,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import zlib
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,17 +29,14 @@ from kafka import KafkaConsumer, TopicPartition
 
 from .. import kafka_compat
 from ..state.kafka_store import Generations, KafkaStateStore
-from .merge import PartitionStats, decode
+from ..state.topics import stats_topic
+from .merge import Layout, PartitionStats, decode
 
 kafka_compat.install()
 
-__all__ = ["StatsReader", "stats_store", "stats_topic"]
+__all__ = ["StatsReader", "stats_store"]
 
 log = logging.getLogger(__name__)
-
-
-def stats_topic(group_id: str) -> str:
-    return f"{group_id}-stats"
 
 
 def stats_store(
@@ -47,9 +53,11 @@ def stats_store(
 
 
 class StatsReader:
-    """Follows the whole stats topic; ``latest()`` is each partition's newest complete
+    """Follows the whole stats topic; ``latest()`` is each partition's newest usable
     statistics. Thread-safe (one lock): the evaluation thread reads, the consumer loop
-    asks for generations before it publishes a newly assigned partition."""
+    asks for generations before it publishes a newly assigned partition. ``partitions``
+    (the input topics' partition count, set by the daemon) bounds the partition numbers
+    accepted; ``layout`` is this configuration's store layout (``merge.store_layout``)."""
 
     def __init__(
         self,
@@ -57,18 +65,22 @@ class StatsReader:
         group_id: str,
         model_names: Sequence[str],
         width_ms: int,
+        layout: Layout | None = None,
     ) -> None:
         self._client = dict(client_config)
         self.group_id = group_id
         self.topic = stats_topic(group_id)
         self.model_names = tuple(model_names)
         self.width_ms = width_ms
+        self.layout = layout
+        self.partitions: int | None = None
         self._lock = threading.Lock()
         self._consumer: KafkaConsumer | None = None
         self._found: dict[int, Generations] = {}
         self._dirty: set[int] = set()
-        self._latest: dict[int, tuple[int, PartitionStats]] = {}
-        self.malformed = 0
+        self._latest: dict[int, tuple[tuple[int, int, int], PartitionStats]] = {}
+        self._refused: set[tuple[int, int, int, int, int]] = set()  # never decoded again
+        self.faults: Counter[str] = Counter()
         # read up to the end of the topic as it was at the first refresh: until then the
         # merged view may hold old generations of other instances' partitions
         self.caught_up = False
@@ -87,12 +99,33 @@ class StatsReader:
             self._consumer = consumer
         return self._consumer
 
+    def _partition_of(self, key: bytes | None) -> int | None:
+        """The input partition a record's key names: ``<group>/<p>/<slot>/<chunk>``
+        (None: another group's record)."""
+        text = key.decode(errors="replace") if key else ""
+        if not text.startswith(f"{self.group_id}/"):
+            return None
+        parts = text[len(self.group_id) + 1 :].split("/")
+        try:
+            p = int(parts[0])
+        except ValueError:
+            p = -1
+        if len(parts) != 3 or p < 0 or (self.partitions is not None and p >= self.partitions):
+            self.faults["stats_record_rejected"] += 1
+            if (
+                self.faults["stats_record_rejected"] & (self.faults["stats_record_rejected"] - 1)
+                == 0
+            ):
+                log.error("stats record with key %r ignored: no partition of the input "
+                          "topics (%s) has that number", text[:200], self.partitions)  # fmt: skip
+            return None
+        return p
+
     def refresh(self, budget_s: float = 2.0) -> None:
         """Read what was published since the last call (bounded in time: a large backlog
         is read over several calls; ``caught_up`` tells when the first one is done)."""
         with self._lock:
             consumer = self._consumer_()
-            prefix = f"{self.group_id}/"
             deadline = time.monotonic() + budget_s
             while time.monotonic() < deadline:
                 batches = consumer.poll(timeout_ms=100)
@@ -101,29 +134,34 @@ class StatsReader:
                     break
                 for records in batches.values():
                     for rec in records:
-                        key = rec.key.decode(errors="replace") if rec.key else ""
-                        if not key.startswith(prefix):
-                            continue
-                        try:
-                            p = int(key.split("/")[-3])
-                        except (ValueError, IndexError):
-                            self.malformed += 1
+                        p = self._partition_of(rec.key)
+                        if p is None:
                             continue
                         self._found.setdefault(p, Generations()).add(rec)
                         self._dirty.add(p)
             for p in sorted(self._dirty):
-                best = self._found[p].resolve()
-                if best is None or self._latest.get(p, (0, None))[0] == best.generation:
-                    continue
-                try:
-                    stats = decode(best.blob, self.model_names, self.width_ms)
-                except ValueError as err:
-                    self.malformed += 1
-                    log.error("stats of partition %d (generation %d) ignored: %s", p,
-                              best.generation, err)  # fmt: skip
-                    continue
-                self._latest[p] = (best.generation, stats)
+                self._decode_newest(p)
             self._dirty.clear()
+
+    def _decode_newest(self, p: int) -> None:
+        """Keep p's newest generation that decodes (refused ones are never tried again)."""
+        for found in self._found[p].complete():
+            rank = (found.fence, found.group_generation, found.generation)
+            ident = (p, *rank, zlib.crc32(found.blob))
+            if p in self._latest and self._latest[p][0] == rank:
+                return  # already merged
+            if ident in self._refused:
+                continue
+            try:
+                stats = decode(found.blob, self.model_names, self.width_ms, p, self.layout)
+            except ValueError as err:
+                self._refused.add(ident)
+                self.faults["stats_generation_rejected"] += 1
+                log.error("stats of partition %d (generation %d, fence %d) skipped: %s", p,
+                          found.generation, found.fence, err)  # fmt: skip
+                continue
+            self._latest[p] = (rank, stats)
+            return
 
     def _check_caught_up(self, consumer: KafkaConsumer) -> None:
         """The end of every stats partition is known from a fetch response (highwater:

@@ -1,8 +1,9 @@
 """Checkpoint files: numpy arrays plus a JSON header in one ``.npz``, written atomically.
 
-Why this format: ``np.load(..., allow_pickle=False)`` reads only raw array buffers and
-our JSON header, so a tampered or corrupt file can at worst be refused — it can never
-execute code (unlike pickle). Each member carries a zip CRC-32 that is checked on read.
+Why this format: only raw array buffers and our JSON header are read (``blob.py``, the
+one reader of stored state), so a tampered or corrupt file can at worst be refused — it
+can never execute code (unlike pickle). Each member carries a zip CRC-32 that is checked
+on read.
 
 Atomicity: write ``checkpoint.npz.tmp``, fsync it, rename over ``checkpoint.npz``,
 fsync the directory. The previous good checkpoint is kept as ``checkpoint.prev.npz``
@@ -13,19 +14,17 @@ complete checkpoint.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-import re
 import time
-import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .blob import BlobError, npz_payload, read_blob
 from .lock import FILE_MODE, private_dir
 
 __all__ = [
@@ -38,14 +37,8 @@ __all__ = [
 
 FORMAT = "model-monitor-checkpoint"
 FORMAT_VERSION = 1
-_META = "__meta__"
 log = logging.getLogger(__name__)
 MAX_FILE_BYTES = 16 * 2**30  # arrays are stored, not compressed: bytes read <= file size
-MAX_HEADER_BYTES = 256 * 2**20
-MAX_HEADER_DEPTH = 32  # the engine's own header nests about 6 deep
-_PLAIN_KINDS = "biuf"
-_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
-_BRACKETS = re.compile(r"[\[\]{}]")
 
 
 class CheckpointError(Exception):
@@ -144,42 +137,21 @@ class CheckpointStore:
 def read_checkpoint(path: Path) -> LoadedCheckpoint:
     """Read and validate one checkpoint file; CheckpointError for anything unusable.
 
-    The file is untrusted input: every member's declared dtype and shape is checked
-    against its byte size *before* numpy allocates it, so a small file cannot make us
-    allocate gigabytes, and the header is schema-checked before anyone indexes into it.
+    The file is untrusted input: ``read_blob`` checks every member's declared dtype and
+    shape against its byte size *before* numpy allocates it, so a small file cannot make
+    us allocate gigabytes, and the header is schema-checked before anyone indexes into it.
     """
     try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise CheckpointError(f"{size} bytes is over the {MAX_FILE_BYTES}-byte limit")
-        with zipfile.ZipFile(path) as zf:
-            members = {_member_name(info): info for info in zf.infolist()}
-            if _META not in members:
-                raise CheckpointError("not a model-monitor checkpoint (no header)")
-            header = _read_header(zf, members.pop(_META))
-            arrays = {name: _read_array(zf, name, info) for name, info in members.items()}
-    except CheckpointError:
-        raise
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, UnicodeDecodeError) as err:
-        raise CheckpointError(f"unreadable ({type(err).__name__}: {err})") from None
+        header, arrays = read_blob(path, MAX_FILE_BYTES)
+    except BlobError as err:
+        raise CheckpointError(str(err)) from None
+    except FileNotFoundError as err:
+        raise CheckpointError(f"unreadable ({err})") from None
+    header = _check_header(header)
     return LoadedCheckpoint(path, header["engine"], arrays, float(header["written_at"]))
 
 
-def _member_name(info: zipfile.ZipInfo) -> str:
-    if not info.filename.endswith(".npy"):
-        raise CheckpointError(f"unexpected member {info.filename!r}")
-    return info.filename[:-4]
-
-
-def _read_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> dict[str, Any]:
-    raw = _read_array(zf, _META, info)
-    if raw.dtype != np.uint8 or raw.ndim != 1 or raw.shape[0] > MAX_HEADER_BYTES:
-        raise CheckpointError("header is not a bounded byte string")
-    text = raw.tobytes().decode()
-    depth = _json_depth(text)
-    if depth > MAX_HEADER_DEPTH:
-        raise CheckpointError(f"header nests {depth} deep (limit {MAX_HEADER_DEPTH})")
-    header = json.loads(text)
+def _check_header(header: Any) -> dict[str, Any]:
     if not isinstance(header, dict):
         raise CheckpointError(f"header is a JSON {type(header).__name__}, not an object")
     if header.get("format") != FORMAT:
@@ -203,48 +175,6 @@ def _read_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> dict[str, Any]:
     return header
 
 
-def _json_depth(text: str) -> int:
-    """Deepest ``[``/``{`` nesting, counted without parsing (json.loads recurses and
-    would raise RecursionError on 100k levels)."""
-    depth = deepest = 0
-    for ch in _BRACKETS.findall(_STRINGS.sub("", text)):
-        depth += 1 if ch in "[{" else -1
-        deepest = max(deepest, depth)
-    return deepest
-
-
-def _read_array(zf: zipfile.ZipFile, name: str, info: zipfile.ZipInfo) -> np.ndarray:
-    """One member, refused unless it is an uncompressed plain numeric array whose
-    declared shape x itemsize is exactly the bytes the member holds."""
-    if info.compress_type != zipfile.ZIP_STORED:
-        raise CheckpointError(f"array {name!r} is compressed (checkpoints store arrays plainly)")
-    with zf.open(info) as fh:
-        version = np.lib.format.read_magic(fh)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
-        elif version == (2, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
-        else:
-            raise CheckpointError(f"array {name!r} has npy format {version}")
-        if dtype.kind not in _PLAIN_KINDS or dtype.fields is not None or dtype.subdtype:
-            raise CheckpointError(f"array {name!r} has dtype {dtype}, not plain numbers")
-        if fortran:
-            raise CheckpointError(f"array {name!r} is Fortran-ordered")
-        if not all(isinstance(d, int) and d >= 0 for d in shape):
-            raise CheckpointError(f"array {name!r} declares shape {shape}")
-        declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
-        held = info.file_size - fh.tell()
-        if declared != held:
-            raise CheckpointError(
-                f"array {name!r} declares {shape} {dtype} ({declared} bytes) but holds {held} bytes"
-            )
-        data = bytearray(held)  # writable, so the array needs no second copy
-        got = fh.readinto(data)
-    if got != held:
-        raise CheckpointError(f"array {name!r} is truncated")
-    return np.frombuffer(data, dtype).reshape(shape)
-
-
 def _migrate(header: dict[str, Any], version: int) -> dict[str, Any]:
     """Upgrade an older header in place. Version 1 is the first; there is nothing older."""
     raise CheckpointError(f"format version {version} is not supported (no migration)")
@@ -259,18 +189,3 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-META_KEY = _META  # also the member holding the metadata of the stats topic's blobs
-
-
-def npz_payload(meta: Any, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """``meta`` as JSON beside plain arrays, for ``np.savez``: read back with
-    ``allow_pickle=False``, so an object array is refused (TypeError) when written."""
-    payload = {_META: np.frombuffer(json.dumps(meta).encode(), np.uint8)}
-    for name, arr in arrays.items():
-        arr = np.asarray(arr)
-        if arr.dtype == object:
-            raise TypeError(f"array {name!r} has dtype object; blobs hold plain data")
-        payload[name] = arr
-    return payload

@@ -45,19 +45,16 @@ from kafka.admin import KafkaAdminClient
 from kafka.errors import TopicAlreadyExistsError
 
 from .. import kafka_compat
+from .topics import state_topic
 
 kafka_compat.install()
 
-__all__ = ["WHOLE", "Generations", "KafkaStateStore", "StoredState", "state_topic"]
+__all__ = ["WHOLE", "Generations", "KafkaStateStore", "StoredState"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CHUNK_BYTES = 512 * 1024  # under the broker's default max.message.bytes (1 MiB)
 WHOLE = -1  # "partition" of a single instance's whole state (every partition it reads)
-
-
-def state_topic(group_id: str) -> str:
-    return f"{group_id}-state"
 
 
 @dataclass(frozen=True)
@@ -283,17 +280,21 @@ class KafkaStateStore:
         (``end_offsets`` is not used: some brokers report the start of the last batch).
         Holds the latest value per key only (about two blobs), as compaction would.
         """
-        return self.restore_many([partition])[partition]
+        found = self.restore_many([partition])[partition]
+        return found[0] if found else None
 
     def restore_many(
         self, partitions: list[int], group_generation: int | None = None
-    ) -> dict[int, StoredState | None]:
-        """``restore`` of several partitions with one consumer (a new owner of several
-        partitions pays one connection and one round of fetches, not one each).
+    ) -> dict[int, list[StoredState]]:
+        """Every complete generation of each partition, newest (best ranked) first: the
+        caller takes the first it can use, so one unusable generation — garbage with a
+        high fence, say — is skipped instead of pausing the partition forever. One
+        consumer for all (a new owner of several partitions pays one connection and one
+        round of fetches, not one each).
 
         With ``group_generation`` the caller becomes the fenced owner of every partition
         read: its writes outrank every record now in the topic, including later writes
-        of the owners before it."""
+        of the owners before it (and any garbage's fence)."""
         wanted = {p: self._state_partition(p) for p in partitions}
         tps = sorted({TopicPartition(self.topic, sp) for sp in wanted.values()})
         prefixes = {f"{self.group_id}/{p}/".encode(): p for p in partitions}
@@ -327,20 +328,20 @@ class KafkaStateStore:
                         ends[tp] = consumer.highwater(tp)
         finally:
             consumer.close()
-        out: dict[int, StoredState | None] = {}
+        out: dict[int, list[StoredState]] = {}
         for p, gens in found.items():
-            best = gens.resolve()
+            complete = gens.complete()
             for slot, n in gens.counts.items():
                 self._stale_counts[(p, slot)] = n
             self._generation[p] = max(self._generation.get(p, 0), gens.newest)
-            if best is not None:
-                self._complete[p] = best.generation
+            if complete:
+                self._complete[p] = complete[0].generation
             if group_generation is not None:
                 self._labels.pop(p, None)
                 self.set_owner(p, gens.max_fence + 1, group_generation)
                 self._foreign[p] = list(gens.latest)
                 self._known_end[p] = ends[TopicPartition(self.topic, wanted[p])] or 0
-            out[p] = best
+            out[p] = complete
         return out
 
     def unchanged(self, partitions: list[int], group_generation: int) -> list[int]:
@@ -395,6 +396,13 @@ class KafkaStateStore:
             self._producer = None
 
 
+# a chunk record's headers, as a writer of this module writes them (a record outside
+# these bounds is ignored, never allocated for or ranked)
+_MAX_CHUNKS = 1 << 20
+_MAX_SIZE = 1 << 40
+_MAX_RANK = 1 << 53  # generations and fences: far beyond any real count
+
+
 class Generations:
     """The partition's state records as log compaction leaves them: the latest value per
     key (a tombstone deletes it). Reading this view makes the result the same whether or
@@ -403,13 +411,15 @@ class Generations:
     Chunks are then grouped by (fence, group generation, generation, n, crc, size) and
     ranked in that order: a fenced-off owner's writes never outrank its successor's; a
     generation number can be reused by a writer that died before anyone saw it, and ties
-    go to the later write."""
+    go to the later write. Headers outside their bounds (a negative generation, a chunk
+    index beyond its count, a size of a terabyte) make the record ignored and counted."""
 
     def __init__(self) -> None:
         self.latest: dict[bytes, Any] = {}
         self.newest = 0
         self.max_fence = 0
         self.counts: dict[int, int] = {}  # chunks per slot, for tombstoning stale ones
+        self.malformed = 0
 
     def add(self, rec: Any) -> None:
         if rec.value is None:
@@ -419,7 +429,14 @@ class Generations:
 
     def resolve(self) -> StoredState | None:
         """The newest complete generation (also sets ``newest`` and ``counts``)."""
+        complete = self.complete()
+        return complete[0] if complete else None
+
+    def complete(self) -> list[StoredState]:
+        """Every complete generation, best ranked first (also sets ``newest``,
+        ``max_fence`` and ``counts``)."""
         partial: dict[tuple[int, int, int, int, int, int], _Partial] = {}
+        self.malformed = 0
         for rec in self.latest.values():
             try:
                 h = {k: v.decode() for k, v in rec.headers}
@@ -427,11 +444,21 @@ class Generations:
                 i, n = (int(x) for x in h["chunk"].split("/"))
                 crc, size = int(h["crc"]), int(h["size"])
                 fence, ggen = int(h.get("fence", 0)), int(h.get("group_generation", 0))
-            except (KeyError, ValueError, UnicodeDecodeError):
+            except (KeyError, ValueError, UnicodeDecodeError, AttributeError, TypeError):
                 log.warning("ignoring a malformed state record at offset %d", rec.offset)
+                self.malformed += 1
                 continue
-            if not 0 <= i < n:
-                log.warning("ignoring a state chunk %d/%d at offset %d", i, n, rec.offset)
+            if not (
+                0 <= i < n <= _MAX_CHUNKS
+                and 0 <= size <= _MAX_SIZE
+                and 0 <= crc < 1 << 32
+                and 0 <= generation <= _MAX_RANK
+                and 0 <= fence <= _MAX_RANK
+                and -1 <= ggen <= _MAX_RANK
+            ):
+                log.warning("ignoring a state chunk with impossible headers at offset %d",
+                            rec.offset)  # fmt: skip
+                self.malformed += 1
                 continue
             self.newest = max(self.newest, generation)
             self.max_fence = max(self.max_fence, fence)
@@ -440,8 +467,9 @@ class Generations:
             p = partial.setdefault(ident, _Partial(n, crc, size, {}))
             p.chunks[i] = rec.value
             p.last = max(p.last, rec.offset)
+        out = []
         for ident in sorted(partial, key=lambda k: (*k[:3], partial[k].last), reverse=True):
             blob = partial[ident].complete()
             if blob is not None:
-                return StoredState(ident[2], blob, fence=ident[0], group_generation=ident[1])
-        return None
+                out.append(StoredState(ident[2], blob, fence=ident[0], group_generation=ident[1]))
+        return out

@@ -19,7 +19,7 @@ __all__ = ["Resume", "reset_by_client", "resume_position"]
 class Resume:
     offset: int
     # None: the checkpointed offset is valid; else the fault that forced another offset
-    reason: Literal["offset_beyond_end", "offset_before_start"] | None = None
+    reason: Literal["offset_beyond_end", "offset_before_start", "topic_recreated"] | None = None
     skipped: int = 0  # records known to be lost (before_start) — 0 when unknown
 
 

@@ -35,6 +35,9 @@ __all__ = [
     "base_config",
     "event_ordered",
     "http_get",
+    "load_factor",
+    "peak_rss_mb",
+    "process_cpu_s",
     "produce",
     "read_topic",
     "restored_checkpoint",
@@ -265,18 +268,29 @@ class DaemonProcess:
                 cwd=REPO,
             )
         self.url = None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        proc = self.proc
+
+        def serving() -> bool:
             m = _SERVING.search(self._this_log())
             if m:
                 self.url = m.group(1)
-                return self
-            if self.proc.poll() is not None:
+                return True
+            if proc.poll() is not None:
                 raise AssertionError(
-                    f"daemon exited with {self.proc.returncode} during startup\n{self.log_tail()}"
+                    f"daemon exited with {proc.returncode} during startup\n{self.log_tail()}"
                 )
-            time.sleep(0.05)
-        raise AssertionError(f"daemon did not start serving within {timeout}s\n{self.log_tail()}")
+            return False
+
+        # importing numpy, scipy, pandas and the client libraries takes seconds of CPU,
+        # many more under load: wait as long as the process keeps using CPU
+        wait_until(
+            serving,
+            timeout,
+            lambda: f"daemon did not start serving\n{self.log_tail()}",
+            interval=0.05,
+            progress=lambda: round(process_cpu_s(proc.pid), 1),
+        )
+        return self
 
     @property
     def pid(self) -> int:
@@ -363,7 +377,12 @@ class DaemonProcess:
                 last = (0, repr(err).encode())
             return last[0] == 200
 
-        wait_until(ready, timeout, lambda: f"/readyz: {last}\n{self.log_tail()}")
+        wait_until(
+            ready,
+            timeout,
+            lambda: f"/readyz: {last}\n{self.log_tail()}",
+            progress=lambda: round(process_cpu_s(self.pid), 1),
+        )
 
     def assert_alive(self) -> None:
         if self.proc is not None and self.proc.poll() is not None:
@@ -393,6 +412,7 @@ class DaemonProcess:
             consumed,
             timeout,
             lambda: f"records consumed {seen}, produced {dict(expected)}\n{self.log_tail()}",
+            progress=lambda: tuple(sorted(seen.items())),
         )
         done_at = time.time()
         scrape: Metrics | None = None
@@ -409,20 +429,64 @@ class DaemonProcess:
         return scrape, done_at
 
 
+def load_factor() -> float:
+    """How much slower than a quiet machine this one is now: the runnable processes per
+    CPU over the last minute (1 on an idle machine; 5 on 2 cores at load 10), 1..8."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return 1.0
+    return min(8.0, max(1.0, load / (os.cpu_count() or 1)))
+
+
+def peak_rss_mb(pid: int) -> float:
+    """Peak resident set (VmHWM) of a running process, MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM in /proc status")
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds a process has used (user + system): its progress while it starts."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def wait_until(
     predicate: Callable[[], bool],
     timeout: float,
     message: Callable[[], str] | str = "condition",
     interval: float = 0.2,
+    progress: Callable[[], object] | None = None,
 ) -> None:
-    deadline = time.monotonic() + timeout
+    """Poll ``predicate`` until it holds. ``timeout`` is what a quiet machine needs:
+    it is stretched by the machine's load (``load_factor``), and with ``progress`` (a
+    value that changes while the awaited thing advances: records consumed, CPU used)
+    every change grants ``timeout`` more, up to ten times it — a slow machine is a
+    real user's machine, a stalled process is not."""
+    started = time.monotonic()
+    budget = timeout * load_factor()
+    deadline = started + budget
+    last = progress() if progress is not None else None
     while True:
         if predicate():
             return
-        if time.monotonic() >= deadline:
+        now = time.monotonic()
+        if progress is not None:
+            seen = progress()
+            if seen != last:
+                last = seen
+                deadline = max(deadline, min(now + budget, started + 10 * budget))
+        if now >= deadline:
             msg = message() if callable(message) else message
-            raise AssertionError(f"timed out after {timeout}s waiting: {msg}")
+            raise AssertionError(f"timed out after {now - started:.1f}s waiting: {msg}")
         time.sleep(interval)
+        budget = max(budget, timeout * load_factor())
+        deadline = max(deadline, started + budget)
 
 
 # -- producing --------------------------------------------------------------------------

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .daemon_harness import wait_until
+from .daemon_harness import process_cpu_s, wait_until
 
 __all__ = ["LoggedServer"]
 
@@ -51,22 +50,24 @@ class LoggedServer:
                 stderr=subprocess.STDOUT,
                 cwd=self.workdir,
             )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
+        proc = self.proc
+
+        def ready() -> bool:
+            if proc.poll() is not None:
                 raise self.error(
-                    f"{self.name} exited with {self.proc.returncode} during startup\n"
-                    f"{self.log_tail()}"
+                    f"{self.name} exited with {proc.returncode} during startup\n{self.log_tail()}"
                 )
             try:
-                code, _ = self._request("/-/ready", timeout=1.0)
-                if code == 200:
-                    return
+                return self._request("/-/ready", timeout=1.0)[0] == 200
             except OSError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise self.error(f"{self.name} not ready within {timeout}s\n{self.log_tail()}")
+                return False
+
+        try:
+            wait_until(ready, timeout, f"{self.name} not ready", interval=0.1,
+                       progress=lambda: round(process_cpu_s(proc.pid), 1))  # fmt: skip
+        except AssertionError as err:
+            self.stop()
+            raise self.error(f"{err}\n{self.log_tail()}") from None
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM, then SIGKILL if it does not exit within ``timeout``."""

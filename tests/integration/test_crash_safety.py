@@ -22,6 +22,7 @@ from .daemon_harness import (
     assert_counted_once,
     assert_quality,
     event_ordered,
+    load_factor,
     restored_checkpoint,
     sklearn_oracle,
     stream_daemon,
@@ -45,7 +46,7 @@ def _kill_while_busy(
     everything processed (or nothing yet), the process is thawed and tried again.
     """
     base = daemon.scrape().total("mlmon_records_total")
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 60 * load_factor()
     while daemon.scrape().total("mlmon_records_total") <= base:
         daemon.assert_alive()
         assert time.monotonic() < deadline, f"not consuming\n{daemon.log_tail()}"
@@ -101,7 +102,9 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
 
     broker.create_topics(["predictions", "labels"])
     daemon = stream_daemon(broker.bootstrap, tmp_path, "daemon", client=kafka_client, window=WINDOW)
-    producer = StreamProducer(broker.bootstrap, messages, PRODUCE_SECONDS)
+    # a loaded machine restarts the daemon slower: the stream lasts longer, so the kills
+    # still land mid-stream (the rest is sent unpaced after them)
+    producer = StreamProducer(broker.bootstrap, messages, PRODUCE_SECONDS * load_factor())
     store = CheckpointStore(tmp_path / "state")
     kills: list[dict[str, Any]] = []
     # Two kills while records are flowing and some are processed but not yet

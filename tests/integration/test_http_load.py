@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import require_binary
+from conftest import self_signed_cert
 from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.localbroker import LocalBroker
@@ -39,18 +39,6 @@ pytestmark = pytest.mark.integration
 
 def _threads(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/task"))
-
-
-def _cert(tmp_path: Path) -> tuple[Path, Path]:
-    openssl = require_binary("openssl", hint="apt-get install openssl")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
-         "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
-         "-addext", "subjectAltName=IP:127.0.0.1"],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return cert, key
 
 
 def _probe(url: str, context: ssl.SSLContext | None = None) -> float:
@@ -79,7 +67,7 @@ def _closed_by_peer(sock: socket.socket) -> bool:
 
 
 def test_idle_tls_connections_never_block_probes_and_are_closed(tmp_path: Path) -> None:
-    cert, key = _cert(tmp_path)
+    cert, key = self_signed_cert(tmp_path)
     cfg = base_config("127.0.0.1:1", tmp_path / "state")  # no broker: HTTP still serves
     cfg["http"].update(
         tls_certfile=str(cert),

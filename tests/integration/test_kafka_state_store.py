@@ -173,13 +173,13 @@ def test_fenced_off_owner_cannot_outrank_or_overwrite_its_successor(broker: Loca
     overwrite the new owner's (what compaction would keep)."""
     first = _store(broker)
     first.ensure_topic(partitions=2)
-    assert first.restore_many([0], group_generation=3)[0] is None
+    assert first.restore_many([0], group_generation=3)[0] == []
     assert first.owner(0) == (1, 3)
     first.store(0, b"first owner, before the pause" * 50)
 
     second = _store(broker)  # the next owner, in the next group generation
-    got = second.restore_many([0], group_generation=4)[0]
-    assert got is not None and got.blob.startswith(b"first owner") and got.fence == 1
+    got = second.restore_many([0], group_generation=4)[0][0]  # the newest complete one
+    assert got.blob.startswith(b"first owner") and got.fence == 1
     assert second.owner(0) == (2, 4)
 
     # the zombie resumes and writes twice (both slots) with generation numbers above
@@ -198,7 +198,11 @@ def test_fenced_off_owner_cannot_outrank_or_overwrite_its_successor(broker: Loca
     assert (best.fence, best.group_generation) == (2, 4)
     # and the owner after it fences both
     third = _store(broker)
-    assert third.restore_many([0], group_generation=5)[0].blob == b"new owner" * 50
+    ranked = third.restore_many([0], group_generation=5)[0]
+    assert ranked[0].blob == b"new owner" * 50
+    # every complete generation, best first (the fallbacks when the first is unusable)
+    assert [s.fence for s in ranked] == sorted((s.fence for s in ranked), reverse=True)
+    assert any(s.blob.startswith(b"zombie") for s in ranked[1:])
     assert third.owner(0) == (3, 5)
 
 
@@ -233,7 +237,7 @@ def test_unchanged_keeps_only_partitions_nobody_else_wrote(broker: LocalBroker) 
 
     # partition 1 was owned by b in between (it restored and wrote): a must restore it
     b = _store(broker)
-    assert b.restore_many([1], group_generation=6)[1].blob == b"a1 first"
+    assert b.restore_many([1], group_generation=6)[1][0].blob == b"a1 first"
     b.store(1, b"b1")
     assert a.unchanged([0, 1], group_generation=7) == [0]
     assert _store(broker).restore(1).blob == b"b1"

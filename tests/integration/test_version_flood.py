@@ -13,21 +13,21 @@ import pytest
 
 from monitor.localbroker import LocalBroker
 
-from .daemon_harness import DaemonProcess, base_config, encode, make_producer, produce, write_config
+from .daemon_harness import (
+    DaemonProcess,
+    base_config,
+    encode,
+    make_producer,
+    peak_rss_mb,
+    produce,
+    write_config,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 N_VERSIONS = 10_000
 CAP = 20
 GRACE_S = 20
-
-
-def _peak_rss_mb(pid: int) -> float:
-    """Peak resident set (VmHWM) of the process, MB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmHWM in /proc status")
 
 
 def test_ten_thousand_versions_are_capped_counted_and_harmless(
@@ -92,7 +92,7 @@ def test_ten_thousand_versions_are_capped_counted_and_harmless(
         # counted); the admitted ones joined
         assert m.total("mlmon_labeled_predictions_total") == CAP, ctx
         assert not not_ready, f"/readyz was not 200 at {not_ready[:5]}\n{ctx}"
-        peak = _peak_rss_mb(daemon.pid)
+        peak = peak_rss_mb(daemon.pid)
         assert peak < 400, f"peak RSS {peak:.0f} MB\n{ctx}"
         print(f"version flood: peak RSS {peak:.0f} MB")
         code = daemon.terminate(timeout=GRACE_S)

@@ -317,3 +317,37 @@ def test_more_firing_alerts_than_max_queue_are_all_delivered_in_turn(
         assert d.stats().receivers[0].dropped >= 3
     finally:
         d.stop(1)
+
+
+def test_only_the_lease_holder_sends_and_losing_it_drops_the_firing_set(
+    receiver: Receiver,
+) -> None:
+    """Reported: an exporter paused past its lease kept re-sending its firing set after
+    it resumed, over the new exporter's resolution. Without the lease nothing is sent
+    and the firing set is dropped, so regaining the lease starts from a clean slate."""
+    holds = threading.Event()
+    holds.set()
+    d = Dispatcher(
+        [AlertmanagerNotifier(receiver.url, timeout=2)], resend_interval=0.2, retry_initial=0.05
+    )
+    d.holding = holds.is_set
+    d.start()
+    try:
+        d.sync("slo", [alert(1), alert(2)])
+        wait_for(lambda: len(receiver.requests) >= 2)  # sent, then re-sent
+        holds.clear()  # the lease runs out
+        time.sleep(0.3)  # a worker round at least
+        sent = len(receiver.requests)
+        time.sleep(1.0)  # five re-send intervals
+        assert len(receiver.requests) == sent
+        assert d.active() == () and d.pending("alertmanager") == ()
+        d.sync("slo", [alert(3)])  # a non-holder's sync is ignored
+        time.sleep(0.3)
+        assert len(receiver.requests) == sent and d.active() == ()
+        holds.set()  # the lease again: the next sync's firing set is new, sent at once
+        d.sync("slo", [alert(1)])
+        wait_for(lambda: len(receiver.requests) > sent)
+        labels = [a["labels"]["slo"] for a in receiver.requests[sent].json()]
+        assert labels == ["slo-1"]
+    finally:
+        d.stop(2)

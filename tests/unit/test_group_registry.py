@@ -55,7 +55,10 @@ def test_versions_over_the_cap_are_rejected_with_a_reason_and_counted(
     assert (codes[[0, 1, 4, 5]] >= 0).all() and (codes[[2, 3, 6, 7]] == -1).all()
     with caplog.at_level(logging.WARNING):
         rejects = reg.reject(
-            np.zeros(8, np.int16), [v for _, v, _ in rows], np.flatnonzero(codes < 0)
+            np.zeros(8, np.int16),
+            [v for _, v, _ in rows],
+            np.flatnonzero(codes < 0),
+            np.zeros(8, np.int64),
         )
     assert [i for i, _, _ in rejects] == [2, 3, 6, 7]
     assert {reason for _, reason, _ in rejects} == {"version_limit"}

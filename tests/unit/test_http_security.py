@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import require_binary
+from conftest import self_signed_cert
 from prometheus_client import CollectorRegistry
 
 from monitor.export.http import HttpServer
@@ -70,30 +70,7 @@ def test_basic_auth_protects_everything_but_the_probes() -> None:
 
 
 def test_tls(tmp_path: Path) -> None:
-    openssl = require_binary("openssl", hint="apt-get install openssl")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [
-            openssl,
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-        ],
-        check=True,
-        capture_output=True,
-    )
+    cert, key = self_signed_cert(tmp_path)
     server = _server(tls=(str(cert), str(key)))
     try:
         assert server.url.startswith("https://")
@@ -197,7 +174,8 @@ def test_log_formatter_masks_urls_and_registered_secrets_in_tracebacks() -> None
     import io
     import logging
 
-    from monitor.logsetup import configure_logging, register_secrets
+    from monitor.logsetup import configure_logging
+    from monitor.redact import register_secrets
 
     stream = io.StringIO()
     root = logging.getLogger()
@@ -246,7 +224,10 @@ def test_keep_alive_routes_and_malformed_requests() -> None:
         assert resp.status == 200 and resp.read() == b""
         assert conn.sock is sock  # the same connection all along
         conn.close()
-        for raw, code in ((b"POST /metrics HTTP/1.1\r\n\r\n", 405), (b"garbage\r\n\r\n", 400)):
+        for raw, code in (
+            (b"POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n", 405),
+            (b"garbage\r\n\r\n", 400),
+        ):
             with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
                 s.sendall(raw)
                 answer = s.recv(4096)

@@ -20,7 +20,15 @@ from monitor.engine.snapshot import Snapshot
 from monitor.ingest.deadletter import FileDeadLetter
 from monitor.ingest.pipeline import IngestPipeline, RawRecord
 from monitor.scale.global_view import global_snapshot
-from monitor.scale.merge import decode, encode, merge, pack, partition_stats, unpack
+from monitor.scale.merge import (
+    decode,
+    encode,
+    merge,
+    pack,
+    partition_stats,
+    store_layout,
+    unpack,
+)
 from monitor.state.checkpoint import CheckpointStore
 from monitor.synthetic import binary_traffic
 from monitor.wiring import build_engine, build_pipeline
@@ -181,7 +189,11 @@ def test_merged_partitions_evaluate_like_one_engine(tmp_path: Path) -> None:
 
     # the same through the stats topic's bytes, merged in another order
     names = [m.name for m in single.models]
-    wire = [decode(encode(st, names), names, width) for st in reversed(stats)]
+    layout = store_layout(build_engine(s))
+    wire = [
+        decode(encode(st, names, p), names, width, p, layout)
+        for p, st in reversed(list(enumerate(stats)))
+    ]
     again = global_snapshot(build_engine(s), merge(wire, width), NOW, at_ms=NOW,
                             confidence=0.95)  # fmt: skip
     _assert_same(want, again)
@@ -190,19 +202,24 @@ def test_merged_partitions_evaluate_like_one_engine(tmp_path: Path) -> None:
 def test_decode_refuses_foreign_or_broken_stats() -> None:
     s = _settings()
     engine = build_engine(s)
-    blob = encode(partition_stats(engine), ["fraud"])
+    blob = encode(partition_stats(engine), ["fraud"], 0)
     with pytest.raises(ValueError, match="bucket width"):
         decode(blob, ["fraud"], 1000)
     with pytest.raises(ValueError, match="not a packed blob"):
         decode(b"garbage", ["fraud"], engine.buckets.width_ms)
-    # a peer still on format 1 (one fleet label delay histogram): refused by its number,
-    # never read half-way (stats_topic logs it and keeps waiting for a format it reads)
+    # a peer still on format 2 (one label delay histogram of every model): read, that
+    # histogram taken as the fleet prior; a format this build does not know: refused
     meta, arrays = unpack(blob)
     ops = meta["ops"]
-    ops["label_delay"] = [[0] * 16, 0.0]
+    ops["label_delay"] = [[0, 3, 1] + [0] * 13, 9.5]
     del ops["label_delays"]
-    with pytest.raises(ValueError, match="stats format 1, this reads 2"):
-        decode(pack({**meta, "format": 1}, arrays), ["fraud"], engine.buckets.width_ms)
+    ops["join_events"] = [["joined", 4]]
+    old = decode(pack({**meta, "format": 2}, arrays), ["fraud"], engine.buckets.width_ms)
+    delays = old.ops.label_delay
+    assert delays.prior is not None and list(delays.prior.counts) == ops["label_delay"][0]
+    assert delays.prior.total == 9.5 and delays.of("fraud") == delays.prior
+    with pytest.raises(ValueError, match=r"stats format 4, this reads 1\.\.3"):
+        decode(pack({**meta, "format": 4}, arrays), ["fraud"], engine.buckets.width_ms)
 
 
 def test_blobs_and_checkpoints_hold_plain_arrays_only(tmp_path: Path) -> None:
