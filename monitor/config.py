@@ -14,6 +14,7 @@ import logging
 import re
 import stat
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -30,6 +31,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
+from .alerting.slo_budget import VERSIONS_PER_SLO, BudgetShare, allocate_budget
 from .durations import format_duration, parse_duration
 from .engine.metric_registry import LOSSES, opt_in_metrics, task_metrics
 from .engine.models import exported_metric_names
@@ -453,14 +455,18 @@ class ComparisonSettings(_Section):
     alpha: float = Field(0.05, gt=0.0, lt=0.5)
     margin: float = Field(0.0, ge=0.0)
     min_samples: int = Field(1000, ge=2)  # burn-in per arm (losses other than error_rate)
-    min_events: float = Field(10.0, ge=0.0)  # error_rate burn-in: expected errors, small arm
+    # burn-in in events: expected errors (split error_rate), discordant pairs (shadow
+    # error_rate), expected rare-class rows of the smaller arm (binary label losses)
+    min_events: float = Field(10.0, ge=0.0)
     horizon: int = Field(10_000, ge=2)
     traffic_split: tuple[float, float] = (0.5, 0.5)
     srm_threshold: float = Field(0.001, gt=0.0, lt=0.5)
     stale_after: PositiveSeconds = 900.0
-    # auto: exact conditional test for split error_rate, plug-in normal mixture otherwise;
-    # exact: also an exact bounded-loss sequence for the other losses and shadow mode
-    sequence: Literal["auto", "exact"] = "auto"
+    # auto: exact conditional test for error_rate, exact bounded sequence for split
+    # classifier log_loss / squared_error / absolute_error, normal mixture otherwise;
+    # exact: exact bounded sequences for every bounded loss; mixture: the normal mixture
+    # for every loss but error_rate (docs/comparisons.md)
+    sequence: Literal["auto", "exact", "mixture"] = "auto"
 
     @field_validator("loss")
     @classmethod
@@ -510,7 +516,8 @@ class SloSettings(_Section):
     # breach must last this long before firing; default: interval SLOs window/10 (at
     # most 15m), point SLOs 0
     for_: Seconds | None = Field(None, alias="for")
-    false_page_budget: float | None = Field(None, gt=0.0, lt=1.0)  # default: [alerting]
+    # per instance, out of the deployment's [alerting] budget (default: an equal share)
+    false_page_budget: float | None = Field(None, gt=0.0, lt=1.0)
     min_samples: int = Field(100, ge=1)  # fewer samples behind the metric: no breach
     severity: str = Field("page", pattern=r"^[A-Za-z0-9_-]+$")
     confidence: Literal["point", "interval"] = "interval"
@@ -545,7 +552,8 @@ class AlertingSettings(_Section):
     checkpoint_alerts: bool = True  # MonitorCheckpointFailing from the daemon itself
     drift_alerts: bool = False  # a drift detection raises ModelDriftDetected
     comparison_alerts: bool = False  # a rollback / invalid comparison decision raises one
-    # P(>= 1 false page per day) of an interval SLO whose metric sits on its objective
+    # P(>= 1 false page per day) of the whole deployment with every interval SLO's metric
+    # on its objective, shared over the SLOs' instances (docs/alerting.md)
     false_page_budget: float = Field(0.05, gt=0.0, lt=1.0)
 
     @field_validator("webhook_secret_file")
@@ -631,7 +639,23 @@ def _slo_problems(settings: Settings) -> list[str]:
                     f"{where}.slice: {slo.slice!r} is not a slice of model {slo.model!r}; use "
                     f'"all" or one of {configured or "(no [[models.slices]] configured)"}'
                 )
+    try:
+        allocate_budget(settings.alerting.false_page_budget, budget_shares(settings.slos))
+    except ValueError as err:
+        problems.append(f"alerting.false_page_budget: {err}")
     return problems
+
+
+def budget_shares(slos: Sequence[SloSettings]) -> list[BudgetShare]:
+    """What the deployment's false-page budget is shared over (alerting/slo_budget.py)."""
+    return [
+        BudgetShare(
+            VERSIONS_PER_SLO if s.version == "all" else 1,
+            s.false_page_budget,
+            s.confidence == "interval",
+        )
+        for s in slos
+    ]
 
 
 class Settings(BaseSettings):

@@ -146,6 +146,7 @@ class ComparisonResult:
     srm: SRMResult | None = None
     mcnemar: McNemarResult | None = None
     windows: tuple[WindowDifference, ...] = ()
+    method: str = ""  # the sequential test behind the decision (docs/comparisons.md)
 
 
 @dataclass(frozen=True, slots=True)

@@ -174,7 +174,7 @@ def comparison_json(c: ComparisonResult) -> dict[str, Any]:
             "lower": _num(c.cs_lower),
             "upper": _num(c.cs_upper),
             "level": 1 - c.alpha,
-            "method": "mixture SPRT / normal-mixture confidence sequence (always valid)",
+            "method": c.method,
         },
         "alpha": c.alpha,
         "margin": c.margin,
