@@ -347,7 +347,10 @@ class DriftSettings(_Section):
     features: tuple[str, ...] = ()  # tested features; default: all in the reference
     categorical: tuple[str, ...] = ()  # `monitor baseline`: treat these columns as categories
     windows: tuple[str, ...] = ()  # window names to test; default: all of the model's
-    alpha: float = Field(0.05, gt=0.0, lt=0.5)
+    alpha: float = Field(0.05, gt=0.0, lt=0.5)  # the most any one window is tested at
+    # P(>= 1 false drift alarm per day) per version and window when nothing drifts: each
+    # complete window is tested at min(alpha, budget * size / 1 day) (docs/drift.md)
+    false_alarm_budget: float = Field(0.05, gt=0.0, lt=0.5)
     correction: Literal["bh", "bonferroni"] = "bh"
     numeric_effect: float | None = Field(None, gt=0.0)  # quantile Wasserstein, normal SDs
     categorical_effect: float | None = Field(None, gt=0.0)  # JS distance beyond noise

@@ -135,6 +135,7 @@ def drift_specs(settings: Settings) -> tuple[DriftSpec, ...]:
             "features": tuple(d.features),
             "windows": tuple(d.windows),
             "alpha": d.alpha,
+            "false_alarm_budget": d.false_alarm_budget,
             "correction": d.correction,
             "numeric_effect": d.numeric_effect,
             "categorical_effect": d.categorical_effect,

@@ -205,6 +205,7 @@ class DriftSpec:
     features: tuple[str, ...] = ()  # tested features; empty: all in the profile
     windows: tuple[str, ...] = ()  # window labels; empty: all of the model's
     alpha: float = 0.05
+    false_alarm_budget: float = 0.05  # per day, spent over the day's windows (drift/budget.py)
     correction: str = "bh"
     numeric_effect: float | None = None
     categorical_effect: float | None = None
