@@ -26,6 +26,7 @@ from monitor.experiments.bounded import (
 )
 from monitor.experiments.moments import LossMoments
 
+
 def _direct_log_evidence(
     x: np.ndarray, mu: float, bound: float, above: bool, centre: float
 ) -> float:
@@ -38,7 +39,8 @@ def _direct_log_evidence(
     logw = -(k**2) / 2
     logw = logw - np.log(np.sum(np.exp(logw)))
     psi = (-np.log1p(-lam * c) - lam * c) / c**2
-    terms = np.array([w + np.sum(lk * y - pk * y * y) for w, lk, pk in zip(logw, lam, psi)])
+    parts = zip(logw, lam, psi, strict=True)
+    terms = np.array([w + np.sum(lk * y - pk * y * y) for w, lk, pk in parts])
     top = terms.max()
     return float(top + np.log(np.sum(np.exp(terms - top))))
 
