@@ -33,8 +33,10 @@ from .collector import collector_paused
 from .config import Settings, redacted
 from .engine.clock import EventWatermark, SteadyClock, retention_now
 from .engine.core import Engine, StateMismatch
-from .engine.evaluate import ops_state
+from .engine.evaluate import evaluate_all, ops_state
+from .engine.models import WindowSpec
 from .engine.snapshot import OpsState, Snapshot
+from .engine.view import StoreView
 from .export.exposition import Exposition
 from .export.http import HttpLimits, HttpServer, Response
 from .export.published import Published, RuntimeStatus, extend_history
@@ -56,6 +58,9 @@ from .ingest.group_members import GroupMembers
 from .ingest.kafka import KafkaSource, make_producer, open_source
 from .ingest.pipeline import load_offsets, offset_key
 from .scale.layout import LayoutError, check_layout, metadata_config, partition_counts
+from .schedule.jobs import ScheduledJobs
+from .schedule.reference import rotate
+from .schedule.runner import ScheduleRunner
 from .state.checkpoint import CheckpointError, CheckpointStore, LoadedCheckpoint
 from .state.kafka_store import WHOLE, KafkaStateStore
 from .state.lock import StateDirBusy, StateDirLock
@@ -101,7 +106,9 @@ class Daemon:
             )
         self._sink: DeadLetterSink | None = None
         self.registry = registry or CollectorRegistry(auto_describe=False)
-        self.exposition = Exposition(self.published, self.registry)
+        self.exposition = Exposition(
+            self.published, self.registry, max_series=settings.http.max_series
+        )
         k = settings.kafka
         self._published = Published(
             status=RuntimeStatus(
@@ -125,10 +132,20 @@ class Daemon:
         # ``lock``; checkpointed with the state, sought to on assignment)
         self.offsets: dict[str, int] = {}
         self._faults: Counter[str] = Counter()  # handled faults, by event (count_fault)
+        # [[schedules]] on APScheduler's wall-clock cron triggers (monitor/schedule/);
+        # a handled run asks the consumer loop for a checkpoint at once, so a restart
+        # right after it neither repeats nor loses it
+        self._checkpoint_due = threading.Event()
+        self.schedules = ScheduleRunner(
+            settings.schedules,
+            ScheduledJobs(self, settings.schedules).jobs(),
+            may_run=self._runs_schedules,
+            changed=self._schedule_changed,
+        )
 
     def _new_engine(self) -> Engine:
         ev = self.settings.evaluation
-        engine = build_engine(self.settings)
+        engine = build_engine(self.settings, self.settings.state.dir)
         engine.event_clock = EventWatermark(ev.watermark_samples, ev.watermark_quantile)
         engine.label_clock = EventWatermark(ev.watermark_samples, ev.watermark_quantile)
         return engine
@@ -187,7 +204,42 @@ class Daemon:
             "last_evaluation_error": st.last_evaluation_error,
             "operations": ops_json(pub.ops, topics) if pub.ops else None,
             "snapshot": snapshot_json(pub.snapshot) if pub.snapshot else None,
+            "schedules": self.schedules_json(),
+            "series_budget": self.series_budget_json(),
         }
+
+    def series_budget_json(self) -> dict[str, Any]:
+        """What /metrics withheld at its latest rendering ([http] max_series)."""
+        w = self.exposition.withheld
+        return {
+            "max_series": w.max_series,
+            "exported_series": w.exported,
+            "withheld_series": w.series,
+            "withheld_results": [list(k) for k in w.results],
+        }
+
+    def schedules_json(self) -> list[dict[str, Any]]:
+        """Each schedule: when it last ran, with what outcome, and when it runs next."""
+        runner = self.schedules
+        upcoming = runner.next_runs()
+        out = []
+        for label, s in runner.schedules.items():
+            last = runner.last_outcome.get(label)
+            handled = runner.last_run.get(label)
+            nxt = upcoming.get(label)
+            out.append(
+                {
+                    "name": label,
+                    "job": s.job,
+                    "cron": s.cron,
+                    "timezone": s.timezone,
+                    "last_run": handled.isoformat() if handled else None,
+                    "last_outcome": last[0] if last else None,
+                    "last_detail": last[2] if last else None,
+                    "next_run": nxt.isoformat() if nxt else None,
+                }
+            )
+        return out
 
     def comparisons_json(self) -> dict[str, Any]:
         """Every configured comparison, always with a decision and a reason."""
@@ -380,6 +432,72 @@ class Daemon:
             refresh_s=max(5, round(self.settings.evaluation.interval)),
         )
 
+    # -- scheduled work (monitor/schedule/jobs.py's Monitor) ----------------------------
+    def _runs_schedules(self) -> bool:
+        """Whether this instance runs the [[schedules]] now (one instance: always)."""
+        return True
+
+    def _schedule_changed(self) -> None:
+        self._set_status(schedule_runs=self.schedules.counts())
+        self._checkpoint_due.set()
+
+    def period_view(self) -> StoreView:
+        """A copy of the retained statistics (read while ingestion goes on)."""
+        with self.lock:
+            return self.engine.view(copy=True)
+
+    def period_snapshot(self, end_ms: int, size_ms: int, label: str) -> Snapshot:
+        """Every model's results over [end - size, end) — one window named ``label`` —
+        from the retained buckets (coarse tiers snap its start, docs/semantics.md), with
+        the drift, comparisons and operations of the latest evaluation."""
+        view = self.period_view()
+        window = (WindowSpec(label, size_ms, 0),)
+        models = tuple(replace(m, windows=window) for m in self.engine.models)
+        results, fairness = evaluate_all(
+            view, models, end_ms, self.settings.evaluation.confidence, self.engine.active_plugins
+        )
+        pub = self._published
+        snap = pub.snapshot
+        return Snapshot(
+            at_ms=end_ms,
+            results=results,
+            ops=pub.ops,
+            comparisons=snap.comparisons if snap else (),
+            drift=snap.drift if snap else (),
+            fairness=fairness,
+        )
+
+    def report_extras(self) -> dict[str, Any]:
+        pub = self._published
+        topics = dict(pub.status.topics)
+        return {
+            "operations": ops_json(pub.ops, topics) if pub.ops else None,
+            "models": layout_json(self.engine.models),
+            "comparison_history": history_json(pub.comparison_history),
+            "slos": [slo_json(s) for s in pub.slos],
+        }
+
+    def overview(self) -> dict[str, Any]:
+        status = self.status_json()
+        snap = status.get("snapshot") or {}
+        return {
+            "ready": status["ready"],
+            "not_ready_reasons": status["not_ready_reasons"],
+            "comparisons": self.comparisons_json()["comparisons"],
+            "slos": self.slos_json()["slos"],
+            "drift": snap.get("drift") or [],
+        }
+
+    def rotate_reference(
+        self, model: str, start_ms: int, end_ms: int, version: str | None, min_samples: int
+    ) -> tuple[str, str]:
+        drift = self.settings.model(model).drift
+        assert drift is not None and drift.reference is not None  # config check
+        return rotate(
+            self.engine, self.lock, self.period_view(), self.settings.state.dir,
+            drift.reference, model, start_ms, end_ms, version, min_samples,
+        )  # fmt: skip
+
     def _publish_ops(self) -> None:
         with self.lock:
             ops = ops_state(self.engine)
@@ -453,6 +571,8 @@ class Daemon:
         if not self._identity_matches(loaded):
             return
         self._set_status(last_checkpoint_at=loaded.written_at)
+        self.schedules.load(loaded.meta.get("schedules"))
+        self._set_status(schedule_runs=self.schedules.counts())
         restored = self.slos.load(loaded.meta.get("slo"))
         if restored:
             log.info("restored %d active SLO instance(s)", restored)
@@ -528,6 +648,7 @@ class Daemon:
                 meta["offsets"] = dict(self.offsets)
             meta["source"] = self.source_identity()
             meta["slo"] = self.slos.state()  # firing alerts keep their start over restarts
+            meta["schedules"] = self.schedules.state()  # last runs: no repeat, no skip
             written = self.store.write(meta, arrays)
             if self.kafka_state is not None:  # acknowledged before any offset commit
                 self.kafka_state.store(WHOLE, written.read_bytes())
@@ -615,6 +736,7 @@ class Daemon:
             self.start_http()
         evaluator = threading.Thread(target=self._evaluate_every, name="evaluation", daemon=True)
         evaluator.start()
+        self.schedules.start()
         group_check = threading.Thread(target=self._check_group, name="group-check", daemon=True)
         group_check.start()
         source: KafkaSource | None = None
@@ -630,6 +752,7 @@ class Daemon:
             log.critical("consumer loop failed; keeping the last checkpoint", exc_info=True)
             raise
         finally:
+            self.schedules.stop()  # no run starts after this: the checkpoint has the last
             if not crashed:
                 self.checkpoint(sink, source)
             if source is not None:
@@ -849,7 +972,8 @@ class Daemon:
                 except Exception as err:
                     log.debug("lag unavailable: %s", err)
                 last_lag = now
-            if now - last_ckpt >= s.state.checkpoint_interval:
+            if now - last_ckpt >= s.state.checkpoint_interval or self._checkpoint_due.is_set():
+                self._checkpoint_due.clear()
                 self.checkpoint(sink, source)
                 last_ckpt = now
         return source

@@ -1,4 +1,7 @@
-"""The ``monitor`` command (DESIGN §4). Exit codes: 0 ok, 2 usage/config error, 1 failure."""
+"""The ``monitor`` command. Exit codes: 0 ok, 2 usage/config error, 1 failure.
+
+Fatal errors go through ``logsetup.fatal``: text for a person, one JSON object each
+under ``--log-format json``."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .logsetup import LEVELS, configure_logging, register_secrets
+from .logsetup import LEVELS, configure_logging, fatal, register_secrets
 
 if TYPE_CHECKING:
     from .config import Settings
@@ -36,7 +39,8 @@ _DESCRIPTIONS = {
     "replay": "Run the same pipeline over JSONL files (predictions and labels) and print "
     "or write the JSON report: a backfill or an offline check.",
     "check-config": "Validate a configuration file (and the drift references and plugins "
-    "it names); problems go to stderr, one per key, exit 2.",
+    "it names); problems go to stderr, one per key, exit 2. Then print the Prometheus "
+    "series each model can produce, per version and at max_versions.",
     "baseline": "Build a drift reference profile (numeric and categorical features, score, "
     "label prior) from training data (JSONL, CSV or Parquet).",
     "rules": "Print Prometheus recording and alerting rules for the configured SLOs.",
@@ -133,6 +137,12 @@ def _parser() -> argparse.ArgumentParser:
 
     cc = command("check-config", "validate a configuration file")
     cc.add_argument("-c", "--config", required=True, type=Path)
+    cc.add_argument(
+        "--no-series",
+        action="store_true",
+        help="skip the series estimate (it runs each model on a small synthetic stream: "
+        "a few seconds, and the statistics libraries)",
+    )
 
     bl = command("baseline", "build a reference profile for drift detection")
     bl.add_argument("-c", "--config", required=True, type=Path)
@@ -166,14 +176,18 @@ def _load(path: Path) -> Settings:
 
 
 def _report_problems(source: str | Path, problems: list[tuple[str, str]]) -> int:
-    print(f"{source}: invalid configuration ({len(problems)} problem(s))", file=sys.stderr)
-    for key, msg in problems:
-        print(f"  {key}: {msg}", file=sys.stderr)
+    fatal(
+        f"{source}: invalid configuration ({len(problems)} problem(s))",
+        [f"  {key}: {msg}" for key, msg in problems],
+        source=str(source),
+        problems=[{"key": key, "problem": msg} for key, msg in problems],
+    )
     return EXIT_USAGE
 
 
-def _check_config(path: Path) -> int:
-    """Validate the file, then what it points at: drift references and plugins."""
+def _check_config(path: Path, series: bool = True) -> int:
+    """Validate the file, then what it points at: drift references and plugins; then
+    print the Prometheus series it can produce."""
     from .config import ConfigError
 
     try:
@@ -199,7 +213,42 @@ def _check_config(path: Path) -> int:
         f"{len(settings.comparisons)} comparison(s), {len(drift)} drift reference(s), "
         f"{len(loaded.plugins)} plugin(s))"
     )
+    if series:
+        _print_series(settings)
     return EXIT_OK
+
+
+def _print_series(settings: Settings) -> None:
+    """The Prometheus series the configuration can produce (monitor/series_estimate.py)."""
+    from .series_estimate import estimate_series
+
+    try:
+        models = estimate_series(settings)
+    except Exception as err:  # the estimate is advice: the configuration itself is valid
+        print(f"series estimate unavailable: {err}")
+        return
+    width = max(len(m.model) for m in models)
+    print("Prometheus series (every slice value filled; worst case at max_versions):")
+    for m in models:
+        detail = f"overall {m.overall:,}"
+        if m.slice_values:
+            detail += f" + {m.slice_values:,} slice values x {m.per_slice_value:,}"
+        if m.drift:
+            detail += f" + drift {m.drift:,}"
+        print(
+            f"  {m.model:{width}s}  {m.per_version:>9,} per version ({m.windows} window(s): "
+            f"{detail}); worst {m.total():>11,} at {m.max_versions} versions"
+        )
+    worst = sum(m.total() for m in models)
+    bound = settings.http.max_series
+    print(
+        f"  worst case {worst:,} series, plus a few per comparison and SLO; "
+        + (
+            f"[http] max_series = {bound:,} withholds the rest (lowest-traffic slices first)"
+            if bound is not None
+            else "[http] max_series is not set: nothing bounds them"
+        )
+    )
 
 
 def _slo_metric_problems(settings: Settings, plugins: Sequence[Any]) -> list[tuple[str, str]]:
@@ -275,12 +324,12 @@ def _replay(args: argparse.Namespace) -> int:
     settings = _load(args.config)
     for p in (args.predictions, args.labels):
         if not p.is_file():
-            print(f"monitor replay: {p} is not a file", file=sys.stderr)
+            fatal(f"monitor replay: {p} is not a file")
             return EXIT_USAGE
     for flag, out in (("--report", args.report), ("--dead-letter", args.dead_letter)):
         problem = _unwritable(out)
         if problem:
-            print(f"monitor replay: cannot write {flag} {out}: {problem}", file=sys.stderr)
+            fatal(f"monitor replay: cannot write {flag} {out}: {problem}")
             return EXIT_USAGE
     try:
         report = replay(
@@ -291,7 +340,7 @@ def _replay(args: argparse.Namespace) -> int:
             decode_worker=args.decode_worker,
         )
     except ReplayError as err:
-        print(f"monitor replay: {err}", file=sys.stderr)
+        fatal(f"monitor replay: {err}")
         return EXIT_FAILURE
     data = orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
     if args.report:
@@ -314,12 +363,12 @@ def _baseline(args: argparse.Namespace) -> int:
     settings = _load(args.config)
     problem = _unwritable(args.output)
     if problem:
-        print(f"monitor baseline: cannot write --output {args.output}: {problem}", file=sys.stderr)
+        fatal(f"monitor baseline: cannot write --output {args.output}: {problem}")
         return EXIT_USAGE
     try:
         summary = build_baseline(settings, args.input, args.model)
     except BaselineError as err:
-        print(f"monitor baseline: {err}", file=sys.stderr)
+        fatal(f"monitor baseline: {err}")
         return EXIT_USAGE
     args.output.write_bytes(orjson.dumps(summary.profile.to_json(), option=orjson.OPT_INDENT_2))
     print(
@@ -382,11 +431,14 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_FAILURE
+    except Exception:  # a failure nothing above expected: logged, so JSON stays JSON
+        logging.getLogger("monitor").critical("monitor %s failed", args.command, exc_info=True)
+        return EXIT_FAILURE
 
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "check-config":
-        return _check_config(args.config)
+        return _check_config(args.config, series=not args.no_series)
     if args.command == "run":
         return _run(args.config)
     if args.command == "replay":

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -148,6 +149,10 @@ class HttpSettings(_Section):
     idle_timeout: PositiveSeconds = 90.0
     request_timeout: PositiveSeconds = 10.0
     write_timeout: PositiveSeconds = 30.0
+    # at most this many series in the snapshot part of /metrics (quality, drift,
+    # comparisons, SLO states); beyond it the lowest-traffic slices' series are withheld,
+    # counted in mlmon_series_dropped_total (docs/operations.md "Cardinality"); unset: no bound
+    max_series: int | None = Field(None, ge=100)
 
     @field_validator("basic_auth_password")
     @classmethod
@@ -602,12 +607,17 @@ def model_metric_names(model: ModelSettings) -> frozenset[str]:
     return names
 
 
+def _used_twice(section: str, what: str, names: list[str]) -> list[str]:
+    """One problem per name given to more than one entry of ``section``."""
+    return [
+        f"{section}: {what} name {n!r} is used more than once"
+        for n in sorted({n for n in names if names.count(n) > 1})
+    ]
+
+
 def _slo_problems(settings: Settings) -> list[str]:
     """Cross-checks of ``[[slos]]`` against the models (one "path: message" each)."""
-    problems: list[str] = []
-    names = [s.name for s in settings.slos]
-    for dupe in sorted({n for n in names if names.count(n) > 1}):
-        problems.append(f"slos: SLO name {dupe!r} is used more than once")
+    problems = _used_twice("slos", "SLO", [s.name for s in settings.slos])
     models = {m.name: (i, m) for i, m in enumerate(settings.models)}
     builtin = {name for catalog in TASK_METRICS.values() for name in catalog}
     builtin |= {  # need [models.estimation]
@@ -661,6 +671,112 @@ def budget_shares(slos: Sequence[SloSettings]) -> list[BudgetShare]:
     ]
 
 
+def _check_cron(expr: str) -> str:
+    from apscheduler.triggers.cron import CronTrigger
+
+    try:
+        CronTrigger.from_crontab(expr, timezone="UTC")
+    except ValueError as err:
+        raise ValueError(
+            f"{expr!r} is not a crontab expression (minute hour day month weekday): {err}"
+        ) from None
+    return expr
+
+
+def _check_timezone(name: str) -> str:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(
+            f"{name!r} is not an IANA time zone (e.g. 'Europe/Berlin', 'UTC')"
+        ) from None
+    return name
+
+
+class ScheduleSettings(_Section):
+    """Work tied to the calendar (docs/operations.md "Scheduled work"): a crontab
+    expression in a time zone, run by APScheduler on the wall clock; the evaluation tick
+    is not one of these (it runs on monotonic time)."""
+
+    job: Literal["report", "rotate_reference", "summary"]
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.:-]+$")  # default: the job
+    cron: Annotated[str, AfterValidator(_check_cron)]  # "0 7 * * mon": Mondays 07:00
+    timezone: Annotated[str, AfterValidator(_check_timezone)] = "UTC"
+    # a run missed (the daemon was down at its time) runs once on start if at most this
+    # late; missed runs are coalesced into one; later ones are skipped (outcome "missed")
+    misfire_grace: PositiveSeconds = 3600.0
+    jitter: Annotated[Seconds, Field(ge=0)] = 0.0  # a random delay of up to this
+    period: PositiveSeconds = 7 * 86400.0  # report / rotate_reference: "last 7d"
+    # report: written here as report-<time>.json and .html, the newest `keep` kept
+    directory: Path | None = None
+    keep: int = Field(8, ge=1, le=10_000)
+    # report, summary: a short JSON summary POSTed here (report: with a link to the file)
+    webhook_url: str | None = None
+    link_base: str | None = None  # report: URL prefix under which `directory` is served
+    # rotate_reference: these models (default: every model with a drift.reference file);
+    # the new reference needs at least min_samples predictions in the period
+    models: tuple[str, ...] = ()
+    version: str | None = None  # rotate_reference: only this version's traffic
+    min_samples: int = Field(1000, ge=1)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.job
+
+    @model_validator(mode="after")
+    def _check(self) -> ScheduleSettings:
+        if self.job == "report" and self.directory is None and self.webhook_url is None:
+            raise ValueError("a report job needs a directory, a webhook_url, or both")
+        if self.job == "summary" and self.webhook_url is None:
+            raise ValueError("a summary job needs webhook_url")
+        if self.job != "report" and (self.directory is not None or self.link_base):
+            raise ValueError("directory and link_base apply to report jobs only")
+        if self.job != "rotate_reference" and (self.models or self.version):
+            raise ValueError("models and version apply to rotate_reference jobs only")
+        if self.webhook_url is not None and not re.match(r"^https?://", self.webhook_url):
+            raise ValueError("webhook_url must be an http:// or https:// URL")
+        return self
+
+
+def _schedule_problems(settings: Settings) -> list[str]:
+    """Cross-checks of ``[[schedules]]``: unique names, rotate_reference's models."""
+    problems = _used_twice("schedules", "schedule", [s.label for s in settings.schedules])
+    models = {m.name: (i, m) for i, m in enumerate(settings.models)}
+    width = settings.evaluation.bucket_width
+    for i, sched in enumerate(settings.schedules):
+        if sched.job != "summary" and sched.period % width:
+            problems.append(
+                f"schedules[{i}].period: {format_duration(sched.period)} is not a multiple of "
+                f"evaluation.bucket_width ({format_duration(width)})"
+            )
+        if sched.job != "rotate_reference":
+            continue
+        if settings.scale.mode == "partitioned":
+            problems.append(
+                f"schedules[{i}].job: rotate_reference keeps the new reference in this "
+                'instance\'s state dir; scale.mode = "partitioned" has no shared one'
+            )
+        for name in sched.models:
+            if name not in models:
+                problems.append(f"schedules[{i}].models: unknown model {name!r}")
+                continue
+            j, m = models[name]
+            if m.drift is None or m.drift.reference is None:
+                problems.append(
+                    f"schedules[{i}].models: model {name!r} has no drift.reference file to "
+                    f"rotate (models[{j}].drift)"
+                )
+        if not sched.models and not any(
+            m.drift is not None and m.drift.reference is not None for m in settings.models
+        ):
+            problems.append(
+                f"schedules[{i}].job: rotate_reference needs a model with a drift.reference file"
+            )
+    return problems
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="MONITOR_", env_nested_delimiter="__", extra="forbid", frozen=True
@@ -677,6 +793,7 @@ class Settings(BaseSettings):
     plugins: PluginSettings = PluginSettings()
     slos: tuple[SloSettings, ...] = ()
     alerting: AlertingSettings = AlertingSettings()
+    schedules: tuple[ScheduleSettings, ...] = ()
 
     @classmethod
     def settings_customise_sources(
@@ -697,8 +814,7 @@ class Settings(BaseSettings):
         if not self.models:
             problems.append("models: at least one [[models]] entry is required")
         names = [m.name for m in self.models]
-        for dupe in sorted({n for n in names if names.count(n) > 1}):
-            problems.append(f"models: model name {dupe!r} is used more than once")
+        problems += _used_twice("models", "model", names)
         tasks = {m.name: m.task for m in self.models}
         for i, comp in enumerate(self.comparisons):
             if comp.model not in names:
@@ -721,9 +837,7 @@ class Settings(BaseSettings):
                     f"comparisons[{i}].sequence: 'exact' needs a bounded loss; regression "
                     f"losses of {comp.model!r} are unbounded (use 'auto')"
                 )
-        comp_names = [c.name for c in self.comparisons]
-        for dupe in sorted({n for n in comp_names if comp_names.count(n) > 1}):
-            problems.append(f"comparisons: comparison name {dupe!r} is used more than once")
+        problems += _used_twice("comparisons", "comparison", [c.name for c in self.comparisons])
         width = self.evaluation.bucket_width
         for i, model in enumerate(self.models):
             for j, w in enumerate(model.windows):
@@ -735,6 +849,7 @@ class Settings(BaseSettings):
                             f"multiple of evaluation.bucket_width ({format_duration(width)})"
                         )
         problems += _slo_problems(self)
+        problems += _schedule_problems(self)
         if self.scale.mode == "partitioned":
             if self.kafka.client != "kafka-python":
                 problems.append(

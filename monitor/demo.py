@@ -23,11 +23,15 @@ import numpy as np
 import orjson
 
 from .config import settings_from_mapping
-from .synthetic import label_delays_ms, model_score, scored_population
+from .logsetup import fatal
+from .synthetic import calibrated_score, label_delays_ms, scored_population
 
 __all__ = ["StoryProducer", "run_demo"]
 
-# (name, share of traffic to the canary v2, separation v1, separation v2, input shift)
+# (name, share of traffic to the canary v2, separation v1, separation v2, input shift);
+# both versions are calibrated models (synthetic.calibrated_score), so the label-free
+# estimates are trusted until the input drifts and breaks v1's calibration
+_PREVALENCE = 0.2
 _PHASES = (
     ("steady", 0.0, 3.0, 3.0, 0.0),
     ("drift", 0.0, 3.0, 3.0, 1.2),
@@ -85,8 +89,9 @@ class StoryProducer:
             now_ms = int(now * 1000)
             if n:
                 is_v2 = self.rng.random(n) < canary
-                y, x, s1 = scored_population(self.rng, n, 0.2, sep1, shift)
-                s2 = model_score(y, x, sep2)  # the canary scores the same cases, worse
+                y, x, s1 = scored_population(self.rng, n, _PREVALENCE, sep1, shift, calibrated=True)
+                # the canary scores the same cases, worse (less separation)
+                s2 = calibrated_score(y, x, sep2, _PREVALENCE)
                 delays = label_delays_ms(self.rng, n, self.label_delay_s)
                 labeled = self.rng.random(n) < 0.85
                 for i in range(n):
@@ -162,8 +167,11 @@ def _summary(daemon: Any, producer: StoryProducer, out: TextIO) -> None:
 
 
 def _interval(m: Any) -> str:
+    """The value with its interval, or with the reason the interval is withheld."""
     if m is None or m.value != m.value:
         return "   n/a             "
+    if m.lower != m.lower or m.upper != m.upper:
+        return f"{m.value:.3f} (no interval: {m.note or 'not computable yet'})"
     return f"{m.value:.3f} [{m.lower:.3f}, {m.upper:.3f}]"
 
 
@@ -212,7 +220,7 @@ def run_demo(
         try:
             broker.start()
         except BrokerUnavailable as err:
-            print(f"monitor demo: {err}", file=sys.stderr)
+            fatal(f"monitor demo: {err}")
             return 1
         broker.create_topics(["predictions", "labels"], partitions=1)
         if port is None:
@@ -264,10 +272,12 @@ def run_demo(
         producer = StoryProducer(broker.bootstrap, rate, phase_s)
         producer.start()
         out.write(
-            f"model-monitor demo\n  broker   {broker.bootstrap} (tansu, in memory)\n"
-            f"  metrics  {http.url}/metrics\n  status   {http.url}/api/v1/status\n"
-            f"  ready    {http.url}/readyz\n  story    steady -> drift -> worse canary v2, "
-            f"{phase_s:.0f}s each\n  stop     Ctrl-C\n\n"
+            f"model-monitor demo\n  status page  {http.url}/  (open it in a browser)\n"
+            f"  metrics      {http.url}/metrics\n  api          {http.url}/api/v1/status\n"
+            f"  ready        {http.url}/readyz\n"
+            f"  broker       {broker.bootstrap} (tansu, in memory)\n"
+            f"  story        steady -> drift -> worse canary v2, {phase_s:.0f}s each\n"
+            f"  stop         Ctrl-C\n\n"
         )
         out.flush()
         deadline = None if duration is None else time.monotonic() + duration
@@ -303,7 +313,7 @@ def _demo_reference(path: Path) -> Path:
     from .drift.reference import ReferenceProfile
 
     rng = np.random.default_rng(3)
-    y, x, score = scored_population(rng, 50_000, 0.2, _PHASES[0][2], 0.0)
+    y, x, score = scored_population(rng, 50_000, _PREVALENCE, _PHASES[0][2], 0.0, calibrated=True)
     profile = ReferenceProfile.from_columns(
         numeric={"x": x}, score=score, labels=[str(v) for v in y]
     )

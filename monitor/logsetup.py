@@ -7,26 +7,45 @@ configuration holds (passwords, webhook secrets, secret-like ``extra_consumer_co
 values) are replaced by ``***``. kafka-python's protocol loggers (``kafka.conn``,
 ``kafka.protocol``) print request objects, SASL authentication bytes included, at DEBUG:
 they stay at INFO or above unless ``--kafka-log-level`` asks for more.
+
+A command's fatal error (an invalid configuration, an unreadable input) goes through
+:func:`fatal`: indented text lines for a person, or one JSON object under
+``--log-format json``, so a log pipeline that parses every line never meets plain text.
+kafka-python warns once per event-loop step that took longer than its threshold ("Task …
+ran for 0.1xx s … blocking the event loop"); on a loaded machine that is most of the log.
+:class:`SlowTaskSummary` shows the first one, then one line per minute with the count and
+the worst step.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import re
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import orjson
 
-__all__ = ["LEVELS", "URL_USERINFO", "configure_logging", "mask", "register_secrets"]
+__all__ = [
+    "LEVELS",
+    "URL_USERINFO",
+    "SlowTaskSummary",
+    "configure_logging",
+    "fatal",
+    "mask",
+    "register_secrets",
+]
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 # credentials inside a URL (also masked in the configuration by monitor/config.py)
 URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
 _secrets: set[str] = set()
 _lock = threading.Lock()
+_format: list[str] = ["text"]  # the configured format, for fatal()
 
 
 def register_secrets(values: Any) -> None:
@@ -52,6 +71,11 @@ class _TextFormatter(logging.Formatter):
         return mask(super().format(record))
 
 
+def _iso_now() -> str:
+    now = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
+
+
 class _JsonFormatter(logging.Formatter):
     """One JSON object per line: ts (ISO 8601 UTC), level, logger, message[, exc]."""
 
@@ -65,6 +89,81 @@ class _JsonFormatter(logging.Formatter):
         if record.exc_info:
             out["exc"] = mask(self.formatException(record.exc_info))
         return orjson.dumps(out).decode()
+
+
+def fatal(message: str, details: Sequence[str] = (), **fields: Any) -> None:
+    """A command's fatal error on stderr: ``message`` and its ``details`` as text lines,
+    or, under ``--log-format json``, one object (level ERROR, logger "monitor") holding
+    ``message`` and the structured ``fields`` (e.g. ``problems``)."""
+    if _format[0] == "json":
+        out = {"ts": _iso_now(), "level": "ERROR", "logger": "monitor", "message": message}
+        out.update(fields)
+        line = mask(orjson.dumps(out).decode())
+    else:
+        line = mask("\n".join([message, *details]))
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+_SLOW_TASK = re.compile(r"^Task .* ran for ([0-9.]+)s \(>([0-9.]+)s threshold\)", re.S)
+
+
+class SlowTaskSummary(logging.Filter):
+    """kafka-python's slow event-loop step warnings, summarised: the first passes as is,
+    the next ones are counted and reported once per ``every`` seconds (count, worst step,
+    threshold); what is left is reported at exit. Other records pass untouched."""
+
+    def __init__(self, every: float = 60.0, clock: Any = time.monotonic) -> None:
+        super().__init__()
+        self.every, self._clock = every, clock
+        self._lock = threading.Lock()
+        self._seen = False
+        self._count = 0
+        self._worst = 0.0
+        self._threshold = 0.0
+        self._since = clock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith("kafka") or record.levelno != logging.WARNING:
+            return True
+        m = _SLOW_TASK.match(record.getMessage())
+        if m is None:
+            return True
+        elapsed, threshold = float(m.group(1)), float(m.group(2))
+        with self._lock:
+            if not self._seen:  # the first one in full, with what follows
+                self._seen, self._since = True, self._clock()
+                record.msg = (
+                    f"{record.getMessage()} (kafka-python's I/O thread was starved of CPU; "
+                    f"further such warnings are summarised every {self.every:.0f}s)"
+                )
+                record.args = None
+                return True
+            self._count += 1
+            self._worst = max(self._worst, elapsed)
+            self._threshold = threshold
+            if self._clock() - self._since < self.every:
+                return False
+            summary = self._take()
+        record.msg, record.args = summary, None
+        return True
+
+    def _take(self) -> str:
+        summary = (
+            f"kafka-python: {self._count} more event-loop step(s) over the "
+            f"{self._threshold:.3f}s threshold in the last {self._clock() - self._since:.0f}s "
+            f"(worst {self._worst:.3f}s): the client's I/O thread competed for CPU"
+        )
+        self._count, self._worst, self._since = 0, 0.0, self._clock()
+        return summary
+
+    def flush(self) -> None:
+        """Report what was counted since the last summary (at exit)."""
+        with self._lock:
+            if not self._count:
+                return
+            summary = self._take()
+        logging.getLogger("kafka.net.selector").warning(summary)
 
 
 def configure_logging(
@@ -83,12 +182,19 @@ def configure_logging(
     else:
         formatter = _TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     handler.setFormatter(formatter)
+    summary = SlowTaskSummary()
+    handler.addFilter(summary)
+    atexit.register(summary.flush)
+    _format[0] = fmt
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
     third_party = level if level == "DEBUG" else "ERROR" if quiet_third_party else "WARNING"
+    # APScheduler says "Adding job tentatively", "Running job" at INFO: the monitor logs
+    # each scheduled run itself (monitor/schedule/)
+    logging.getLogger("apscheduler").setLevel(third_party)
     if kafka_level is not None:
         logging.getLogger("kafka").setLevel(kafka_level)
     else:

@@ -75,7 +75,7 @@ def replay(
                 last_report = now
     finally:
         sink.close()
-    _check_read(engine, files, feed.lines)
+    _check_read(engine, files, feed.lines, dl_path)
     if progress is not None and total > 0:
         progress.write(
             f"{cr}replay: 100.0% of {total / 1e6:.1f} MB in {time.monotonic() - started:.1f}s\n"
@@ -115,7 +115,9 @@ def replay(
     return report
 
 
-def _check_read(engine: Engine, files: dict[str, tuple[Path, str]], lines: dict[str, int]) -> None:
+def _check_read(
+    engine: Engine, files: dict[str, tuple[Path, str]], lines: dict[str, int], dead_letter: Path
+) -> None:
     for kind, (path, _) in files.items():
         valid = engine.records[kind, "accepted"] + engine.records[kind, "duplicate"]
         count = lines.get(kind, 0)
@@ -128,5 +130,5 @@ def _check_read(engine: Engine, files: dict[str, tuple[Path, str]], lines: dict[
         )
         raise ReplayError(
             f"{path}: none of its {count} {kind} is valid ({reasons}); "
-            "rejected records are in the dead-letter file"
+            f"the rejected records and their reasons are in {dead_letter}"
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -14,6 +15,8 @@ import orjson
 from .config import ConfigError, ModelSettings, Settings
 from .durations import parse_duration
 from .engine.models import ComparisonSpec, DriftSpec, ModelSpec, SliceSpec, WindowSpec
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # imported where used: `monitor check-config` needs no engine (pandas)
     from .engine.core import Engine
@@ -123,8 +126,12 @@ def comparison_specs(settings: Settings) -> tuple[ComparisonSpec, ...]:
     )
 
 
-def drift_specs(settings: Settings) -> tuple[DriftSpec, ...]:
-    """Load every model's drift reference; ConfigError names the key of a bad one."""
+def drift_specs(settings: Settings, state_dir: Path | None = None) -> tuple[DriftSpec, ...]:
+    """Load every model's drift reference; ConfigError names the key of a bad one.
+
+    ``state_dir``: the daemon's, where a ``rotate_reference`` schedule keeps references
+    taken from live traffic (:func:`rotated_paths`); one is used instead of the
+    configured file while it was derived from that very file (same fingerprint)."""
     specs, problems = [], []
     for i, m in enumerate(settings.models):
         d = m.drift
@@ -176,7 +183,9 @@ def drift_specs(settings: Settings) -> tuple[DriftSpec, ...]:
                 (f"models[{i}].drift.features", f"{unknown} are not in the reference profile")
             )
             continue
-        fingerprint = hashlib.sha256(raw).hexdigest()[:16]
+        fingerprint = reference_fingerprint(raw)
+        if state_dir is not None:
+            profile, fingerprint = rotated_reference(state_dir, m.name, profile, fingerprint)
         specs.append(DriftSpec(profile=profile, fingerprint=fingerprint, **common))
     if problems:
         raise ConfigError(problems, "drift references")
@@ -192,7 +201,51 @@ def load_configured_plugins(settings: Settings) -> Any:
     return load_plugins(p.paths, p.entry_points, p.options, reserved)
 
 
-def build_engine(settings: Settings) -> Engine:
+def reference_fingerprint(raw: bytes) -> str:
+    """What a drift reference file is known by: its drift cells are kept across restarts
+    only while the fingerprint holds (engine/drift_cells.py)."""
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+def rotated_paths(state_dir: Path, model: str) -> tuple[Path, Path]:
+    """(current, previous) drift references a rotation keeps for ``model``."""
+    d = state_dir / "references"
+    return d / f"{model}.json", d / f"{model}.previous.json"
+
+
+def rotated_reference(
+    state_dir: Path, model: str, configured: Any, fingerprint: str
+) -> tuple[Any, str]:
+    """The reference a rotation left for ``model`` with its fingerprint, or the
+    configured one: a rotated reference is used only while it derives from the
+    configured file (``based_on`` its fingerprint) — a new baseline file wins."""
+    from .drift.reference import ReferenceProfile
+
+    path = rotated_paths(state_dir, model)[0]
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return configured, fingerprint
+    try:
+        data = orjson.loads(raw)
+        if data.get("based_on") != fingerprint:
+            log.warning(
+                "drift reference of model %r: %s was rotated from another baseline file; "
+                "using the configured one",
+                model,
+                path,
+            )
+            return configured, fingerprint
+        return ReferenceProfile.from_json(data), reference_fingerprint(raw)
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        log.error("drift reference of model %r: %s is unusable (%s); using the configured one",
+                  model, path, err)  # fmt: skip
+        return configured, fingerprint
+
+
+def build_engine(settings: Settings, state_dir: Path | None = None) -> Engine:
+    """The engine of ``settings``; the daemon passes its ``state_dir``, where drift
+    references a ``rotate_reference`` schedule took from live traffic are kept."""
     from .engine.core import Engine
 
     j = settings.join
@@ -204,8 +257,10 @@ def build_engine(settings: Settings) -> Engine:
         max_pending=j.max_pending,
         max_orphan_labels=j.max_orphan_labels,
         comparisons=comparison_specs(settings),
-        drift=drift_specs(settings),
+        drift=drift_specs(settings, state_dir),
         plugins=load_configured_plugins(settings),
+        # scheduled reports and reference rotations read their period from the buckets
+        retained_spans_ms=[_ms(s.period) for s in settings.schedules if s.job != "summary"],
     )
 
 

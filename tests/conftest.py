@@ -35,6 +35,17 @@ def _missing(message: str) -> NoReturn:
     pytest.skip(message)
 
 
+@pytest.fixture
+def libfaketime() -> str:
+    """Path of libfaketime (Debian package ``faketime``), for LD_PRELOAD into a daemon."""
+    import glob
+
+    found = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))
+    if not found:
+        _missing("libfaketime not found; install with: apt-get install faketime")
+    return found[0]
+
+
 def require_binary(name: str, hint: str = "apt-get install prometheus") -> str:
     """Path of executable ``name``; skip (or fail under CI=true) with an install hint."""
     found = shutil.which(name) or shutil.which(name, path="/usr/bin:/usr/local/bin")

@@ -205,7 +205,7 @@ class CategoricalReference:
     values (:func:`sketch_bucket`, a stable CRC-32 of the value): the tests then compare
     the folded values' mix bucket by bucket, so a reshuffle *inside* ``__other__`` — one
     rare value growing while another shrinks — is visible instead of cancelling in one cell
-    (issue 13 measured 6-7 % detection without it). A count-min-style sketch with one row:
+    (detection measured 6-7 % without it). A count-min-style sketch with one row:
     collisions only merge values, which can hide a reshuffle between two values of one
     bucket but never invent one.
     """
@@ -372,6 +372,9 @@ class ReferenceProfile:
     drift once labels arrive. ``n`` is the number of reference rows. ``naive_mae`` is the
     in-sample MAE of the seasonal naive forecast of a regression target (period
     ``naive_season``), the scale of MASE (:func:`monitor.stats.regression.naive_mae_scale`).
+    ``period`` is the traffic the reference was taken from, ``(start_ms, end_ms)`` of
+    prediction time, when it was taken from live traffic (a scheduled rotation); None for
+    a profile built from training data.
     """
 
     features: tuple[FeatureReference, ...]
@@ -380,6 +383,7 @@ class ReferenceProfile:
     n: int
     naive_mae: float | None = None
     naive_season: int = 1
+    period: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         names = [f.name for f in self.features]
@@ -455,6 +459,8 @@ class ReferenceProfile:
         if self.naive_mae is not None:  # optional: profiles without it read as before
             out["naive_mae"] = self.naive_mae
             out["naive_season"] = self.naive_season
+        if self.period is not None:
+            out["period_ms"] = list(self.period)
         return out
 
     @classmethod
@@ -480,4 +486,7 @@ class ReferenceProfile:
             n=int(data["n"]),
             naive_mae=None if data.get("naive_mae") is None else float(data["naive_mae"]),
             naive_season=int(data.get("naive_season", 1)),
+            period=None
+            if data.get("period_ms") is None
+            else (int(data["period_ms"][0]), int(data["period_ms"][1])),
         )

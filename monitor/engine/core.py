@@ -84,7 +84,10 @@ class Engine:
         comparisons: Sequence[ComparisonSpec] = (),
         drift: Sequence[DriftSpec] = (),
         plugins: Any = None,
+        retained_spans_ms: Sequence[int] = (),
     ) -> None:
+        """``retained_spans_ms``: periods (ms, ending now) whose buckets must be kept
+        beyond the windows' reach — a scheduled report's or reference rotation's."""
         if not models:
             raise ValueError("at least one model is required")
         self.models = tuple(models)
@@ -155,6 +158,8 @@ class Engine:
         # as far back as the windows that must start in it (windows.tier_reach)
         # (a live "previous" drift reference reaches its span further back)
         windows = [(w.size_ms, w.delay_ms) for m in self.models for w in m.windows]
+        self._retained_spans = tuple(retained_spans_ms)
+        windows += [(span, 0) for span in self._retained_spans]
         previous = self.drift.horizon_ms()
         self._reach = tier_reach(windows + [(s + previous, d) for s, d in windows if previous])
         self.tiers = Tiers.for_width(bucket_width_ms)
@@ -663,6 +668,7 @@ class Engine:
         self.roll_up(now_ms)
         horizon = max(w.size_ms + w.delay_ms for m in self.models for w in m.windows)
         horizon += self.drift.horizon_ms()
+        horizon = max(horizon, *self._retained_spans, 0)
         oldest = (now_ms - horizon) // self.buckets.width_ms - 1
         self.event_clock.retained_from_ms = oldest * self.buckets.width_ms
         return sum(st.drop_before(oldest) for st in self._stores())

@@ -431,6 +431,55 @@ class DriftTracker:
             )  # fmt: skip
         return d
 
+    def reference_counts(
+        self, view: StoreView, m: int, start_ms: int, end_ms: int, version: str | None = None
+    ) -> np.ndarray | None:
+        """Model ``m``'s drift cells summed over the buckets starting in [start, end) —
+        every version's, or only ``version``'s — in its reference's layout; None when the
+        model has no drift matrix (no reference file, or nothing counted)."""
+        d = self.by_model.get(m)
+        found = view.wide_matrix(m, d.matrix) if d is not None else None
+        if d is None or found is None:
+            return None
+        b_group, b_bucket, matrix = found
+        width = view.width_ms
+        rows = (b_bucket * width >= start_ms) & (b_bucket * width < end_ms)
+        if version is not None:
+            members = [i for i, g in enumerate(view.groups) if g[0] == m and g[1] == version]
+            rows &= np.isin(b_group, members)
+        return matrix[rows].sum(axis=0, dtype=np.int64)
+
+    def rotated_profile(
+        self, m: int, counts: np.ndarray, period: tuple[int, int]
+    ) -> ReferenceProfile:
+        """Model ``m``'s reference with its counts replaced by ``counts`` (a vector of its
+        layout, :meth:`reference_counts`): the same bins and categories, so the cells
+        already counted stay valid; the label prior stays the old reference's."""
+        d = self.by_model[m]
+        feats = tuple(
+            _with_counts(ref, counts[off : off + n_cells(ref)])
+            for ref, off in zip(d.refs, d.offsets, strict=True)
+        )
+        kept = {f.name for f in feats}
+        # features the profile holds but this model does not test are carried over
+        rest = tuple(f for f in d.profile.features if f.name not in kept)
+        score = d.profile.score
+        if d.score_offset >= 0 and score is not None:
+            score = _with_counts(score, counts[d.score_offset : d.score_offset + n_cells(score)])
+        n = max([f.n for f in feats] + ([score.n] if score is not None else []) + [0])
+        return replace(d.profile, features=feats + rest, score=score, n=n, period=period)
+
+    def swap_reference(self, m: int, profile: ReferenceProfile, fingerprint: str) -> None:
+        """Test model ``m`` against ``profile`` from now on. Its layout must be the old
+        reference's (:meth:`rotated_profile`), so the stored cells keep their meaning."""
+        d = self.by_model[m]
+        spec = replace(d.spec, profile=profile, fingerprint=fingerprint)
+        new = _ModelDrift(spec, self.models[m], profile)
+        if (new.width, new.offsets, new.score_offset) != (d.width, d.offsets, d.score_offset):
+            raise ValueError("the new reference's cells differ from the old one's")
+        self.specs[m] = spec
+        self.by_model[m] = new
+
     def horizon_ms(self) -> int:
         """Extra bucket retention that live "previous" references need."""
         return max([s.live_span_ms for s in self.specs.values() if s.live == "previous"] + [0])
@@ -529,14 +578,18 @@ class DriftTracker:
                 if sel.shape[0] == 0:
                     continue
                 detector = d.detector
+                period = d.profile.period  # a rotated reference names its traffic
                 if d.spec.live == "first":
                     if m not in self.frozen:
                         continue  # the reference period is still running
                     detector = d.detector_with(self.frozen[m])
+                    start = self.live_start[m]
+                    period = (start, start + d.spec.live_span_ms)
                 elif d.spec.live == "previous":
                     span = d.spec.live_span_ms // width_ms
                     ref_rows = (b_bucket >= lo - span) & (b_bucket < lo)
                     detector = d.detector_with(matrix[ref_rows].sum(axis=0, dtype=np.int64))
+                    period = ((lo - span) * width_ms, lo * width_ms)
                 if detector is None:
                     continue  # no reference traffic yet
                 by_version: dict[str, list[int]] = {}
@@ -566,6 +619,7 @@ class DriftTracker:
                             (hi + 1) * width_ms,
                             report,
                             prior,
+                            period,
                         )
                     )
         return tuple(out)

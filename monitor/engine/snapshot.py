@@ -158,6 +158,9 @@ class DriftResult:
     end_ms: int
     report: DriftReport
     label_prior: LabelPriorDrift | None = None
+    # the reference tested against: (start_ms, end_ms) of the live traffic it was taken
+    # from (a rotated reference, a "first:" window), None for a training-data profile
+    reference_period: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

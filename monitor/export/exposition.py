@@ -11,7 +11,13 @@ parts:
 - the *live part* (operations counters, process and Python collectors, build info, the
   page's own size) is a few dozen series rendered per scrape from the app's registry.
 
-Both parts form one valid text exposition (families never span the two).
+Both parts form one valid text exposition (families never span the two). The format
+follows the scraper's ``Accept`` header through prometheus-client's ``choose_encoder``:
+OpenMetrics 1.0 when asked for (Prometheus asks first), else text 0.0.4. The snapshot part
+holds only gauges, whose OpenMetrics lines are the text format's very bytes
+(tests/unit/test_exposition_text.py checks it), so one cached part serves both; the live
+part (counters, which OpenMetrics writes differently, and the closing ``# EOF``) is
+rendered by the negotiated encoder.
 """
 
 from __future__ import annotations
@@ -29,13 +35,14 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from ..version import app_version
+from ..version import app_version, build
 from .http import Request, Response
 from .prometheus import MonitorCollector
 from .published import Published
+from .series_budget import Withheld, series_in
 
 __all__ = ["Exposition", "app_version"]
 
@@ -56,6 +63,17 @@ class _Live(Collector):
             "SLO states), rendered once per evaluation",
             value=exp.series,
         )
+        yield CounterMetricFamily(
+            "mlmon_series_dropped",
+            "Series withheld from /metrics by [http] max_series, summed over every rendering "
+            "(one per evaluation); the lowest-traffic slices go first",
+            value=exp.dropped_total,
+        )
+        yield GaugeMetricFamily(
+            "mlmon_exposition_series_withheld",
+            "Series the latest rendering withheld by [http] max_series",
+            value=exp.withheld.series,
+        )
         yield GaugeMetricFamily(
             "mlmon_exposition_bytes",
             "Uncompressed size of the cached snapshot part of /metrics",
@@ -75,12 +93,15 @@ class _Live(Collector):
 
 
 def build_info() -> GaugeMetricFamily:
+    """Version, commit and branch (monitor/version.py: the image's build arguments, or
+    the git checkout of an editable install) and the Python version."""
+    b = build()
     fam = GaugeMetricFamily(
         "mlmon_build_info",
-        "Always 1; the monitor's version and Python version as labels",
-        labels=("version", "python"),
+        "Always 1; the monitor's version, build revision and branch, and Python version",
+        labels=("version", "revision", "branch", "python"),
     )
-    fam.add_metric([app_version(), platform.python_version()], 1.0)
+    fam.add_metric([app_version(), b.revision, b.branch, platform.python_version()], 1.0)
     return fam
 
 
@@ -97,10 +118,11 @@ class Exposition:
         published: Callable[[], Published],
         registry: CollectorRegistry,
         clock: Callable[[], float] = time.time,
+        max_series: int | None = None,
     ) -> None:
         self.published = published
         self.registry = registry
-        self.collector = MonitorCollector(published, clock)
+        self.collector = MonitorCollector(published, clock, max_series)
         self._lock = threading.Lock()
         self._key: tuple[object, object] | None = None
         self._text = b""
@@ -111,6 +133,8 @@ class Exposition:
         self.size = 0
         self.renders = 0
         self.render_seconds = 0.0
+        self.withheld = Withheld(max_series)  # the latest rendering's (series_budget.py)
+        self.dropped_total = 0
         ProcessCollector(registry=registry)
         PlatformCollector(registry=registry)
         GCCollector(registry=registry)
@@ -133,7 +157,9 @@ class Exposition:
         self._gz = None
         if self._gzip_wanted:  # compress here, in the evaluation thread, not in a scrape
             self._compress_locked()
-        self.series = text.count(b"\n") - text.count(b"\n#") - text.startswith(b"#")
+        self.series = series_in(text)
+        self.withheld = self.collector.budget(pub).withheld
+        self.dropped_total += self.withheld.series
         self.size = len(text)
         self.renders += 1
         self.render_seconds = time.perf_counter() - started
@@ -146,8 +172,11 @@ class Exposition:
         self._gz_head = gz.compress(self._text) + gz.flush(zlib.Z_SYNC_FLUSH)
         self._gz = gz
 
-    def page(self, gzip: bool = False) -> bytes:
-        """The whole page; with ``gzip`` one gzip stream (RFC 1952)."""
+    def page(
+        self, gzip: bool = False, live: Callable[[CollectorRegistry], bytes] = generate_latest
+    ) -> bytes:
+        """The whole page; with ``gzip`` one gzip stream (RFC 1952); ``live`` renders the
+        live part (the negotiated encoder)."""
         with self._lock:
             self._refresh_locked()
             text = self._text
@@ -157,18 +186,21 @@ class Exposition:
                     self._compress_locked()
                 assert self._gz is not None
                 head, gz = self._gz_head, self._gz.copy()
-        live = generate_latest(self.registry)
+        rest = live(self.registry)
         if not gzip:
-            return text + live
-        return head + gz.compress(live) + gz.flush()
+            return text + rest
+        return head + gz.compress(rest) + gz.flush()
 
     def route(self, req: Request) -> Response:
-        """The /metrics handler."""
+        """The /metrics handler: the format the ``Accept`` header asks for, gzip when
+        ``Accept-Encoding`` allows it."""
+        encoder, content_type = choose_encoder(req.headers.get("accept", ""))
+        vary = ("Vary", "Accept, Accept-Encoding")
         if req.accepts_gzip():
             return Response(
                 200,
-                self.page(gzip=True),
-                CONTENT_TYPE_LATEST,
-                (("Content-Encoding", "gzip"), ("Vary", "Accept-Encoding")),
+                self.page(gzip=True, live=encoder),
+                content_type,
+                (("Content-Encoding", "gzip"), vary),
             )
-        return Response(200, self.page(), CONTENT_TYPE_LATEST, (("Vary", "Accept-Encoding"),))
+        return Response(200, self.page(live=encoder), content_type, (vary,))

@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from ..engine.metric_registry import help_text
 from ..stats.ranking import ranking_metric_help
 from .published import Published
+from .series_budget import CountSink, SeriesBudget, Withheld, within_budget
 from .sinks import Family, FamilySink, Sink, TextSink
 
 __all__ = ["QUALITY_LABELS", "MonitorCollector"]
@@ -78,9 +79,16 @@ class _MetricFamilies:
 
 
 class MonitorCollector(Collector):
-    def __init__(self, published: Callable[[], Published], clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        published: Callable[[], Published],
+        clock: Callable[[], float] = time.time,
+        max_series: int | None = None,
+    ):
         self._published = published
         self._clock = clock
+        self.max_series = max_series  # [http] max_series (export/series_budget.py)
+        self._budget: tuple[object, object, SeriesBudget] | None = None
 
     def describe(self) -> list[Metric]:
         return []  # families depend on configuration; registered unchecked
@@ -95,7 +103,7 @@ class MonitorCollector(Collector):
         models, versions, windows, slices and features)."""
         yield from self._quality(pub)
         yield from self._comparisons(pub)
-        yield from self._drift(pub)
+        yield from self.drift_families(pub)
         yield from self._slo_states(pub)
         yield from self._stamp(pub)
 
@@ -118,27 +126,50 @@ class MonitorCollector(Collector):
         """:meth:`snapshot_families` as the text exposition ``generate_latest`` writes,
         the quality part (nearly all of a fleet's page) written directly (.sinks)."""
         sink = TextSink()
-        self._write_quality(pub, sink)
+        self.write_quality(pub, sink, self.budget(pub).keep)
         rest = CollectorRegistry(auto_describe=False)
-        rest.register(
-            _Listed(
-                [
-                    *self._comparisons(pub),
-                    *self._drift(pub),
-                    *self._slo_states(pub),
-                    *self._stamp(pub),
-                ]
-            )
-        )
+        rest.register(_Listed(self._rest(pub)))
         return sink.text().encode() + generate_latest(rest)
+
+    def _rest(self, pub: Published) -> list[Metric]:
+        """The snapshot families beside the quality ones (never withheld)."""
+        return [*self._comparisons(pub), *self.drift_families(pub), *self._slo_states(pub),
+                *self._stamp(pub)]  # fmt: skip
+
+    def budget(self, pub: Published) -> SeriesBudget:
+        """Which window results /metrics writes within ``max_series`` — the one place
+        the bound applies (both renderings ask it); computed once per snapshot."""
+        snap = pub.snapshot
+        if self.max_series is None or snap is None:
+            return SeriesBudget(None, Withheld(self.max_series))
+        cached = self._budget
+        if cached is not None and cached[0] is snap and cached[1] is pub.slos:
+            return cached[2]
+        counter = CountSink()
+        self.write_quality(pub, counter, None)
+        quality = sum(n for key, n in counter.counts.items() if len(key) == 4)
+        fixed = sum(len(f.samples) for f in self._rest(pub)) + sum(
+            n
+            for key, n in counter.counts.items()
+            if len(key) != 4  # fairness gaps
+        )
+        if quality + fixed <= self.max_series:
+            budget = SeriesBudget(None, Withheld(self.max_series, quality + fixed))
+        else:
+            budget = within_budget(snap.results, counter.counts, fixed, self.max_series)
+        self._budget = (snap, pub.slos, budget)
+        return budget
 
     def _quality(self, pub: Published) -> Iterator[Metric]:
         sink = FamilySink()
-        self._write_quality(pub, sink)
+        self.write_quality(pub, sink, self.budget(pub).keep)
         return sink.families()
 
-    def _write_quality(self, pub: Published, out: Sink) -> None:
-        """The quality families of every window result, then the fairness gaps."""
+    def write_quality(
+        self, pub: Published, out: Sink, keep: frozenset[tuple[str, ...]] | None
+    ) -> None:
+        """The quality families of every window result (of those in ``keep``, when the
+        series budget withholds some), then the fairness gaps."""
         snap = pub.snapshot
         if snap is None:
             return
@@ -161,6 +192,8 @@ class MonitorCollector(Collector):
         bin_label: dict[float, tuple[str]] = {}
         isnan = math.isnan
         for r in snap.results:
+            if keep is not None and (r.model, r.version, r.window, r.slice) not in keep:
+                continue
             key = out.key((r.model, r.version, r.window, r.slice))
             for b in r.reliability:
                 at = bin_label.get(b.upper)
@@ -243,7 +276,7 @@ class MonitorCollector(Collector):
                     (f.dimension, f.metric),
                 )
 
-    def _drift(self, pub: Published) -> Iterator[Metric]:
+    def drift_families(self, pub: Published) -> Iterator[Metric]:
         snap = pub.snapshot
         if snap is None or not snap.drift:
             return
@@ -497,6 +530,16 @@ class MonitorCollector(Collector):
         for event, count in status.fault_events:
             faults.add_metric([event], count)
         yield faults
+        runs = CounterMetricFamily(
+            "mlmon_schedule_runs",
+            "Scheduled runs ([[schedules]]) by schedule and outcome: ok, failed, missed "
+            "(later than misfire_grace), skipped (not the exporter-lease holder), rejected "
+            "(a new drift reference that did not validate)",
+            labels=("job", "outcome"),
+        )
+        for job, outcome, count in status.schedule_runs:
+            runs.add_metric([job, outcome], count)
+        yield runs
         yield GaugeMetricFamily(
             "mlmon_dead_letter_spooled",
             "Rejected records on disk waiting for the dead-letter topic",

@@ -39,6 +39,7 @@ class RuntimeStatus:
     fault_events: tuple[tuple[str, int], ...] = ()
     dead_letter_spooled: int = 0  # rejected records on disk waiting for the DLQ topic
     group_members: int | None = None  # consumer group members (None: not known yet)
+    schedule_runs: tuple[tuple[str, str, int], ...] = ()  # (schedule, outcome, runs)
 
 
 @dataclass(frozen=True, slots=True)

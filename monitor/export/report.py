@@ -224,6 +224,9 @@ def drift_json(d: DriftResult) -> dict[str, Any]:
         "window": d.window,
         "start": iso(d.start_ms),
         "end": iso(d.end_ms),
+        "reference": None
+        if d.reference_period is None
+        else {"start": iso(d.reference_period[0]), "end": iso(d.reference_period[1])},
         "any_detected": r.any_detected,
         "tested": r.n_tested,
         "alpha": r.alpha,

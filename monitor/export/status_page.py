@@ -603,6 +603,17 @@ def _ops_section(status: Json | None, ops: Json | None, now: float) -> str:
         for name in ("source_error", "last_checkpoint_error", "last_evaluation_error"):
             if status.get(name):
                 parts.append(f'<p class="reason">{_e(name)}: {_e(status[name])}</p>')
+        budget = status.get("series_budget") or {}
+        if budget.get("withheld_series"):
+            shown = ", ".join("/".join(k) for k in budget["withheld_results"][:5])
+            more = len(budget["withheld_results"]) - 5
+            parts.append(
+                f'<p class="reason">/metrics withholds <b data-k="ops|series_withheld" '
+                f'data-v="{budget["withheld_series"]}">{budget["withheld_series"]:,}</b> series '
+                f"of {len(budget['withheld_results']):,} window results to stay within "
+                f"[http] max_series = {budget['max_series']:,} (lowest traffic first: "
+                f"{_e(shown)}{f' and {more:,} more' if more > 0 else ''}); the API has them</p>"
+            )
         if lag:
             rows = [
                 f'<tr><td>{_e(x["topic"])}</td><td class="n">{x["partition"]}</td>'
@@ -732,10 +743,18 @@ def render_report(report: Json) -> bytes:
     }
     body = "".join(sections.values()) + _models_section(models, report.get("results") or [])
     inputs = report.get("inputs") or {}
+    period = report.get("period")  # a scheduled report ([[schedules]] job "report")
     sub = (
-        f"replay of {_e(inputs.get('predictions', '?'))} + {_e(inputs.get('labels', '?'))}"
+        f"{_e(period['label'])}: {_e(period['start'])} – {_e(period['end'])}"
+        if period
+        else f"replay of {_e(inputs.get('predictions', '?'))} + {_e(inputs.get('labels', '?'))}"
         f" · data end {_e(report.get('data_end') or '—')}"
     )
-    foot = "Numbers are those of the replay's JSON report (<code>monitor replay --report</code>)."
+    foot = (
+        "Numbers are those of the scheduled report's JSON file beside this one."
+        if period
+        else "Numbers are those of the replay's JSON report (<code>monitor replay --report</code>)."
+    )
     nav = _nav(models, {k: bool(v) for k, v in sections.items()})
-    return _page("model-monitor replay report", sub, body, nav, None, foot)
+    title = "model-monitor report" if period else "model-monitor replay report"
+    return _page(title, sub, body, nav, None, foot)

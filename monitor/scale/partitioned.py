@@ -30,12 +30,15 @@ The base ``Daemon``'s engine is the *holder* of the global comparison and drift 
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
@@ -49,6 +52,7 @@ from ..config import KafkaSettings, Settings
 from ..engine.clock import retention_now
 from ..engine.core import Engine, StateMismatch
 from ..engine.snapshot import Snapshot
+from ..engine.view import StoreView
 from ..export.published import Published
 from ..ingest.deadletter import DeadLetterSink
 from ..ingest.kafka import KafkaPythonSource, consumer_config, record_origin
@@ -436,11 +440,7 @@ class PartitionedDaemon(Daemon):
                 now = wall  # evaluation.clock = "wall" (config check)
                 for part in self.parts.values():
                     part.engine.retain(retention_now(now, part.engine.event_clock.advance()))
-                own = self._own_stats()
-            remote = self.stats_in.latest()
-            stats = [own.get(p) or remote[p] for p in sorted(own.keys() | remote.keys())]
-            width = self.engine.buckets.width_ms
-            merged = merge(stats, width)
+                own, merged = self._merged_stats()
             st = self._published.status
             not_ready = (
                 []
@@ -460,6 +460,39 @@ class PartitionedDaemon(Daemon):
         self._publish_snapshot(snap, ops)
         self._view_complete = complete
         return snap
+
+    def _merged_stats(self) -> tuple[dict[int, PartitionStats], PartitionStats]:
+        """This instance's partitions' statistics, and every partition's merged (the
+        others' from the stats topic)."""
+        with self.lock:
+            own = self._own_stats()
+        remote = self.stats_in.latest()
+        stats = [own.get(p) or remote[p] for p in sorted(own.keys() | remote.keys())]
+        return own, merge(stats, self.engine.buckets.width_ms)
+
+    def period_view(self) -> StoreView:
+        """The merged statistics of every partition (the global view)."""
+        return self._merged_stats()[1].view
+
+    def _runs_schedules(self) -> bool:
+        """Scheduled work runs on the exporter-lease holder only."""
+        return self.exporter
+
+    @property
+    def _schedules_path(self) -> Path:
+        return self.settings.state.dir / "schedules.json"
+
+    def _schedule_changed(self) -> None:
+        """No whole-instance checkpoint here: the last runs go to the state dir at once."""
+        self._set_status(schedule_runs=self.schedules.counts())
+        path = self._schedules_path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_bytes(json.dumps(self.schedules.state()).encode())
+            os.replace(tmp, path)
+        except OSError as err:
+            log.error("cannot keep the schedules' last runs in %s: %s", path, err)
 
     def published(self) -> Published:
         """What /metrics renders: the global quality series only on the exporter. The
@@ -493,7 +526,16 @@ class PartitionedDaemon(Daemon):
 
     # -- lifecycle -----------------------------------------------------------------------------
     def restore(self) -> None:
-        """No whole-instance checkpoint: partitions are restored on assignment."""
+        """No whole-instance checkpoint: partitions are restored on assignment; the
+        schedules' last runs come from the state dir."""
+        try:
+            self.schedules.load(json.loads(self._schedules_path.read_bytes()))
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError, TypeError) as err:
+            log.error("schedules' last runs in %s unreadable (%s): starting from now",
+                      self._schedules_path, err)  # fmt: skip
+        self._set_status(schedule_runs=self.schedules.counts())
 
     def checkpoint(self, sink: DeadLetterSink | None, source: Any) -> bool:
         if sink is not None:

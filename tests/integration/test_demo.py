@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -100,6 +101,7 @@ def test_demo_runs_serves_metrics_and_cleans_up(tmp_path: Path) -> None:
 
     seen: dict[int, tuple[str, str, int]] = {}
     scraped: Metrics | None = None
+    page: tuple[int, bytes] | None = None
     try:
         url = None
         while proc.poll() is None and time.monotonic() - started < 90:
@@ -110,6 +112,9 @@ def test_demo_runs_serves_metrics_and_cleans_up(tmp_path: Path) -> None:
                 )
                 if m:
                     url = m.group(1)
+            elif page is None:
+                with contextlib.suppress(OSError):
+                    page = http_get(url + "/", timeout=5)
             elif (
                 scraped is None
                 or scraped.get("mlmon_consuming") != 1.0
@@ -137,6 +142,19 @@ def test_demo_runs_serves_metrics_and_cleans_up(tmp_path: Path) -> None:
     stdout = out_path.read_text("utf-8", "replace")
     assert re.search(r"http://127\.0\.0\.1:\d+/metrics", stdout), logs()
     assert ":0/metrics" not in stdout, "port 0 must be resolved to the real port"
+    # the status page's address is printed first, and it served the page
+    status = re.search(r"^  status page +(http://127\.0\.0\.1:\d+)/ ", stdout, re.M)
+    assert status and status.group(1) == url, logs()
+    assert page is not None and page[0] == 200 and b"<html" in page[1].lower(), page
+    # no interval is printed as [nan, nan]: a withheld one says why
+    assert not re.search(r"\bnan\b", stdout, re.I), stdout[-3000:]
+    # the demo model is calibrated: its estimates are flagged unreliable only once the
+    # input has drifted (the story's second phase), never in the first steady phase (the
+    # story repeats; the windows of a later steady phase still hold drifted traffic)
+    for block in stdout.split("\n[")[1:]:
+        if "story phase: steady" not in block:
+            break
+        assert "(unreliable)" not in block, block
 
     # While it ran it served real metrics: consuming, with quality results.
     assert url is not None, f"no /metrics address printed\n{logs()}"

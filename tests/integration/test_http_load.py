@@ -236,6 +236,7 @@ def test_gzip_build_info_and_process_collectors(
         m = Metrics(text)
         (info,) = m.find("mlmon_build_info")
         assert info.value == 1 and info.labels["version"] and info.labels["python"].count(".") == 2
+        assert info.labels["revision"]  # the checkout's commit, or "unknown"
         assert m.total("mlmon_window_samples", slice="all") >= 200
         for name in ("process_resident_memory_bytes", "process_cpu_seconds_total",
                      "python_info", "python_gc_collections_total"):  # fmt: skip

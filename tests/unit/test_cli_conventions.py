@@ -72,6 +72,33 @@ def test_check_config_problems_go_to_stderr(tmp_path: Path) -> None:
     assert proc.stdout == "" and "kafka.bogus: unknown key" in proc.stderr
 
 
+def test_fatal_errors_are_json_under_log_format_json(tmp_path: Path) -> None:
+    """Every stderr line parses as JSON: config problems as one object listing them,
+    a replay that cannot run as one object naming the cause."""
+    bad = _config(tmp_path, "[kafka]\nbogus = 1\n[http]\nport = -1\n" + CONFIG)
+    proc = run_cli("check-config", "-c", str(bad), "--log-format", "json")
+    assert proc.returncode == 2
+    (line,) = [json.loads(x) for x in proc.stderr.splitlines()]
+    assert line["level"] == "ERROR" and "invalid configuration (2 problem(s))" in line["message"]
+    assert {p["key"] for p in line["problems"]} == {"kafka.bogus", "http.port"}
+    assert line["source"] == str(bad)
+    preds = tmp_path / "p.jsonl"
+    preds.write_text("not json\n")
+    good = tmp_path / "good.toml"
+    good.write_text(f'[state]\ndir = "{tmp_path}"\n' + CONFIG)
+    proc = run_cli("replay", "-c", str(good),
+                   "--predictions", str(preds), "--labels", str(tmp_path / "none.jsonl"),
+                   env={"MONITOR_LOG_FORMAT": "json"})  # fmt: skip
+    assert proc.returncode == 2
+    (line,) = [json.loads(x) for x in proc.stderr.splitlines()]
+    assert line["message"] == f"monitor replay: {tmp_path / 'none.jsonl'} is not a file"
+    # the same problems as indented text for a person
+    text = run_cli("check-config", "-c", str(bad))
+    lines = text.stderr.splitlines()
+    assert lines[0].endswith("invalid configuration (2 problem(s))"), lines
+    assert sorted(line.split(":")[0] for line in lines[1:]) == ["  http.port", "  kafka.bogus"]
+
+
 def test_empty_secrets_are_configuration_errors(tmp_path: Path) -> None:
     blank = tmp_path / "blank"
     blank.write_text("\n")

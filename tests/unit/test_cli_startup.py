@@ -41,11 +41,18 @@ def test_version_imports_no_scientific_stack() -> None:
 
 
 def test_check_config_imports_neither_scipy_nor_pandas(tmp_path: Path) -> None:
+    """Without the series estimate (which runs the engine): the quick check for scripts."""
     cfg = tmp_path / "monitor.toml"
     cfg.write_text('[[models]]\nname = "fraud"\n[[models]]\nname = "eta"\ntask = "regression"\n')
-    out, report = _run("check-config", "-c", str(cfg))
+    out, report = _run("check-config", "-c", str(cfg), "--no-series")
     assert report["code"] == 0
     assert "ok (2 model(s)" in out, out
     assert "pydantic" in report["loaded"]  # it did validate
     for heavy in ("scipy", "scipy.stats", "pandas", "pyarrow", "sklearn"):
         assert heavy not in report["loaded"], report
+    assert "Prometheus series" not in out
+    out, report = _run("check-config", "-c", str(cfg))  # by default: the estimate too
+    assert report["code"] == 0
+    lines = [line.split() for line in out.splitlines() if line.startswith("  ")]
+    assert [w[0] for w in lines[:2]] == ["fraud", "eta"], out
+    assert "worst case" in out and "max_series is not set" in out, out

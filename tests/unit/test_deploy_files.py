@@ -185,7 +185,8 @@ def test_dockerfile_entrypoint_cmd_port_healthcheck_and_user() -> None:
     words = dict(final)  # last of each instruction in the runtime stage
     froms = _instr("FROM")
     arg = " ".join(_instr("ARG"))
-    assert re.search(r"PYTHON_IMAGE=python:3\.1[12]-slim\b", arg), arg
+    # the image runs the Python CI tests on (.ci/run: Debian bookworm's python3, 3.11)
+    assert re.search(r"PYTHON_IMAGE=python:3\.11-slim-bookworm\b", arg), arg
     assert all(f.startswith("${PYTHON_IMAGE}") for f in froms), froms
     assert json.loads(words["ENTRYPOINT"]) == ["monitor"]
     cmd = json.loads(words["CMD"])
@@ -203,11 +204,10 @@ def test_dockerfile_entrypoint_cmd_port_healthcheck_and_user() -> None:
     # the console script the ENTRYPOINT runs is the package's
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["monitor"] == "monitor.cli:main"
-    # no curl in slim images: the health check is Python hitting /healthz on the port
+    # no curl in slim images: the health check is Python reading the configured port
     hc = words["HEALTHCHECK"]
-    assert "CMD" in hc and f"http://127.0.0.1:{PORT}/healthz" in hc
     exec_form = json.loads(hc[hc.index("CMD") + 3 :].strip())
-    assert exec_form[:2] == ["python", "-c"], exec_form
+    assert exec_form == ["python", "-m", "monitor.healthcheck", CONFIG_PATH], exec_form
     # every COPY source exists and is inside the build context (.dockerignore)
     for word, args in _dockerfile():
         if word != "COPY" or args.startswith("--from"):
@@ -223,23 +223,33 @@ def test_dockerfile_entrypoint_cmd_port_healthcheck_and_user() -> None:
         assert _dockerignored(private), f".dockerignore lets {private} into the context"
 
 
-def test_dockerfile_healthcheck_command_really_probes_healthz() -> None:
-    """The HEALTHCHECK's Python exits 0 against a real /healthz, non-zero when nothing
-    answers (run with the port swapped for a free one)."""
+def test_dockerfile_healthcheck_command_really_probes_healthz(tmp_path: Path) -> None:
+    """The HEALTHCHECK's command exits 0 against a real /healthz on the port the config
+    (or its MONITOR_HTTP__PORT override) names, non-zero when nothing answers there."""
     hc = dict(_final_stage())["HEALTHCHECK"]
-    code = json.loads(hc[hc.index("CMD") + 3 :].strip())[2]
+    argv = json.loads(hc[hc.index("CMD") + 3 :].strip())
     server = HttpServer("127.0.0.1", 0, CollectorRegistry(), lambda: (True, []), dict, lambda: {})
     server.start()
+    port = server.url.rsplit(":", 1)[1]
+    config = tmp_path / "config.toml"
+    config.write_text(f'[http]\nhost = "0.0.0.0"\nport = {port}\n')
+    probe = [sys.executable, *argv[1:-1], str(config)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MONITOR_")}
+
+    def run(**extra: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(probe, capture_output=True, timeout=30, env={**env, **extra})
+
     try:
-        port = server.url.rsplit(":", 1)[1]
-        ok = subprocess.run([sys.executable, "-c", code.replace(str(PORT), port)],
-                            capture_output=True, timeout=30)  # fmt: skip
+        ok = run()
         assert ok.returncode == 0, ok.stderr
+        # the environment overrides the file, as it does for the daemon
+        assert run(MONITOR_HTTP__PORT="1").returncode != 0
+        config.write_text("[http]\nport = 1\n")
+        assert run(MONITOR_HTTP__PORT=port).returncode == 0
     finally:
         server.stop()
-    down = subprocess.run([sys.executable, "-c", code.replace(str(PORT), port)],
-                          capture_output=True, timeout=30)  # fmt: skip
-    assert down.returncode != 0
+    down = run(MONITOR_HTTP__PORT=port)
+    assert down.returncode != 0 and f"127.0.0.1:{port}/healthz" in down.stderr.decode()
 
 
 def _compose() -> dict[str, Any]:

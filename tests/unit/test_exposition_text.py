@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 from prometheus_client.exposition import generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
@@ -22,8 +23,8 @@ from monitor.stats.scores import ReliabilityBin
 from monitor.wiring import build_engine
 
 
-def _reference(pub: Published) -> bytes:
-    """The previous rendering: every snapshot family through generate_latest."""
+def _reference(pub: Published, render=generate_latest) -> bytes:  # type: ignore[no-untyped-def]
+    """The previous rendering: every snapshot family through ``render`` (generate_latest)."""
     collector = MonitorCollector(lambda: pub)
     registry = CollectorRegistry(auto_describe=False)
 
@@ -32,7 +33,7 @@ def _reference(pub: Published) -> bytes:
             return iter(list(collector.snapshot_families(pub)))
 
     registry.register(Families())  # type: ignore[arg-type]
-    return generate_latest(registry)
+    return render(registry)
 
 
 def _fleet_snapshot() -> Snapshot:
@@ -129,3 +130,13 @@ def test_go_float_is_floattogostring(value: float) -> None:
     from prometheus_client.utils import floatToGoString
 
     assert go_float(value) == floatToGoString(value)
+
+
+@pytest.mark.parametrize("make", [_fleet_snapshot, _synthetic_snapshot])
+def test_openmetrics_snapshot_part_is_the_cached_text(make) -> None:  # type: ignore[no-untyped-def]
+    """/metrics serves OpenMetrics from the same cached snapshot bytes (export/exposition.py):
+    that holds while the part is gauges only, whose OpenMetrics lines are the text lines."""
+    snap = make()
+    pub = Published(snapshot=snap, ops=snap.ops)
+    cached = MonitorCollector(lambda: pub).snapshot_text(pub)
+    assert _reference(pub, openmetrics_latest) == cached + b"# EOF\n"

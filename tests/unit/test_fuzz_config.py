@@ -148,15 +148,18 @@ def mutated(draw: st.DrawFn) -> tuple[dict[str, Any], list[str]]:
 
 
 def _table_intact(data: dict[str, Any], path: str) -> bool:
+    """Whether the unknown key at ``path`` is still there: a later change may have
+    replaced its table by a scalar and another recreated the table without it."""
     cur: Any = data
-    for part in _parts(path)[:-1]:
+    *heads, last = _parts(path)
+    for part in heads:
         if isinstance(part, int):
             if not isinstance(cur, list) or len(cur) <= part:
                 return False
         elif not isinstance(cur, dict) or part not in cur:
             return False
         cur = cur[part]
-    return isinstance(cur, dict)
+    return isinstance(cur, dict) and last in cur
 
 
 # -- the property ---------------------------------------------------------------------------

@@ -166,6 +166,10 @@ def test_cli_exits_nonzero_with_the_reason(tmp_path: Path) -> None:
     )  # fmt: skip
     assert run.returncode == 1, run.stderr
     assert "p.jsonl.gz: none of its 1 predictions is valid (not_json 1)" in run.stderr
+    # the error says where the rejected records went, and they are there
+    dead_letter = tmp_path / "state" / "replay-dead-letter.jsonl"
+    assert f"reasons are in {dead_letter}" in run.stderr
+    assert b'"reason":"not_json"' in dead_letter.read_bytes()
     assert run.stdout == ""
 
 
