@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("|---|---|---|---|---|---|---|")
     for scores in ("uniform", "beta(1,4)"):
-        for gap in (0.0, 0.06):
+        for gap in (0.0, 0.02, 0.03, 0.04, 0.06):
             for n in (300, 1000, 10000):
                 s = calibration_study(scores, gap, n, w if n < 10000 else max(w // 5, 50), seed + n)
                 print(

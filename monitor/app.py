@@ -465,6 +465,7 @@ class Daemon:
             comparisons=snap.comparisons if snap else (),
             drift=snap.drift if snap else (),
             fairness=fairness,
+            series=self.engine.series,
         )
 
     def report_extras(self) -> dict[str, Any]:

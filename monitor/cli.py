@@ -194,7 +194,7 @@ def _check_config(path: Path, series: bool = True) -> int:
         settings = _load(path)
     except ConfigError as err:
         return _report_problems(err.source, err.problems)
-    from .wiring import drift_specs, load_configured_plugins
+    from .wiring import drift_specs, load_configured_plugins, plugin_loss_problems
 
     problems: list[tuple[str, str]] = []
     drift: tuple[object, ...] = ()
@@ -205,6 +205,7 @@ def _check_config(path: Path, series: bool = True) -> int:
     loaded = load_configured_plugins(settings)
     problems += [(f"plugins ({name})", problem) for name, problem in loaded.errors]
     problems += _slo_metric_problems(settings, loaded.plugins)
+    problems += plugin_loss_problems(settings, loaded)
     if problems:
         return _report_problems(path, problems)
     windows = sum(len(m.windows) for m in settings.models)

@@ -34,9 +34,16 @@ from pydantic_settings.exceptions import SettingsError
 
 from .alerting.slo_budget import VERSIONS_PER_SLO, BudgetShare, allocate_budget
 from .durations import format_duration, parse_duration
-from .engine.metric_registry import LOSSES, opt_in_metrics, task_metrics
-from .engine.models import exported_metric_names
 from .logsetup import URL_USERINFO
+from .metrics.protocol import ModelParams
+from .metrics.registry import (
+    LOSSES,
+    definition,
+    exported_names,
+    opt_in_metrics,
+    task_losses,
+    task_metrics,
+)
 from .stats.estimation import ESTIMATED_METRICS, MULTICLASS_ESTIMATED_METRICS
 
 __all__ = [
@@ -285,7 +292,7 @@ class WindowSettings(_Section):
         return size if self.delay == 0 else f"{size}_delay{format_duration(self.delay)}"
 
 
-# the task catalogs come from the one metric registry (monitor/engine/metric_registry.py)
+# the task catalogs come from the metric families (monitor/metrics/registry.py)
 BINARY_METRICS: tuple[str, ...] = task_metrics("binary")
 MULTICLASS_METRICS: tuple[str, ...] = task_metrics("multiclass")
 REGRESSION_METRICS: tuple[str, ...] = task_metrics("regression")
@@ -300,13 +307,9 @@ TASK_METRICS: dict[str, tuple[str, ...]] = {
 # specialist metrics exported only when listed in `metrics` (the registry's opt_in)
 OPT_IN_METRICS = opt_in_metrics()
 # losses a version comparison can use, per task (docs/comparisons.md)
-TASK_LOSSES: dict[str, tuple[str, ...]] = {
-    # estimated_error_rate: label-free (CBPE), split mode, needs [models.estimation]
-    "binary": ("error_rate", "log_loss", "squared_error", "absolute_error", "estimated_error_rate"),
-    "multiclass": ("error_rate", "log_loss", "squared_error", "estimated_error_rate"),
-    "regression": ("squared_error", "absolute_error"),
-    "ranking": ("ndcg_loss",),  # 1 - NDCG@k per query, k = the model's first `k` value
-}
+# (estimated_error_rate: label-free, CBPE, split mode, needs [models.estimation];
+# ranking's ndcg_loss: 1 - NDCG@k per query, k = the model's first `k` value)
+TASK_LOSSES: dict[str, tuple[str, ...]] = {task: task_losses(task) for task in TASK_METRICS}
 
 
 class CostSettings(_Section):
@@ -441,6 +444,14 @@ class ModelSettings(_Section):
             raise ValueError("estimation (CBPE) applies to binary and multiclass models only")
         if self.task == "ranking" and (not self.k or len(set(self.k)) != len(self.k)):
             raise ValueError(f"k must list distinct cut-offs, got {list(self.k)}")
+        if self.task == "multiclass" and "top_k_accuracy" in self.metric_names:
+            if not self.k or len(set(self.k)) != len(self.k):
+                raise ValueError(f"k must list distinct cut-offs, got {list(self.k)}")
+            if max(self.k) >= len(self.classes):
+                raise ValueError(
+                    f"k: top_k_accuracy needs cut-offs below the {len(self.classes)} classes "
+                    f"(k >= classes is always 1), got {list(self.k)}"
+                )
         labels = [w.label for w in self.windows]
         if len(set(labels)) != len(labels):
             raise ValueError(f"window names must be unique, got {labels}")
@@ -458,7 +469,7 @@ class ComparisonSettings(_Section):
     model: str
     control: str
     treatment: str
-    loss: str = "error_rate"  # one of LOSSES (engine/metric_registry.py)
+    loss: str = "error_rate"  # one of LOSSES (metrics/registry.py) or a plugin's name
     mode: Literal["split", "shadow"] = "split"
     alpha: float = Field(0.05, gt=0.0, lt=0.5)
     margin: float = Field(0.0, ge=0.0)
@@ -479,8 +490,11 @@ class ComparisonSettings(_Section):
     @field_validator("loss")
     @classmethod
     def _known_loss(cls, v: str) -> str:
-        if v not in LOSSES:
-            raise ValueError(f"unknown loss {v!r}; choose from {list(LOSSES)}")
+        # a name that is no built-in loss may be a plugin's (checked once plugins load)
+        if v not in LOSSES and not re.fullmatch(r"[a-z][a-z0-9_]*", v):
+            raise ValueError(
+                f"unknown loss {v!r}; choose from {list(LOSSES)} or a loaded plugin's name"
+            )
         return v
 
     @model_validator(mode="after")
@@ -591,20 +605,25 @@ class AlertingSettings(_Section):
         return None
 
 
+def model_params(model: ModelSettings) -> ModelParams:
+    """What a model's metric families depend on (the cut-offs ``k`` for ranking, and for
+    multiclass top-k accuracy)."""
+    per_k = model.task == "ranking" or (
+        model.task == "multiclass" and "top_k_accuracy" in model.metric_names
+    )
+    return ModelParams(model.task, tuple(model.classes), tuple(model.fbeta),
+                       tuple(model.quantiles), tuple(model.gain_fractions),
+                       tuple(model.k) if per_k else ())  # fmt: skip
+
+
 def model_metric_names(model: ModelSettings) -> frozenset[str]:
     """Names a model's configured metrics are exported under ("fbeta" -> f2, f0_5...)."""
-    names = exported_metric_names(
-        model.metric_names,
-        model.fbeta,
-        model.quantiles,
-        model.gain_fractions,
-        model.k if model.task == "ranking" else (),
-    )
+    names = set(exported_names(model_params(model), model.metric_names))
     if model.estimation is not None:  # SLOs may opt into the label-free estimates
         # multiclass: top-label accuracy and the expected confusion matrix's macro averages
         estimated = ESTIMATED_METRICS if model.task == "binary" else MULTICLASS_ESTIMATED_METRICS
         names |= {f"estimated_{m}" for m in estimated}
-    return names
+    return frozenset(names)
 
 
 def _used_twice(section: str, what: str, names: list[str]) -> list[str]:
@@ -636,8 +655,11 @@ def _slo_problems(settings: Settings) -> list[str]:
                 f"(models[{j}].windows: {windows})"
             )
         known = model_metric_names(model)
-        # plugins see binary models only: any other name of a ranking model is unknown
-        if slo.metric not in known and (slo.metric in builtin or model.task == "ranking"):
+        # a name that is no built-in metric may be a plugin's (checked once plugins load);
+        # one shaped like a built-in per-cut-off series (ndcg_at_7) is the model's or none
+        stem, _, k = slo.metric.rpartition("_at_")
+        per_k = k.isdigit() and getattr(definition(model.task, stem), "per_k", False)
+        if slo.metric not in known and (slo.metric in builtin or per_k):
             problems.append(
                 f"{where}.metric: {slo.metric!r} is not among the metrics of model "
                 f"{slo.model!r} (models[{j}].metrics)"
@@ -819,6 +841,8 @@ class Settings(BaseSettings):
         for i, comp in enumerate(self.comparisons):
             if comp.model not in names:
                 problems.append(f"comparisons[{i}].model: {comp.model!r} is not a configured model")
+            elif comp.loss not in LOSSES:
+                pass  # a plugin's loss: checked against the loaded plugins (wiring)
             elif comp.loss not in TASK_LOSSES[tasks[comp.model]]:
                 task = tasks[comp.model]
                 problems.append(

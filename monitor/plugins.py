@@ -1,22 +1,28 @@
-"""The metric plugin API and its discovery.
+"""Metric plugins: discovery of families written against the one metric protocol.
 
-A plugin adds metric definitions without touching the core. Like every built-in
-statistic it declares a fixed-size sufficient-statistic vector that merges by addition:
-the engine keeps one vector per (model, version, segment, bucket), calls ``update`` with
-each vectorized batch of joined predictions, sums the vectors of a window's buckets and
-asks ``metrics`` for values (with intervals). A plugin therefore costs O(buckets) per
-window like everything else, and its statistics survive restarts in the checkpoint.
+A plugin is a :class:`monitor.metrics.protocol.Metric` subclass — the same protocol the
+built-in metrics use, for every task (``binary``, ``multiclass``, ``regression``,
+``ranking``): it declares a fixed-size sufficient-statistic vector that merges by
+addition, the engine keeps one vector per (model, version, bucket) of each model of a
+task it serves, calls ``update`` with each vectorized batch of joined rows of that task,
+sums the vectors of a window's buckets and asks ``compute`` (or ``metrics``) for values
+with intervals. A plugin therefore costs O(buckets) per window like everything else,
+and its statistics survive restarts in the checkpoint. A plugin that implements
+``loss`` can be a version comparison's ``loss``; its metrics can be SLO metrics.
+:func:`monitor.metrics.bootstrap.bucket_bootstrap` gives an interval to a metric
+without a closed form.
 
 Discovery: the entry-point group ``monitor.metrics`` (a package declares
 ``[project.entry-points."monitor.metrics"] name = "module:PluginClass"``) and
-``[plugins] paths`` (Python files defining ``MetricPlugin`` subclasses). A plugin that
-fails to load, or raises in ``update`` or ``metrics``, is isolated: counted in
+``[plugins] paths`` (Python files defining ``Metric`` subclasses). A plugin that
+fails to load, or raises in ``update``, ``compute`` or ``loss``, is isolated: counted in
 ``mlmon_plugin_errors_total{plugin}``, its metrics not exported, nothing else affected.
 See docs/plugins.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import importlib.util
 import inspect
@@ -26,19 +32,40 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
+from .metrics.bootstrap import bucket_bootstrap
+from .metrics.protocol import (
+    TASKS,
+    BinaryRows,
+    Definition,
+    Direction,
+    Metric,
+    ModelParams,
+    MulticlassRows,
+    RankingRows,
+    RegressionRows,
+)
 from .stats.intervals import wilson_interval, z_value
 from .stats.results import MetricValue
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "BinaryRows",
+    "Definition",
+    "Direction",
     "JoinedRows",
     "LoadedPlugins",
+    "Metric",
     "MetricPlugin",
     "MetricValue",
+    "ModelParams",
+    "MulticlassRows",
+    "RankingRows",
+    "RegressionRows",
+    "bucket_bootstrap",
     "load_plugins",
     "wilson_interval",
     "z_value",
@@ -48,37 +75,9 @@ ENTRY_POINT_GROUP = "monitor.metrics"
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True, slots=True)
-class JoinedRows:
-    """A batch of joined predictions of one binary model, as plugins see it."""
-
-    y_true: np.ndarray  # int8: 1 positive, 0 negative
-    y_pred: np.ndarray  # int8: the deployed decision, 1 positive
-    score: np.ndarray  # float64: P(positive), NaN where the record carried no score
-
-
-class MetricPlugin:
-    """Base class of metric plugins. Subclasses set ``name`` and implement the three
-    methods; options from ``[plugins.options.<name>]`` arrive as keyword arguments."""
-
-    name: ClassVar[str] = ""
-
-    def __init__(self, **options: Any) -> None:
-        self.options = options
-
-    def width(self) -> int:
-        """Length of the sufficient-statistic vector (fixed)."""
-        raise NotImplementedError
-
-    def update(self, matrix: np.ndarray, rows: np.ndarray, batch: JoinedRows) -> None:
-        """Add ``batch``'s contribution of event ``i`` into ``matrix[rows[i]]`` (use
-        ``np.add.at``: several events may share a row)."""
-        raise NotImplementedError
-
-    def metrics(self, vec: np.ndarray, confidence: float) -> list[MetricValue]:
-        """Values from a (summed) statistic vector; names become ``mlmon_<name>``."""
-        raise NotImplementedError
+# the names plugins written before the protocol covered every task use (binary batches)
+MetricPlugin = Metric
+JoinedRows = BinaryRows
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +94,7 @@ def load_plugins(
 ) -> LoadedPlugins:
     """Discover, instantiate and check plugins; problems are returned, never raised."""
     options = options or {}
-    found: list[tuple[str, type[MetricPlugin] | None, str]] = []
+    found: list[tuple[str, type[Metric] | None, str]] = []
     if entry_points:
         for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
             try:
@@ -107,7 +106,7 @@ def load_plugins(
                 (
                     ep.name,
                     obj if _is_plugin(obj) else None,
-                    "" if _is_plugin(obj) else f"{ep.value} is not a MetricPlugin",
+                    "" if _is_plugin(obj) else f"{ep.value} is not a Metric subclass",
                 )
             )
     for path in paths:
@@ -120,9 +119,9 @@ def load_plugins(
             c for _, c in inspect.getmembers(module, _is_plugin) if c.__module__ == module.__name__
         ]
         if not classes:
-            found.append((Path(path).stem, None, f"{path} defines no MetricPlugin subclass"))
+            found.append((Path(path).stem, None, f"{path} defines no Metric subclass"))
         found.extend((c.name or c.__name__, c, "") for c in classes)
-    plugins: list[MetricPlugin] = []
+    plugins: list[Metric] = []
     errors: list[tuple[str, str]] = []
     names: set[str] = set()
     for label, cls, problem in found:
@@ -139,6 +138,9 @@ def load_plugins(
             width = int(plugin.width())
             if width <= 0:
                 raise ValueError(f"width() must be positive, got {width}")
+            unknown = set(plugin.tasks) - set(TASKS)
+            if not plugin.tasks or unknown:
+                raise ValueError(f"tasks must be among {list(TASKS)}, got {sorted(plugin.tasks)}")
             clash = _metric_names(plugin) & reserved
             if clash:
                 raise ValueError(f"metric names {sorted(clash)} clash with built-in metrics")
@@ -153,7 +155,13 @@ def load_plugins(
 
 
 def _is_plugin(obj: object) -> bool:
-    return inspect.isclass(obj) and issubclass(obj, MetricPlugin) and obj is not MetricPlugin
+    """A Metric subclass a plugin defines (not one it imported, e.g. a built-in)."""
+    return (
+        inspect.isclass(obj)
+        and issubclass(obj, Metric)
+        and obj is not Metric
+        and not obj.__module__.startswith("monitor.")
+    )
 
 
 def _load_module(path: Path) -> Any:
@@ -167,9 +175,10 @@ def _load_module(path: Path) -> Any:
     return module
 
 
-def _metric_names(plugin: MetricPlugin) -> set[str]:
-    """Names a plugin reports on an empty vector (used to check for clashes)."""
-    try:
-        return {m.name for m in plugin.metrics(np.zeros(plugin.width()), 0.95)}
-    except Exception:
-        return set()  # an empty vector may be undefined for it; checked again at evaluation
+def _metric_names(plugin: Metric) -> set[str]:
+    """Names a plugin declares or reports on an empty vector (checked for clashes)."""
+    names = {d.name for d in plugin.declared()} - {plugin.name}
+    # an empty vector may be undefined for it: checked again at evaluation
+    with contextlib.suppress(Exception):
+        names |= {m.name for m in plugin.metrics(np.zeros(plugin.width()), 0.95)}
+    return names

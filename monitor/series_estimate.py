@@ -155,7 +155,7 @@ def count_series(snap: Any) -> tuple[Counter[tuple[str, ...]], Counter[str]]:
     from .export.series_budget import CountSink
 
     pub = Published(snapshot=Snapshot(snap.at_ms, snap.results, drift=snap.drift,
-                                      fairness=snap.fairness))  # fmt: skip
+                                      fairness=snap.fairness, series=snap.series))  # fmt: skip
     collector = MonitorCollector(lambda: pub)
     counter = CountSink()
     collector.write_quality(pub, counter, None)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .config import ConfigError, ModelSettings, Settings
+from .config import ConfigError, ModelSettings, Settings, model_params
 from .durations import parse_duration
 from .engine.models import ComparisonSpec, DriftSpec, ModelSpec, SliceSpec, WindowSpec
 
@@ -71,7 +71,7 @@ def model_spec(m: ModelSettings) -> ModelSpec:
         wants_features=wants_features,
         segments_path=f.segments,
         slices=tuple(SliceSpec(s.dimensions, s.top_k, s.min_samples) for s in m.slices),
-        ks=tuple(m.k) if m.task == "ranking" else (),
+        ks=model_params(m).ks,
         max_items=m.max_items,
         items_path=f.items,
     )
@@ -194,11 +194,47 @@ def drift_specs(settings: Settings, state_dir: Path | None = None) -> tuple[Drif
 
 def load_configured_plugins(settings: Settings) -> Any:
     from .config import BINARY_METRICS
+    from .metrics.registry import LOSSES
     from .plugins import load_plugins
 
     p = settings.plugins
-    reserved = frozenset(BINARY_METRICS) | {"f2", "f0_5", "expected_value", "base_rate"}
+    reserved = frozenset(BINARY_METRICS) | frozenset(LOSSES)
+    reserved |= {"f2", "f0_5", "expected_value", "base_rate"}
     return load_plugins(p.paths, p.entry_points, p.options, reserved)
+
+
+def plugin_loss_problems(settings: Settings, loaded: Any) -> list[tuple[str, str]]:
+    """Comparisons whose ``loss`` names no built-in loss and no loaded plugin that
+    declares a per-prediction loss for the model's task (one (key path, message) each):
+    the engine cannot count such a comparison, so it does not start with it."""
+    from .metrics.registry import LOSSES
+
+    by_name = {p.name: p for p in loaded.plugins}
+    failed = dict(loaded.errors)
+    offered = sorted(p.name for p in loaded.plugins if p.has_loss())
+    problems = []
+    for i, c in enumerate(settings.comparisons):
+        if c.loss in LOSSES:
+            continue
+        key, task = f"comparisons[{i}].loss", settings.model(c.model).task
+        plugin = by_name.get(c.loss)
+        if c.loss in failed:
+            problems.append((key, f"plugin {c.loss!r} did not load: {failed[c.loss]}"))
+        elif plugin is None or not plugin.has_loss():
+            msg = (
+                f"{c.loss!r} is neither a built-in loss {list(LOSSES)} nor a loaded plugin's "
+                f"loss (plugins with a loss: {offered or 'none'})"
+            )
+            problems.append((key, msg))
+        elif task not in plugin.tasks:
+            msg = (
+                f"plugin {c.loss!r} serves {sorted(plugin.tasks)}, not the {task} model {c.model!r}"
+            )
+            problems.append((key, msg))
+        elif c.sequence == "exact" and plugin.loss_bound is None:
+            msg = f"'exact' needs a bounded loss; plugin {c.loss!r} declares no loss_bound"
+            problems.append((f"comparisons[{i}].sequence", msg + " (use 'auto')"))
+    return problems
 
 
 def reference_fingerprint(raw: bytes) -> str:
@@ -248,6 +284,10 @@ def build_engine(settings: Settings, state_dir: Path | None = None) -> Engine:
     references a ``rotate_reference`` schedule took from live traffic are kept."""
     from .engine.core import Engine
 
+    plugins = load_configured_plugins(settings)
+    problems = plugin_loss_problems(settings, plugins)
+    if problems:
+        raise ConfigError(problems, "plugins")
     j = settings.join
     return Engine(
         model_specs(settings),
@@ -258,7 +298,7 @@ def build_engine(settings: Settings, state_dir: Path | None = None) -> Engine:
         max_orphan_labels=j.max_orphan_labels,
         comparisons=comparison_specs(settings),
         drift=drift_specs(settings, state_dir),
-        plugins=load_configured_plugins(settings),
+        plugins=plugins,
         # scheduled reports and reference rotations read their period from the buckets
         retained_spans_ms=[_ms(s.period) for s in settings.schedules if s.job != "summary"],
     )

@@ -14,13 +14,22 @@ from typing import Any
 
 import numpy as np
 
+from ..metrics.registry import LOSSES
 from ..stats.multiclass import MulticlassLayout
 from .accumulator import LabeledRows, NewPredictions, StateParts
 from .join import JoinBuffer
-from .metric_registry import LOSSES
 from .models import ComparisonSpec
 
-__all__ = ["ArmSums", "Losses", "PairedSums", "ShadowPairs", "SplitArms", "paired_width"]
+__all__ = [
+    "ArmSums",
+    "Losses",
+    "PairedSums",
+    "ShadowPairs",
+    "SplitArms",
+    "loss_column",
+    "loss_names",
+    "paired_width",
+]
 
 _ESTIMATED = LOSSES.index("estimated_error_rate")
 PAIRED_WIDTH = 6  # [pairs, Σd, Σd², A wrong & B right, A right & B wrong, positives]
@@ -29,28 +38,53 @@ _LOG_EPS = 1e-15  # scikit-learn's clipping for log loss
 VersionGroups = Callable[[int, str], np.ndarray]  # (model, version) -> its groups
 
 
+def loss_names(comparisons: Sequence[ComparisonSpec]) -> tuple[str, ...]:
+    """The losses comparisons keep moments of: every built-in one (``LOSSES``, positions
+    fixed), then the plugin losses configured comparisons use, by name."""
+    return LOSSES + tuple(sorted({c.loss for c in comparisons} - set(LOSSES)))
+
+
+def loss_column(name: str) -> str:
+    """The join buffer's column holding a plugin loss of each labelled prediction (written
+    when the row joins, read by the split arms and the shadow pairs)."""
+    return f"loss_{name}"
+
+
 class Losses:
-    """Per-prediction losses of joined rows, in the order of ``LOSSES``."""
+    """Per-prediction losses of joined rows, in the order of ``names``: the built-in
+    ``LOSSES``, then plugin losses, read from the join buffer's columns their families
+    wrote when the rows joined."""
 
     def __init__(
-        self, join: JoinBuffer, task: np.ndarray, mc_layouts: Mapping[int, MulticlassLayout]
+        self,
+        join: JoinBuffer,
+        task: np.ndarray,
+        mc_layouts: Mapping[int, MulticlassLayout],
+        names: Sequence[str] = LOSSES,
     ) -> None:
         self.join = join
         self.task = task  # model -> 0 binary, 1 multiclass, 2 regression, 3 ranking
         self.all_binary = bool((task == 0).all())
         self.mc_layouts = mc_layouts
+        self.names = tuple(names)
+        self.plugin = self.names[len(LOSSES) :]
 
     def of(
         self, prow: np.ndarray, y: np.ndarray, values: np.ndarray, model: np.ndarray
     ) -> tuple[np.ndarray, ...]:
         """NaN where one does not apply. binary: 0/1 error, log loss, (p − y)², |p − y|
         of the positive-class score; multiclass: 0/1 error, −log p_y, Σ_k (p_k − 1[y=k])²
-        (multiclass Brier); regression: (ŷ − y)² and |ŷ − y|; ranking: 1 − NDCG@k."""
+        (multiclass Brier); regression: (ŷ − y)² and |ŷ − y|; ranking: 1 − NDCG@k; then
+        each plugin loss."""
         preds = self.join.preds
+        plugin = tuple(preds.col(loss_column(name))[prow] for name in self.plugin)
         decision = preds.col("decision")[prow]
         score = preds.col("score")[prow]
         if self.all_binary:
-            return binary_losses(y, decision, score)
+            if not plugin:
+                return binary_losses(y, decision, score)
+            none = np.full(prow.shape[0], np.nan)
+            return (*binary_losses(y, decision, score), *(none,) * (len(LOSSES) - 4), *plugin)
         out = np.full((len(LOSSES), prow.shape[0]), np.nan)
         task = self.task[model]
         b = task == 0
@@ -76,10 +110,10 @@ class Losses:
         q = task == 3
         if q.any():
             out[4, q] = preds.col("rank_loss")[prow[q]]
-        return tuple(out)
+        return (*out, *plugin)
 
     def of_stored(self, rows: np.ndarray, model: np.ndarray) -> np.ndarray:
-        """(rows, LOSSES) of buffer rows from the labels they store."""
+        """(rows, names) of buffer rows from the labels they store."""
         p = self.join.preds
         values = self.join.value(p, rows)
         return np.stack(self.of(rows, p.col("label")[rows], values, model), axis=1)
@@ -101,9 +135,9 @@ def binary_losses(y: np.ndarray, decision: np.ndarray, score: np.ndarray) -> tup
 @dataclass
 class ArmSums:
     """What split comparisons count, per comparison name: where counting starts (event
-    ms), predictions per arm [control, treatment], loss moments (arm, loss, [n, Σ, Σ²])
-    and labelled positives per arm (binary models: the burn-in counts rows of the rarer
-    class).
+    ms), predictions per arm [control, treatment], loss moments (arm, loss, [n, Σ, Σ²]),
+    the losses in the order of ``loss_names``, and labelled positives per arm (binary
+    models: the burn-in counts rows of the rarer class).
 
     Sums over events, so the sums of two disjoint streams add (``+``; the mergeable
     summaries of Agarwal et al., PODS 2012): moments and counts add, counting starts at
@@ -138,17 +172,21 @@ class ArmSums:
             {k: v.copy() for k, v in self.positives.items()},
         )
 
-    def check(self) -> None:
-        """ValueError unless every comparison has its start, counts and moments, shaped."""
+    def check(self, n_losses: int | None = None) -> None:
+        """ValueError unless every comparison has its start, counts, moments and positives,
+        shaped for ``n_losses`` losses (default: the built-in ones and any plugin losses)."""
         names = self.start.keys()
         if not names == self.predictions.keys() == self.loss.keys() == self.positives.keys():
             raise ValueError("comparison arms name different comparisons")
         for name in self.start:
-            if (
-                self.predictions[name].shape != (2,)
-                or self.loss[name].shape != (2, len(LOSSES), 3)
-                or self.positives[name].shape != (2,)
-            ):
+            loss = self.loss[name]
+            losses_ok = loss.ndim == 3 and loss.shape[0] == 2 and loss.shape[2] == 3
+            if n_losses is None:
+                losses_ok &= loss.shape[1] >= len(LOSSES)
+            else:
+                losses_ok &= loss.shape[1] == n_losses
+            shaped = self.predictions[name].shape == (2,) and self.positives[name].shape == (2,)
+            if not (shaped and losses_ok):
                 raise ValueError(f"comparison {name!r} statistics have the wrong shape")
 
 
@@ -214,7 +252,7 @@ class SplitArms:
                     continue
                 sums.start[c.name] = int(ts[is_b].min())
                 sums.predictions[c.name] = np.zeros(2, np.int64)
-                sums.loss[c.name] = np.zeros((2, len(LOSSES), 3), np.float64)
+                sums.loss[c.name] = np.zeros((2, len(self.losses.names), 3), np.float64)
                 sums.positives[c.name] = np.zeros(2, np.float64)
             start = sums.start[c.name]
             counts = sums.predictions[c.name]
@@ -262,31 +300,46 @@ class SplitArms:
                     moments[arm, i] += (v.shape[0], v.sum(), (v * v).sum())
 
     def state(self) -> StateParts:
-        sums = self.sums
-        arms = {
-            name: {
+        """The built-in losses' moments by position (``loss``), plugin losses' by name
+        (``plugin_loss``): a plugin added or removed leaves the others' rows in place."""
+        sums, plugin = self.sums, self.losses.plugin
+        arms = {}
+        for name, start in sorted(sums.start.items()):
+            loss = sums.loss[name]
+            arm: dict[str, Any] = {
                 "start_ms": start,
                 "predictions": sums.predictions[name].tolist(),
-                "loss": sums.loss[name].tolist(),
+                "loss": loss[:, : len(LOSSES)].tolist(),
                 "positives": sums.positives[name].tolist(),
             }
-            for name, start in sorted(sums.start.items())
-        }
+            if plugin:
+                arm["plugin_loss"] = {
+                    p: loss[:, len(LOSSES) + i].tolist() for i, p in enumerate(plugin)
+                }
+            arms[name] = arm
         return {"arms": arms}, {}
 
     def load(self, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
-        """ValueError when a saved arm has the wrong shape."""
+        """ValueError when a saved arm has the wrong shape. A plugin loss the state does
+        not hold starts from zero moments."""
         split = {c.name for c in self.split}
+        plugin = self.losses.plugin
         sums = ArmSums()
         for name, arm in meta.get("arms", {}).items():
             if name not in split:
                 continue
             sums.start[name] = int(arm["start_ms"])
             sums.predictions[name] = np.asarray(arm["predictions"], np.int64)
-            sums.loss[name] = _with_all_losses(np.asarray(arm["loss"], np.float64))
+            loss = _with_all_losses(np.asarray(arm["loss"], np.float64))
+            saved = arm.get("plugin_loss", {})
+            extra = np.zeros((2, len(plugin), 3))
+            for i, p in enumerate(plugin):
+                if p in saved:
+                    extra[:, i] = np.asarray(saved[p], np.float64)
+            sums.loss[name] = np.concatenate([loss, extra], axis=1) if plugin else loss
             # a state written before positives were counted: counted from now on
             sums.positives[name] = np.asarray(arm.get("positives", [0.0, 0.0]), np.float64)
-        sums.check()
+        sums.check(len(self.losses.names))
         self.sums = sums
 
 
@@ -335,7 +388,7 @@ class ShadowPairs:
                 continue
             la = self.losses.of_stored(a[both], self.model_of(gcol[a[both]]))
             lb = self.losses.of_stored(b[both], self.model_of(gcol[b[both]]))
-            li = LOSSES.index(comp.loss)
+            li = self.losses.names.index(comp.loss)
             d = lb[:, li] - la[:, li]
             d = d[~np.isnan(d)]
             stats = self.sums.by_name.setdefault(comp.name, np.zeros(PAIRED_WIDTH, np.float64))

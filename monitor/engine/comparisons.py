@@ -15,7 +15,7 @@ earlier is reported as ``continue`` with the reason until the data are trustwort
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,8 +38,8 @@ from ..experiments.sequential import (
     tau2_for_horizon,
 )
 from ..experiments.srm import SRMResult, sample_ratio_mismatch
-from .comparison_stats import PAIRED_WIDTH, ArmSums, PairedSums
-from .metric_registry import LOSSES
+from ..metrics.registry import LOSSES
+from .comparison_stats import PAIRED_WIDTH, ArmSums, PairedSums, loss_names
 from .models import ComparisonSpec, ModelSpec
 from .snapshot import ComparisonResult, WindowDifference, WindowResult
 
@@ -56,9 +56,17 @@ Decider = (
 
 
 class ComparisonTracker:
-    def __init__(self, specs: Sequence[ComparisonSpec], models: Sequence[ModelSpec]) -> None:
+    def __init__(
+        self,
+        specs: Sequence[ComparisonSpec],
+        models: Sequence[ModelSpec],
+        plugin_bounds: Mapping[str, float | None] | None = None,
+    ) -> None:
         self.specs = tuple(specs)
         self.models = tuple(models)
+        self.losses = loss_names(self.specs)  # the order of the arms' loss moments
+        # plugin losses' declared bounds (the exact sequences need one)
+        self.plugin_bounds = dict(plugin_bounds or {})
         self.deciders: dict[str, Decider] = {}
         # name -> (n_control, n_treatment, wall ms when they last grew)
         self.progress: dict[str, tuple[int, int, int]] = {}
@@ -77,7 +85,7 @@ class ComparisonTracker:
             spec = names.get(name)
             if spec is None:
                 continue  # comparison removed from the config
-            cls = _decider_class(spec, self.models[spec.model_index])
+            cls = self._kind(spec)
             try:
                 decider = cls.from_state(st)
             except (ValueError, KeyError):
@@ -115,7 +123,7 @@ class ComparisonTracker:
         confidence: float,
     ) -> ComparisonResult:
         model = self.models[spec.model_index].name
-        li = LOSSES.index(spec.loss)
+        li = self.losses.index(spec.loss)
         loss = arms.loss.get(spec.name)
 
         def moments(arm: int) -> LossMoments:
@@ -156,7 +164,7 @@ class ComparisonTracker:
                 notes.append(f"stale: no new labeled samples for {idle / 1000:.0f}s")
         if state is None:
             decision, superior, since = "continue", False, None
-            need = _burn_in_text(spec, self.models[spec.model_index])
+            need = _burn_in_text(spec, self.models[spec.model_index], self._kind(spec))
             reason = (
                 f"too few samples: control {spec.control} n={n_a}, treatment {spec.treatment} "
                 f"n={n_b} ({need})"
@@ -204,12 +212,21 @@ class ComparisonTracker:
             margin=spec.margin,
             srm=srm,
             mcnemar=mcn,
-            method=SEQUENCE_METHODS[_decider_class(spec, self.models[spec.model_index])],
+            method=SEQUENCE_METHODS[self._kind(spec)],
             # an error-rate difference means nothing for regression and ranking models
             windows=_window_view(spec, model, results, confidence)
             if self.models[spec.model_index].is_classifier
             else (),
         )
+
+    def _bound(self, spec: ComparisonSpec) -> float | None:
+        """The largest value the comparison's loss takes (a plugin loss declares it)."""
+        if spec.loss not in LOSSES:
+            return self.plugin_bounds.get(spec.loss)
+        return loss_bound(self.models[spec.model_index].task, spec.loss)
+
+    def _kind(self, spec: ComparisonSpec) -> type[Decider]:
+        return _decider_class(spec, self.models[spec.model_index], self._bound(spec))
 
     def _advance(
         self,
@@ -226,7 +243,7 @@ class ComparisonTracker:
         decider = self.deciders.get(spec.name)
         mismatch = bool(srm is not None and srm.mismatch)
         model = self.models[spec.model_index]
-        kind = _decider_class(spec, model)
+        kind = self._kind(spec)
         if kind is PairedErrorRateComparison:
             assert diffs is not None
             only_a, only_b = discordant
@@ -271,7 +288,7 @@ class ComparisonTracker:
             )
             if not burned and not mismatch:
                 return None
-            decider = _new_decider(kind, spec, model, a, b, diffs)
+            decider = _new_decider(kind, spec, self._bound(spec), a, b, diffs)
             self.deciders[spec.name] = decider
         if isinstance(decider, PairedBoundedComparison | PairedSequentialComparison):
             assert diffs is not None
@@ -283,15 +300,14 @@ class ComparisonTracker:
 def _new_decider(
     kind: type[Decider],
     spec: ComparisonSpec,
-    model: ModelSpec,
+    bound: float | None,
     a: LossMoments,
     b: LossMoments,
     diffs: LossMoments | None,
 ) -> Decider:
     """The decider of a comparison whose burn-in is over."""
     if kind is BoundedComparison or kind is PairedBoundedComparison:
-        bound = loss_bound(model.task, spec.loss)
-        assert bound is not None  # config rejects exact sequences of unbounded losses
+        assert bound is not None  # wiring rejects exact sequences of unbounded losses
         return kind(
             alpha=spec.alpha,
             bound=bound,
@@ -334,7 +350,7 @@ small arm the plug-in variance is small exactly when the arm has drawn few of th
 their split comparisons use the exact bounded sequence unless ``sequence = "mixture"``."""
 
 
-def _decider_class(spec: ComparisonSpec, model: ModelSpec) -> type[Decider]:
+def _decider_class(spec: ComparisonSpec, model: ModelSpec, bound: float | None) -> type[Decider]:
     """Which sequential test a comparison uses (docs/comparisons.md, "The sequential
     tests"): error rates, split or shadow, the exact conditional test; the log loss,
     Brier score and absolute error of a classifier in split mode the exact bounded-loss
@@ -343,8 +359,7 @@ def _decider_class(spec: ComparisonSpec, model: ModelSpec) -> type[Decider]:
     ``"mixture"``."""
     if spec.loss == "error_rate":
         return PairedErrorRateComparison if spec.mode == "shadow" else ErrorRateComparison
-    bounded = loss_bound(model.task, spec.loss) is not None
-    exact = bounded and (
+    exact = bound is not None and (
         spec.sequence == "exact"
         or (
             spec.sequence == "auto"
@@ -364,8 +379,7 @@ def _counts_rare_rows(spec: ComparisonSpec, model: ModelSpec) -> bool:
     return model.task == "binary" and spec.loss in RARE_CLASS_LOSSES
 
 
-def _burn_in_text(spec: ComparisonSpec, model: ModelSpec) -> str:
-    kind = _decider_class(spec, model)
+def _burn_in_text(spec: ComparisonSpec, model: ModelSpec, kind: type[Decider]) -> str:
     if kind is PairedErrorRateComparison:
         return f"min_events {spec.min_events:g} discordant pairs"
     if kind is ErrorRateComparison:

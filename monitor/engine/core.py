@@ -22,6 +22,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..metrics.catalog import (
+    ESTIMATION,
+    EXPECTED_CONFUSION,
+    MULTICLASS,
+    RANKING,
+    REGRESSION,
+    SCORES,
+)
+from ..metrics.protocol import Metric
+from ..metrics.registry import LOSSES, own_families, series_table
 from ..stats.multiclass import MulticlassLayout
 from ..stats.ranking import RankingLayout
 from ..stats.regression import RegressionLayout
@@ -29,20 +39,27 @@ from ..stats.scores import ScoreLayout
 from .accumulator import Accumulator, LabeledRows, NewPredictions, PredictionAccumulator
 from .buckets import BucketStore, SumPlan, window_group_sums
 from .clock import EventWatermark
-from .comparison_stats import ArmSums, Losses, PairedSums, ShadowPairs, SplitArms
+from .comparison_stats import (
+    ArmSums,
+    Losses,
+    PairedSums,
+    ShadowPairs,
+    SplitArms,
+    loss_column,
+    loss_names,
+)
 from .comparisons import ComparisonResult, ComparisonTracker
 from .delay import DELAY_BOUNDS_S, LabelDelay
 from .drift import DriftTracker
 from .drift_cells import DriftCells, UnseenValues
 from .estimation_counts import EstimationCounts
 from .evaluate import evaluate_all
+from .family_stats import FamilyStats
 from .groups import GroupRegistry
 from .join import NO_TS as _NO_TS
 from .join import NUMERIC, RANKED, JoinBuffer, Joined, JoinReject
 from .light_counts import LightCounts
-from .metric_registry import LOSSES
 from .models import ComparisonSpec, DriftSpec, ModelSpec
-from .plugin_stats import PluginStats
 from .ranking import RankingState
 from .records import ID_HASH, LabelBatch, PredictionBatch
 from .result_cache import ResultCache
@@ -95,7 +112,6 @@ class Engine:
         self.comparisons = tuple(comparisons)
         self.shadow = tuple(c for c in self.comparisons if c.mode == "shadow")
         self.split = tuple(c for c in self.comparisons if c.mode == "split")
-        self.tracker = ComparisonTracker(self.comparisons, self.models)
         # fine score histograms + calibration sums per (model, version, bucket), binary models
         self.score_layouts = {
             i: ScoreLayout(bins=m.score_bins)
@@ -140,6 +156,25 @@ class Engine:
         self.ranking = RankingState()
         # metric plugins: one statistic matrix per plugin and model; errors isolate them
         self.plugins = tuple(plugins.plugins) if plugins is not None else ()
+        # the losses comparisons count: the built-in ones, then the plugin losses they use
+        self.loss_names = loss_names(self.comparisons)
+        loss_plugins = {p.name: p for p in self.plugins if p.has_loss()}
+        missing = [n for n in self.loss_names[len(LOSSES) :] if n not in loss_plugins]
+        if missing:
+            raise ValueError(f"comparison losses {missing} are no loaded plugin's loss")
+        self.tracker = ComparisonTracker(
+            self.comparisons,
+            self.models,
+            {n: loss_plugins[n].loss_bound for n in self.loss_names[len(LOSSES) :]},
+        )
+        # what every metric name is exported as (the exporter's help and labels)
+        self.series = series_table([(m.params, m.metrics) for m in self.models], self.plugins)
+        # per model, the metric families with a statistic of their own: the built-ins it
+        # asks for (top-k accuracy) and the plugins serving its task
+        self.families: dict[int, tuple[Metric, ...]] = {
+            i: (*own_families(m.params, m.metrics), *(p for p in self.plugins if m.task in p.tasks))
+            for i, m in enumerate(self.models)
+        }
         # Light per-(group, bucket) counts of every model (groups include slice segments);
         # per model, the wide per-(version, bucket) statistics — fine score histograms,
         # drift cells, plugins — which would multiply memory by the number of slices if
@@ -174,6 +209,9 @@ class Engine:
             extra.update(lower=np.float64, upper=np.float64)
         if self.rank_layouts:  # 1 - NDCG@k of a joined query, the ndcg_loss of comparisons
             extra["rank_loss"] = np.float64
+        # plugin losses comparisons use, written when a row joins (family_stats.py)
+        self._loss_columns = {n: loss_column(n) for n in self.loss_names[len(LOSSES) :]}
+        extra.update({col: np.float64 for col in self._loss_columns.values()})
         self.join = JoinBuffer(
             extra,
             label_ttl_ms,
@@ -219,13 +257,19 @@ class Engine:
             self.join, self.sliced, self.mc_layouts, self.rg_layouts, self.rank_layouts,
             self.ranking,
         )  # fmt: skip
-        self.plugin_stats = PluginStats(
+        self.task_stats.keep_ranking_rows = any(self.families[m] for m in self.rank_layouts)
+        self.plugin_stats = FamilyStats(
+            self.families,
             self.plugins,
             self.wide,
-            self.score_layouts,
+            [m.task for m in self.models],
+            [len(m.classes) for m in self.models],
+            self.join,
+            lambda m, sel: self.task_stats.ranking_rows[m],
             [name for name, _ in plugins.errors] if plugins is not None else (),
+            self._loss_columns,
         )
-        losses = Losses(self.join, self._task, self.mc_layouts)
+        losses = Losses(self.join, self._task, self.mc_layouts, self.loss_names)
         self.arms = SplitArms(self.split, self.registry.version_groups, losses)
         self.pairs = ShadowPairs(
             self.shadow, self.registry.version_groups, losses, lambda g: self.registry.model[g]
@@ -288,26 +332,26 @@ class Engine:
         if d is not None:
             out[d.matrix] = d.width
         if m in self.est_layouts:  # [count, Σp] x [decided negative, decided positive]
-            out["est"] = (4 * self.est_layouts[m].bins, np.float64)
+            out[ESTIMATION.name] = (4 * self.est_layouts[m].bins, np.float64)
         if m in self.mc_est_bins:  # [count, Σ confidence of the decided class]
-            out["est"] = (2 * self.mc_est_bins[m], np.float64)
+            out[ESTIMATION.name] = (2 * self.mc_est_bins[m], np.float64)
             k = len(self.models[m].classes)  # Σ p_j per decided class i, cell K·i + j
-            out["mc_cm"] = (k * k, np.float64)
+            out[EXPECTED_CONFUSION.name] = (k * k, np.float64)
         if m in self.score_layouts:
-            out["scores"] = (self.score_layouts[m].width, np.float64)
-            for plugin in self.plugins:  # plugins see binary outcomes
-                out[f"p_{plugin.name}"] = (plugin.width(), np.float64)
+            out[SCORES.name] = (self.score_layouts[m].width, np.float64)
+        for family in self.families[m]:
+            out[family.stat.name] = (family.width(), np.float64)
         return out
 
     def _sliced_matrices(self, m: int) -> dict[str, int | tuple[int, type]]:
         if m in self.slice_score_layouts:
-            return {"scores": (self.slice_score_layouts[m].width, np.float64)}
+            return {SCORES.name: (self.slice_score_layouts[m].width, np.float64)}
         if m in self.mc_layouts:
-            return {"mc": (self.mc_layouts[m].width, np.float64)}
+            return {MULTICLASS.name: (self.mc_layouts[m].width, np.float64)}
         if m in self.rg_layouts:
-            return {"rg": (self.rg_layouts[m].width, np.float64)}
+            return {REGRESSION.name: (self.rg_layouts[m].width, np.float64)}
         if m in self.rank_layouts:
-            return {"rk": (self.rank_layouts[m].width, np.float64)}
+            return {RANKING.name: (self.rank_layouts[m].width, np.float64)}
         return {}
 
     def _stores(self) -> list[BucketStore]:
@@ -364,7 +408,7 @@ class Engine:
         pass's: running sums)."""
         out = []
         summed = [(m, st, next(iter(self._sliced_matrices(m)))) for m, st in self.sliced.items()]
-        summed += [(m, st, "scores") for m, st in self.wide.items() if m in self.score_layouts]
+        summed += [(m, st, SCORES.name) for m, st in self.wide.items() if m in self.score_layouts]
         for m, store, name in summed:
             bounds = self._window_bounds(models, m, now_ms)
             index, size = self._sum_index(m, store)
@@ -383,7 +427,7 @@ class Engine:
 
     def _wide_summed(self, m: int) -> tuple[str, ...]:
         """Wide columns read as window sums, not copied (the fine score histograms)."""
-        return ("m.scores",) if m in self.score_layouts else ()
+        return (SCORES.key,) if m in self.score_layouts else ()
 
     def _model_index_of_groups(self, m: int) -> tuple[np.ndarray, int]:
         """(group -> row among model m's groups, -1 for other models' groups; how many):
@@ -553,6 +597,8 @@ class Engine:
                 out[name] = col[new] if col is not None else np.full(k, np.nan)
         if self.rank_layouts:
             out["rank_loss"] = np.full(k, np.nan)
+        for col in self._loss_columns.values():
+            out[col] = np.full(k, np.nan)
         return out
 
     def _classify(self, codes: np.ndarray, values: np.ndarray, group: np.ndarray) -> np.ndarray:
@@ -851,6 +897,7 @@ class Engine:
             comparisons=comparisons,
             drift=drift,
             fairness=fairness,
+            series=self.series,
         )
 
     # -- state -----------------------------------------------------------------------
@@ -981,7 +1028,7 @@ def _migrate_v1(
                 if not key.startswith("m."):
                     continue
                 base = key[2:]
-                for stem in ("scores", "drift", "mc", "rg"):
+                for stem in (SCORES.name, "drift", MULTICLASS.name, REGRESSION.name):
                     if base == f"{stem}{i}":
                         part[f"m.{stem}"] = v[rows]
                 if base.startswith("p_") and base.endswith(f"_{i}"):

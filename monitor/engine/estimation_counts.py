@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..metrics.catalog import ESTIMATION, EXPECTED_CONFUSION
 from ..stats.scores import ScoreLayout
 from .accumulator import NewPredictions, StateParts
 from .buckets import BucketStore
@@ -45,7 +46,7 @@ class EstimationCounts:
             p = np.clip(score[sel], 0.0, 1.0)
             b = layout.bins
             col = layout.bin_of(p) + 2 * b * (batch.decision[new[sel]] > 0)
-            matrix = store.matrix("est")
+            matrix = store.matrix(ESTIMATION.name)
             np.add.at(matrix, (at, col), 1.0)
             np.add.at(matrix, (at, col + b), p)
         for m, b in self.multiclass_bins.items():
@@ -60,14 +61,16 @@ class EstimationCounts:
             decided = batch.decision[new[sel]].astype(np.intp)
             conf = np.clip(batch.proba[new[sel], decided], 0.0, 1.0)
             col = np.minimum((conf * b).astype(np.intp), b - 1)
-            matrix = store.matrix("est")
+            matrix = store.matrix(ESTIMATION.name)
             np.add.at(matrix, (at, col), 1.0)
             np.add.at(matrix, (at, col + b), conf)
             proba = np.clip(batch.proba[new[sel]], 0.0, 1.0)
             k = proba.shape[1]
             cells = decided[:, None] * k + np.arange(k)
             np.add.at(
-                store.matrix("mc_cm"), (np.broadcast_to(at[:, None], cells.shape), cells), proba
+                store.matrix(EXPECTED_CONFUSION.name),
+                (np.broadcast_to(at[:, None], cells.shape), cells),
+                proba,
             )
 
     def state(self) -> StateParts:

@@ -16,12 +16,25 @@ import numpy as np
 from scipy.sparse import csr_matrix
 
 from ..collector import collector_paused
-from ..plugins import MetricPlugin
-from ..stats.binary import BinaryLayout, clt_mean
+from ..metrics.catalog import (
+    ESTIMATION,
+    EXPECTED_CONFUSION,
+    MULTICLASS,
+    RANKING,
+    REGRESSION,
+    SCORES,
+    BinaryCatalog,
+    MulticlassCatalog,
+    RankingCatalog,
+    RegressionCatalog,
+)
+from ..metrics.protocol import Metric
+from ..metrics.registry import confusion_views, own_families
+from ..stats.binary import clt_mean
 from ..stats.estimation import cbpe_multiclass, cbpe_split, cbpe_top_label
 from ..stats.multiclass import MulticlassLayout
 from ..stats.ranking import RankingLayout
-from ..stats.regression import RegressionLayout, mase
+from ..stats.regression import RegressionLayout
 from ..stats.results import MetricValue
 from ..stats.scores import (
     ReliabilityBin,
@@ -31,9 +44,8 @@ from ..stats.scores import (
     gini_from_auc,
 )
 from .buckets import window_group_sums
-from .models import SCORE_METRICS, ModelSpec, SliceSpec, exported_metric_names
+from .models import SCORE_METRICS, ModelSpec, SliceSpec
 from .result_cache import ResultCache, digest, row_digests
-from .slice_scores import SliceScores, slice_score_metrics_many
 from .snapshot import Economics, FairnessGap, OpsState, WindowResult
 from .view import StoreView, base_group_index
 
@@ -44,13 +56,34 @@ __all__ = ["evaluate_all", "ops_state"]
 
 _EMPTY: dict[str, np.ndarray] = {}
 
+# a window's score metrics and its reliability diagram
+SliceScores = tuple[list[MetricValue], tuple[ReliabilityBin, ...]]
+
+
+def score_results(
+    layout: ScoreLayout, vecs: np.ndarray, confidence: float
+) -> list[SliceScores | None]:
+    """The score metrics and reliability diagram of each row of ``vecs`` (one code path
+    for a version's fine histogram and a batch of segment slices' coarse ones); None for
+    a row without scored rows (its predictions carried decisions only)."""
+    v = np.atleast_2d(vecs)
+    out: list[SliceScores | None] = [None] * v.shape[0]
+    scored = np.flatnonzero(v[:, layout.width - 5] > 0)
+    if scored.shape[0]:
+        rows = v[scored]
+        metrics = layout.metrics_many(rows, confidence)
+        reliability = layout.reliability_many(rows, confidence)
+        for i, m, r in zip(scored.tolist(), metrics, reliability, strict=True):
+            out[i] = (m, r)
+    return out
+
 
 def evaluate_all(
     view: StoreView,
     models: Sequence[ModelSpec],
     now_ms: int,
     confidence: float = 0.95,
-    plugins: Sequence[MetricPlugin] = (),
+    plugins: Sequence[Metric] = (),
     plugin_errors: Counter[str] | None = None,
     cache: ResultCache | None = None,
 ) -> tuple[tuple[WindowResult, ...], tuple[FairnessGap, ...]]:
@@ -81,7 +114,7 @@ def _evaluate(
     models: Sequence[ModelSpec],
     now_ms: int,
     confidence: float,
-    plugins: Sequence[MetricPlugin],
+    plugins: Sequence[Metric],
     plugin_errors: Counter[str] | None,
     cache: ResultCache | None,
 ) -> tuple[tuple[WindowResult, ...], tuple[FairnessGap, ...]]:
@@ -101,13 +134,18 @@ def _evaluate(
         if gids.shape[0] == 0:
             continue
         wide = view.wide.get(m, _EMPTY)
+        families = [*own_families(spec.params, spec.metrics), *plugins]
         catalog = _Catalog(
             spec,
-            wide.get("m.scores"),
-            [(p, wide[f"m.p_{p.name}"]) for p in plugins if f"m.p_{p.name}" in wide],
+            wide.get(SCORES.key),
+            [
+                (f, wide[f.stat.key], f in plugins)
+                for f in families
+                if spec.task in f.tasks and f.stat.key in wide
+            ],
             plugin_errors,
-            wide.get("m.est"),
-            wide.get("m.mc_cm"),
+            wide.get(ESTIMATION.key),
+            wide.get(EXPECTED_CONFUSION.key),
             cache,
         )
         empty = np.empty(0, np.int64)
@@ -324,6 +362,8 @@ class _Window:
             self.pending.append(pending)
             return pending
         extra = self._task_extra(members)
+        if slice_label == "all" and self.catalog.families and wide_rows.shape[0]:
+            extra["metrics"] += tuple(self.catalog.family_metrics(wide_rows, self.confidence))
         if slice_label == "all" and self.catalog.mc_est is not None:
             extra["metrics"] += self.catalog.top_label_estimates(
                 version, wide_rows, self.confidence
@@ -341,7 +381,7 @@ class _Window:
             self.cache,
             confs.astype(np.float64),
             ("binary", catalog.token, self.confidence),
-            lambda rows: catalog.binary.metrics_many(rows, self.confidence, names=catalog.wanted),
+            lambda rows: catalog.confusion_metrics(rows, self.confidence),
         )
         # slice "all" reads the version's fine histograms; a segment slice the sum of its
         # segments' coarser ones, whose score metrics are computed here in one batch
@@ -362,7 +402,7 @@ class _Window:
                     self.cache,
                     vecs,
                     ("slice", layout.bins, layout.logit_range, self.confidence),
-                    lambda rows: slice_score_metrics_many(layout, rows, self.confidence),
+                    lambda rows: score_results(layout, rows, self.confidence),
                 )
                 for j, i in enumerate(at):
                     coarse[i], scored[i], slice_keys[i] = vecs[j], batch[j], keys[j]
@@ -497,7 +537,7 @@ class _Catalog:
         self,
         spec: ModelSpec,
         scores: np.ndarray | None,
-        plugins: Sequence[tuple[MetricPlugin, np.ndarray]] = (),
+        families: Sequence[tuple[Metric, np.ndarray, bool]] = (),
         plugin_errors: Counter[str] | None = None,
         est: np.ndarray | None = None,
         mc_cm: np.ndarray | None = None,
@@ -505,9 +545,8 @@ class _Catalog:
     ) -> None:
         self.spec = spec
         self.cache = cache
-        self.plugins = plugins
+        self.families = families  # (family, its wide matrix, is a plugin: isolated)
         self.plugin_errors = plugin_errors if plugin_errors is not None else Counter()
-        self.binary = BinaryLayout(betas=spec.fbeta)
         self.scores = scores
         self.est = est if spec.estimation_layout is not None else None
         # multiclass CBPE: top-label confidence bins of every prediction (count, Σc)
@@ -517,22 +556,27 @@ class _Catalog:
         self.ece: dict[str, float] = {}  # version -> debiased ECE over the longest window
         self.score_layout = ScoreLayout(bins=spec.score_bins)
         self.slice_layout = spec.slice_score_layout
-        wanted = exported_metric_names(
-            spec.metrics, spec.fbeta, spec.quantiles, spec.gain_fractions, spec.ks
-        )
+        wanted = spec.exported
         self.wanted = wanted
+        # the binary confusion catalog and the other families reading those counts
+        self.binary = BinaryCatalog(spec.fbeta, names=wanted)
+        self.confusion_views = confusion_views(spec.params, spec.metrics)
         self.token = digest(repr(spec))  # what a cached catalog depends on besides counts
         self.needs_scores = bool(wanted & SCORE_METRICS) or spec.costs is not None
         self.credit = bool(wanted & {"ks_statistic", "gini", "gain"})
         self.task_layout: MulticlassLayout | RegressionLayout | RankingLayout | None = None
+        self.task_family: MulticlassCatalog | RegressionCatalog | RankingCatalog | None = None
         if spec.task == "multiclass":
             self.task_layout = MulticlassLayout(
                 len(spec.classes), tuple(spec.classes), spec.calibration_bins
             )
+            self.task_family = MulticlassCatalog(self.task_layout, wanted)
         elif spec.task == "regression":
             self.task_layout = RegressionLayout(spec.huber_delta, tuple(spec.quantiles))
+            self.task_family = RegressionCatalog(self.task_layout, wanted, spec.mase_scale)
         elif spec.task == "ranking":
             self.task_layout = RankingLayout(spec.ks)
+            self.task_family = RankingCatalog(self.task_layout, wanted)
 
     def measure_calibration(
         self,
@@ -574,7 +618,7 @@ class _Catalog:
         self.ece = {}
         tasks = view.sliced.get(m, _EMPTY)
         layout = self.task_layout
-        if "m.mc" not in tasks or not isinstance(layout, MulticlassLayout):
+        if MULTICLASS.key not in tasks or not isinstance(layout, MulticlassLayout):
             return
         longest = max(self.spec.windows, key=lambda w: w.size_ms + w.delay_ms)
         lo, hi = view.tiers.window(now_ms, longest.size_ms, longest.delay_ms)
@@ -583,7 +627,7 @@ class _Catalog:
         version_of = np.array([g[1] for g in view.groups], dtype=object)
         for version in sorted(set(version_of[group[sel]].tolist())):
             rows = sel[version_of[group[sel]] == version]
-            vec = _sum_rows(tasks["m.mc"], rows)
+            vec = _sum_rows(tasks[MULTICLASS.key], rows)
             ece = next(
                 mv for mv in layout.metrics(vec, per_class=False) if mv.name == "ece_debiased"
             )
@@ -652,30 +696,13 @@ class _Catalog:
         """Metrics of a multiclass, regression or ranking window, the flattened K×K
         confusion matrix (multiclass) and rows excluded from a metric (regression; ranking:
         queries without a relevant item)."""
-        layout = self.task_layout
-        if isinstance(layout, RankingLayout):
-            metrics = tuple(mv for mv in layout.metrics(vec, confidence) if mv.name in self.wanted)
-            return metrics, (), tuple(sorted(layout.excluded(vec).items()))
+        family, layout = self.task_family, self.task_layout
+        assert family is not None and layout is not None
+        metrics = tuple(family.compute(vec[np.newaxis, :], confidence)[0])
         if isinstance(layout, MulticlassLayout):
-            per_class = "per_class" in self.wanted
-            values = layout.metrics(vec, confidence, per_class=per_class)
-            acc = values[0]
-            values.append(
-                MetricValue("error_rate", 1 - acc.value, 1 - acc.upper, 1 - acc.lower, acc.n,
-                            acc.method)
-            )  # fmt: skip
-            metrics = tuple(
-                mv for mv in values if mv.name in self.wanted or (per_class and "[" in mv.name)
-            )
-            confusion = tuple(int(x) for x in layout.confusion(vec).ravel())
-            return metrics, confusion, ()
-        assert isinstance(layout, RegressionLayout)
-        values = layout.metrics(vec, confidence)
-        if self.spec.mase_scale is not None:
-            values.append(mase(values[0], self.spec.mase_scale))  # values[0] is MAE
-        metrics = tuple(mv for mv in values if mv.name in self.wanted)
-        excluded = tuple(sorted(layout.excluded(vec).items()))
-        return metrics, (), excluded
+            return metrics, tuple(int(x) for x in layout.confusion(vec).ravel()), ()
+        assert isinstance(layout, RegressionLayout | RankingLayout)
+        return metrics, (), tuple(sorted(layout.excluded(vec).items()))
 
     def compute(
         self,
@@ -705,44 +732,49 @@ class _Catalog:
         if vec is not None and vec[layout.width - 5] <= 0:  # no scored rows (decisions only)
             vec = None
         if vec is not None:
-            if layout is self.slice_layout:
-                if scored is None:
-                    scored = slice_score_metrics_many(layout, vec[np.newaxis, :], confidence)[0]
-                assert scored is not None
-                values += scored[0]
-                reliability = scored[1]
-            else:
-                fine_values, reliability = self._fine_scores(vec, layout, confidence)
-                values += fine_values
+            values_scores, reliability = scored or self._scores(vec, layout, confidence)
+            values += values_scores
             if self.credit:  # opt-in (config OPT_IN_METRICS)
                 auc = next(mv for mv in values if mv.name == "roc_auc")
                 values += [layout.ks_statistic(vec), gini_from_auc(auc)]
                 values += layout.gains(vec, self.spec.gain_fractions, confidence)
         metrics = tuple(mv for mv in values if mv.name in self.wanted)
-        if self.plugins and rows.shape[0]:
-            metrics += tuple(self._plugin_metrics(rows, confidence))
+        if self.families and rows.shape[0]:
+            metrics += tuple(self.family_metrics(rows, confidence))
         if self.spec.costs is not None:
             economics = self._economics(conf, vec, layout, confidence)
         return metrics, reliability, economics
 
-    def _fine_scores(
-        self, vec: np.ndarray, layout: ScoreLayout, confidence: float
-    ) -> tuple[list[MetricValue], tuple[ReliabilityBin, ...]]:
-        """A version's score metrics and reliability diagram from its fine histogram,
-        reused while the histogram is unchanged (keyed by its digest)."""
-        key = digest(vec, ("fine", layout.bins, confidence))
+    def _scores(self, vec: np.ndarray, layout: ScoreLayout, confidence: float) -> SliceScores:
+        """A window's score metrics and reliability diagram from its histogram (a 1-row
+        :func:`score_results`), reused while the histogram is unchanged (its digest)."""
+        key = digest(vec, ("scores", layout.bins, layout.logit_range, confidence))
         done = self.cache.get(key) if self.cache is not None else None
         if done is None:
-            done = (layout.metrics(vec, confidence), tuple(layout.reliability(vec, confidence)))
+            done = score_results(layout, vec, confidence)[0]
             if self.cache is not None:
                 self.cache.put(key, done)
         return done  # type: ignore[no-any-return]
 
-    def _plugin_metrics(self, rows: np.ndarray, confidence: float) -> list[MetricValue]:
+    def confusion_metrics(self, rows: np.ndarray, confidence: float) -> list[list[MetricValue]]:
+        """The binary catalog and every other view of the confusion counts (``npv``) of
+        a batch of (n, 4) confusion rows."""
+        out = self.binary.compute(rows, confidence)
+        for view in self.confusion_views:
+            for values, more in zip(out, view.compute(rows, confidence), strict=True):
+                values.extend(more)
+        return out
+
+    def family_metrics(self, rows: np.ndarray, confidence: float) -> list[MetricValue]:
+        """Metrics of the families with their own statistic (slice ``all``: the version's
+        wide ``rows``); a plugin that raises is counted and left out."""
         out: list[MetricValue] = []
-        for plugin, matrix in self.plugins:
+        for family, matrix, isolated in self.families:
+            if not isolated:
+                out.extend(family.metrics(_sum_rows(matrix, rows), confidence))
+                continue
             try:
-                values = plugin.metrics(_sum_rows(matrix, rows), confidence)
+                values = family.metrics(_sum_rows(matrix, rows), confidence)
                 out.extend(
                     MetricValue(
                         v.name, float(v.value), float(v.lower), float(v.upper), int(v.n), v.method
@@ -750,7 +782,7 @@ class _Catalog:
                     for v in values
                 )
             except Exception:
-                self.plugin_errors[plugin.name] += 1  # isolated: nothing else is affected
+                self.plugin_errors[family.name] += 1  # isolated: nothing else is affected
         return out
 
     def _economics(
@@ -828,10 +860,10 @@ def _sum_rows(matrix: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 # the per-(group, bucket) matrix of each task in the model's sliced store
 _SLICED_MATRIX = {
-    "binary": "m.scores",
-    "multiclass": "m.mc",
-    "regression": "m.rg",
-    "ranking": "m.rk",
+    "binary": SCORES.key,
+    "multiclass": MULTICLASS.key,
+    "regression": REGRESSION.key,
+    "ranking": RANKING.key,
 }
 
 

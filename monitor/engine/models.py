@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..stats.binary import fbeta_name
-from ..stats.regression import pinball_name
-from ..stats.scores import ScoreLayout, gain_name
-from .metric_registry import score_metrics
+from ..metrics.protocol import ModelParams
+from ..metrics.registry import exported_names, score_metrics
+from ..stats.scores import ScoreLayout
 
 __all__ = [
     "ComparisonSpec",
@@ -17,7 +15,6 @@ __all__ = [
     "ModelSpec",
     "SliceSpec",
     "WindowSpec",
-    "exported_metric_names",
 ]
 
 # Binary metrics computed from score histograms (the rest need only the confusion counts).
@@ -25,32 +22,6 @@ SCORE_METRICS = score_metrics()
 # Per-slice histograms span logits ±8 (scores 0.0003..0.9997): the slice's bins are
 # spent where scores are, and the rare scores beyond fall into the two end bins.
 SLICE_LOGIT_RANGE = 8.0
-
-
-def exported_metric_names(
-    metrics: Iterable[str],
-    fbeta: Iterable[float],
-    quantiles: Iterable[float],
-    gain_fractions: Iterable[float] = (),
-    ks: Iterable[int] = (),
-) -> frozenset[str]:
-    """The names configured metrics are exported under: "fbeta" stands for f2, f0_5, ...
-    (one per beta), "pinball" for pinball_q0_1, ... (one per quantile) and "gain" for
-    gain_at_10, lift_at_10, ... (one pair per gain fraction). With ranking cut-offs
-    ``ks``, every ranking metric but "mrr" stands for one name per k (ndcg_at_10, ...)."""
-    names = set(metrics)
-    ks = tuple(ks)
-    if ks:
-        names = {n for n in names if n == "mrr"} | {
-            f"{stem}_at_{k}" for stem in names - {"mrr"} for k in ks
-        }
-    if "gain" in names:
-        names |= {gain_name(f, stem) for f in gain_fractions for stem in ("gain", "lift")}
-    if "fbeta" in names:
-        names |= {fbeta_name(b) for b in fbeta}
-    if "pinball" in names:
-        names |= {pinball_name(q) for q in quantiles}
-    return frozenset(names)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +80,18 @@ class ModelSpec:
     items_path: str = "items"  # ranking: the ranked list of a prediction
 
     @property
+    def params(self) -> ModelParams:
+        """What its metric families' names and statistics depend on."""
+        return ModelParams(
+            self.task, self.classes, self.fbeta, self.quantiles, self.gain_fractions, self.ks
+        )
+
+    @property
+    def exported(self) -> frozenset[str]:
+        """The names its configured built-in metrics are exported under."""
+        return exported_names(self.params, self.metrics)
+
+    @property
     def slice_dimensions(self) -> tuple[str, ...]:
         """Every dimension any slice uses, in first-use order (the segment key's order)."""
         return tuple(dict.fromkeys(d for s in self.slices for d in s.dimensions))
@@ -118,9 +101,7 @@ class ModelSpec:
         """The coarser score histogram kept per (segment, bucket) so every exported slice
         of a binary model gets ROC/PR-AUC, log loss, Brier and calibration; None when the
         model has no slices or asks for no score metric."""
-        wanted = exported_metric_names(
-            self.metrics, self.fbeta, self.quantiles, self.gain_fractions
-        )
+        wanted = self.exported
         if self.task != "binary" or not self.slices:
             return None
         if not (wanted & SCORE_METRICS) and self.costs is None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..metrics.protocol import RankingRows
 from ..stats.ranking import RankedList, RankingLayout, batch_query_metrics, grades_for
 
 __all__ = ["RankingState"]
@@ -61,11 +62,18 @@ class RankingState:
         return mask
 
     def contributions(
-        self, layout: RankingLayout, keys: np.ndarray, groups: np.ndarray, digests: np.ndarray
+        self,
+        layout: RankingLayout,
+        keys: np.ndarray,
+        groups: np.ndarray,
+        digests: np.ndarray,
+        keep: list[RankingRows] | None = None,
     ) -> np.ndarray:
         """Per-query rows (``layout.width``) of joined queries; their lists are released.
         A query whose list or grades are unknown contributes a zero row (counted nowhere),
-        which a consistent state never produces."""
+        which a consistent state never produces. ``keep``: also append the queries' grades
+        in ranked order (what metric families of ranking models read; an unknown query
+        has none)."""
         out = np.zeros((keys.shape[0], layout.width))
         known, scores, gains, unranked = [], [], [], []
         for i, (key, group, digest) in enumerate(
@@ -85,6 +93,18 @@ class RankingState:
                 np.concatenate(scores), np.concatenate(gains), np.array([x.size for x in gains]),
                 np.concatenate(unranked), np.array([x.size for x in unranked]), layout.ks,
             )  # fmt: skip
+        if keep is not None:
+            sizes = np.zeros(keys.shape[0], np.int64)
+            sizes[known] = [g.size for g in gains]
+            missed = np.zeros(keys.shape[0], np.int64)
+            missed[known] = [int((u > 0).sum()) for u in unranked]
+            keep.append(
+                RankingRows(
+                    np.concatenate(gains) if gains else np.zeros(0),
+                    np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+                    missed,
+                )
+            )
         return out
 
     def collect(

@@ -7,11 +7,13 @@ in the adapters.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..drift.detector import DriftReport, LabelPriorDrift
 from ..experiments.mcnemar import McNemarResult
 from ..experiments.srm import SRMResult
+from ..metrics.protocol import Series
 from ..stats.results import MetricValue
 from ..stats.scores import ReliabilityBin
 
@@ -172,3 +174,6 @@ class Snapshot:
     comparisons: tuple[ComparisonResult, ...] = ()
     drift: tuple[DriftResult, ...] = ()
     fairness: tuple[FairnessGap, ...] = ()
+    # what each metric name in ``results`` is exported as (family, labels, help): built
+    # from the metric families' declarations, so the exporter never parses a name
+    series: Mapping[str, Series] = field(default_factory=dict)

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from ..metrics.catalog import MULTICLASS, RANKING, REGRESSION, SCORES
+from ..metrics.protocol import RankingRows
 from ..stats.multiclass import MulticlassLayout
 from ..stats.ranking import RankingLayout
 from ..stats.regression import RegressionLayout
@@ -51,12 +53,12 @@ class ScoreHistograms:
             y, score, ts = j.y_true[sel], j.score[sel], j.pred_ts[sel]
             store = self.wide[m]
             at = store.rows_for(rows.base[sel], ts)  # before matrix(): it may grow it
-            layout.add_rows(store.matrix("scores"), at, y, score)
+            layout.add_rows(store.matrix(SCORES.name), at, y, score)
             coarse = self.coarse.get(m)
             if coarse is not None:
                 store = self.sliced[m]
                 at = store.rows_for(j.group[sel], ts)
-                coarse.add_rows(store.matrix("scores"), at, y, score)
+                coarse.add_rows(store.matrix(SCORES.name), at, y, score)
 
     def state(self) -> StateParts:
         return {}, {}
@@ -80,13 +82,16 @@ class TaskStats:
         self.join, self.sliced = join, sliced
         self.mc, self.rg, self.rank = mc, rg, rank
         self.ranking = ranking
+        # model -> its last batch's queries as metric families read them (when asked)
+        self.ranking_rows: dict[int, RankingRows] = {}
+        self.keep_ranking_rows = False
 
     def add(self, rows: LabeledRows) -> None:
         j = rows.joined
         tasks: tuple[tuple[Mapping[int, Any], str, Callable[..., None]], ...] = (
-            (self.mc, "mc", self._add_multiclass),
-            (self.rg, "rg", self._add_regression),
-            (self.rank, "rk", self._add_ranking),
+            (self.mc, MULTICLASS.name, self._add_multiclass),
+            (self.rg, REGRESSION.name, self._add_regression),
+            (self.rank, RANKING.name, self._add_ranking),
         )
         for layouts, name, add in tasks:
             for m, layout in layouts.items():
@@ -95,7 +100,9 @@ class TaskStats:
                     continue
                 store = self.sliced[m]
                 at = store.rows_for(j.group[sel], j.pred_ts[sel])
-                add(layout, store.matrix(name), at, j, sel)  # after rows_for: it may grow
+                got = add(layout, store.matrix(name), at, j, sel)  # after rows_for: may grow
+                if got is not None:  # a ranking batch's queries, for its metric families
+                    self.ranking_rows[m] = got
 
     def _add_multiclass(
         self, mc: MulticlassLayout, matrix: np.ndarray, at: np.ndarray, j: Joined, sel: np.ndarray
@@ -117,11 +124,13 @@ class TaskStats:
 
     def _add_ranking(
         self, rk: RankingLayout, matrix: np.ndarray, at: np.ndarray, j: Joined, sel: np.ndarray
-    ) -> None:
+    ) -> RankingRows | None:
         preds, r = self.join.preds, j.rows[sel]
-        rows_of = self.ranking.contributions(rk, preds.keys[r], j.group[sel], j.values[sel])
+        keep: list[RankingRows] | None = [] if self.keep_ranking_rows else None
+        rows_of = self.ranking.contributions(rk, preds.keys[r], j.group[sel], j.values[sel], keep)
         rk.add_rows(matrix, at, rows_of)
         preds.col("rank_loss")[r] = rk.ndcg_loss(rows_of)  # comparisons' ndcg_loss
+        return keep[0] if keep else None
 
     def state(self) -> StateParts:
         return {}, {}

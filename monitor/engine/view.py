@@ -36,7 +36,7 @@ class StoreView:
     # over that window, in place of ``sliced[m]`` (the daemon's snapshot: Engine.snapshot)
     window_sums: Mapping[tuple[int, int, int], np.ndarray] = field(default_factory=dict)
     # (model, first bucket, last bucket) -> per-version sums of the model's fine score
-    # histograms (wide ``m.scores``, then left out of ``wide[m]``), a row per base group
+    # histograms (wide ``SCORES``, then left out of ``wide[m]``), a row per base group
     # of the model in group order (:func:`base_group_index`)
     wide_sums: Mapping[tuple[int, int, int], np.ndarray] = field(default_factory=dict)
 

@@ -21,8 +21,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from ..engine.metric_registry import help_text
-from ..stats.ranking import ranking_metric_help
+from ..metrics.protocol import Series
 from .published import Published
 from .series_budget import CountSink, SeriesBudget, Withheld, within_budget
 from .sinks import Family, FamilySink, Sink, TextSink
@@ -31,14 +30,6 @@ __all__ = ["QUALITY_LABELS", "MonitorCollector"]
 
 QUALITY_LABELS = ("model", "version", "window", "slice")
 _FAIRNESS_BASE = ("model", "version", "window")  # then dimension, metric
-
-
-def _split_class(name: str) -> tuple[str, str | None]:
-    """``precision[cat]`` -> ("precision", "cat"); other names -> (name, None)."""
-    if name.endswith("]") and "[" in name:
-        base, _, cls = name[:-1].partition("[")
-        return base, cls
-    return name, None
 
 
 class _Listed(Collector):
@@ -55,21 +46,19 @@ class _MetricFamilies:
 
     __slots__ = ("doc", "extra", "extra_names", "fam", "family", "lower", "name", "upper", "value")
 
-    def __init__(self, fam: Callable[..., Family], metric: str) -> None:
-        name, cls = _split_class(metric)
+    def __init__(self, fam: Callable[..., Family], metric: str, series: Series | None) -> None:
+        # how the name is exported comes from its family's declaration (a per-class
+        # multiclass value: mlmon_class_precision{class="cat"}); a name no family declared
+        # (a plugin value outside its declared series) is exported under its own name
+        if series is None:
+            series = Series(metric, metric, f"{metric}: a plugin metric without declared help")
         self.fam, self.name = fam, (metric,)
         self.lower: Family | None = None
         self.upper: Family | None = None
-        if cls is None:
-            self.extra: tuple[str, ...] = ()
-            self.extra_names: tuple[str, ...] = ()
-            self.family = f"mlmon_{name}"
-            doc = ranking_metric_help(name) or help_text(name)
-        else:  # per-class multiclass metric: precision[cat] -> {class="cat"}
-            self.extra, self.extra_names = (cls,), ("class",)
-            self.family = f"mlmon_class_{name}"
-            doc = f"Per-class (one vs rest) {name} of a multiclass model"
-        self.value = fam(self.family, doc, self.extra_names)
+        self.extra: tuple[str, ...] = tuple(v for _, v in series.labels)
+        self.extra_names: tuple[str, ...] = tuple(k for k, _ in series.labels)
+        self.family = f"mlmon_{series.family}"
+        self.value = fam(self.family, series.help, self.extra_names)
 
     def bounds(self) -> None:
         if self.lower is None:
@@ -235,7 +224,7 @@ class MonitorCollector(Collector):
                     continue  # undefined (e.g. precision with no predicted positives)
                 known = by_name.get(m.name)
                 if known is None:
-                    known = by_name[m.name] = _MetricFamilies(fam, m.name)
+                    known = by_name[m.name] = _MetricFamilies(fam, m.name, snap.series.get(m.name))
                 extra = known.extra
                 known.value.add(key, m.value, extra)
                 if not (isnan(m.lower) or isnan(m.upper)):  # withheld: m.note says why

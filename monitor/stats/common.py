@@ -27,6 +27,7 @@ __all__ = [
     "quasi_binomial_interval",
     "rare_reason",
     "ratio",
+    "skew_corrected_bounds",
     "trials_reason",
     "wald",
     "withheld",
@@ -199,6 +200,45 @@ def clt_mean(
         centered = 0.0
     var = centered / (n - 1.0)
     return wald(name, mean, math.sqrt(var / n), n_int, confidence, "clt", bounds)
+
+
+def skew_corrected_bounds(
+    n: np.ndarray, total: np.ndarray, total_sq: np.ndarray, total_cu: np.ndarray, z: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Interval for a mean from Σx, Σx², Σx³ with Hall's skewness-removing transformation.
+
+    Hall (1992), "On the removal of skewness by transformation", JRSS-B 54(1): with
+    T = √n(x̄ − μ)/s and γ̂ the sample skewness, g(T) = T + aT² + a²T³/3 + γ̂/(6√n),
+    a = γ̂/(3√n), is N(0, 1) to second order and monotone, with the inverse
+    g⁻¹(x) = ((1 + 3a(x − γ̂/(6√n)))^(1/3) − 1)/a; so μ ∈ [x̄ − s·g⁻¹(z)/√n,
+    x̄ − s·g⁻¹(−z)/√n]. Why: the log loss and Brier score of a rare class or of a very
+    accurate model are means of a per-row loss with skewness 9-14, where the CLT interval
+    covered 0.90-0.93 (it is symmetric, the sampling distribution of the mean is not);
+    the three sums merge by addition like the other two. Where γ̂ ≈ 0 it is the CLT
+    interval. Vectorized; NaN where n < 2."""
+    n = np.asarray(n, dtype=np.float64)
+    s1, s2, s3 = (np.asarray(x, dtype=np.float64) for x in (total, total_sq, total_cu))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        mean = s1 / n
+        centered2 = np.maximum(s2 - s1 * mean, 0.0)
+        var = centered2 / (n - 1.0)
+        sd = np.sqrt(var)
+        m3 = (s3 - 3.0 * mean * s2 + 3.0 * mean * mean * s1 - n * mean**3) / n
+        gamma = np.where(var > 0, m3 / np.power(np.where(var > 0, var, 1.0), 1.5), 0.0)
+        root_n = np.sqrt(n)
+        a = gamma / (3.0 * root_n)
+        shift = gamma / (6.0 * root_n)
+
+        def inverse(x: float) -> np.ndarray:
+            y = x - shift
+            small = np.abs(a) < 1e-12
+            safe = np.where(small, 1.0, a)
+            return np.where(small, y, (np.cbrt(1.0 + 3.0 * safe * y) - 1.0) / safe)
+
+        lower = mean - sd * inverse(z) / root_n
+        upper = mean - sd * inverse(-z) / root_n
+    ok = n >= 2
+    return np.where(ok, lower, NAN), np.where(ok, upper, NAN)
 
 
 def homogeneous_delta_se(grad: np.ndarray, counts: np.ndarray) -> float:

@@ -42,7 +42,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import comb
 
 from .common import (
     MIN_EXPECTED_EVENTS,
@@ -61,7 +60,6 @@ __all__ = [
     "batch_query_metrics",
     "grades_for",
     "query_metrics",
-    "ranking_metric_help",
     "ranking_metric_names",
 ]
 
@@ -75,25 +73,6 @@ class RankedList:
 
     items: tuple[str, ...]
     scores: np.ndarray
-
-
-_HELP = {
-    "mrr": "Mean reciprocal rank of the first relevant item (per query, whole list)",
-    "ndcg_at": "Mean NDCG@{k} per query (linear gain, log2 discount; ties averaged)",
-    "map_at": "Mean average precision@{k} per query (divided by min(relevant, {k}))",
-    "precision_at": "Mean share of relevant items among the top {k} per query",
-    "recall_at": "Mean share of a query's relevant items ranked in its top {k}",
-    "hit_rate_at": "Share of queries with a relevant item in the top {k}",
-}
-
-
-def ranking_metric_help(name: str) -> str | None:
-    """The help text of a ranking metric name (``ndcg_at_10``), None for other names."""
-    if name == "mrr":
-        return _HELP["mrr"]
-    stem, _, k = name.rpartition("_")
-    text = _HELP.get(stem)
-    return text.format(k=k) if text is not None and k.isdigit() else None
 
 
 def grades_for(ranked: RankedList, relevance: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
@@ -235,6 +214,8 @@ def _expected_reciprocal_rank(
     slots = (g - r + 1).astype(np.int64)  # the first relevant item's possible slots
     owner = np.repeat(np.arange(first.size), slots)
     jj = np.arange(owner.size) - np.repeat(np.cumsum(slots) - slots, slots) + 1.0
+    from scipy.special import comb  # here: `monitor check-config` imports this module
+
     prob = comb(g[owner] - jj, r[owner] - 1) / comb(g[owner], r[owner])
     value = np.bincount(owner, weights=prob / (s[owner] + jj), minlength=first.size)
     # every item of the group relevant: the first slot, exactly
@@ -253,6 +234,8 @@ def _expected_hit(
     """P(at least one relevant item in the first ``top`` positions) per query under random
     tie orders: 1 if a group wholly inside holds one, else the chance that the group cut
     by ``top`` puts one of its r relevant among its m slots inside, 1 − C(g − r, m)/C(g, m)."""
+    from scipy.special import comb
+
     t = top[g_q]
     whole = (start + size <= t) & (rel > 0)
     certain = np.bincount(g_q, weights=whole.astype(np.float64), minlength=nq) > 0

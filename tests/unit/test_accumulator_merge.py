@@ -21,11 +21,11 @@ from monitor.engine.comparison_stats import ArmSums, PairedSums
 from monitor.engine.core import Engine
 from monitor.engine.delay import DELAY_BOUNDS_S, LabelDelay
 from monitor.engine.drift_cells import UnseenValues
-from monitor.engine.metric_registry import LOSSES
 from monitor.engine.view import StoreView
 from monitor.engine.view_sum import sum_views
 from monitor.ingest.deadletter import FileDeadLetter
 from monitor.ingest.pipeline import RawRecord
+from monitor.metrics.registry import LOSSES
 from monitor.synthetic import binary_traffic
 from monitor.wiring import build_engine, build_pipeline
 

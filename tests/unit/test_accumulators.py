@@ -15,10 +15,10 @@ from monitor.engine.accumulator import LabeledRows
 from monitor.engine.buckets import BucketStore
 from monitor.engine.comparison_stats import ShadowPairs, SplitArms
 from monitor.engine.delay import DELAY_BOUNDS_S, LabelDelay
+from monitor.engine.family_stats import FamilyStats
 from monitor.engine.join import Joined
-from monitor.engine.metric_registry import LOSSES
-from monitor.engine.plugin_stats import PluginStats
-from monitor.plugins import JoinedRows
+from monitor.metrics.registry import LOSSES
+from monitor.plugins import JoinedRows, Metric
 from monitor.wiring import build_engine
 
 
@@ -64,7 +64,7 @@ def test_label_delay_of_a_split_stream_is_the_delay_of_the_whole(
     assert parts.sum_s == pytest.approx(whole.sum_s)
 
 
-class _Boom:
+class _Boom(Metric):
     name = "boom"
 
     def width(self) -> int:
@@ -74,7 +74,7 @@ class _Boom:
         raise RuntimeError("boom")
 
 
-class _Count:
+class _Count(Metric):
     name = "count"
 
     def width(self) -> int:
@@ -84,16 +84,23 @@ class _Count:
         np.add.at(matrix, (rows, 0), 1.0)
 
 
+def _family_stats(plugins: list[Metric], store: BucketStore) -> FamilyStats:
+    """Model 0 binary (served by the plugins), model 1 regression (served by none)."""
+    return FamilyStats({0: plugins, 1: ()}, plugins, {0: store}, ["binary", "regression"],
+                       [2, 0], None, None, load_errors=["nope"])  # type: ignore[arg-type]  # fmt: skip
+
+
 def test_a_plugin_that_raises_is_switched_off_and_the_others_go_on() -> None:
     store = BucketStore(60_000, {"p_boom": (1, np.float64), "p_count": (1, np.float64)})
-    stats = PluginStats([_Boom(), _Count()], {0: store}, binary=[0], load_errors=["nope"])
+    stats = _family_stats([_Boom(), _Count()], store)
     stats.add(_rows([0, 1, 2], [5, 5, 5]))
     stats.add(_rows([3], [5]))
-    stats.add(_rows([4], [5], model=1))  # not a binary model: plugins do not see it
+    stats.add(_rows([4], [5], model=1))  # a regression model: these plugins do not serve it
     assert stats.failed == {"boom"} and stats.errors == {"boom": 1, "nope": 1}
     assert [p.name for p in stats.active] == ["count"]
     assert store.matrix("p_count").sum() == 4
-    again = PluginStats([_Boom(), _Count()], {0: store}, binary=[0])
+    again = _family_stats([_Boom(), _Count()], store)
+    again.errors.clear()
     again.load(*stats.state())
     assert again.failed == {"boom"} and again.errors == {"boom": 1, "nope": 1}
 

@@ -23,6 +23,7 @@ from integration.daemon_harness import Metrics
 from monitor.app import Daemon
 from monitor.config import settings_from_mapping
 from monitor.engine.records import LabelBatch, PredictionBatch
+from monitor.metrics.catalog import SCORES
 
 BATCH = 50_000
 N = 1_000_000
@@ -145,7 +146,7 @@ def test_a_million_distinct_slice_values_stay_within_top_k(tmp_path: Path) -> No
     # memory: the join buffer is capped by max_pending, everything else by the groups
     assert len(engine.preds) <= 100_000
     cap = 2 * 100_000 * 64 + max_groups * 64 * 4 + 2 * 1024 * 1024  # table slack + rows
-    assert engine_bytes(daemon) <= cap + engine.wide[0].state()["m.scores"].nbytes
+    assert engine_bytes(daemon) <= cap + engine.wide[0].state()[SCORES.key].nbytes
     # what Python retains stops growing once the buffer is full (batch 2 onwards)
     growth = retained[-1] - retained[3]
     assert growth < 4 * 1024 * 1024, [r // 1024 for r in retained]

@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 
 from monitor.engine.comparison_stats import PAIRED_WIDTH, ArmSums, PairedSums
-from monitor.engine.comparisons import ComparisonTracker, _decider_class
-from monitor.engine.metric_registry import LOSSES
+from monitor.engine.comparisons import ComparisonTracker
 from monitor.engine.models import ComparisonSpec, ModelSpec
 from monitor.experiments.simulate import (
     ComparisonStream,
     simulate_comparison,
     stream_sums,
 )
+from monitor.metrics.registry import LOSSES
 
 ALPHA = 0.05
 MODEL = ModelSpec("m")
@@ -40,7 +40,7 @@ METHOD = {
 def engine_method(loss: str, mode: str, sequence: str = "auto") -> str:
     """The simulation method of the decider the engine picks for this comparison."""
     spec = ComparisonSpec("c", 0, "a", "b", loss=loss, mode=mode, sequence=sequence)
-    return METHOD[_decider_class(spec, MODEL).__name__]
+    return METHOD[ComparisonTracker([spec], [MODEL])._kind(spec).__name__]
 
 
 def tracker_decisions(

@@ -14,13 +14,15 @@ import pytest
 from monitor.config import settings_from_mapping
 from monitor.engine.core import ENGINE_FORMAT, Engine, StateMismatch
 from monitor.engine.evaluate import evaluate_all
-from monitor.engine.models import SCORE_METRICS, ModelSpec, WindowSpec, exported_metric_names
+from monitor.engine.models import SCORE_METRICS, ModelSpec, WindowSpec
 from monitor.engine.records import LabelBatch, PredictionBatch, hash_ids
 from monitor.ingest.deadletter import FileDeadLetter
 from monitor.ingest.pipeline import RawRecord
+from monitor.metrics.catalog import SCORES
 from monitor.state.checkpoint import CheckpointStore
 from monitor.wiring import build_engine, build_pipeline
 
+from .close import assert_close
 from .data.make_engine_v1 import BASE, records
 
 V1 = Path(__file__).parent / "data" / "engine_v1"
@@ -48,14 +50,14 @@ def _fleet(n_models: int) -> Engine:
 def test_wide_rows_hold_only_their_models_statistics() -> None:
     one, ten = _fleet(1), _fleet(10)
     for m, store in ten.wide.items():
-        assert [k for k in store.view() if k.startswith("m.")] == ["m.scores"], m
+        assert [k for k in store.view() if k.startswith("m.")] == [SCORES.key], m
     # every model has the same rows as the lone model: memory is exactly linear
     assert one.store_bytes()["wide"] > 0
     assert ten.store_bytes()["wide"] == 10 * one.store_bytes()["wide"]
     # and its statistics are the lone model's
     v_one, v_ten = one.view(), ten.view()
     for m in range(10):
-        assert np.array_equal(v_ten.wide[m]["m.scores"], v_one.wide[0]["m.scores"])
+        assert np.array_equal(v_ten.wide[m][SCORES.key], v_one.wide[0][SCORES.key])
 
 
 def _fresh_and_migrated(tmp_path: Path) -> tuple[Engine, Engine]:
@@ -82,17 +84,18 @@ def test_format_1_checkpoint_migrates_to_identical_results(tmp_path: Path) -> No
     restored_slices = [r for r in got if r.model == "fraud" and r.slice != "all"]
     assert restored_slices and all(r.reliability == () for r in restored_slices)
     # the score metrics as exported ("gain" stands for gain_at_10, lift_at_10, ...)
-    score_names = exported_metric_names(SCORE_METRICS, (), (), ModelSpec("x").gain_fractions)
+    score_names = ModelSpec("x", metrics=tuple(SCORE_METRICS)).exported
     for r in want:
         if r.model == "fraud" and r.slice != "all":
             kept = tuple(m for m in r.metrics if m.name not in score_names)
             want = tuple(replace(x, metrics=kept, reliability=()) if x is r else x for x in want)
-    assert repr(got) == repr(want)  # (NaN-safe equality: metrics without samples)
+    # counts exactly, floats to the summation-order tolerance of tests/unit/close.py
+    assert_close(got, want)
     names = {(r.model, r.slice): {m.name for m in r.metrics} for r in got}
     assert ("fraud", "country=de") in names and ("demand", "all") in names
     assert {"accuracy"} <= names["topic", "all"] and {"mae"} & names["demand", "all"]
     # the fine score histograms came across too (they feed slice "all" AUC)
-    assert np.array_equal(migrated.view().wide[0]["m.scores"], fresh.view().wide[0]["m.scores"])
+    assert_close(migrated.view().wide[0][SCORES.key], fresh.view().wide[0][SCORES.key])
     meta, _ = migrated.state()
     assert meta["engine_format"] == ENGINE_FORMAT
 
@@ -142,11 +145,12 @@ def test_format_2_checkpoint_of_the_engine_before_its_split_loads_exactly(
     pipe.process("predictions", [RawRecord(orjson.dumps(r), "predictions") for r in preds])
     pipe.process("labels", [RawRecord(orjson.dumps(r), "labels") for r in labels])
     fresh_meta, fresh_arrays = fresh.state()
-    assert orjson.loads(orjson.dumps(fresh_meta)) == loaded.meta
+    # a fresh run sums floats in this CPU's order: counts exact, sums to a tolerance
+    assert_close(orjson.loads(orjson.dumps(fresh_meta)), loaded.meta)
     for name, value in loaded.arrays.items():
         if name.startswith(("preds.", "orphans.")):  # row order differs before a compaction
             order = np.argsort(fresh_arrays[f"{name.split('.')[0]}.keys"], kind="stable")
             got = fresh_arrays[name][order]
         else:
             got = fresh_arrays[name]
-        assert np.array_equal(got, value, equal_nan=True), name
+        assert_close(got, value, name)

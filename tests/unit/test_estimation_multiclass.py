@@ -17,6 +17,7 @@ import pytest
 from monitor.config import ConfigError, settings_from_mapping
 from monitor.ingest.deadletter import FileDeadLetter
 from monitor.ingest.files import JsonlReader
+from monitor.metrics.catalog import ESTIMATION, EXPECTED_CONFUSION
 from monitor.replay import replay
 from monitor.stats.estimation import cbpe_top_label
 from monitor.wiring import build_engine, build_pipeline
@@ -142,8 +143,9 @@ def test_multiclass_slos_may_opt_into_estimated_accuracy(tmp_path: Path) -> None
 
 
 def test_a_checkpoint_without_the_expected_matrix_loads_with_zeros(tmp_path: Path) -> None:
-    """States written before ``m.mc_cm`` existed restore; the new store starts at zero
-    and fills from the next predictions (older buckets keep only the top-label bins)."""
+    """States written before the expected confusion matrix existed restore; the new store
+    starts at zero and fills from the next predictions (older buckets keep only the
+    top-label bins)."""
     models = [{"name": "m", "task": "multiclass", "classes": CLASSES, "estimation": {}}]
     settings = settings_from_mapping({"state": {"dir": str(tmp_path)}, "models": models})
     p = np.random.default_rng(5).dirichlet([1.0] * K, 200)
@@ -162,13 +164,14 @@ def test_a_checkpoint_without_the_expected_matrix_loads_with_zeros(tmp_path: Pat
         "predictions", reader.next_batch()
     )
     meta, arrays = engine.state()
-    key = "wide/m/m.mc_cm"
+    key = f"wide/m/{EXPECTED_CONFUSION.key}"
     assert arrays[key].sum() == pytest.approx(100.0)  # every vector sums to 1
     again = build_engine(settings)
     again.load(meta, {k: v for k, v in arrays.items() if k != key})
-    assert again.wide[0].state()["m.mc_cm"].sum() == 0.0
-    assert again.wide[0].state()["m.est"].tolist() == engine.wide[0].state()["m.est"].tolist()
+    assert again.wide[0].state()[EXPECTED_CONFUSION.key].sum() == 0.0
+    est = ESTIMATION.key
+    assert again.wide[0].state()[est].tolist() == engine.wide[0].state()[est].tolist()
     build_pipeline(settings, again, FileDeadLetter(tmp_path / "dl.jsonl")).process(
         "predictions", reader.next_batch()
     )
-    assert again.wide[0].state()["m.mc_cm"].sum() == pytest.approx(100.0)
+    assert again.wide[0].state()[EXPECTED_CONFUSION.key].sum() == pytest.approx(100.0)

@@ -18,6 +18,8 @@ from monitor.engine.snapshot import Economics, FairnessGap, Snapshot, WindowResu
 from monitor.export.prometheus import MonitorCollector
 from monitor.export.published import Published
 from monitor.export.sinks import go_float
+from monitor.metrics.protocol import ModelParams
+from monitor.metrics.registry import series_table
 from monitor.stats.results import MetricValue
 from monitor.stats.scores import ReliabilityBin
 from monitor.wiring import build_engine
@@ -93,7 +95,13 @@ def _synthetic_snapshot() -> Snapshot:
                                          mv("expected_value", 2.5, math.nan, math.nan, 7))),
     )  # fmt: skip
     fairness = (FairnessGap("bin", "v1", "7d", 'seg"ment', "ece_gap", 0.125, "a", "b"),)
-    return Snapshot(0, results, fairness=fairness)
+    # what a fleet of these models exports its names as (per-class labels, help texts)
+    series = series_table([
+        (ModelParams("multiclass", ("cat\ndog", "b\\c")), ("accuracy", "per_class")),
+        (ModelParams("regression", quantiles=(0.9,)), ("mae", "mape", "pinball")),
+        (ModelParams("binary", gain_fractions=(0.1,)), ("gain", "log_loss", "brier")),
+    ])  # fmt: skip
+    return Snapshot(0, results, fairness=fairness, series=series)
 
 
 @pytest.mark.parametrize("make", [_fleet_snapshot, _synthetic_snapshot])

@@ -1,28 +1,35 @@
-"""One metric registry: configuration catalogs, score-metric selection and Prometheus
-help texts all come from it, and a new task can register its own metrics."""
+"""One registry, generated from the metric families: configuration catalogs, score-metric
+selection, the exporter's series (help text, labels) and the docs' metric table."""
 
 from __future__ import annotations
+
+import re
+from pathlib import Path
 
 import pytest
 
 from monitor import config
-from monitor.engine import metric_registry as reg
 from monitor.engine.models import SCORE_METRICS
+from monitor.metrics import registry as reg
+from monitor.metrics.protocol import TASKS, Metric, ModelParams
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 
 def test_config_catalogs_are_the_registry() -> None:
-    for task in ("binary", "multiclass", "regression"):
+    for task in TASKS:
         assert config.TASK_METRICS[task] == reg.task_metrics(task)
         assert len(set(reg.task_metrics(task))) == len(reg.task_metrics(task))
-    assert {"ks_statistic", "gini", "gain"} == config.OPT_IN_METRICS
+    assert {"ks_statistic", "gini", "gain", "npv", "top_k_accuracy"} == config.OPT_IN_METRICS
     assert {"roc_auc", "log_loss", "ece", "gain"} <= SCORE_METRICS
-    assert not SCORE_METRICS & {"accuracy", "f1", "mcc", "mae"}
+    assert not SCORE_METRICS & {"accuracy", "f1", "mcc", "mae", "npv"}
 
 
-def test_every_metric_has_help() -> None:
-    for task in ("binary", "multiclass", "regression"):
-        for name in reg.task_metrics(task):
-            assert reg.help_text(name) not in ("", name), name
+def test_every_definition_declares_help_unit_and_direction() -> None:
+    for family in reg.BUILTIN:
+        assert issubclass(family, Metric) and family.declared(), family
+        for d in family.declared():
+            assert d.help not in ("", d.name) and d.unit and d.tasks <= set(TASKS), d
 
 
 def test_unknown_metric_names_the_catalog() -> None:
@@ -30,37 +37,41 @@ def test_unknown_metric_names_the_catalog() -> None:
         config.settings_from_mapping({"models": [{"name": "m", "metrics": ["nope"]}]})
 
 
-def test_prometheus_help_comes_from_the_registry() -> None:
+def test_parametrised_series_come_from_their_definitions() -> None:
+    """The per-beta, per-quantile, per-fraction, per-class and per-k names a configuration
+    makes are declared by their family; the exporter parses no name back."""
+    params = ModelParams("binary", fbeta=(0.5,), gain_fractions=(0.025, 0.1))
+    binary = {s.name: s for s in reg.series_of(params, ("fbeta", "gain"))}
+    assert binary["f0_5"].help.startswith("F-beta score with beta = 0.5 ")
+    assert binary["gain_at_2_5"].help == "Share of positives among the top 2.5% scores"
+    assert binary["lift_at_10"].help == "Cumulative gain at the top 10% scores / 10%"
+    rg = {
+        s.name: s for s in reg.series_of(ModelParams("regression", quantiles=(0.9,)), ("pinball",))
+    }
+    assert rg["pinball_q0_9"].help == "Mean pinball (quantile) loss at quantile 0.9"
+    mc = {s.name: s for s in reg.series_of(ModelParams("multiclass", ("a", "b")), ("per_class",))}
+    assert mc["precision[a]"].family == "class_precision"
+    assert mc["precision[a]"].labels == (("class", "a"),)
+    rk = {s.name: s for s in reg.series_of(ModelParams("ranking", ks=(3,)), ("ndcg", "mrr"))}
+    assert set(rk) == {"ndcg_at_3", "mrr"} and "3" in rk["ndcg_at_3"].help
     from monitor.export import prometheus
 
-    assert not hasattr(prometheus, "_HELP")
-    assert prometheus.help_text is reg.help_text
-
-
-def test_parametrised_names_have_their_help_in_the_registry() -> None:
-    """The per-quantile and per-fraction names a configuration makes (pinball_q0_9,
-    gain_at_2_5, lift_at_10, f0_5) are documented by the registry, nowhere else."""
-    from monitor.stats.binary import fbeta_name
-    from monitor.stats.regression import pinball_name
-    from monitor.stats.scores import gain_name
-
-    assert reg.help_text(pinball_name(0.9)) == "Mean pinball (quantile) loss at quantile 0.9"
-    assert reg.help_text(gain_name(0.025)) == "Share of positives among the top 2.5% scores"
-    assert reg.help_text(gain_name(0.1, "lift")) == "Cumulative gain at the top 10% scores / 10%"
-    assert reg.help_text(fbeta_name(0.5)).startswith("F-beta score with beta = 0.5 ")
-
-
-def test_a_new_task_registers_its_metrics() -> None:
-    reg.register(reg.MetricInfo("test_ndcg_probe", frozenset({"test-task"}), "NDCG probe"))
-    reg.register(reg.MetricInfo("accuracy", frozenset({"test-task"}), "ignored: known"))
-    assert reg.task_metrics("test-task") == ("test_ndcg_probe", "accuracy")
-    assert reg.help_text("accuracy") == "Share of labeled predictions that were correct"
-    assert "test-task" in reg.metric_info("accuracy").tasks  # type: ignore[union-attr]
-    assert "test_ndcg_probe" not in reg.task_metrics("binary")
+    source = Path(prometheus.__file__).read_text()
+    assert "_split_class" not in source and "help_text" not in source
 
 
 def test_every_task_loss_is_a_stored_loss() -> None:
-    """A comparison loss a task may pick must have a row in the stored loss moments."""
     for task, losses in config.TASK_LOSSES.items():
         assert set(losses) <= set(reg.LOSSES), (task, set(losses) - set(reg.LOSSES))
     assert set(reg.LOSSES) == {name for names in config.TASK_LOSSES.values() for name in names}
+
+
+def test_the_docs_metric_table_is_the_generated_one() -> None:
+    """docs/metrics.md holds the table between its markers exactly as generated (run
+    ``python -m monitor.metrics.docs`` to rewrite it)."""
+    page = DOCS.read_text()
+    m = re.search(
+        r"<!-- metric table: generated -->\n(.*?)<!-- end of metric table -->", page, re.S
+    )
+    assert m is not None, "docs/metrics.md lacks the generated metric table"
+    assert m.group(1) == reg.docs_table()

@@ -60,7 +60,7 @@ def _exported_per_model() -> dict[str, int]:
     # counted on the rendered page, as Prometheus would read it
     snap = engine.snapshot(NOW, retain=False)
     pub = Published(snapshot=Snapshot(snap.at_ms, snap.results, drift=snap.drift,
-                                      fairness=snap.fairness))  # fmt: skip
+                                      fairness=snap.fairness, series=snap.series))  # fmt: skip
     exposition = Exposition(lambda: pub, CollectorRegistry(auto_describe=False))
     exposition.refresh()
     text = exposition.collector.snapshot_text(pub).decode()

@@ -84,7 +84,12 @@ def test_every_slice_matches_sklearn() -> None:
         got = _metrics(by_slice[f"country={c}"])
         yy, ss = y[mask], score[mask]
         assert abs(got["roc_auc"] - roc_auc_score(yy, ss)) < 0.002, c
-        assert abs(got["pr_auc"] - average_precision_score(yy, ss)) < 0.002, c
+        # average precision is scikit-learn's on the binned scores (a bin is a group of
+        # tied scores), which reads below the raw scores' AP by the precision a bin's width
+        # spans: at most 0.01 at 128 bins on these slices (docs/semantics.md)
+        binned = engine.models[0].slice_score_layout.bin_of(ss)
+        assert got["pr_auc"] == pytest.approx(average_precision_score(yy, binned), abs=1e-12), c
+        assert -0.01 < got["pr_auc"] - average_precision_score(yy, ss) <= 0, c
         assert got["log_loss"] == pytest.approx(log_loss(yy, ss), abs=1e-9), c
         assert got["brier"] == pytest.approx(brier_score_loss(yy, ss), abs=1e-9), c
         # ECE = Σ_b (n_b/n)·|ȳ_b − p̄_b| over 10 equal-width bins (edges 0.1 … 0.9, a

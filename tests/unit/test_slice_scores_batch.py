@@ -1,5 +1,6 @@
-"""The batched slice score metrics equal ScoreLayout's one-vector methods, row by row,
-whatever else is in the batch (edge cases included)."""
+"""One implementation of the score metrics for slice ``all`` and every segment slice: a
+stack of histograms gives, row by row, what each vector gives alone (whatever else is in
+the batch, edge cases included), and each row equals scikit-learn on the binned scores."""
 
 from __future__ import annotations
 
@@ -9,16 +10,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sklearn.metrics import average_precision_score, brier_score_loss, roc_auc_score
 
+from monitor.engine.evaluate import score_results
 from monitor.engine.models import SLICE_LOGIT_RANGE
-from monitor.engine.slice_scores import (
-    average_precision_interpolated,
-    slice_score_metrics,
-    slice_score_metrics_many,
-)
-from monitor.stats.common import class_count_reason, withheld
 from monitor.stats.results import MetricValue
-from monitor.stats.scores import MIN_SCORE_CLASS_COUNT, ScoreLayout
+from monitor.stats.scores import ScoreLayout
 
 LAYOUT = ScoreLayout(bins=128, logit_range=SLICE_LOGIT_RANGE)
 
@@ -28,40 +25,6 @@ def _vec(y: np.ndarray, p: np.ndarray) -> np.ndarray:
     if y.size:
         LAYOUT.add(vec, y, p)
     return vec
-
-
-def _expected(vec: np.ndarray, confidence: float) -> list[MetricValue]:
-    """ScoreLayout.metrics with PR-AUC interpolated, gated like every score metric."""
-    out = LAYOUT.metrics(vec, confidence)
-    neg, pos, _ = LAYOUT.histograms(vec)
-    ap = average_precision_interpolated(neg, pos)
-    n_pos = float(pos.sum())
-    if math.isfinite(ap) and 0 < ap < 1:
-        half = 1.959963984540054 / math.sqrt(n_pos * ap * (1 - ap))
-        if confidence != 0.95:
-            from monitor.stats.intervals import z_value
-
-            half = z_value(confidence) / math.sqrt(n_pos * ap * (1 - ap))
-        eta = math.log(ap / (1 - ap))
-        lo, hi = 1 / (1 + math.exp(half - eta)), 1 / (1 + math.exp(-eta - half))
-        pr = MetricValue("pr_auc", ap, lo, hi, round(n_pos), "logit")
-    elif math.isfinite(ap):
-        pr = MetricValue("pr_auc", ap, ap, ap, round(n_pos), "logit")
-    else:
-        pr = MetricValue("pr_auc", math.nan, math.nan, math.nan, round(n_pos), "logit")
-    reason = class_count_reason(n_pos, float(neg.sum()), MIN_SCORE_CLASS_COUNT)
-    if reason and pr.defined:
-        pr = withheld(pr, reason)
-    return [pr if mv.name == "pr_auc" else mv for mv in out]
-
-
-def _same(a: MetricValue, b: MetricValue) -> None:
-    assert (a.name, a.n, a.method, a.note) == (b.name, b.n, b.method, b.note), (a, b)
-    for x, y in ((a.value, b.value), (a.lower, b.lower), (a.upper, b.upper)):
-        assert (math.isnan(x) and math.isnan(y)) or x == pytest.approx(y, rel=1e-9, abs=1e-12), (
-            a,
-            b,
-        )
 
 
 def _key(m: MetricValue) -> tuple[object, ...]:
@@ -87,33 +50,31 @@ def _cases() -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize("confidence", [0.95, 0.9])
-def test_batch_equals_each_vector_alone(confidence: float) -> None:
+def test_a_stack_gives_each_vector_its_result_alone(confidence: float) -> None:
     cases = _cases()
-    many = slice_score_metrics_many(LAYOUT, np.stack(cases), confidence)
-    assert len(many) == len(cases)
-    for vec, got in zip(cases, many, strict=True):
+    stack = np.stack(cases)
+    many = LAYOUT.metrics_many(stack, confidence)
+    reliability = LAYOUT.reliability_many(stack, confidence)
+    results = score_results(LAYOUT, stack, confidence)
+    assert len(many) == len(reliability) == len(results) == len(cases)
+    for vec, metrics, rel, result in zip(cases, many, reliability, results, strict=True):
+        alone = LAYOUT.metrics(vec, confidence)
+        assert [_key(m) for m in metrics] == [_key(m) for m in alone]
+        assert [repr(b) for b in rel] == [repr(b) for b in LAYOUT.reliability(vec, confidence)]
+        # the per-metric methods are rows of the same computation
+        by_name = {m.name: m for m in alone}
+        assert _key(LAYOUT.roc_auc(vec, confidence)) == _key(by_name["roc_auc"])
+        assert _key(LAYOUT.pr_auc(vec, confidence)) == _key(by_name["pr_auc"])
+        assert _key(LAYOUT.ece_equal_mass(vec, confidence)) == _key(by_name["ece_equal_mass"])
+        # a window without scored rows has no score metrics in a result
         if vec[LAYOUT.width - 5] <= 0:
-            assert got is None
-            continue
-        assert got is not None
-        metrics, reliability = got
-        expected = _expected(vec, confidence)
-        assert [m.name for m in metrics] == [m.name for m in expected]
-        for a, b in zip(metrics, expected, strict=True):
-            _same(a, b)
-        want = LAYOUT.reliability(vec, confidence)
-        assert len(reliability) == len(want)
-        for a, b in zip(reliability, want, strict=True):
-            assert (a.lower, a.upper, a.count) == (b.lower, b.upper, b.count)
-            for x, y in zip(
-                (a.mean_predicted, a.observed, a.observed_lower, a.observed_upper),
-                (b.mean_predicted, b.observed, b.observed_lower, b.observed_upper),
-                strict=True,
-            ):
-                assert (math.isnan(x) and math.isnan(y)) or x == pytest.approx(y, rel=1e-12)
-        # alone, the same row gives the same result
-        alone = slice_score_metrics(LAYOUT, vec, confidence)
-        assert [_key(m) for m in alone] == [_key(m) for m in metrics]
+            assert result is None
+        else:
+            assert result is not None and [_key(m) for m in result[0]] == [_key(m) for m in alone]
+    # every metric of the first (large) case is defined, with its interval
+    big = {m.name: m for m in many[0]}
+    for name in ("roc_auc", "pr_auc", "log_loss", "brier", "ece", "mce", "base_rate"):
+        assert big[name].lower < big[name].value < big[name].upper, name
 
 
 @settings(max_examples=40, deadline=None)
@@ -124,11 +85,18 @@ def test_batch_equals_each_vector_alone(confidence: float) -> None:
         max_size=80,
     )
 )
-def test_batch_row_equals_one_vector_methods(pairs: list[tuple[int, float]]) -> None:
+def test_each_row_equals_scikit_learn_on_the_binned_scores(pairs: list[tuple[int, float]]) -> None:
     y = np.array([a for a, _ in pairs], np.int8)
     p = np.array([b for _, b in pairs])
     vec = _vec(y, p)
-    got = slice_score_metrics_many(LAYOUT, np.stack([vec, _cases()[0]]), 0.95)[0]
-    assert got is not None
-    for a, b in zip(got[0], _expected(vec, 0.95), strict=True):
-        _same(a, b)
+    row = LAYOUT.metrics_many(np.stack([_cases()[0], vec, _cases()[1]]), 0.95)[1]
+    assert [_key(m) for m in row] == [_key(m) for m in LAYOUT.metrics(vec)]
+    got = {m.name: m.value for m in row}
+    binned = LAYOUT.bin_of(p)  # each score replaced by its bin: a bin is a group of ties
+    if 0 < y.sum() < y.size:
+        assert got["roc_auc"] == pytest.approx(roc_auc_score(y, binned), abs=1e-12)
+        assert got["pr_auc"] == pytest.approx(average_precision_score(y, binned), abs=1e-12)
+    else:
+        assert math.isnan(got["roc_auc"])
+    assert got["brier"] == pytest.approx(brier_score_loss(y, p), abs=1e-12)
+    assert got["base_rate"] == pytest.approx(y.mean(), abs=1e-12)

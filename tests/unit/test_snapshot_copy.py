@@ -7,19 +7,23 @@ from __future__ import annotations
 import numpy as np
 
 from monitor.engine.buckets import BucketStore
+from monitor.metrics.protocol import Stat
 
 WIDTH = 60_000
 
 
+CELLS = Stat("cells")  # a matrix of 6 float cells per row
+
+
 def _store() -> BucketStore:
-    return BucketStore(WIDTH, {"scores": (6, np.float64)})
+    return BucketStore(WIDTH, {CELLS.name: (6, np.float64)})
 
 
 def _write(store: BucketStore, rng: np.random.Generator, groups: int, buckets: int) -> None:
     g = rng.integers(0, groups, 50)
     ts = rng.integers(0, buckets, 50) * WIDTH
     rows = store.rows_for(g, ts)
-    np.add.at(store.matrix("scores"), (rows, rng.integers(0, 6, 50)), rng.random(50))
+    np.add.at(store.matrix(CELLS.name), (rows, rng.integers(0, 6, 50)), rng.random(50))
     store.add_joined(g, ts, rng.integers(0, 2, 50), rng.integers(0, 2, 50))
 
 
@@ -113,7 +117,7 @@ def _fresh_sums(store: BucketStore, bounds: list[tuple[int, int]], n_groups: int
 
     return [
         window_group_sums(
-            store.group, store.bucket, store.matrix("scores"), b, np.arange(n_groups), n_groups
+            store.group, store.bucket, store.matrix(CELLS.name), b, np.arange(n_groups), n_groups
         )
         for b in bounds
     ]
@@ -130,7 +134,7 @@ def test_window_sums_by_chunks_equal_sums_of_the_final_rows(monkeypatch) -> None
     for _ in range(10):
         _write(store, rng, 30, 60)
     bounds = [(0, 59), (30, 59), (55, 59), (100, 200)]
-    plan = store.begin_sums("scores", bounds, np.arange(30), 30)
+    plan = store.begin_sums(CELLS.name, bounds, np.arange(30), 30)
     chunks = 0
     while store.sum_chunk(plan, np.arange(40), 40):
         chunks += 1
@@ -149,7 +153,7 @@ def _rolled_up_while_summing(rng: np.random.Generator, finish: bool):  # type: i
     for _ in range(10):
         _write(store, rng, 5, 200)
     bounds = [(0, 199)]
-    plan = store.begin_sums("scores", bounds, np.arange(5), 5)
+    plan = store.begin_sums(CELLS.name, bounds, np.arange(5), 5)
     if finish:
         store.finish_sums(plan, np.arange(5), 5)
     else:
@@ -177,7 +181,7 @@ def _as_rows(store: BucketStore) -> dict[tuple[int, int, int], tuple[float, ...]
         (int(g), int(t), int(b)): (int(p), int(lab), *c.tolist(), *m.tolist())
         for g, t, b, p, lab, c, m in zip(
             v["group"], v["tier"], v["bucket"], v["predicted"], v["labeled"],
-            v["confusion"], v["m.scores"], strict=True,
+            v["confusion"], v[CELLS.key], strict=True,
         )
     }  # fmt: skip
 
@@ -208,7 +212,7 @@ def test_roll_up_and_retention_move_only_the_rows_they_remove() -> None:
         np.testing.assert_allclose(got[key], values, rtol=1e-12)
     keys = store._keys(np.arange(len(store))).tolist()
     assert store._index == {k: i for i, k in enumerate(keys)}
-    assert not store._cols["m.scores"][len(store) :].any()
+    assert not store._cols[CELLS.key][len(store) :].any()
     # writes after the removal land in the right rows
     rows = store.rows_for(np.array([2]), np.array([399 * WIDTH]))
     assert store._keys(rows).tolist() == [(2 << 38) | 399]
@@ -228,7 +232,7 @@ def test_running_window_sums_equal_fresh_sums_pass_after_pass() -> None:
     for step in range(12):
         lo = step * 3  # the windows slide; one stays put, one is empty
         bounds = [(lo, lo + 40), (lo + 30, lo + 45), (0, 80), (500, 600)]
-        plan = store.begin_sums("scores", bounds, np.arange(n_groups), n_groups)
+        plan = store.begin_sums(CELLS.name, bounds, np.arange(n_groups), n_groups)
         incremental += plan.base is not None
         _write(store, rng, n_groups, 70)  # before the pass advanced
         store.advance_sums(plan)
@@ -248,7 +252,7 @@ def test_running_window_sums_start_afresh_after_rows_move() -> None:
     rng = np.random.default_rng(9)
     store, bounds, plan = _rolled_up_while_summing(rng, finish=True)
     _write(store, rng, 5, 200)
-    plan = store.begin_sums("scores", bounds, np.arange(5), 5)
+    plan = store.begin_sums(CELLS.name, bounds, np.arange(5), 5)
     assert plan.base is None  # the rows moved: summed afresh
     while store.sum_chunk(plan, np.arange(5), 5):
         pass
