@@ -326,8 +326,8 @@ class Engine:
         """Plugins still trusted (one that raised in ``update`` is switched off)."""
         return self.plugin_stats.active
 
-    def _wide_matrices(self, m: int) -> dict[str, int | tuple[int, type]]:
-        out: dict[str, int | tuple[int, type]] = {}
+    def _wide_matrices(self, m: int) -> dict[str, int | tuple[int, type] | tuple[int, type, int]]:
+        out: dict[str, int | tuple[int, type] | tuple[int, type, int]] = {}
         d = self.drift.by_model.get(m)
         if d is not None:
             out[d.matrix] = d.width
@@ -338,14 +338,16 @@ class Engine:
             k = len(self.models[m].classes)  # Σ p_j per decided class i, cell K·i + j
             out[EXPECTED_CONFUSION.name] = (k * k, np.float64)
         if m in self.score_layouts:
-            out[SCORES.name] = (self.score_layouts[m].width, np.float64)
+            layout = self.score_layouts[m]
+            out[SCORES.name] = (layout.width, np.float64, layout.legacy_width)
         for family in self.families[m]:
             out[family.stat.name] = (family.width(), np.float64)
         return out
 
-    def _sliced_matrices(self, m: int) -> dict[str, int | tuple[int, type]]:
+    def _sliced_matrices(self, m: int) -> dict[str, int | tuple[int, type] | tuple[int, type, int]]:
         if m in self.slice_score_layouts:
-            return {SCORES.name: (self.slice_score_layouts[m].width, np.float64)}
+            layout = self.slice_score_layouts[m]
+            return {SCORES.name: (layout.width, np.float64, layout.legacy_width)}
         if m in self.mc_layouts:
             return {MULTICLASS.name: (self.mc_layouts[m].width, np.float64)}
         if m in self.rg_layouts:

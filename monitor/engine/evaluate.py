@@ -61,17 +61,22 @@ SliceScores = tuple[list[MetricValue], tuple[ReliabilityBin, ...]]
 
 
 def score_results(
-    layout: ScoreLayout, vecs: np.ndarray, confidence: float
+    layout: ScoreLayout,
+    vecs: np.ndarray,
+    confidence: float,
+    positive_share: np.ndarray | None = None,
 ) -> list[SliceScores | None]:
     """The score metrics and reliability diagram of each row of ``vecs`` (one code path
     for a version's fine histogram and a batch of segment slices' coarse ones); None for
-    a row without scored rows (its predictions carried decisions only)."""
+    a row without scored rows (its predictions carried decisions only).
+    ``positive_share``: each row's long-run prevalence (its class-count gates)."""
     v = np.atleast_2d(vecs)
     out: list[SliceScores | None] = [None] * v.shape[0]
-    scored = np.flatnonzero(v[:, layout.width - 5] > 0)
+    scored = np.flatnonzero(v[:, layout.n_column] > 0)
     if scored.shape[0]:
         rows = v[scored]
-        metrics = layout.metrics_many(rows, confidence)
+        share = None if positive_share is None else np.atleast_1d(positive_share)[scored]
+        metrics = layout.metrics_many(rows, confidence, positive_share=share)
         reliability = layout.reliability_many(rows, confidence)
         for i, m, r in zip(scored.tolist(), metrics, reliability, strict=True):
             out[i] = (m, r)
@@ -163,6 +168,16 @@ def _evaluate(
         local = np.full(n_groups, -1, np.intp)  # group -> row of the model's task sums
         local[gids] = np.arange(gids.shape[0])
         parts = _slice_parts(spec, groups, versions)  # the same for every window
+        # the longest window's counts: the long-run rates every window's gates read
+        longest = max(spec.windows, key=lambda w: w.size_ms + w.delay_ms)
+        long_lo, long_hi = view.tiers.window(now_ms, longest.size_ms, longest.delay_ms)
+        long_conf = light.of(long_lo, long_hi).confusion
+        long_tasks = view.window_sums.get((m, long_lo, long_hi))
+        if long_tasks is None and task_matrix is not None:
+            long_tasks = window_group_sums(
+                tasks["group"], tasks["bucket"], task_matrix, (long_lo, long_hi), local,
+                gids.shape[0],
+            )  # fmt: skip
         for w in spec.windows:
             lo, hi = view.tiers.window(now_ms, w.size_ms, w.delay_ms)
             sums = light.of(lo, hi)
@@ -188,6 +203,8 @@ def _evaluate(
                 task_sums,
                 cache,
                 local,
+                long_conf,
+                long_tasks,
             )
             emit = win.emit
             none = np.empty(0, np.int64)
@@ -338,9 +355,14 @@ class _Window:
         task_sums: np.ndarray | None = None,
         cache: ResultCache | None = None,
         local: np.ndarray | None = None,
+        long_conf: np.ndarray | None = None,
+        long_tasks: np.ndarray | None = None,
     ) -> None:
         self.cache = cache
         self.local = local  # group -> row of task_sums
+        # the model's longest window per group: light counts and task sums (long-run rates)
+        self.long_conf = long_conf if long_conf is not None else sums.confusion
+        self.long_tasks = long_tasks
         self.spec, self.catalog, self.label = spec, catalog, label
         self.task_sums = task_sums
         self.start_ms, self.end_ms = start_ms, end_ms
@@ -375,14 +397,18 @@ class _Window:
         """Compute the queued binary results, their confusion catalogs in one batch."""
         if not self.pending:
             return
-        confs = _member_sums(self.conf, [p.members for p in self.pending])
+        members = [p.members for p in self.pending]
+        confs = _member_sums(self.conf, members)
+        longs = _member_sums(self.long_conf, members).astype(np.float64)
         catalog = self.catalog
         binary, binary_keys = _cached_rows(
             self.cache,
-            confs.astype(np.float64),
+            np.hstack([confs.astype(np.float64), longs]),  # the gates read the long run
             ("binary", catalog.token, self.confidence),
-            lambda rows: catalog.confusion_metrics(rows, self.confidence),
+            lambda rows: catalog.confusion_metrics(rows[:, :4], self.confidence, rows[:, 4:]),
         )
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = (longs[:, 2] + longs[:, 3]) / longs.sum(axis=1)  # long-run prevalence
         # slice "all" reads the version's fine histograms; a segment slice the sum of its
         # segments' coarser ones, whose score metrics are computed here in one batch
         n = len(self.pending)
@@ -398,11 +424,12 @@ class _Window:
                 vecs = _member_sums(
                     self.task_sums, [local[self.pending[i].members].tolist() for i in at]
                 )
+                keyed = np.hstack([vecs, share[at, np.newaxis]])
                 batch, keys = _cached_rows(
                     self.cache,
-                    vecs,
+                    keyed,
                     ("slice", layout.bins, layout.logit_range, self.confidence),
-                    lambda rows: score_results(layout, rows, self.confidence),
+                    lambda rows: score_results(layout, rows[:, :-1], self.confidence, rows[:, -1]),
                 )
                 for j, i in enumerate(at):
                     coarse[i], scored[i], slice_keys[i] = vecs[j], batch[j], keys[j]
@@ -424,8 +451,9 @@ class _Window:
                 done = cache.get(key)
             if done is None:
                 metrics, reliability, economics = catalog.compute(
-                    confs[k], values, p.wide_rows, self.confidence, coarse[k], scored[k], p.fine
-                )
+                    confs[k], values, p.wide_rows, self.confidence, coarse[k], scored[k], p.fine,
+                    float(share[k]),
+                )  # fmt: skip
                 if p.slice_label == "all" and catalog.est is not None:
                     metrics += catalog.estimates(p.version, p.wide_rows, self.confidence)
                 done = (metrics, reliability, economics, _score_rates(metrics))
@@ -465,7 +493,12 @@ class _Window:
             if self.task_sums is not None and self.local is not None
             else self.catalog.task_empty()
         )
-        metrics, confusion, excluded = self.catalog.compute_task(vec, self.confidence)
+        long_vec = (
+            self.long_tasks[self.local[members]].sum(axis=0)
+            if self.long_tasks is not None and self.local is not None
+            else None
+        )
+        metrics, confusion, excluded = self.catalog.compute_task(vec, self.confidence, long_vec)
         return {
             "metrics": metrics,
             "class_confusion": confusion,
@@ -691,14 +724,18 @@ class _Catalog:
         return self.task_layout.empty()
 
     def compute_task(
-        self, vec: np.ndarray, confidence: float
+        self, vec: np.ndarray, confidence: float, long_run: np.ndarray | None = None
     ) -> tuple[tuple[MetricValue, ...], tuple[int, ...], tuple[tuple[str, int], ...]]:
         """Metrics of a multiclass, regression or ranking window, the flattened K×K
         confusion matrix (multiclass) and rows excluded from a metric (regression; ranking:
-        queries without a relevant item)."""
+        queries without a relevant item). ``long_run``: the same groups' statistic over
+        the model's longest window (ranking reads its dispersion)."""
         family, layout = self.task_family, self.task_layout
         assert family is not None and layout is not None
-        metrics = tuple(family.compute(vec[np.newaxis, :], confidence)[0])
+        if isinstance(family, RankingCatalog) and long_run is not None:
+            metrics = tuple(family.compute(vec[np.newaxis, :], confidence, long_run)[0])
+        else:
+            metrics = tuple(family.compute(vec[np.newaxis, :], confidence)[0])
         if isinstance(layout, MulticlassLayout):
             return metrics, tuple(int(x) for x in layout.confusion(vec).ravel()), ()
         assert isinstance(layout, RegressionLayout | RankingLayout)
@@ -713,11 +750,13 @@ class _Catalog:
         coarse: np.ndarray | None = None,
         scored: SliceScores | None = None,
         fine: np.ndarray | None = None,
+        positive_share: float = math.nan,
     ) -> tuple[tuple[MetricValue, ...], tuple[ReliabilityBin, ...], Economics | None]:
         """The binary catalog ``binary`` of merged confusion counts ``conf`` (computed in a
         batch by the caller), plus the score-based metrics from the fine histogram rows
         ``rows`` (slice "all") or the summed coarse vector ``coarse`` (segment slices;
-        ``scored``: its score metrics, already computed in a batch)."""
+        ``scored``: its score metrics, already computed in a batch); ``positive_share``:
+        the long-run prevalence their class-count gates read."""
         values = list(binary)
         reliability: tuple[ReliabilityBin, ...] = ()
         economics = None
@@ -729,10 +768,12 @@ class _Catalog:
             vec = fine
         elif self.needs_scores and self.scores is not None and rows.shape[0]:
             vec = _sum_rows(self.scores, rows)
-        if vec is not None and vec[layout.width - 5] <= 0:  # no scored rows (decisions only)
+        if vec is not None and vec[layout.n_column] <= 0:  # no scored rows (decisions only)
             vec = None
         if vec is not None:
-            values_scores, reliability = scored or self._scores(vec, layout, confidence)
+            values_scores, reliability = scored or self._scores(
+                vec, layout, confidence, positive_share
+            )
             values += values_scores
             if self.credit:  # opt-in (config OPT_IN_METRICS)
                 auc = next(mv for mv in values if mv.name == "roc_auc")
@@ -745,21 +786,28 @@ class _Catalog:
             economics = self._economics(conf, vec, layout, confidence)
         return metrics, reliability, economics
 
-    def _scores(self, vec: np.ndarray, layout: ScoreLayout, confidence: float) -> SliceScores:
+    def _scores(
+        self, vec: np.ndarray, layout: ScoreLayout, confidence: float, positive_share: float
+    ) -> SliceScores:
         """A window's score metrics and reliability diagram from its histogram (a 1-row
-        :func:`score_results`), reused while the histogram is unchanged (its digest)."""
-        key = digest(vec, ("scores", layout.bins, layout.logit_range, confidence))
+        :func:`score_results`), reused while the histogram (its digest) and the long-run
+        prevalence are unchanged."""
+        context = ("scores", layout.bins, layout.logit_range, confidence, positive_share)
+        key = digest(vec, context)
         done = self.cache.get(key) if self.cache is not None else None
         if done is None:
-            done = score_results(layout, vec, confidence)[0]
+            done = score_results(layout, vec, confidence, np.array([positive_share]))[0]
             if self.cache is not None:
                 self.cache.put(key, done)
         return done  # type: ignore[no-any-return]
 
-    def confusion_metrics(self, rows: np.ndarray, confidence: float) -> list[list[MetricValue]]:
+    def confusion_metrics(
+        self, rows: np.ndarray, confidence: float, long_run: np.ndarray | None = None
+    ) -> list[list[MetricValue]]:
         """The binary catalog and every other view of the confusion counts (``npv``) of
-        a batch of (n, 4) confusion rows."""
-        out = self.binary.compute(rows, confidence)
+        a batch of (n, 4) confusion rows; ``long_run``: the same groups' counts over the
+        model's longest window (the interval gates read its rates)."""
+        out = self.binary.compute(rows, confidence, long_run)
         for view in self.confusion_views:
             for values, more in zip(out, view.compute(rows, confidence), strict=True):
                 values.extend(more)
