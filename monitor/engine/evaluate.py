@@ -31,7 +31,7 @@ from ..metrics.catalog import (
 from ..metrics.protocol import Metric
 from ..metrics.registry import confusion_views, own_families
 from ..stats.binary import clt_mean
-from ..stats.estimation import cbpe_multiclass, cbpe_split, cbpe_top_label
+from ..stats.estimation import LabelledBins, cbpe_multiclass, cbpe_split, cbpe_top_label
 from ..stats.multiclass import MulticlassLayout
 from ..stats.ranking import RankingLayout
 from ..stats.regression import RegressionLayout
@@ -587,6 +587,8 @@ class _Catalog:
         # and Σ p_j per decided class i of every prediction: the expected confusion matrix
         self.mc_cm = mc_cm if self.mc_est is not None else None
         self.ece: dict[str, float] = {}  # version -> debiased ECE over the longest window
+        # version -> its labelled rows per estimation bin (CBPE's recalibration)
+        self.labelled: dict[str, LabelledBins] = {}
         self.score_layout = ScoreLayout(bins=spec.score_bins)
         self.slice_layout = spec.slice_score_layout
         wanted = spec.exported
@@ -621,9 +623,11 @@ class _Catalog:
         m: int,
         w_index: np.ndarray | None = None,
     ) -> None:
-        """Debiased ECE of each version's labelled rows over the model's longest window:
-        the calibration CBPE's estimates rest on (older labels vouch for newer windows)."""
+        """Debiased ECE of each version's labelled rows over the model's longest window,
+        and those rows per estimation bin: the calibration CBPE's estimates rest on and
+        recalibrate with (older labels vouch for newer windows)."""
         self.ece = {}
+        self.labelled = {}
         longest = max(self.spec.windows, key=lambda w: w.size_ms + w.delay_ms)
         lo, hi = view.tiers.window(now_ms, longest.size_ms, longest.delay_ms)
         sums = view.wide_sums.get((m, lo, hi))
@@ -644,6 +648,24 @@ class _Catalog:
             count, sp, sy = layout.calibration(vec)
             if count.sum() > 0:
                 self.ece[version] = ece_debiased_from_bins(count, sp, sy).value
+                self.labelled[version] = self._labelled_bins(vec)
+
+    def _labelled_bins(self, vec: np.ndarray) -> LabelledBins:
+        """The fine score histogram's labelled rows regrouped into the estimation bins:
+        each fine bin goes whole to the estimation bin of its mean score (a fine bin is
+        a quarter of an estimation bin's logit width, so only the few straddling an edge
+        move at all)."""
+        est = self.spec.estimation_layout
+        assert est is not None
+        neg, pos, sp = self.score_layout.histograms(vec)
+        count = neg + pos
+        used = np.flatnonzero(count > 0)
+        to = est.bin_of(sp[used] / count[used])
+        return LabelledBins(
+            np.bincount(to, weights=count[used], minlength=est.bins),
+            np.bincount(to, weights=sp[used], minlength=est.bins),
+            np.bincount(to, weights=pos[used], minlength=est.bins),
+        )
 
     def measure_top_label_calibration(self, view: StoreView, now_ms: int, m: int) -> None:
         """Debiased top-label ECE of each version's labelled rows over the model's longest
@@ -712,6 +734,7 @@ class _Catalog:
             confidence,
             self.ece.get(version),
             self.spec.max_ece,
+            self.labelled.get(version, _NO_LABELS),
         )
         flag = MetricValue(
             "estimate_reliable", float(est.reliable), math.nan, math.nan, est.rows, "none",
@@ -916,6 +939,7 @@ _SLICED_MATRIX = {
 
 
 _NAN3 = (float("nan"),) * 3
+_NO_LABELS = LabelledBins(np.zeros(1), np.zeros(1), np.zeros(1))  # nothing to recalibrate
 
 
 def ops_state(engine: Engine) -> OpsState:
