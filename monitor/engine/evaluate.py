@@ -32,6 +32,7 @@ from ..metrics.protocol import Metric
 from ..metrics.registry import confusion_views, own_families
 from ..stats.binary import clt_mean
 from ..stats.estimation import LabelledBins, cbpe_multiclass, cbpe_split, cbpe_top_label
+from ..stats.intervals import wilson_interval
 from ..stats.multiclass import MulticlassLayout
 from ..stats.ranking import RankingLayout
 from ..stats.regression import RegressionLayout
@@ -228,7 +229,7 @@ def _evaluate(
             win.flush()
             for version, dimension, shown in pending_gaps:
                 done = [(value, p) for value, p in shown if p.result is not None]
-                gaps.extend(_fairness(spec.name, version, w.label, dimension, done))
+                gaps.extend(_fairness(spec.name, version, w.label, dimension, done, confidence))
     return tuple(results), tuple(gaps)
 
 
@@ -508,10 +509,11 @@ class _Window:
 
 
 def _score_rates(metrics: Sequence[MetricValue]) -> tuple[float, float]:
-    """(ECE, ROC-AUC) among ``metrics``, NaN where not exported: the fairness gaps' inputs."""
+    """(debiased ECE, ROC-AUC) among ``metrics``, NaN where not exported: the fairness
+    gaps' inputs (the plug-in ECE is biased upward, the more the smaller the slice)."""
     ece = auc = math.nan
     for mv in metrics:
-        if mv.name == "ece":
+        if mv.name == "ece_debiased":
             ece = mv.value
         elif mv.name == "roc_auc":
             auc = mv.value
@@ -519,14 +521,29 @@ def _score_rates(metrics: Sequence[MetricValue]) -> tuple[float, float]:
 
 
 def _fairness(
-    model: str, version: str, window: str, dimension: str, shown: list[tuple[str, _Pending]]
+    model: str,
+    version: str,
+    window: str,
+    dimension: str,
+    shown: list[tuple[str, _Pending]],
+    confidence: float,
 ) -> list[FairnessGap]:
     """Demographic parity (predicted-positive-rate gap), equal opportunity (recall gap) and
     equalized odds (max of the TPR and FPR gaps) across a dimension's exported values
     (Hardt, Price & Srebro 2016); the ECE gap (calibration within groups: each group's
-    scores should mean the same probability, Kleinberg, Mullainathan & Raghavan 2017) and
-    the ROC-AUC gap (ranking quality per group), when those metrics are exported."""
+    scores should mean the same probability, Kleinberg, Mullainathan & Raghavan 2017; on
+    the debiased ECE) and the ROC-AUC gap (ranking quality per group), when those metrics
+    are exported.
+
+    The gap is the largest minus the smallest estimate, which noise alone makes positive
+    (with no true difference across 20 slices of 100-20,000 rows the equal-opportunity
+    gap averaged 0.22). So the rate gaps carry a simultaneous interval: each value's
+    Wilson interval at level 1 − α/k (Bonferroni over the k values; 2k for equalized
+    odds) — with probability at least 1 − α all cover, and then the true gap
+    max θ − min θ lies in [max(0, max L − min U), max U − min L]. A lower end of 0 says
+    the data show no difference at all. The ECE and AUC gaps have no interval."""
     rates: dict[str, dict[str, float]] = {"ppr": {}, "tpr": {}, "fpr": {}, "ece": {}, "auc": {}}
+    counts: dict[str, dict[str, tuple[float, float]]] = {"ppr": {}, "tpr": {}, "fpr": {}}
     for value, p in shown:
         assert p.result is not None
         ece, auc = p.rates
@@ -536,30 +553,48 @@ def _fairness(
             rates["auc"][value] = auc
         tn, fp, fn, tp = p.result.confusion
         n = tn + fp + fn + tp
-        if n:
-            rates["ppr"][value] = (tp + fp) / n
-        if tp + fn:
-            rates["tpr"][value] = tp / (tp + fn)
-        if tn + fp:
-            rates["fpr"][value] = fp / (tn + fp)
+        for key, k, trials in (("ppr", tp + fp, n), ("tpr", tp, tp + fn), ("fpr", fp, tn + fp)):
+            if trials:
+                rates[key][value] = k / trials
+                counts[key][value] = (k, trials)
 
-    def gap(metric: str, rate: dict[str, float]) -> FairnessGap | None:
+    def bounds(key: str, tests: int) -> tuple[float, float]:
+        """The gap's simultaneous interval (NaN without counts)."""
+        if key not in counts or len(counts[key]) < 2:
+            return math.nan, math.nan
+        k, trials = (np.array(x, np.float64) for x in zip(*counts[key].values(), strict=True))
+        level = 1.0 - (1.0 - confidence) / tests
+        lo, hi = wilson_interval(k, trials, level)
+        return max(0.0, float(lo.max() - hi.min())), float(hi.max() - lo.min())
+
+    def gap(metric: str, key: str, tests: int = 0) -> FairnessGap | None:
+        rate = rates[key]
         if len(rate) < 2:
             return None
         lo, lo_v = min((r, k) for k, r in rate.items())
         hi, hi_v = max((r, k) for k, r in rate.items())
-        return FairnessGap(model, version, window, dimension, metric, hi - lo, lo_v, hi_v)
+        lower, upper = bounds(key, tests or len(rate))
+        return FairnessGap(model, version, window, dimension, metric, hi - lo, lo_v, hi_v,
+                           lower, upper)  # fmt: skip
 
     out = [
-        gap("demographic_parity", rates["ppr"]),
-        gap("equal_opportunity", rates["tpr"]),
-        gap("ece_gap", rates["ece"]),
-        gap("auc_gap", rates["auc"]),
+        gap("demographic_parity", "ppr"),
+        gap("equal_opportunity", "tpr"),
+        gap("ece_gap", "ece"),
+        gap("auc_gap", "auc"),
     ]
-    tpr, fpr = gap("tpr", rates["tpr"]), gap("fpr", rates["fpr"])
+    both = len(rates["tpr"]) + len(rates["fpr"])
+    tpr, fpr = gap("tpr", "tpr", both), gap("fpr", "fpr", both)
     if tpr is not None and fpr is not None:
         worst = tpr if tpr.gap >= fpr.gap else fpr
-        out.append(replace(worst, metric="equalized_odds"))
+        out.append(
+            replace(
+                worst,
+                metric="equalized_odds",
+                lower=max(tpr.lower, fpr.lower),
+                upper=max(tpr.upper, fpr.upper),
+            )
+        )
     return [x for x in out if x is not None]
 
 

@@ -32,7 +32,8 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class FairnessGap:
-    """Largest minus smallest rate across the exported values of one slice dimension."""
+    """Largest minus smallest rate across the exported values of one slice dimension,
+    with a simultaneous interval of the true gap (NaN for the ECE and AUC gaps)."""
 
     model: str
     version: str
@@ -43,6 +44,8 @@ class FairnessGap:
     gap: float
     lowest: str  # the value with the smallest rate
     highest: str  # the value with the largest rate
+    lower: float = float("nan")
+    upper: float = float("nan")
 
 
 @dataclass(frozen=True, slots=True)

@@ -145,6 +145,8 @@ def snapshot_json(snap: Snapshot) -> dict[str, Any]:
                 "dimension": f.dimension,
                 "metric": f.metric,
                 "gap": f.gap,
+                "ci_lower": _num(f.lower),
+                "ci_upper": _num(f.upper),
                 "lowest": f.lowest,
                 "highest": f.highest,
             }
