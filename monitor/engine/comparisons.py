@@ -15,6 +15,7 @@ earlier is reported as ``continue`` with the reason until the data are trustwort
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -177,6 +178,8 @@ class ComparisonTracker:
             effect = state.effect
         if decision == "invalid" and srm is not None and srm.mismatch:
             reason = f"{reason}: {srm.reason}"
+        if decision in ("promote", "rollback") and spec.loss == "estimated_error_rate":
+            withheld += _calibration_shift(spec, model, results, decision, lo, hi)
         if withheld and decision in ("promote", "rollback"):
             reason = f"{decision} withheld: {'; '.join(withheld)} (sequential state: {reason})"
             decision, superior = "continue", False
@@ -419,6 +422,43 @@ def _unreliable_estimates(
             why = next((mv.note for mv in flags if mv.note), "no estimate yet")
             out.append(f"estimated loss of {version} unreliable ({why})")
     return out
+
+
+def _calibration_shift(
+    spec: ComparisonSpec,
+    model: str,
+    results: Sequence[WindowResult],
+    decision: str,
+    lo: float,
+    hi: float,
+) -> list[str]:
+    """Why an ``estimated_error_rate`` decision does not survive the arms' calibration.
+
+    The test compares the estimated errors of the raw scores; an arm whose scores are
+    off — within ``max_ece``, so reliable — is off by its ``estimate_shift`` (raw minus
+    recalibrated estimated accuracy, its longest window's): the true effect is the
+    sequence's plus D = shift_B − shift_A. A decision stands only if it still holds so
+    shifted (an overconfident canary looked 3.5 points better than it was), so the
+    calibration can withhold a decision, never make one."""
+    shifts = {}
+    for version in (spec.control, spec.treatment):
+        found = [
+            r for r in results
+            if r.model == model and r.version == version and r.slice == "all"
+            and math.isfinite(r.estimate_shift)
+        ]  # fmt: skip
+        if not found:
+            return [f"no recalibrated estimate of {version} to check its scores with"]
+        shifts[version] = max(found, key=lambda r: r.end_ms - r.start_ms).estimate_shift
+    d = shifts[spec.treatment] - shifts[spec.control]
+    if (decision == "rollback" and lo + d <= spec.margin) or (
+        decision == "promote" and hi + d >= spec.margin
+    ):
+        return [
+            f"the arms' calibration moves the effect by {d:+.4f} (raw minus recalibrated "
+            f"estimated accuracy, {spec.treatment} minus {spec.control}), past the margin"
+        ]
+    return []
 
 
 def _window_view(

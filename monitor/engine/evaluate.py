@@ -31,7 +31,13 @@ from ..metrics.catalog import (
 from ..metrics.protocol import Metric
 from ..metrics.registry import confusion_views, own_families
 from ..stats.binary import clt_mean
-from ..stats.estimation import LabelledBins, cbpe_multiclass, cbpe_split, cbpe_top_label
+from ..stats.estimation import (
+    LabelledBins,
+    cbpe_multiclass,
+    cbpe_split,
+    cbpe_top_label,
+    recalibrate,
+)
 from ..stats.intervals import wilson_interval
 from ..stats.multiclass import MulticlassLayout
 from ..stats.ranking import RankingLayout
@@ -455,9 +461,11 @@ class _Window:
                     confs[k], values, p.wide_rows, self.confidence, coarse[k], scored[k], p.fine,
                     float(share[k]),
                 )  # fmt: skip
+                shift = math.nan
                 if p.slice_label == "all" and catalog.est is not None:
-                    metrics += catalog.estimates(p.version, p.wide_rows, self.confidence)
-                done = (metrics, reliability, economics, _score_rates(metrics))
+                    estimated, shift = catalog.estimates(p.version, p.wide_rows, self.confidence)
+                    metrics += estimated
+                done = (metrics, reliability, economics, _score_rates(metrics), shift)
                 if key is not None:
                     cache.put(key, done)  # type: ignore[union-attr]
             p.rates = done[3]
@@ -466,6 +474,7 @@ class _Window:
                 "confusion": (int(c[0]), int(c[1]), int(c[2]), int(c[3])),
                 "reliability": done[1],
                 "economics": done[2],
+                "estimate_shift": done[4],
             }
             self._finish(p, extra)
             if shown is not None:
@@ -751,31 +760,30 @@ class _Catalog:
 
     def estimates(
         self, version: str, rows: np.ndarray, confidence: float
-    ) -> tuple[MetricValue, ...]:
+    ) -> tuple[tuple[MetricValue, ...], float]:
         """CBPE estimates of every scored prediction in the window's wide ``rows``, with
         ``estimate_reliable`` (1/0) — flagged, with the reason in each note, when the
-        version's measured calibration is worse than ``max_ece`` or not measured."""
+        version's measured calibration is worse than ``max_ece``, not measured or too
+        uncertain — and the estimated accuracy of the raw scores minus the recalibrated
+        one (NaN without a recalibration)."""
         if self.est is None or rows.shape[0] == 0:
-            return ()
+            return (), math.nan
         vec = _sum_rows(self.est, rows)
         b = vec.shape[0] // 4
         if vec[:b].sum() + vec[2 * b : 3 * b].sum() <= 0:
-            return ()
-        est = cbpe_split(
-            vec[2 * b : 3 * b],
-            vec[3 * b :],
-            vec[:b],
-            vec[b : 2 * b],
-            confidence,
-            self.ece.get(version),
-            self.spec.max_ece,
-            self.labelled.get(version, _NO_LABELS),
-        )
+            return (), math.nan
+        cells = (vec[2 * b : 3 * b], vec[3 * b :], vec[:b], vec[b : 2 * b])
+        labelled = self.labelled.get(version, _NO_LABELS)
+        est = cbpe_split(*cells, confidence, self.ece.get(version), self.spec.max_ece, labelled)
+        shift = math.nan
+        if recalibrate(labelled) is not None:
+            raw = cbpe_split(*cells, confidence, 0.0).by_name()["estimated_accuracy"].value
+            shift = raw - est.by_name()["estimated_accuracy"].value
         flag = MetricValue(
             "estimate_reliable", float(est.reliable), math.nan, math.nan, est.rows, "none",
             est.reason,
         )  # fmt: skip
-        return (*est.metrics, flag)
+        return (*est.metrics, flag), shift
 
     def task_empty(self) -> np.ndarray:
         assert self.task_layout is not None

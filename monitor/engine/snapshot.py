@@ -76,6 +76,10 @@ class WindowResult:
     classes: tuple[str, ...] = ()
     # regression: rows left out of a metric, e.g. ("mape", zero targets)
     excluded: tuple[tuple[str, int], ...] = ()
+    # binary CBPE: estimated accuracy from the raw scores minus the recalibrated one — how
+    # far the scores' own calibration is off for this window's predictions (an
+    # estimated_error_rate comparison reads it; NaN without a recalibration)
+    estimate_shift: float = float("nan")
 
     @property
     def coverage(self) -> float:
