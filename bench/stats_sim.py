@@ -140,7 +140,7 @@ def losses(runs: int) -> None:
     """Every loss at equal models, split and shadow, with the test the engine picks."""
     t0 = time.perf_counter()
     kw = defaults()
-    print(f"(configuration defaults: {kw}; 100,000 rows, a look every 500)\n")
+    print(f"(configuration defaults: {kw}; {runs} runs of 100,000 rows, a look every 1,000)\n")
     print("| mode | split | prevalence | loss | test | rollback | promote | any |")
     print("|---|---|---|---|---|---|---|---|")
     cases = [("split", share) for share in (0.5, 0.1, 0.9)] + [("shadow", 0.5)]
@@ -152,7 +152,7 @@ def losses(runs: int) -> None:
             for loss in split_losses if mode == "split" else split_losses[:4]:
                 method = engine_method(loss, mode)
                 s = simulate_comparison(
-                    stream, loss, method, runs=runs, rows=100_000, batch=500,
+                    stream, loss, method, runs=runs, rows=100_000, batch=1000,
                     seed=int(prevalence * 1e4) + int(share * 10), **kw,
                 )  # fmt: skip
                 split = f"{1 - share:.0%}/{share:.0%}" if mode == "split" else "pairs"
@@ -285,7 +285,7 @@ def main() -> None:
     if args.part in ("comparisons", "all"):
         comparisons(args.runs)
     if args.part in ("losses", "all"):
-        losses(args.runs // 4)
+        losses(args.runs // 5)
     if args.part in ("slo", "all"):
         slo(args.runs // 2)
     if args.part in ("drift", "all"):
