@@ -1791,6 +1791,7 @@ def fleet_child(
     }  # fmt: skip
     if not extra:
         return out
+    out.update(_fleet_history(engine, lock, now))
     # /metrics: rendered once per evaluation, a scrape serves the cached bytes
     published = Published(snapshot=snap, ops=snap.ops)
     exposition = Exposition(lambda: published, CollectorRegistry())
@@ -1839,6 +1840,34 @@ def fleet_child(
     return out
 
 
+def _fleet_history(engine: Engine, lock: Any, now: int) -> dict[str, float]:
+    """History on the fleet: the status page's trends (every model version's key metrics
+    over the retained range, rows copied under the lock and evaluated outside it) and one
+    /api/v1/history series; the resident memory they add (steady and peak, read from
+    /proc: the transient copies are freed afterwards) against the fleet's RSS."""
+    from monitor.heap import release_free_memory
+    from monitor.insight import Insight, key_metrics
+
+    insight = Insight(lambda: engine, lock)
+    release_free_memory()
+    rss0 = _vm_kb("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
+    t0 = time.perf_counter()
+    series = insight.trends(now, key_metrics)
+    trends_s = time.perf_counter() - t0
+    peak = _vm_kb("VmHWM")
+    t0 = time.perf_counter()
+    one = insight.history("m0", "v0", "all", ["accuracy"], now)
+    api_s = time.perf_counter() - t0
+    release_free_memory()
+    return {
+        "history_rss0_mb": rss0 / 1024, "history_added_mb": (_vm_kb("VmRSS") - rss0) / 1024,
+        "history_peak_added_mb": (peak - rss0) / 1024, "history_trends_s": trends_s,
+        "history_series": float(len(series)), "history_api_s": api_s,
+        "history_points": float(len(one["accuracy"].points)),
+    }  # fmt: skip
+
+
 INGEST_TICK_S = 2.0  # evaluation interval while measuring ingestion (the default is 10 s)
 INGEST_S = 15.0  # how long each ingestion stream lasts, about
 
@@ -1878,6 +1907,11 @@ def bench_fleet(
         f"alone; longest wait for the lock {fleet['ingest_wait_max_s'] * 1e3:.1f} ms "
         f"(alone {fleet['ingest_wait_alone_max_s'] * 1e3:.1f} ms), longest evaluation hold "
         f"{fleet['ingest_hold_max_s'] * 1e3:.1f} ms",
+        f"  history: the page's trends ({fleet['history_series']:.0f} series of every model "
+        f"version) in {fleet['history_trends_s']:.2f} s, one /api/v1/history series "
+        f"({fleet['history_points']:.0f} points) in {fleet['history_api_s'] * 1e3:.0f} ms; "
+        f"RSS {fleet['history_rss0_mb']:.0f} MB, +{fleet['history_added_mb']:.1f} MB after, "
+        f"+{fleet['history_peak_added_mb']:.1f} MB at the peak",
         "fleet without score metrics (confusion catalog): "
         f"state {plain['state_mb']:.0f} MB, RSS {plain['rss_mb']:.0f} MB, "
         f"tick {plain['tick_s']:.3f} s (first {plain['cold_tick_s']:.3f} s), "
@@ -1905,6 +1939,9 @@ def bench_fleet(
                one["cold_tick_s"], "1 model, 1/10 the events", 1.0, "absolute", False),
         Result("g", "fleet longest engine-lock hold", "s", fleet["lock_max_s"],
                one["lock_max_s"], "1 model, 1/10 the events", 0.01, "absolute", False),
+        Result("g", "history: peak RSS added by the trends", "MB",
+               fleet["history_peak_added_mb"], fleet["history_rss0_mb"], "fleet RSS", 0.10,
+               "ratio", False),
         Result("g", "fleet /metrics scrape (cached)", "s", fleet["scrape_s"], fleet["render_s"],
                "rendering the page", 0.3, "absolute", False),
         Result("g", "ingestion while evaluating", "ev/s", fleet["ingest_with_eval_eps"],

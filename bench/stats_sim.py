@@ -1,6 +1,7 @@
 """Full-size operating characteristics of comparisons, SLO paging and drift (docs tables).
 
-    .venv/bin/python bench/stats_sim.py [--runs 2000] [--part comparisons|losses|slo|drift|all]
+    .venv/bin/python bench/stats_sim.py [--runs 2000] [--part PART]  # PART: comparisons, losses,
+                                                   # slo, drift, cause or all
 
 Prints markdown tables, every one through the engine's own code path with the
 configuration's defaults (alpha, horizon, min_samples, min_events, the false-page and
@@ -11,9 +12,11 @@ promotion of a treatment worse by exactly the margin, power of 1% vs 1.2% (90/10
 false alarms over 4,000 looks; every loss in split and shadow mode at equal models with
 the test the engine picks (monitor.engine.comparisons); the SLO false-page probability
 per day and detection delay, one SLO and a deployment of 20; the drift gate's flag rates
-and the daily false-alarm budget. The CI-sized versions of the same simulations are in
-tests/unit/test_experiments_conditional.py, tests/unit/test_comparison_simulation.py,
-tests/unit/test_slo_budget.py and tests/unit/test_drift_gate_simulation.py.
+and the daily false-alarm budget; and the slice attribution of an alert's cause (the
+changed slice ranked first; a slice named explaining when nothing changed). The CI-sized
+versions of the same simulations are in tests/unit/test_experiments_conditional.py,
+tests/unit/test_comparison_simulation.py, tests/unit/test_slo_budget.py,
+tests/unit/test_drift_gate_simulation.py and tests/unit/test_cause.py.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from monitor.experiments.simulate import (
     simulate_srm,
     stream_sums,
 )
+from monitor.stats.cause_simulate import simulate_cause
 
 COMPARISON = {k: f.default for k, f in ComparisonSettings.model_fields.items()}
 """The configuration's defaults of a comparison (alpha, horizon, min_samples, ...)."""
@@ -276,10 +280,25 @@ def drift(windows: int) -> None:
     print(f"\n(drift: {time.perf_counter() - t0:.0f} s)")
 
 
+def cause(runs: int) -> None:
+    """Slice attribution (monitor/stats/cause.py): recall 0.8 in every slice before and
+    after, but for slice 0 after (dropped to the given value, or not at all)."""
+    t0 = time.perf_counter()
+    print("| slices | positives per slice | slice 0 after | ranked first | any named explaining |")
+    print("|---|---|---|---|---|")
+    for slices, positives in ((4, 300), (8, 150), (20, 100)):
+        for after in (None, 0.7, 0.6, 0.45):
+            rng = np.random.default_rng(slices * 1000 + int(100 * (after or 0)))
+            c = simulate_cause(rng, runs, slices, positives, 0.8, after)
+            print(f"| {slices} | {positives} | {'unchanged' if after is None else after} | "
+                  f"{c.first:.3f} | {c.named:.3f} |")  # fmt: skip
+    print(f"\n(cause: {time.perf_counter() - t0:.0f} s)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=2000)
-    parts = ("comparisons", "losses", "slo", "drift", "all")
+    parts = ("comparisons", "losses", "slo", "drift", "cause", "all")
     ap.add_argument("--part", choices=parts, default="all")
     args = ap.parse_args()
     if args.part in ("comparisons", "all"):
@@ -290,6 +309,8 @@ def main() -> None:
         slo(args.runs // 2)
     if args.part in ("drift", "all"):
         drift(args.runs)
+    if args.part in ("cause", "all"):
+        cause(args.runs)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ def _slo_spec(settings: Settings, s: SloSettings, share: float | None) -> SloSpe
         dashboard_url=s.dashboard_url or settings.alerting.dashboard_url,
         interval_scale=scale,
         false_page_budget=budget if interval else None,
+        min_label_completeness=s.min_label_completeness,
     )
 
 

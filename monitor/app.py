@@ -21,7 +21,9 @@ import threading
 import time
 from collections import Counter
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry
 
@@ -29,16 +31,19 @@ from .alert_wiring import build_dispatcher, slo_specs
 from .alerting.alerts import checkpoint_alert, comparison_alerts, drift_alerts, slo_alert
 from .alerting.delivery import DeliveryStats
 from .alerting.slo import SloEvaluator, SloStatus
+from .alerting.timeline import Timeline
 from .collector import collector_paused
 from .config import Settings, redacted
 from .engine.clock import EventWatermark, SteadyClock, retention_now
 from .engine.core import Engine, StateMismatch
 from .engine.evaluate import evaluate_all, ops_state
 from .engine.models import WindowSpec
+from .engine.narrow import NarrowError
 from .engine.snapshot import OpsState, Snapshot
 from .engine.view import StoreView
 from .export.exposition import Exposition
-from .export.http import HttpLimits, HttpServer, Response
+from .export.http import HttpLimits, HttpServer, Request, Response, json_response
+from .export.overview import Overview, build_overview, overview_json
 from .export.published import Published, RuntimeStatus, extend_history
 from .export.report import (
     comparison_json,
@@ -47,8 +52,10 @@ from .export.report import (
     iso,
     layout_json,
     ops_json,
+    series_json,
     slo_json,
     snapshot_json,
+    timeline_json,
 )
 from .export.status_page import render_status_page
 from .heap import release_free_memory
@@ -57,6 +64,7 @@ from .ingest.deadletter import DeadLetterSink, FileDeadLetter
 from .ingest.group_members import GroupMembers
 from .ingest.kafka import KafkaSource, make_producer, open_source
 from .ingest.pipeline import load_offsets, offset_key
+from .insight import Insight, key_metrics
 from .scale.layout import LayoutError, check_layout, metadata_config, partition_counts
 from .schedule.jobs import ScheduledJobs
 from .schedule.reference import rotate
@@ -76,6 +84,20 @@ _HTML = "text/html; charset=utf-8"
 _LAG_EVERY_S = 5.0
 _OPS_EVERY_S = 0.25
 _HEALTH_EVERY_S = 1.0
+
+
+def _bad(param: str, message: str) -> Response:
+    return json_response({"error": message, "parameter": param}, 400)
+
+
+def _time_ms(text: str | None) -> int | None:
+    """A ``from``/``to`` parameter: RFC 3339 or epoch milliseconds (ValueError)."""
+    if not text:
+        return None
+    if text.lstrip("-").isdigit():
+        return int(text)
+    at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return round((at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp() * 1000)
 
 
 class StartupError(Exception):
@@ -126,6 +148,9 @@ class Daemon:
         # SLOs and alert delivery (docs/alerting.md); the dispatcher is None without receivers
         self.slo_specs = slo_specs(settings)
         self.slos = SloEvaluator(self.slo_specs)
+        self.timeline = Timeline()  # written by the evaluation thread only
+        self.insight = Insight(lambda: self.engine, self.lock, settings.evaluation.confidence)
+        self._trends: tuple[Snapshot | None, dict[str, Any]] | None = None
         self.dispatcher = build_dispatcher(settings)
         self._checkpoint_failing_since: float | None = None
         # source offsets covered by the engine's state (the pipeline advances them under
@@ -323,14 +348,21 @@ class Daemon:
     def _publish_snapshot(self, snap: Snapshot, ops: OpsState | None) -> None:
         """Make a fresh snapshot the one every reader sees: its SLO states and alerts,
         the comparison history, the status flags, and the rendered /metrics page."""
-        slos = self._evaluate_slos(snap)
+        causes = self.insight.rollback_causes(snap, dict(self._published.comparison_causes))
+        slos = self._evaluate_slos(snap, causes)
         alerts = self._delivery_stats()
+        try:
+            placed = snap.placed_ms if snap.placed_ms is not None else snap.at_ms
+            self.timeline.observe(placed, slos, snap, causes)
+        except Exception:
+            log.exception("updating the timeline failed")
         with self._pub_lock:
             pub = self._published
             history = extend_history(pub.comparison_history, snap.comparisons)
             self._published = replace(
-                pub, snapshot=snap, ops=ops, slos=slos, alerts=alerts, comparison_history=history
-            )
+                pub, snapshot=snap, ops=ops, slos=slos, alerts=alerts, comparison_history=history,
+                timeline=tuple(self.timeline.spans), comparison_causes=tuple(causes.items()),
+            )  # fmt: skip
         self._set_status(last_evaluation_ok=True, last_evaluation_error=None)
         try:  # render /metrics now, so no scrape pays for it
             self.exposition.refresh()
@@ -345,12 +377,20 @@ class Daemon:
         base = self.settings.alerting.external_url or (self.http.url if self.http else "")
         return f"{base.rstrip('/')}/api/v1/slos" if base else ""
 
-    def _evaluate_slos(self, snap: Snapshot) -> tuple[SloStatus, ...]:
-        """SLO states from the new snapshot, and the alerts that follow from it. Alerting
-        never breaks evaluation: a failure here is logged and the statuses kept."""
+    def _explain(self, snap: Snapshot) -> Any:
+        """The SLO evaluator's cause callback for ``snap``: the slices behind a breach."""
+        placed = snap.placed_ms if snap.placed_ms is not None else snap.at_ms
+        return lambda spec, version: self.insight.slo_cause(spec, version, placed)
+
+    def _evaluate_slos(
+        self, snap: Snapshot, causes: dict[str, Any] | None = None
+    ) -> tuple[SloStatus, ...]:
+        """SLO states from the new snapshot, and the alerts that follow from it
+        (``causes``: the slices behind each comparison in rollback). Alerting never
+        breaks evaluation: a failure here is logged and the statuses kept."""
         try:
             now = snap.at_ms / 1000.0
-            statuses = self.slos.evaluate(snap, now)
+            statuses = self.slos.evaluate(snap, now, self._explain(snap))
             d = self.dispatcher
             if d is None:
                 return statuses
@@ -369,7 +409,9 @@ class Daemon:
             if a.comparison_alerts:
                 d.sync(
                     "comparison",
-                    comparison_alerts(snap.comparisons, now, generator_url=url, **common),
+                    comparison_alerts(
+                        snap.comparisons, now, generator_url=url, causes=causes, **common
+                    ),
                 )
             return statuses
         except Exception:
@@ -421,6 +463,41 @@ class Daemon:
             ],
         }
 
+    def problems_overview(self) -> Overview:
+        """Every model version's state, the worst first (the status page's top; the
+        scheduled summary and report carry it: :meth:`overview`, :meth:`report_extras`)."""
+        pub = self._published
+        return build_overview(
+            pub.snapshot, pub.slos, self.engine.models, dict(pub.comparison_causes),
+            len(self.engine.comparisons), len(self.slo_specs),
+        )  # fmt: skip
+
+    def trends_json(self) -> dict[str, Any]:
+        """Each model version's key metrics over the retained range and the timeline,
+        computed once per published snapshot (the page reloads every few seconds)."""
+        pub = self._published
+        cached = self._trends
+        if cached is not None and cached[0] is pub.snapshot:
+            return cached[1]
+        snap = pub.snapshot
+        series: list[dict[str, Any]] = []
+        if snap is not None:
+            now = snap.placed_ms if snap.placed_ms is not None else snap.at_ms
+            watched: dict[str, list[str]] = {}
+            for s in self.slo_specs:
+                if s.slice == "all":
+                    watched.setdefault(s.model, []).append(s.metric)
+            try:
+                found = self.insight.trends(
+                    now, lambda spec: key_metrics(spec, watched.get(spec.name, ()))
+                )
+                series = [series_json(x) for x in found]
+            except Exception:
+                log.exception("computing the trends failed")
+        out = {"series": series, "timeline": timeline_json(pub.timeline)}
+        self._trends = (snap, out)
+        return out
+
     def status_page(self) -> bytes:
         """``GET /``: the published state as HTML (templating only, no statistics)."""
         return render_status_page(
@@ -430,7 +507,44 @@ class Daemon:
             history_json(self._published.comparison_history),
             layout_json(self.engine.models),
             refresh_s=max(5, round(self.settings.evaluation.interval)),
+            overview=overview_json(self.problems_overview()),
+            trends=self.trends_json(),
         )
+
+    def history_response(self, req: Request) -> Response:
+        """``GET /api/v1/history``: one metric of one model version and slice over the
+        retained range (docs/metrics.md); 400 naming a bad parameter."""
+        try:
+            q = parse_qs(req.query, keep_blank_values=True, strict_parsing=False)
+        except ValueError:
+            return _bad("query", "the query string cannot be parsed")
+        args: dict[str, str | None] = {}
+        for name in ("model", "version", "slice", "metric", "window", "from", "to"):
+            values = q.get(name, [])
+            if len(values) > 1:
+                return _bad(name, f"parameter {name!r} is given {len(values)} times")
+            args[name] = values[0] if values else None
+        for name in ("model", "version", "metric"):
+            if not args[name]:
+                return _bad(name, f"parameter {name!r} is required")
+        bounds: dict[str, int | None] = {}
+        for name in ("from", "to"):
+            try:
+                bounds[name] = _time_ms(args[name])
+            except ValueError:
+                return _bad(name, f"{name}={args[name]!r} is not RFC 3339 or epoch milliseconds")
+        snap = self._published.snapshot
+        now = self.clock.now_ms() if snap is None else (snap.placed_ms or snap.at_ms)
+        model, metric = str(args["model"]), str(args["metric"])
+        try:
+            width = self.insight.point_width(model, args["window"])
+            found = self.insight.history(
+                model, str(args["version"]), args["slice"] or "all", [metric], now,
+                width, bounds["from"], bounds["to"],
+            )  # fmt: skip
+        except NarrowError as err:
+            return _bad(err.param, str(err))
+        return json_response(series_json(found[metric]))
 
     # -- scheduled work (monitor/schedule/jobs.py's Monitor) ----------------------------
     def _runs_schedules(self) -> bool:
@@ -476,6 +590,10 @@ class Daemon:
             "models": layout_json(self.engine.models),
             "comparison_history": history_json(pub.comparison_history),
             "slos": [slo_json(s) for s in pub.slos],
+            # problems first, each version's key metrics over time, the timeline
+            "overview": overview_json(self.problems_overview()),
+            "history": self.trends_json()["series"],
+            "timeline": timeline_json(pub.timeline),
         }
 
     def overview(self) -> dict[str, Any]:
@@ -487,6 +605,8 @@ class Daemon:
             "comparisons": self.comparisons_json()["comparisons"],
             "slos": self.slos_json()["slos"],
             "drift": snap.get("drift") or [],
+            # every model version's state, worst first (export/overview.py)
+            "overview": overview_json(self.problems_overview()),
         }
 
     def rotate_reference(
@@ -575,6 +695,7 @@ class Daemon:
         self.schedules.load(loaded.meta.get("schedules"))
         self._set_status(schedule_runs=self.schedules.counts())
         restored = self.slos.load(loaded.meta.get("slo"))
+        self.timeline = Timeline.load(loaded.meta.get("timeline"))
         if restored:
             log.info("restored %d active SLO instance(s)", restored)
         log.info(
@@ -649,6 +770,7 @@ class Daemon:
                 meta["offsets"] = dict(self.offsets)
             meta["source"] = self.source_identity()
             meta["slo"] = self.slos.state()  # firing alerts keep their start over restarts
+            meta["timeline"] = Timeline(self._published.timeline).state()
             meta["schedules"] = self.schedules.state()  # last runs: no repeat, no skip
             written = self.store.write(meta, arrays)
             if self.kafka_state is not None:  # acknowledged before any offset commit
@@ -703,7 +825,10 @@ class Daemon:
                     request_timeout=h.request_timeout,
                     write_timeout=h.write_timeout,
                 ),
-                routes={"/": lambda _: Response(200, self.status_page(), _HTML)},
+                routes={
+                    "/": lambda _: Response(200, self.status_page(), _HTML),
+                    "/api/v1/history": self.history_response,
+                },
             )
         except (OSError, ssl.SSLError) as err:
             raise StartupError(f"http: cannot listen on {h.host}:{h.port}: {err}") from None

@@ -134,6 +134,14 @@ def _parser() -> argparse.ArgumentParser:
         default="auto",
         help="decode in a second process (auto: when a second CPU is idle); same report",
     )
+    rp.add_argument(
+        "--max-steps",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="with SLOs or comparisons: evaluate about N times over the replayed range at "
+        "most, at a multiple of evaluation.interval (0: every interval; default 1000)",
+    )
 
     cc = command("check-config", "validate a configuration file")
     cc.add_argument("-c", "--config", required=True, type=Path)
@@ -339,6 +347,7 @@ def _replay(args: argparse.Namespace) -> int:
             args.labels,
             dead_letter=args.dead_letter,
             decode_worker=args.decode_worker,
+            max_steps=max(0, args.max_steps),
         )
     except ReplayError as err:
         fatal(f"monitor replay: {err}")

@@ -541,6 +541,9 @@ class SloSettings(_Section):
     # per instance, out of the deployment's [alerting] budget (default: an equal share)
     false_page_budget: float | None = Field(None, gt=0.0, lt=1.0)
     min_samples: int = Field(100, ge=1)  # fewer samples behind the metric: no breach
+    # expected share of the window's labels already in (label-delay distribution) below
+    # which the window is incomplete and cannot breach; unset: no such condition
+    min_label_completeness: float | None = Field(None, gt=0.0, le=1.0)
     severity: str = Field("page", pattern=r"^[A-Za-z0-9_-]+$")
     confidence: Literal["point", "interval"] = "interval"
     runbook_url: str | None = None

@@ -2,11 +2,18 @@
 
 Same decoder, same engine, same evaluation as the daemon; only the source (files) and
 the clock differ: "now" is the newest prediction timestamp seen, so windows are placed
-relative to the data, and the report adds an ``all`` window spanning every bucket.
+relative to the data, and the report adds an ``all`` window spanning every row — every
+accepted prediction, whatever windows are configured (the report's ``all_window`` checks
+the count). With SLOs or comparisons configured, the files are replayed in event time
+and evaluated every ``evaluation.interval`` of replayed time (``replay_steps.py``): the
+SLO timeline (when each instance fired and resolved, and why) and the comparisons' looks
+are those a daemon reading the files live would have had. ``history`` holds each model
+version's metrics over the replayed range (``engine/history.py``).
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -14,16 +21,39 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from .alert_wiring import slo_specs
+from .alerting.slo import SloEvaluator, SloStatus
+from .alerting.timeline import Timeline
 from .config import Settings, redacted
+from .engine.cause import Cause
+from .engine.completeness import window_completeness
 from .engine.core import Engine
-from .engine.models import WindowSpec
+from .engine.evaluate import evaluate_all
+from .engine.models import ModelSpec, WindowSpec
+from .engine.narrow import exported, narrowed_spec
+from .engine.snapshot import Snapshot
+from .export.overview import build_overview, overview_json
 from .export.published import History, extend_history
-from .export.report import history_json, iso, layout_json, ops_json, snapshot_json
+from .export.report import (
+    history_json,
+    iso,
+    layout_json,
+    ops_json,
+    series_json,
+    slo_json,
+    snapshot_json,
+    timeline_json,
+)
 from .ingest.deadletter import FileDeadLetter
 from .ingest.file_feed import DecodeWorker, FileFeed, use_worker
+from .insight import Insight
+from .replay_steps import StepFeed
 from .wiring import build_engine, build_pipeline, wall_clock_ms
 
 __all__ = ["ReplayError", "replay"]
+
+
+MAX_STEPS = 1000  # evaluation steps of a replay with SLOs or comparisons, about
 
 
 class ReplayError(Exception):
@@ -38,6 +68,7 @@ def replay(
     progress: TextIO | None = sys.stderr,
     clock_ms: Callable[[], int] = wall_clock_ms,
     decode_worker: DecodeWorker = "auto",
+    max_steps: int = MAX_STEPS,
 ) -> dict[str, Any]:
     """Run the pipeline over the two files and return the report (plain JSON data).
 
@@ -45,7 +76,9 @@ def replay(
     record, or the labels file holds records and none is valid: a report of nothing
     would look like a clean bill of health. (An empty labels file is fine: drift needs
     no labels.) ``decode_worker``: decode in a second process (ingest/file_feed.py;
-    ``auto``: when two CPUs are usable) — the report is the same either way."""
+    ``auto``: when two CPUs are usable) — the report is the same either way.
+    ``max_steps``: with SLOs or comparisons, about how many evaluation steps at most
+    (0: one every ``evaluation.interval`` however long the input)."""
     engine = build_engine(settings)
     dl_path = dead_letter or Path(settings.state.dir) / "replay-dead-letter.jsonl"
     k = settings.kafka
@@ -58,12 +91,23 @@ def replay(
     tty = progress is not None and progress.isatty()  # "\r" redraws only on a terminal
     cr, nl, every = ("\r", "", 1.0) if tty else ("", "\n", 10.0)
     history: History = ()  # the confidence sequences over the replay, for the HTML report
+    insight = Insight(lambda: engine, confidence=settings.evaluation.confidence)
+    stepper = _Stepper(settings, engine, insight) if settings.slos or engine.comparisons else None
+    steps = (
+        StepFeed(
+            pipeline, round(settings.evaluation.interval * 1000), stepper.step, total, max_steps
+        )
+        if stepper is not None
+        else None
+    )
+    if steps is not None and Path(labels).stat().st_size == 0:
+        steps.head["labels"] = math.inf  # no labels will come: time is the predictions'
     try:
         for b in feed:
-            pipeline.apply(b.kind, b.decoded, b.rejects, b.raw)
-            if engine.comparisons and b.kind == "labels":
-                looks = engine.look_comparisons((), max(engine.pred_watermark_ms, 0))
-                history = extend_history(history, looks)
+            if steps is not None:
+                steps.add(b)
+            else:
+                pipeline.apply(b.kind, b.decoded, b.rejects, b.raw)
             now = time.monotonic()
             if progress is not None and now - last_report >= every:
                 rate = b.bytes_read / max(now - started, 1e-9) / 1e6
@@ -73,8 +117,12 @@ def replay(
                 )
                 progress.flush()
                 last_report = now
+        if steps is not None:
+            steps.finish()
     finally:
         sink.close()
+    if stepper is not None:
+        history = stepper.history
     _check_read(engine, files, feed.lines, dl_path)
     if progress is not None and total > 0:
         progress.write(
@@ -82,6 +130,10 @@ def replay(
         )
     width = engine.buckets.width_ms
     now_ms = max(engine.pred_watermark_ms, 0)
+    series = insight.trends(now_ms, _every_metric)
+    # roll the tiers up first, so that "all" starts at the first row's own boundary and
+    # no edge of it snaps past data (a coarse row holds what lies before its end)
+    engine.roll_up(now_ms)
     models = engine.models
     if len(engine.buckets):
         first = int(engine.buckets.bucket.min())
@@ -90,8 +142,8 @@ def replay(
             replace(m, windows=(*m.windows, WindowSpec("all", span, 0))) for m in engine.models
         )
     # The final look adds the fixed-horizon window view; the sequential state has
-    # already looked after every batch, as the daemon would have. Nothing is retired:
-    # the report's window "all" spans every bucket.
+    # already looked at every step, as the daemon would have. Nothing is retired:
+    # the report's window "all" spans every row.
     snap = engine.snapshot(
         now_ms,
         confidence=settings.evaluation.confidence,
@@ -111,8 +163,113 @@ def replay(
         "operations": ops_json(snap.ops, topics) if snap.ops else None,
         "models": layout_json(models),
         "comparison_history": history_json(history),
+        "all_window": _all_window(engine, snap),
+        "slos": [slo_json(st) for st in stepper.statuses] if stepper is not None else [],
+        "overview": overview_json(
+            build_overview(
+                snap,
+                stepper.statuses if stepper is not None else (),
+                engine.models,
+                stepper.causes if stepper is not None else {},
+                len(engine.comparisons),
+                len(settings.slos),
+            )
+        ),
+        "history": [series_json(x) for x in series],
+        "slo_timeline": _slo_timeline(stepper),
+        "timeline": timeline_json(stepper.timeline.spans) if stepper is not None else [],
+        "replay_steps": None
+        if steps is None
+        else {
+            "interval_seconds": steps.interval_ms / 1000,
+            "configured_interval_seconds": settings.evaluation.interval,
+            "steps": steps.steps,
+            "out_of_order": steps.out_of_order,
+            "note": "records stamped before a step already evaluated when they were read "
+            "(input not in time order): they count from the next step on",
+        },
     }
     return report
+
+
+class _Stepper:
+    """What runs at every step of replayed time: the SLO windows' evaluation (only the
+    windows, slices and metrics SLOs read), the SLO state machine with the causes of new
+    breaches, one look of every comparison, and the timeline."""
+
+    def __init__(self, settings: Settings, engine: Engine, insight: Insight) -> None:
+        self.engine, self.insight = engine, insight
+        self.confidence = settings.evaluation.confidence
+        self.specs = slo_specs(settings)
+        self.slos = SloEvaluator(self.specs)
+        self.timeline = Timeline()
+        self.history: History = ()
+        self.causes: dict[str, Cause | None] = {}
+        self.statuses: tuple[SloStatus, ...] = ()  # after the last step
+        models = []
+        for spec in engine.models:
+            mine = [s for s in self.specs if s.model == spec.name]
+            windows = [w for w in spec.windows if any(s.window == w.label for s in mine)]
+            dims = [tuple(p.partition("=")[0] for p in s.slice.split(",")) for s in mine]
+            narrow = narrowed_spec(spec, windows, [s.metric for s in mine], dims)
+            models.append(narrow if windows else replace(narrow, estimation_bins=0))
+        self.models = tuple(models)
+
+    def step(self, t: int) -> None:
+        engine = self.engine
+        results: tuple = ()
+        if self.specs:
+            results, _ = evaluate_all(
+                engine.view(copy=False), self.models, t, self.confidence, engine.active_plugins
+            )
+        looks = engine.look_comparisons(results, t) if engine.comparisons else ()
+        self.history = extend_history(self.history, looks)
+        completeness = window_completeness(results, engine.delay.histogram(), t)
+        snap = Snapshot(t, results, comparisons=looks, completeness=completeness, placed_ms=t)
+        self.causes = self.insight.rollback_causes(snap, self.causes)
+        self.statuses = self.slos.evaluate(
+            snap, t / 1000.0, lambda spec, version: self.insight.slo_cause(spec, version, t)
+        )
+        self.timeline.observe(t, self.statuses, snap, self.causes)
+
+
+def _slo_timeline(stepper: _Stepper | None) -> list[dict[str, object]]:
+    """Each SLO instance's firing spans over replayed time (fired_at, resolved_at —
+    None while still firing at the end — and the slices behind it)."""
+    if stepper is None:
+        return []
+    return [
+        {
+            "slo": s.name,
+            "model": s.model,
+            "version": s.version,
+            "metric": s.detail,
+            "fired_at": iso(s.start_ms),
+            "resolved_at": None if s.end_ms is None else iso(s.end_ms),
+            "cause": s.cause,
+        }
+        for s in stepper.timeline.of("slo")
+    ]
+
+
+def _every_metric(spec: ModelSpec) -> list[str]:
+    return sorted(exported(spec))
+
+
+def _all_window(engine: Engine, snap: Snapshot) -> dict[str, object]:
+    """The count behind "all": every accepted prediction, or what was left out and why."""
+    accepted = engine.records["predictions", "accepted"]
+    counted = sum(r.predictions for r in snap.results if r.window == "all" and r.slice == "all")
+    retired = accepted - counted
+    return {
+        "accepted_predictions": accepted,
+        "predictions": counted,
+        "left_out": retired,
+        "why": None
+        if retired == 0
+        else "predictions of versions retired for max_versions or idle, or outside every "
+        "retained row; see operations.records and invalid_records",
+    }
 
 
 def _check_read(

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from .slo import SloSpec, SloStatus
 
 if TYPE_CHECKING:
+    from ..engine.cause import Cause
     from ..engine.comparisons import ComparisonResult
     from ..engine.drift import DriftResult
 
@@ -29,6 +30,7 @@ __all__ = [
     "ALERT_DRIFT",
     "ALERT_SLO",
     "Alert",
+    "cause_text",
     "checkpoint_alert",
     "comparison_alerts",
     "drift_alerts",
@@ -93,6 +95,37 @@ def _fmt(x: float) -> str:
     return "n/a" if math.isnan(x) else f"{x:.4g}"
 
 
+def cause_text(cause: Cause | None, k: int = 3) -> str | None:
+    """The slices behind a change, as one line: "country=BR explains 71% of the recall
+    drop: 0.32 [0.21, 0.45] n=53 vs 0.81 before; …" (the ``k`` largest explaining
+    contributions; intervals at the family-wise level of ``stats/cause.py``)."""
+    if cause is None:
+        return None
+    top = cause.top(k)
+    if not top:
+        return None
+    parts = []
+    for metric, s in top:
+        if not s.explaining:
+            continue
+        share = f"{100 * s.share:.0f}%" if math.isfinite(s.share) else "part"
+        attribution = next(a for a in cause.attributions if s in a.slices)
+        word = "drop" if attribution.change < 0 else "rise"
+        then = "before" if cause.before == "previous window" else f"in {cause.before}"
+        parts.append(
+            f"{s.slice} explains {share} of the {metric} {word}: {_fmt(s.after)} "
+            f"[{_fmt(s.after_lower)}, {_fmt(s.after_upper)}] n={s.n_after} vs "
+            f"{_fmt(s.before)} {then}"
+        )
+    if not parts:
+        metric, s = top[0]
+        return (
+            f"no slice explains the {metric} change beyond chance (largest: {s.slice}, "
+            f"{_fmt(s.after)} vs {_fmt(s.before)})"
+        )
+    return "; ".join(parts)
+
+
 def slo_alert(
     status: SloStatus,
     spec: SloSpec,
@@ -146,6 +179,7 @@ def slo_alert(
             "ci_upper": _fmt(status.upper),
             "samples": str(status.n),
             "objective": f"{status.objective:g}",
+            "cause": cause_text(status.cause),
         },
         starts_at=started,
         generator_url=generator_url,
@@ -238,9 +272,11 @@ def comparison_alerts(
     extra_labels: Mapping[str, str] | None = None,
     dashboard_url: str | None = None,
     generator_url: str = "",
+    causes: Mapping[str, Cause | None] | None = None,
 ) -> list[Alert]:
     """A firing alert per comparison whose decision is ``rollback`` (page) or
-    ``invalid`` (ticket: the test cannot be trusted, e.g. sample-ratio mismatch)."""
+    ``invalid`` (ticket: the test cannot be trusted, e.g. sample-ratio mismatch);
+    ``causes``: the slices behind a rollback, by comparison name."""
     out: list[Alert] = []
     for c in results:
         if c.decision not in ("rollback", "invalid"):
@@ -266,6 +302,7 @@ def comparison_alerts(
                     ),
                     "description": c.reason,
                     "dashboard_url": dashboard_url,
+                    "cause": cause_text((causes or {}).get(c.name)),
                 },
                 starts_at=started,
                 generator_url=generator_url,

@@ -141,6 +141,12 @@ def _gauge_rules(spec: SloSpec, options: RuleOptions) -> list[dict[str, Any]]:
             source = f"({point} + {spec.interval_scale:.6g} * ({source} - {point}))"
     samples = _selector("mlmon_metric_samples", {**labels, "metric": spec.metric})
     sli = f"{source}\n  and ignoring (metric)\n{samples} >= {spec.min_samples}"
+    if spec.min_label_completeness is not None:  # as observe(): incomplete labels, no breach
+        done = _selector(
+            "mlmon_label_completeness",
+            {k: v for k, v in labels.items() if k in ("model", "version", "window")},
+        )
+        sli += f"\n  and on (model, version, window)\n{done} >= {spec.min_label_completeness:g}"
     op = "<" if spec.direction == "above" else ">"
     side = "≥" if spec.direction == "above" else "≤"
     if spec.confidence == "point":

@@ -25,9 +25,16 @@ What counts as a breach (``SloSpec.breached``):
   means for paging.
 - Fewer than ``min_samples`` samples behind the metric, an undefined metric (NaN), or no
   data for the window: never a breach, and the status says why ("insufficient samples").
+- With ``min_label_completeness``: a window whose labels are expected to be less complete
+  than that (the share of its eventual labels already in, from the label-delay
+  distribution: ``stats/completeness.py``) is not a breach either — its value is still
+  expected to move ("labels incomplete").
   A firing instance whose data vanishes therefore resolves — the same as a Prometheus
   rule whose series disappears, so the daemon and the rules ``monitor rules`` generates
   agree.
+
+When an instance starts firing, an ``explain`` callback (the daemon's and replay's: the
+slices behind the change, ``engine/cause.py``) gives its cause, kept until it resolves.
 
 The evaluator's whole state is a JSON-able dict (``state()`` / ``load()``), which the
 daemon writes into its checkpoint, so a firing alert keeps its start time — and a
@@ -38,10 +45,11 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from ..engine.cause import Cause
 from ..engine.snapshot import Snapshot, WindowResult
 from ..stats.results import MetricValue
 
@@ -61,6 +69,7 @@ __all__ = [
 ]
 
 Direction = Literal["above", "below"]
+Explain = Callable[["SloSpec", str], Cause | None]
 Confidence = Literal["point", "interval"]
 SloState = Literal["inactive", "pending", "firing", "resolved"]
 STATES: tuple[SloState, ...] = ("inactive", "pending", "firing", "resolved")
@@ -93,6 +102,7 @@ class SloSpec:
     dashboard_url: str | None = None
     interval_scale: float = 1.0  # from the false-page budget (monitor.alerting.slo_budget)
     false_page_budget: float | None = None  # P(≥ 1 false page per day) it was derived for
+    min_label_completeness: float | None = None  # below: labels incomplete, no breach
 
     def past(self, x: float) -> bool:
         """Is ``x`` on the wrong side of the objective? (Equal to it is fine.)"""
@@ -159,17 +169,30 @@ class SloStatus:
     breach_since: float | None
     reason: str
     evaluated_at: float
+    completeness: float = math.nan  # the window's expected label completeness
+    cause: Cause | None = None  # the slices behind the change (while firing)
 
     @property
     def firing(self) -> bool:
         return self.state == "firing"
 
 
-def observe(spec: SloSpec, result: WindowResult | None) -> Observation:
-    """The observation of ``spec`` in one window result (None: no data for it)."""
+def observe(
+    spec: SloSpec, result: WindowResult | None, completeness: float = math.nan
+) -> Observation:
+    """The observation of ``spec`` in one window result (None: no data for it) whose
+    labels are expected to be ``completeness`` complete."""
     nan = math.nan
     if result is None:
         return Observation(False, nan, nan, nan, 0, "no data in the window")
+    need = spec.min_label_completeness
+    if need is not None and not completeness >= need:
+        got = "unknown" if math.isnan(completeness) else f"{100 * completeness:.0f}%"
+        return Observation(
+            False, nan, nan, nan, 0,
+            f"labels incomplete: {got} of the window's expected labels are in "
+            f"(min_label_completeness {need:g})",
+        )  # fmt: skip
     metric: MetricValue | None = next((m for m in result.metrics if m.name == spec.metric), None)
     if metric is None:
         return Observation(False, nan, nan, nan, 0, f"{spec.metric} is not computed here")
@@ -232,14 +255,39 @@ class SloEvaluator:
     specs: Sequence[SloSpec]
     _instances: dict[tuple[str, str], Instance] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _causes: dict[tuple[str, str], Cause | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.specs = tuple(self.specs)
 
-    def evaluate(self, snapshot: Snapshot, now: float) -> tuple[SloStatus, ...]:
+    def evaluate(
+        self, snapshot: Snapshot, now: float, explain: Explain | None = None
+    ) -> tuple[SloStatus, ...]:
+        """Advance every instance on ``snapshot``; ``explain(spec, version)`` gives the
+        cause of an instance that is firing without one (called outside the lock)."""
+        statuses = self._advance(snapshot, now)
+        if explain is None:
+            return statuses
+        specs = {s.name: s for s in self.specs}
+        out = []
+        for st in statuses:
+            key = (st.name, st.version)
+            if st.state != "firing":
+                self._causes.pop(key, None)
+            elif key not in self._causes:
+                try:
+                    self._causes[key] = explain(specs[st.name], st.version)
+                except Exception:  # a cause is a help, never a reason to miss the alert
+                    self._causes[key] = None
+            cause = self._causes.get(key) if st.state == "firing" else None
+            out.append(replace(st, cause=cause) if cause is not None else st)
+        return tuple(out)
+
+    def _advance(self, snapshot: Snapshot, now: float) -> tuple[SloStatus, ...]:
         index: dict[tuple[str, str, str], dict[str, WindowResult]] = {}
         for r in snapshot.results:
             index.setdefault((r.model, r.window, r.slice), {})[r.version] = r
+        complete = {(c.model, c.version, c.window): c.completeness for c in snapshot.completeness}
         out: list[SloStatus] = []
         with self._lock:
             for spec in self.specs:
@@ -252,14 +300,15 @@ class SloEvaluator:
                     if key[1] not in versions:
                         del self._instances[key]  # resolved and gone: forget it
                 for version in versions:
-                    obs = observe(spec, found.get(version))
+                    done = complete.get((spec.model, version, spec.window), math.nan)
+                    obs = observe(spec, found.get(version), done)
                     key = (spec.name, version)
                     inst = step(self._instances.get(key), obs.breach, spec.for_s, now)
                     if inst.state == "inactive" and version not in found:
                         self._instances.pop(key, None)  # gone and quiet: forget it
                     else:
                         self._instances[key] = inst
-                    out.append(_status(spec, version, inst, obs, now))
+                    out.append(_status(spec, version, inst, obs, now, done))
                 if not versions:
                     nan = math.nan
                     obs = Observation(False, nan, nan, nan, 0, "no data for any version yet")
@@ -310,7 +359,14 @@ def _rows(rows: Iterable[Any]) -> Iterable[tuple[str, str, SloState, float | Non
             continue  # a malformed row is skipped; the next pass re-derives it
 
 
-def _status(spec: SloSpec, version: str, inst: Instance, obs: Observation, now: float) -> SloStatus:
+def _status(
+    spec: SloSpec,
+    version: str,
+    inst: Instance,
+    obs: Observation,
+    now: float,
+    completeness: float = math.nan,
+) -> SloStatus:
     reason = obs.reason
     if inst.state == "pending":
         held = now - (inst.breach_since or now)
@@ -338,4 +394,5 @@ def _status(spec: SloSpec, version: str, inst: Instance, obs: Observation, now: 
         breach_since=inst.breach_since,
         reason=reason,
         evaluated_at=now,
+        completeness=completeness,
     )

@@ -49,6 +49,7 @@ from .comparison_stats import (
     loss_names,
 )
 from .comparisons import ComparisonResult, ComparisonTracker
+from .completeness import window_completeness
 from .delay import DELAY_BOUNDS_S, LabelDelay
 from .drift import DriftTracker
 from .drift_cells import DriftCells, UnseenValues
@@ -899,6 +900,8 @@ class Engine:
             comparisons=comparisons,
             drift=drift,
             fairness=fairness,
+            completeness=window_completeness(results, ops.label_delay, now_ms),
+            placed_ms=now_ms,
             series=self.series,
         )
 

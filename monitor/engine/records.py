@@ -81,6 +81,23 @@ class PredictionBatch:
     def __len__(self) -> int:
         return int(self.keys.shape[0])
 
+    def take(self, rows: np.ndarray) -> PredictionBatch:
+        """The batch of ``rows`` (indices, in order)."""
+        picked = rows.tolist()
+
+        def some(xs: list[Any] | None) -> list[Any] | None:
+            return xs if not xs else [xs[i] for i in picked]
+
+        def arr(x: np.ndarray | None) -> np.ndarray | None:
+            return None if x is None else x[rows]
+
+        return PredictionBatch(
+            self.keys[rows], self.ts_ms[rows], self.model[rows], [self.version[i] for i in picked],
+            self.score[rows], self.decision[rows], some(self.features) or [],
+            some(self.segments) or [], arr(self.proba), arr(self.lower), arr(self.upper),
+            arr(self.numeric), self.numeric_names, some(self.ranked),
+        )  # fmt: skip
+
     @staticmethod
     def empty() -> PredictionBatch:
         return PredictionBatch(
@@ -107,6 +124,15 @@ class LabelBatch:
 
     def __len__(self) -> int:
         return int(self.keys.shape[0])
+
+    def take(self, rows: np.ndarray) -> LabelBatch:
+        """The batch of ``rows`` (indices, in order)."""
+        picked = rows.tolist()
+        relevance = None if self.relevance is None else [self.relevance[i] for i in picked]
+        value = None if self.value is None else self.value[rows]
+        return LabelBatch(
+            self.keys[rows], self.ts_ms[rows], [self.label[i] for i in picked], value, relevance
+        )
 
     @staticmethod
     def empty() -> LabelBatch:

@@ -14,6 +14,7 @@ from ..drift.detector import DriftReport, LabelPriorDrift
 from ..experiments.mcnemar import McNemarResult
 from ..experiments.srm import SRMResult
 from ..metrics.protocol import Series
+from ..stats.completeness import PROVISIONAL_BELOW
 from ..stats.results import MetricValue
 from ..stats.scores import ReliabilityBin
 
@@ -25,6 +26,7 @@ __all__ = [
     "FairnessGap",
     "OpsState",
     "Snapshot",
+    "WindowCompleteness",
     "WindowDifference",
     "WindowResult",
 ]
@@ -85,6 +87,24 @@ class WindowResult:
     def coverage(self) -> float:
         """Labeled / predicted in the window (NaN with no predictions)."""
         return self.labeled / self.predictions if self.predictions else float("nan")
+
+
+@dataclass(frozen=True, slots=True)
+class WindowCompleteness:
+    """How complete a window's labels are expected to be (``stats/completeness.py``):
+    the expected share of its eventual labels already in, and the label coverage it is
+    expected to end with."""
+
+    model: str
+    version: str
+    window: str
+    completeness: float
+    expected_coverage: float
+
+    @property
+    def provisional(self) -> bool:
+        """Labels are still expected to arrive (or no label delay is known yet)."""
+        return not self.completeness >= PROVISIONAL_BELOW
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +201,9 @@ class Snapshot:
     comparisons: tuple[ComparisonResult, ...] = ()
     drift: tuple[DriftResult, ...] = ()
     fairness: tuple[FairnessGap, ...] = ()
+    # slice "all" of each (model, version, window): how complete its labels are
+    completeness: tuple[WindowCompleteness, ...] = ()
+    placed_ms: int | None = None  # the time windows were placed at (None: ``at_ms``)
     # what each metric name in ``results`` is exported as (family, labels, help): built
     # from the metric families' declarations, so the exporter never parses a name
     series: Mapping[str, Series] = field(default_factory=dict)

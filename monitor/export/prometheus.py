@@ -94,7 +94,41 @@ class MonitorCollector(Collector):
         yield from self._comparisons(pub)
         yield from self.drift_families(pub)
         yield from self._slo_states(pub)
+        yield from self._completeness(pub)
         yield from self._stamp(pub)
+
+    @staticmethod
+    def _completeness(pub: Published) -> Iterator[Metric]:
+        """Whether each window's labels are expected to be complete (stats/completeness.py)."""
+        if pub.snapshot is None or not pub.snapshot.completeness:
+            return
+        labels = ("model", "version", "window")
+        provisional = GaugeMetricFamily(
+            "mlmon_window_provisional",
+            "1 while the window's labels are still expected to arrive (expected label "
+            "completeness below 0.95, or no label delay observed yet), else 0",
+            labels=labels,
+        )
+        done = GaugeMetricFamily(
+            "mlmon_label_completeness",
+            "Expected share of the window's eventual labels already in (label-delay "
+            "histogram); SLOs with min_label_completeness do not breach below it",
+            labels=labels,
+        )
+        expected = GaugeMetricFamily(
+            "mlmon_expected_label_coverage",
+            "Label coverage the window is expected to end with: observed coverage / the "
+            "expected share of its labels already in (from the label-delay histogram)",
+            labels=labels,
+        )
+        for c in pub.snapshot.completeness:
+            key = [c.model, c.version, c.window]
+            provisional.add_metric(key, 1.0 if c.provisional else 0.0)
+            if not math.isnan(c.completeness):
+                done.add_metric(key, c.completeness)
+            if not math.isnan(c.expected_coverage):
+                expected.add_metric(key, c.expected_coverage)
+        yield from (provisional, done, expected)
 
     @staticmethod
     def _stamp(pub: Published) -> Iterator[Metric]:
@@ -123,7 +157,7 @@ class MonitorCollector(Collector):
     def _rest(self, pub: Published) -> list[Metric]:
         """The snapshot families beside the quality ones (never withheld)."""
         return [*self._comparisons(pub), *self.drift_families(pub), *self._slo_states(pub),
-                *self._stamp(pub)]  # fmt: skip
+                *self._completeness(pub), *self._stamp(pub)]  # fmt: skip
 
     def budget(self, pub: Published) -> SeriesBudget:
         """Which window results /metrics writes within ``max_series`` — the one place

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 from ..alerting.delivery import DeliveryStats
 from ..alerting.slo import SloStatus
+from ..alerting.timeline import Span
+from ..engine.cause import Cause
 from ..engine.comparisons import ComparisonResult
 from ..engine.snapshot import OpsState, Snapshot
 
@@ -50,6 +52,9 @@ class Published:
     slos: tuple[SloStatus, ...] = ()  # after the latest evaluation (docs/alerting.md)
     alerts: DeliveryStats | None = None  # alert delivery counters (None: no receiver)
     comparison_history: History = ()  # each comparison's confidence sequence over time
+    timeline: tuple[Span, ...] = ()  # SLO firing, comparison decision and drift spans
+    # the slices behind each comparison in rollback, by name (None: none found)
+    comparison_causes: tuple[tuple[str, Cause | None], ...] = ()
 
 
 def extend_history(

@@ -7,14 +7,19 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from ..alerting.alerts import cause_text
 from ..alerting.slo import SloStatus
+from ..alerting.timeline import Span
+from ..engine.cause import Cause
 from ..engine.comparisons import ComparisonResult
 from ..engine.drift import DriftResult
+from ..engine.history import Series
 from ..engine.models import ModelSpec
 from ..engine.snapshot import OpsState, Snapshot, WindowResult
 from ..stats.results import MetricValue
 
 __all__ = [
+    "cause_json",
     "comparison_json",
     "drift_json",
     "history_json",
@@ -22,8 +27,10 @@ __all__ = [
     "layout_json",
     "ops_json",
     "result_json",
+    "series_json",
     "slo_json",
     "snapshot_json",
+    "timeline_json",
 ]
 
 
@@ -153,6 +160,17 @@ def snapshot_json(snap: Snapshot) -> dict[str, Any]:
             for f in snap.fairness
         ],
         "errors": list(snap.errors),
+        "completeness": [
+            {
+                "model": c.model,
+                "version": c.version,
+                "window": c.window,
+                "label_completeness": _num(c.completeness),
+                "expected_label_coverage": _num(c.expected_coverage),
+                "provisional": c.provisional,
+            }
+            for c in snap.completeness
+        ],
     }
 
 
@@ -301,7 +319,96 @@ def slo_json(st: SloStatus) -> dict[str, Any]:
         "breach_since": iso(round(st.breach_since * 1000)) if st.breach_since is not None else None,
         "reason": st.reason,
         "evaluated_at": iso(round(st.evaluated_at * 1000)),
+        "label_completeness": _num(st.completeness),
+        "cause": cause_json(st.cause),
     }
+
+
+def cause_json(cause: Cause | None) -> dict[str, Any] | None:
+    """The slices behind a change (``engine/cause.py``), ranked, with the alert's text."""
+    if cause is None:
+        return None
+    return {
+        "text": cause_text(cause),
+        "metric": cause.metric,
+        "before": cause.before,
+        "after": cause.after,
+        "attributions": [
+            {
+                "change": _num(a.change),
+                "value_before": _num(a.before),
+                "value_after": _num(a.after),
+                "level": a.level,
+                "exact": a.exact,
+                "slices": [
+                    {
+                        "slice": s.slice,
+                        "before": _num(s.before),
+                        "after": _num(s.after),
+                        "after_ci_lower": _num(s.after_lower),
+                        "after_ci_upper": _num(s.after_upper),
+                        "n_before": s.n_before,
+                        "n_after": s.n_after,
+                        "contribution": _num(s.contribution),
+                        "ci_lower": _num(s.lower),
+                        "ci_upper": _num(s.upper),
+                        "rate_term": _num(s.rate_term),
+                        "mix_term": _num(s.mix_term),
+                        "share": _num(s.share),
+                        "explaining": s.explaining,
+                    }
+                    for s in a.slices
+                ],
+            }
+            for a in cause.attributions
+        ],
+    }
+
+
+def series_json(s: Series) -> dict[str, Any]:
+    """One history series as ``/api/v1/history`` serves it."""
+    return {
+        "model": s.model,
+        "version": s.version,
+        "slice": s.slice,
+        "metric": s.metric,
+        "point_seconds": None if s.point_ms is None else s.point_ms / 1000,
+        "first_seen": None if s.first_seen_ms is None else iso(s.first_seen_ms),
+        "points": [
+            {
+                "start": iso(p.start_ms),
+                "end": iso(p.end_ms),
+                "value": _num(p.value),
+                "lower": _num(p.lower),
+                "upper": _num(p.upper),
+                "n": p.n,
+                "predictions": p.predictions,
+                "labeled": p.labeled,
+                "label_coverage": _num(p.label_coverage),
+                "label_completeness": _num(p.completeness),
+                "expected_label_coverage": _num(p.expected_coverage),
+                "provisional": p.provisional,
+            }
+            for p in s.points
+        ],
+    }
+
+
+def timeline_json(spans: Sequence[Span]) -> list[dict[str, Any]]:
+    """SLO firing spans, comparison decisions and drift detections over time."""
+    return [
+        {
+            "kind": s.kind,
+            "name": s.name,
+            "model": s.model,
+            "version": s.version,
+            "start": iso(s.start_ms),
+            "end": None if s.end_ms is None else iso(s.end_ms),
+            "detail": s.detail,
+            "cause": s.cause,
+        }
+        for s in spans
+    ]
 
 
 def history_json(
@@ -320,5 +427,12 @@ def history_json(
 def layout_json(models: Sequence[ModelSpec]) -> list[dict[str, Any]]:
     """The configured models and their window names, shown even before any data arrives."""
     return [
-        {"name": m.name, "task": m.task, "windows": [w.label for w in m.windows]} for m in models
+        {
+            "name": m.name,
+            "task": m.task,
+            "windows": [w.label for w in m.windows],
+            # fewer samples behind a number than this: shown muted (too few to read)
+            "min_samples": min((s.min_samples for s in m.slices), default=100),
+        }
+        for m in models
     ]

@@ -25,6 +25,8 @@ from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
+from .trend_chart import parse_ms, trend_svg
+
 __all__ = ["KEY_METRIC", "render_report", "render_status_page"]
 
 Json = Mapping[str, Any]
@@ -77,6 +79,24 @@ color:#fff;background:var(--mute)}
 svg text{font:11px system-ui,"DejaVu Sans",sans-serif;fill:var(--mute)}
 .reason{color:var(--mute);font-size:12px}
 footer{color:var(--mute);font-size:12px;margin-top:32px}
+.badge.slo_firing,.badge.invalid_comparison{background:var(--bad)}
+.badge.drift,.badge.slo_pending,.badge.unreliable_estimate{background:var(--warn)}
+.badge.no_data,.badge.provisional{background:var(--mute)}
+.cells{display:grid;grid-template-columns:repeat(auto-fill,minmax(300px,1fr));gap:10px}
+.cell{background:var(--card);border:1px solid var(--line);border-left:6px solid var(--ok);
+border-radius:6px;padding:8px 12px}
+.cell.slo_firing,.cell.rollback,.cell.invalid_comparison{border-left-color:var(--bad)}
+.cell.drift,.cell.slo_pending,.cell.unreliable_estimate{border-left-color:var(--warn)}
+.cell.no_data,.cell.provisional{border-left-color:var(--mute)}
+.cell h4{margin:0 0 4px;color:var(--fg)}
+.cell ul{margin:4px 0 0;padding-left:18px}
+.cause{color:var(--fg);font-weight:600;font-size:13px}
+tr.firing td{background:#fff1f0}
+tr.below td,td.below{color:#8c959f}
+td.breach{color:var(--bad);font-weight:700}
+td.worse{color:var(--bad);font-weight:600}
+td.better{color:var(--acc)}
+.trends{display:grid;grid-template-columns:repeat(auto-fill,minmax(600px,1fr));gap:12px}
 """
 
 
@@ -278,7 +298,9 @@ def _cutoff(name: str) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
-def _metrics_table(r: Json) -> str:
+def _metrics_table(r: Json, min_n: int, objectives: Objectives) -> str:
+    """The window's metrics; a value past an SLO objective on it is highlighted, a row
+    with fewer samples than ``min_n`` muted with the reason (too few to read)."""
     base = _key(r["model"], r["version"], r["window"], r["slice"])
     rows = []
     for name, m in r["metrics"].items():
@@ -286,12 +308,46 @@ def _metrics_table(r: Json) -> str:
         ci = "—"
         if m["ci_lower"] is not None and m["ci_upper"] is not None:
             ci = f"[{_fmt(m['ci_lower'])}, {_fmt(m['ci_upper'])}]"
+        low = m["n"] is not None and m["n"] < min_n
+        breach = _breaches(objectives, r, name, m["value"])
+        note = f"n={m['n']:,} below {min_n:,}: too few to read" if low else ""
+        note = breach or note
         rows.append(
-            f"<tr><td>{_e(name)}</td>{_num(k + '|value', m['value'])}"
+            f'<tr class="{"below" if low else ""}"><td>{_e(name)}</td>'
+            f"{_num(k + '|value', m['value'], cls='n breach' if breach else 'n')}"
             f'<td class="n" data-k="{_e(k)}|ci" data-v="{_e(_pair(m))}">{_e(ci)}</td>'
-            f'{_num(k + "|n", m["n"])}<td class="muted">{_e(m["interval_method"])}</td></tr>'
+            f'{_num(k + "|n", m["n"])}<td class="muted">{_e(m["interval_method"])}</td>'
+            f'<td class="reason">{_e(note)}</td></tr>'
         )
-    return _table(("metric", "value", "interval", "n", "interval method"), rows, (1, 2, 3))
+    head = ("metric", "value", "interval", "n", "interval method", "")
+    return _table(head, rows, (1, 2, 3))
+
+
+# (model, window, slice, metric) -> [(SLO name, objective, direction)]
+Objectives = Mapping[tuple[str, str, str, str], Sequence[tuple[str, float, str]]]
+
+
+def _objectives(slos: Json | None) -> dict[tuple[str, str, str, str], list[tuple[str, float, str]]]:
+    out: dict[tuple[str, str, str, str], list[tuple[str, float, str]]] = {}
+    for s in (slos or {}).get("slos") or []:
+        key = (s["model"], s["window"], s["slice"], s["metric"])
+        item = (s["name"], float(s["objective"]), s["direction"])
+        if item not in out.setdefault(key, []):
+            out[key].append(item)
+    return out
+
+
+def _breaches(objectives: Objectives, r: Json, metric: str, value: Any) -> str:
+    """Why ``value`` breaks an SLO on this metric of ``r``'s window and slice ("")."""
+    if value is None:
+        return ""
+    for name, objective, direction in objectives.get(
+        (r["model"], r["window"], r["slice"], metric), ()
+    ):
+        if (value < objective) if direction == "above" else (value > objective):
+            side = "below" if direction == "above" else "above"
+            return f"{side} SLO {name} objective {objective:g}"
+    return ""
 
 
 def _pair(m: Json) -> str:
@@ -316,8 +372,9 @@ def _confusion(r: Json) -> str:
     )
 
 
-def _slice_table(task: str, slices: Sequence[Json]) -> str:
-    """Per-slice rows, the worst slice (by the task's key metric) first."""
+def _slice_table(task: str, slices: Sequence[Json], overall: Json | None = None) -> str:
+    """Per-slice rows, the worst slice (by the task's key metric) first; a slice value
+    whose interval excludes the overall value is marked worse (red) or better (blue)."""
     if not slices:
         return ""
     names: list[str] = []
@@ -356,14 +413,41 @@ def _slice_table(task: str, slices: Sequence[Json]) -> str:
             ci = ""
             if m["ci_lower"] is not None and m["ci_upper"] is not None:
                 ci = f" [{_fmt(m['ci_lower'])}, {_fmt(m['ci_upper'])}]"
-            cells.append(_num(k, m["value"], _fmt(m["value"]) + ci))
+            cls = "n" + _outside(m, overall, n, key)
+            cells.append(_num(k, m["value"], _fmt(m["value"]) + ci, cls))
         rows.append("<tr>" + "".join(cells) + "</tr>")
     title = "Slices, worst first" + (f" (by {key[0]})" if key else "")
     head = ("slice", "labeled", "coverage", *cols)
     return f"<h4>{_e(title)}</h4>" + _table(head, rows, range(1, len(head)))
 
 
-def _window_card(task: str, window: str, results: Sequence[Json]) -> str:
+def _outside(m: Json, overall: Json | None, name: str, key: tuple[str, bool] | None) -> str:
+    """ " worse" / " better" when the overall value lies outside this slice's interval."""
+    if overall is None or m["ci_lower"] is None or m["ci_upper"] is None:
+        return ""
+    ref = (overall["metrics"].get(name) or {}).get("value")
+    if ref is None or m["ci_lower"] <= ref <= m["ci_upper"]:
+        return ""
+    higher_worse = key[1] if key is not None and key[0] == name else _higher_worse(name)
+    above = m["ci_lower"] > ref
+    return " worse" if above == higher_worse else " better"
+
+
+def _higher_worse(name: str) -> bool:
+    return name in _LOSSES or name.startswith(("ece", "mce", "log_loss", "brier", "fpr", "fnr"))
+
+
+_LOSSES = frozenset({"error_rate", "mae", "mse", "rmse", "mape", "smape", "male", "huber",
+                     "log_loss", "brier", "ece", "ece_debiased", "mce", "fpr", "fnr"})  # fmt: skip
+
+
+def _window_card(
+    task: str,
+    window: str,
+    results: Sequence[Json],
+    min_n: int = 0,
+    objectives: Objectives | None = None,
+) -> str:
     overall = next((r for r in results if r["slice"] == "all"), None)
     slices = [r for r in results if r["slice"] != "all"]
     if overall is None and not slices:
@@ -401,15 +485,15 @@ def _window_card(task: str, window: str, results: Sequence[Json]) -> str:
                 + _e(", ".join(f"{k} {v:,}" for k, v in excluded.items()))
                 + "</p>"
             )
-        body += (
-            f'<div class="grid"><div>{_metrics_table(overall)}{note}{_confusion(overall)}</div>'
-            f"{chart}</div>"
-        )
-    body += _slice_table(task, slices)
+        table = _metrics_table(overall, min_n, objectives or {})
+        body += f'<div class="grid"><div>{table}{note}{_confusion(overall)}</div>{chart}</div>'
+    body += _slice_table(task, slices, overall)
     return f'<div class="card"><h4>window {_e(window)}</h4>{facts}{body}</div>'
 
 
-def _models_section(models: Sequence[Json], results: Sequence[Json]) -> str:
+def _models_section(
+    models: Sequence[Json], results: Sequence[Json], objectives: Objectives | None = None
+) -> str:
     by_model: dict[str, list[Json]] = {}
     for r in results:
         by_model.setdefault(r["model"], []).append(r)
@@ -440,7 +524,9 @@ def _models_section(models: Sequence[Json], results: Sequence[Json]) -> str:
             parts.append(f'<h3 data-version="{_e(v)}">version {_e(v)}</h3>')
             for w in windows:
                 wr = [r for r in rs if r["version"] == v and r["window"] == w]
-                parts.append(_window_card(m["task"], w, wr))
+                parts.append(
+                    _window_card(m["task"], w, wr, int(m.get("min_samples") or 0), objectives)
+                )
         parts.append("</section>")
         out.append("".join(parts))
     return "".join(out)
@@ -546,25 +632,39 @@ def _cs_pair(cs: Json) -> str:
     return f"{lo!r},{hi!r}" if lo is not None and hi is not None else ""
 
 
-def _slo_section(slos: Json | None) -> str:
+_SLO_ORDER = {"firing": 0, "pending": 1, "resolved": 2, "inactive": 3}
+
+
+def _slo_section(slos: Json | None, configured: int | None = None) -> str:
+    """Every SLO instance, firing first; the wording says whether none is configured or
+    the configured ones have no data yet."""
     if slos is None:
         return ""
-    items = slos.get("slos") or []
+    items = sorted(slos.get("slos") or [], key=lambda s: _SLO_ORDER.get(s["state"], 4))
     if not items:
-        return (
-            '<section id="slos"><h2>SLOs</h2><p class="empty">No SLO instances yet.</p></section>'
+        text = (
+            "No SLOs configured: <code>[[slos]]</code> in the configuration pages on any "
+            "metric (docs/alerting.md)."
+            if not configured
+            else f"No data yet for the {configured} configured SLO(s)."
         )
+        return f'<section id="slos"><h2>SLOs</h2><p class="empty">{text}</p></section>'
     rows = []
     for s in items:
         k = _key("slo", s["name"], s["version"], s["slice"])
         interval = s.get("interval") or {}
+        cause = (s.get("cause") or {}).get("text") if s["state"] == "firing" else None
+        reason = _e(s.get("reason") or "")
+        if cause:
+            reason = f'<span class="cause">{_e(cause)}</span><br>{reason}'
         rows.append(
-            f"<tr><td>{_e(s['name'])}</td><td>{_e(s['model'])} / {_e(s['version'])} / "
+            f'<tr class="{_e(s["state"])}"><td>{_e(s["name"])}</td><td>{_e(s["model"])} / '
+            f"{_e(s['version'])} / "
             f"{_e(s['window'])} / {_e(s['slice'])}</td><td>{_e(s['metric'])} "
             f"{_e(s['direction'])} {_fmt(s['objective'])}</td>{_num(k + '|value', s['value'])}"
             f'<td class="n">[{_fmt(interval.get("lower"))}, {_fmt(interval.get("upper"))}]</td>'
             f'{_num(k + "|n", s["n"])}<td data-k="{_e(k)}|state" data-v="{_e(s["state"])}">'
-            f'{_badge(s["state"])}</td><td class="reason">{_e(s.get("reason") or "")}</td></tr>'
+            f'{_badge(s["state"])}</td><td class="reason">{reason}</td></tr>'
         )
     head = (
         "SLO",
@@ -577,6 +677,112 @@ def _slo_section(slos: Json | None) -> str:
         "reason",
     )
     return '<section id="slos"><h2>SLOs</h2>' + _table(head, rows, (3, 4, 5)) + "</section>"
+
+
+def _overview_section(overview: Json | None) -> str:
+    """Every model version's state, the worst first, each with its problems and the
+    slices behind an SLO breach or a rollback."""
+    if overview is None:
+        return ""
+    cells = overview.get("cells") or []
+    bad = [c for c in cells if c["state"] not in ("ok", "provisional")]
+    out = ['<section id="overview"><h2>Overview</h2>']
+    if not bad:
+        out.append(
+            f'<p class="muted">{len(cells)} model version(s), none with a problem '
+            f"({overview.get('slos_configured', 0)} SLO(s), "
+            f"{overview.get('comparisons_configured', 0)} comparison(s) configured).</p>"
+        )
+    out.append('<div class="cells">')
+    for c in cells:
+        k = _key("cell", c["model"], c["version"])
+        items = []
+        for p in c["problems"]:
+            cause = f'<br><span class="cause">{_e(p["cause"])}</span>' if p.get("cause") else ""
+            items.append(f"<li>{_e(p['text'])}{cause}</li>")
+        cov = c.get("label_coverage")
+        facts = (
+            f'<span class="muted">{_fmt(c["predictions"])} predictions, coverage '
+            f"{_pct(cov) if cov is not None else '—'}</span>"
+        )
+        out.append(
+            f'<div class="cell {_e(c["state"])}" data-k="{_e(k)}|state" '
+            f'data-v="{_e(c["state"])}"><h4>{_e(c["model"])} {_e(c["version"] or "")} '
+            f"{_badge(c['state'], c['title'])}</h4>{facts}"
+            + (f"<ul>{''.join(items)}</ul>" if items else "")
+            + "</div>"
+        )
+    out.append("</div></section>")
+    return "".join(out)
+
+
+def _trends_section(models: Sequence[Json], trends: Json | None, slos: Json | None) -> str:
+    """Per model version, its key metrics over time (``trend_chart.py``)."""
+    if not trends or not trends.get("series"):
+        return ""
+    objectives = _objectives(slos)
+    spans = trends.get("timeline") or []
+    tasks = {m["name"]: m["task"] for m in models}
+    series = _shown(trends["series"], objectives, tasks)
+    firsts: dict[str, list[tuple[str, int]]] = {}
+    for sr in series:
+        if sr.get("first_seen"):
+            pair = (sr["version"], parse_ms(sr["first_seen"]))
+            if pair not in firsts.setdefault(sr["model"], []):
+                firsts[sr["model"]].append(pair)
+    out = ['<section id="trends"><h2>Trends</h2>']
+    order = [m["name"] for m in models]
+    ordered = sorted(
+        series, key=lambda x: (order.index(x["model"]) if x["model"] in order else 99,
+                               x["version"])
+    )  # fmt: skip
+    current = None
+    for sr in ordered:
+        head = (sr["model"], sr["version"])
+        if head != current:
+            if current is not None:
+                out.append("</div>")
+            out.append(f'<h3>{_e(sr["model"])} {_e(sr["version"])}</h3><div class="trends">')
+            current = head
+        lines = [
+            (name, objective)
+            for window in {w for (m, w, sl, me) in objectives if m == sr["model"]}
+            for name, objective, _ in objectives.get((sr["model"], window, "all", sr["metric"]), ())
+        ]
+        mine = [
+            x for x in spans
+            if x["model"] == sr["model"] and x["version"] in (sr["version"], "all")
+        ]  # fmt: skip
+        # a version first seen after the model's oldest row: a deploy marker
+        seen = firsts.get(sr["model"], [])
+        oldest = min((t for _, t in seen), default=0)
+        deploys = [(v, t) for v, t in seen if t > oldest]
+        out.append(f"<div>{trend_svg(sr, lines, mine, deploys)}</div>")
+    out.append(
+        '</div><p class="reason">line: value per point (the time tiers\' rows); band: its '
+        "interval; dashed red: SLO objective; red shade: SLO firing; orange strip: drift; "
+        "purple line: comparison decision; grey dashes: a version first seen; bars below: "
+        "label coverage, pale and dashed while labels are still expected (provisional)"
+        "</p></section>"
+    )
+    return "".join(out)
+
+
+def _shown(
+    series: Sequence[Json], objectives: Objectives, tasks: Mapping[str, str], k: int = 2
+) -> list[Json]:
+    """Per model version, the series of the metrics its SLOs watch, then its task's key
+    metric: at most ``k`` (a report's history holds every metric)."""
+    by: dict[tuple[str, str], dict[str, Json]] = {}
+    for sr in series:
+        by.setdefault((sr["model"], sr["version"]), {})[sr["metric"]] = sr
+    out = []
+    for (model, _), found in by.items():
+        watched = [me for (mo, _, sl, me) in objectives if mo == model and sl == "all"]
+        key = _key_metric(tasks.get(model, "binary"), found)
+        picks = list(dict.fromkeys([*watched, *([key[0]] if key else [])]))
+        out += [found[me] for me in picks if me in found][:k]
+    return out
 
 
 def _ops_section(status: Json | None, ops: Json | None, now: float) -> str:
@@ -686,14 +892,53 @@ def _page(
 
 
 def _nav(models: Sequence[Json], has: Mapping[str, bool]) -> list[tuple[str, str]]:
-    nav = [("operations", "Operations")] if has.get("operations") else []
-    nav += [
-        (s, t)
-        for s, t in (("slos", "SLOs"), ("comparisons", "Comparisons"), ("drift", "Drift"))
-        if has.get(s)
-    ]
+    names = (("overview", "Overview"), ("slos", "SLOs"), ("timeline", "Timeline"),
+             ("comparisons", "Comparisons"), ("trends", "Trends"), ("drift", "Drift"))  # fmt: skip
+    nav = [(s, t) for s, t in names if has.get(s)]
     nav += [(f"model-{m['name']}", m["name"]) for m in models]
+    if has.get("operations"):
+        nav.append(("operations", "Operations"))
     return nav
+
+
+def _timeline_section(timeline: Sequence[Json], all_window: Json | None) -> str:
+    """Replay: when each SLO instance fired and resolved over replayed time, and why; and
+    what the window ``all`` holds."""
+    parts = []
+    if timeline:
+        rows = [
+            f"<tr><td>{_e(t['slo'])}</td><td>{_e(t['model'])} / {_e(t['version'])}</td>"
+            f"<td>{_e(t['fired_at'])}</td><td>{_e(t['resolved_at'] or 'still firing')}</td>"
+            f'<td class="cause">{_e(t.get("cause") or "")}</td></tr>'
+            for t in timeline
+        ]
+        parts.append(
+            "<h3>SLO timeline over replayed time</h3>"
+            + _table(("SLO", "model / version", "fired", "resolved", "cause"), rows)
+        )
+    if all_window is not None:
+        left = all_window.get("left_out") or 0
+        held, accepted = all_window.get("predictions"), all_window.get("accepted_predictions")
+        parts.append(
+            f'<p class="{"reason" if left else "muted"}">window <b>all</b> holds '
+            f"{_fmt(held)} of {_fmt(accepted)} accepted predictions"
+            + (f"; left out: {_fmt(left)} ({_e(all_window.get('why') or '')})" if left else "")
+            + ".</p>"
+        )
+    if not parts:
+        return ""
+    return '<section id="timeline"><h2>Timeline</h2>' + "".join(parts) + "</section>"
+
+
+def _worst(overview: Json | None) -> str:
+    """The header's badge: the worst state of any model version."""
+    if overview is None:
+        return ""
+    state = overview["state"]
+    text = overview["title"]
+    if overview.get("problems", 0) > 1:
+        text = f"{text} (+{overview['problems'] - 1} more)"
+    return _badge(state, text) + " · "
 
 
 def render_status_page(
@@ -704,57 +949,91 @@ def render_status_page(
     models: Sequence[Json],
     refresh_s: int | None = 10,
     now: float | None = None,
+    overview: Json | None = None,
+    trends: Json | None = None,
 ) -> bytes:
     """The daemon's page from what its API serves: ``status`` = /api/v1/status,
     ``comparisons`` = /api/v1/comparisons, ``slos`` = /api/v1/slos, ``history`` from
-    ``report.history_json`` and ``models`` from ``report.layout_json``."""
+    ``report.history_json``, ``models`` from ``report.layout_json``, ``overview`` from
+    ``overview.overview_json`` and ``trends`` = {"series": [``report.series_json``],
+    "timeline": ``report.timeline_json``}. Problems first: the overview, the SLOs (firing
+    first), the comparisons and the trends come before the windows' details."""
     now = time.time() if now is None else now
     snap = status.get("snapshot") or {}
     comps = comparisons.get("comparisons") or []
+    configured = (overview or {}).get("slos_configured")
     sections = {
-        "operations": _ops_section(status, status.get("operations"), now),
-        "slos": _slo_section(slos),
+        "overview": _overview_section(overview),
+        "slos": _slo_section(slos, configured),
         "comparisons": _comparisons_section(comps, history),
+        "trends": _trends_section(models, trends, slos),
         "drift": _drift_section(snap.get("drift") or []),
     }
-    body = "".join(sections.values()) + _models_section(models, snap.get("results") or [])
+    ops = _ops_section(status, status.get("operations"), now)
+    body = (
+        "".join(sections.values())
+        + _models_section(models, snap.get("results") or [], _objectives(slos))
+        + ops
+    )
     evaluated = snap.get("evaluated_at") or "not yet evaluated"
     ready = _badge("ok", "ready") if status.get("ready") else _badge("bad", "not ready")
-    sub = f"evaluated {_e(evaluated)} · {ready} · refreshes every {refresh_s}s" if refresh_s else ""
+    sub = (
+        f"{_worst(overview)}evaluated {_e(evaluated)} · {ready} · refreshes every {refresh_s}s"
+        if refresh_s
+        else ""
+    )
     foot = (
         "Numbers are those of <code>/api/v1/status</code>, <code>/api/v1/comparisons</code> and "
         "<code>/api/v1/slos</code>; intervals are at the configured confidence level. "
         f"Rendered {_e(_clock(int(now * 1000)))} UTC."
     )
-    nav = _nav(models, {k: bool(v) for k, v in sections.items()})
+    has = {k: bool(v) for k, v in sections.items()} | {"operations": bool(ops)}
+    nav = _nav(models, has)
     return _page("model-monitor", sub, body, nav, refresh_s, foot)
 
 
 def render_report(report: Json) -> bytes:
-    """The replay's HTML report from its JSON report (``monitor replay --report``): the
-    same views, no refresh, one self-contained file."""
+    """The HTML report from a JSON report — the replay's (``monitor replay --report``) or
+    a scheduled one (``[[schedules]]`` job ``report``): the same views, no refresh, one
+    self-contained file."""
     models = report.get("models") or []
+    overview = report.get("overview")
+    slos = {"slos": report["slos"]} if "slos" in report else None
     sections = {
-        "operations": _ops_section(None, report.get("operations"), time.time()),
+        "overview": _overview_section(overview),
+        "slos": _slo_section(slos, (overview or {}).get("slos_configured")),
+        "timeline": _timeline_section(report.get("slo_timeline") or [], report.get("all_window")),
         "comparisons": _comparisons_section(
             report.get("comparisons") or [], report.get("comparison_history") or {}
         ),
+        "trends": _trends_section(
+            models,
+            {"series": report.get("history") or [], "timeline": report.get("timeline")},
+            slos,
+        ),
         "drift": _drift_section(report.get("drift") or []),
     }
-    body = "".join(sections.values()) + _models_section(models, report.get("results") or [])
+    ops = _ops_section(None, report.get("operations"), time.time())
+    body = (
+        "".join(sections.values())
+        + _models_section(models, report.get("results") or [], _objectives(slos))
+        + ops
+    )
     inputs = report.get("inputs") or {}
     period = report.get("period")  # a scheduled report ([[schedules]] job "report")
-    sub = (
+    source = (
         f"{_e(period['label'])}: {_e(period['start'])} – {_e(period['end'])}"
         if period
         else f"replay of {_e(inputs.get('predictions', '?'))} + {_e(inputs.get('labels', '?'))}"
         f" · data end {_e(report.get('data_end') or '—')}"
     )
+    sub = f"{_worst(overview)}{source}"
     foot = (
         "Numbers are those of the scheduled report's JSON file beside this one."
         if period
         else "Numbers are those of the replay's JSON report (<code>monitor replay --report</code>)."
     )
-    nav = _nav(models, {k: bool(v) for k, v in sections.items()})
+    has = {k: bool(v) for k, v in sections.items()} | {"operations": bool(ops)}
+    nav = _nav(models, has)
     title = "model-monitor report" if period else "model-monitor replay report"
     return _page(title, sub, body, nav, None, foot)

@@ -507,9 +507,11 @@ class PartitionedDaemon(Daemon):
             cached = self._ops_only = (full, Snapshot(at_ms=full.at_ms, ops=full.ops))
         return replace(pub, snapshot=cached[1], slos=())
 
-    def _evaluate_slos(self, snap: Snapshot) -> tuple[SloStatus, ...]:
+    def _evaluate_slos(
+        self, snap: Snapshot, causes: dict[str, Any] | None = None
+    ) -> tuple[SloStatus, ...]:
         if self.exporter:
-            return super()._evaluate_slos(snap)
+            return super()._evaluate_slos(snap, causes)
         try:  # states for /api/v1/slos everywhere; alerts only from the exporter
             return self.slos.evaluate(snap, snap.at_ms / 1000.0)
         except Exception:

@@ -84,9 +84,20 @@ def _post(url: str, payload: Mapping[str, Any]) -> None:
 
 def problems(report: Mapping[str, Any]) -> list[str]:
     """What needs a person, worst first, from a report or overview (JSON as the
-    status page reads it): the monitor not ready, firing SLOs, rollback or invalid
+    status page reads it): the monitor not ready, then each model version's problems
+    from its problems-first overview (``export/overview.py``: SLO firing with the slices
+    behind it, rollback, drift, …) — or, without one, firing SLOs, rollback or invalid
     comparisons, drift detected."""
     out: list[str] = [f"monitor not ready: {r}" for r in report.get("not_ready_reasons") or []]
+    overview = report.get("overview")
+    if overview is not None:
+        for cell in overview.get("cells") or []:
+            for p in cell.get("problems") or []:
+                if p["state"] in ("provisional", "no_data"):
+                    continue
+                cause = f" — {p['cause']}" if p.get("cause") else ""
+                out.append(f"{cell['model']} {cell['version']}: {p['text']}{cause}")
+        return out
     for s in report.get("slos") or []:
         if s.get("state") == "firing":
             out.append(

@@ -96,3 +96,12 @@ def test_every_slo_gets_its_rules() -> None:
             assert f"({rate:g} * 0.01)" in page_c["expr"]
     assert error_budget(specs[0]) is None and error_budget(specs[4]) is None
     assert error_budget(specs[3]) == pytest.approx(0.02)
+
+
+def test_min_label_completeness_gates_the_rule_as_the_daemon_does() -> None:
+    spec = SloSpec("a", "m", "recall", "1h", 0.8, "above", version="v2",
+                   min_label_completeness=0.9)  # fmt: skip
+    groups = rule_groups([spec], RuleOptions(evaluation_interval_s=10.0))
+    text = to_yaml(groups)
+    assert 'mlmon_label_completeness{model="m",window="1h",version="v2"} >= 0.9' in text, text
+    assert "and on (model, version, window)" in text
