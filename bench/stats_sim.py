@@ -45,8 +45,7 @@ from monitor.drift.simulate import (
     numeric_cell_probs,
     windows_to_detect,
 )
-from monitor.engine.comparisons import ComparisonTracker
-from monitor.engine.models import ComparisonSpec, ModelSpec
+from monitor.engine.comparisons import simulation_method as engine_method
 from monitor.experiments.simulate import (
     ComparisonStream,
     fixed_horizon_power,
@@ -61,20 +60,6 @@ COMPARISON = {k: f.default for k, f in ComparisonSettings.model_fields.items()}
 """The configuration's defaults of a comparison (alpha, horizon, min_samples, ...)."""
 DRIFT = {k: f.default for k, f in DriftSettings.model_fields.items()}
 PAGE_BUDGET = AlertingSettings.model_fields["false_page_budget"].default
-METHODS = {
-    "ErrorRateComparison": "conditional",
-    "PairedErrorRateComparison": "paired_conditional",
-    "BoundedComparison": "bounded",
-    "PairedBoundedComparison": "paired_bounded",
-    "SequentialComparison": "mixture",
-    "PairedSequentialComparison": "paired_mixture",
-}
-
-
-def engine_method(loss: str, mode: str, sequence: str = "auto") -> str:
-    """The simulation method of the test the engine picks for a binary model."""
-    spec = ComparisonSpec("c", 0, "a", "b", loss=loss, mode=mode, sequence=sequence)
-    return METHODS[ComparisonTracker([spec], [ModelSpec("m")])._kind(spec).__name__]
 
 
 def defaults() -> dict[str, object]:

@@ -346,6 +346,23 @@ SEQUENCE_METHODS: dict[type[Decider], str] = {
 }
 """How each test is named in reports (``confidence_sequence.method``)."""
 
+SIMULATION_METHODS: dict[type[Decider], str] = {
+    ErrorRateComparison: "conditional",
+    PairedErrorRateComparison: "paired_conditional",
+    BoundedComparison: "bounded",
+    PairedBoundedComparison: "paired_bounded",
+    SequentialComparison: "mixture",
+    PairedSequentialComparison: "paired_mixture",
+}
+"""Each test's ``method`` in ``monitor.experiments.simulate.simulate_comparison``."""
+
+
+def simulation_method(loss: str, mode: str, sequence: str = "auto") -> str:
+    """The simulation method of the test the engine picks for a binary model's comparison
+    (the benches and tests simulate exactly the engine's choice)."""
+    spec = ComparisonSpec("c", 0, "a", "b", loss=loss, mode=mode, sequence=sequence)  # type: ignore[arg-type]
+    return SIMULATION_METHODS[ComparisonTracker([spec], [ModelSpec("m")])._kind(spec)]
+
 
 RARE_CLASS_LOSSES = frozenset({"log_loss", "squared_error", "absolute_error"})
 """Classifier losses whose spread comes from the rarer class: with few of its rows in the

@@ -17,6 +17,7 @@ import pytest
 
 from monitor.engine.comparison_stats import PAIRED_WIDTH, ArmSums, PairedSums
 from monitor.engine.comparisons import ComparisonTracker
+from monitor.engine.comparisons import simulation_method as engine_method
 from monitor.engine.models import ComparisonSpec, ModelSpec
 from monitor.experiments.simulate import (
     ComparisonStream,
@@ -27,20 +28,6 @@ from monitor.metrics.registry import LOSSES
 
 ALPHA = 0.05
 MODEL = ModelSpec("m")
-METHOD = {
-    "ErrorRateComparison": "conditional",
-    "PairedErrorRateComparison": "paired_conditional",
-    "BoundedComparison": "bounded",
-    "PairedBoundedComparison": "paired_bounded",
-    "SequentialComparison": "mixture",
-    "PairedSequentialComparison": "paired_mixture",
-}
-
-
-def engine_method(loss: str, mode: str, sequence: str = "auto") -> str:
-    """The simulation method of the decider the engine picks for this comparison."""
-    spec = ComparisonSpec("c", 0, "a", "b", loss=loss, mode=mode, sequence=sequence)
-    return METHOD[ComparisonTracker([spec], [MODEL])._kind(spec).__name__]
 
 
 def tracker_decisions(
