@@ -34,9 +34,9 @@ from .alerting.slo import SloEvaluator, SloStatus
 from .alerting.timeline import Timeline
 from .collector import collector_paused
 from .config import Settings, redacted
-from .engine.clock import EventWatermark, SteadyClock, retention_now
+from .engine.clock import SteadyClock, retention_now
 from .engine.core import Engine, StateMismatch
-from .engine.evaluate import evaluate_all, ops_state
+from .engine.evaluate import evaluate_all
 from .engine.models import WindowSpec
 from .engine.narrow import NarrowError
 from .engine.snapshot import OpsState, Snapshot
@@ -63,9 +63,9 @@ from .ingest.dead_letter_topic import TopicDeadLetter
 from .ingest.deadletter import DeadLetterSink, FileDeadLetter
 from .ingest.group_members import GroupMembers
 from .ingest.kafka import KafkaSource, make_producer, open_source
+from .ingest.layout import LayoutError, check_layout, metadata_config, partition_counts
 from .ingest.pipeline import load_offsets, offset_key
 from .insight import Insight, key_metrics
-from .scale.layout import LayoutError, check_layout, metadata_config, partition_counts
 from .schedule.jobs import ScheduledJobs
 from .schedule.reference import rotate
 from .schedule.runner import ScheduleRunner
@@ -169,11 +169,7 @@ class Daemon:
         )
 
     def _new_engine(self) -> Engine:
-        ev = self.settings.evaluation
-        engine = build_engine(self.settings, self.settings.state.dir)
-        engine.event_clock = EventWatermark(ev.watermark_samples, ev.watermark_quantile)
-        engine.label_clock = EventWatermark(ev.watermark_samples, ev.watermark_quantile)
-        return engine
+        return build_engine(self.settings, self.settings.state.dir)
 
     # -- published state (readers) ---------------------------------------------------
     def published(self) -> Published:
@@ -621,7 +617,7 @@ class Daemon:
 
     def _publish_ops(self) -> None:
         with self.lock:
-            ops = ops_state(self.engine)
+            ops = self.engine.ops()
         alerts = self._delivery_stats()
         with self._pub_lock:
             self._published = replace(self._published, ops=ops, alerts=alerts)

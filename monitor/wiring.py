@@ -282,13 +282,14 @@ def rotated_reference(
 def build_engine(settings: Settings, state_dir: Path | None = None) -> Engine:
     """The engine of ``settings``; the daemon passes its ``state_dir``, where drift
     references a ``rotate_reference`` schedule took from live traffic are kept."""
+    from .engine.clock import EventWatermark
     from .engine.core import Engine
 
     plugins = load_configured_plugins(settings)
     problems = plugin_loss_problems(settings, plugins)
     if problems:
         raise ConfigError(problems, "plugins")
-    j = settings.join
+    j, ev = settings.join, settings.evaluation
     return Engine(
         model_specs(settings),
         bucket_width_ms=_ms(settings.evaluation.bucket_width),
@@ -301,6 +302,8 @@ def build_engine(settings: Settings, state_dir: Path | None = None) -> Engine:
         plugins=plugins,
         # scheduled reports and reference rotations read their period from the buckets
         retained_spans_ms=[_ms(s.period) for s in settings.schedules if s.job != "summary"],
+        event_clock=EventWatermark(ev.watermark_samples, ev.watermark_quantile),
+        label_clock=EventWatermark(ev.watermark_samples, ev.watermark_quantile),
     )
 
 

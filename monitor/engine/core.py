@@ -103,9 +103,13 @@ class Engine:
         drift: Sequence[DriftSpec] = (),
         plugins: Any = None,
         retained_spans_ms: Sequence[int] = (),
+        event_clock: EventWatermark | None = None,
+        label_clock: EventWatermark | None = None,
     ) -> None:
         """``retained_spans_ms``: periods (ms, ending now) whose buckets must be kept
-        beyond the windows' reach — a scheduled report's or reference rotation's."""
+        beyond the windows' reach — a scheduled report's or reference rotation's.
+        ``event_clock``/``label_clock``: the robust watermarks of the prediction and label
+        streams (default: ``EventWatermark()``'s quantile and sample count)."""
         if not models:
             raise ValueError("at least one model is required")
         self.models = tuple(models)
@@ -239,8 +243,9 @@ class Engine:
         self.join_events: Counter[str] = Counter()
         self.pred_watermark_ms = _NO_TS
         self.label_watermark_ms = _NO_TS
-        self.event_clock = EventWatermark()  # robust watermark, retention edge (clock.py)
-        self.label_clock = EventWatermark()  # the label stream's robust progress (TTLs)
+        # robust watermark, retention edge (clock.py); the label stream's progress (TTLs)
+        self.event_clock = event_clock if event_clock is not None else EventWatermark()
+        self.label_clock = label_clock if label_clock is not None else EventWatermark()
         # window results of the last evaluation, reused while their counts do not change
         self.result_cache = ResultCache()
         # seconds the last snapshot held the caller's lock, per section: retention, the

@@ -10,7 +10,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from scipy.sparse import csr_matrix
@@ -53,13 +53,10 @@ from ..stats.scores import (
 from .buckets import window_group_sums
 from .models import SCORE_METRICS, ModelSpec, SliceSpec
 from .result_cache import ResultCache, digest, row_digests
-from .snapshot import Economics, FairnessGap, OpsState, WindowResult
+from .snapshot import Economics, FairnessGap, WindowResult
 from .view import StoreView, base_group_index
 
-if TYPE_CHECKING:
-    from .core import Engine
-
-__all__ = ["evaluate_all", "ops_state"]
+__all__ = ["evaluate_all", "score_results"]
 
 _EMPTY: dict[str, np.ndarray] = {}
 
@@ -440,6 +437,20 @@ class _Window:
                 )
                 for j, i in enumerate(at):
                     coarse[i], scored[i], slice_keys[i] = vecs[j], batch[j], keys[j]
+        # and the versions' fine histograms (slice "all"), in one batch too
+        fine = {
+            i: v for i, p in enumerate(self.pending) if (v := catalog.fine_vector(p)) is not None
+        }
+        if fine:
+            fl = catalog.score_layout
+            batch, _ = _cached_rows(
+                self.cache,
+                np.hstack([np.stack(list(fine.values())), share[list(fine), np.newaxis]]),
+                ("scores", fl.bins, fl.logit_range, self.confidence),
+                lambda rows: score_results(fl, rows[:, :-1], self.confidence, rows[:, -1]),
+            )
+            for i, got in zip(fine, batch, strict=True):
+                scored[i] = got
         cache = self.cache
         for k, (p, c, values) in enumerate(zip(self.pending, confs.tolist(), binary, strict=True)):
             # a segment slice's catalog is a pure function of its counts: reused whole
@@ -458,8 +469,8 @@ class _Window:
                 done = cache.get(key)
             if done is None:
                 metrics, reliability, economics = catalog.compute(
-                    confs[k], values, p.wide_rows, self.confidence, coarse[k], scored[k], p.fine,
-                    float(share[k]),
+                    confs[k], values, p.wide_rows, self.confidence, coarse[k], scored[k],
+                    fine.get(k),
                 )  # fmt: skip
                 shift = math.nan
                 if p.slice_label == "all" and catalog.est is not None:
@@ -816,13 +827,12 @@ class _Catalog:
         coarse: np.ndarray | None = None,
         scored: SliceScores | None = None,
         fine: np.ndarray | None = None,
-        positive_share: float = math.nan,
     ) -> tuple[tuple[MetricValue, ...], tuple[ReliabilityBin, ...], Economics | None]:
         """The binary catalog ``binary`` of merged confusion counts ``conf`` (computed in a
-        batch by the caller), plus the score-based metrics from the fine histogram rows
-        ``rows`` (slice "all") or the summed coarse vector ``coarse`` (segment slices;
-        ``scored``: its score metrics, already computed in a batch); ``positive_share``:
-        the long-run prevalence their class-count gates read."""
+        batch by the caller), plus the score-based metrics of the version's fine histogram
+        ``fine`` (slice "all", :meth:`fine_vector`) or the summed coarse vector ``coarse``
+        (segment slices) — ``scored``, computed in a batch by the caller — and the metric
+        families' values over the version's wide ``rows``."""
         values = list(binary)
         reliability: tuple[ReliabilityBin, ...] = ()
         economics = None
@@ -832,14 +842,11 @@ class _Catalog:
             vec, layout = coarse, self.slice_layout
         elif self.needs_scores and fine is not None:
             vec = fine
-        elif self.needs_scores and self.scores is not None and rows.shape[0]:
-            vec = _sum_rows(self.scores, rows)
         if vec is not None and vec[layout.n_column] <= 0:  # no scored rows (decisions only)
             vec = None
         if vec is not None:
-            values_scores, reliability = scored or self._scores(
-                vec, layout, confidence, positive_share
-            )
+            assert scored is not None  # computed in a batch by the caller
+            values_scores, reliability = scored
             values += values_scores
             if self.credit:  # opt-in (config OPT_IN_METRICS)
                 auc = next(mv for mv in values if mv.name == "roc_auc")
@@ -852,20 +859,17 @@ class _Catalog:
             economics = self._economics(conf, vec, layout, confidence)
         return metrics, reliability, economics
 
-    def _scores(
-        self, vec: np.ndarray, layout: ScoreLayout, confidence: float, positive_share: float
-    ) -> SliceScores:
-        """A window's score metrics and reliability diagram from its histogram (a 1-row
-        :func:`score_results`), reused while the histogram (its digest) and the long-run
-        prevalence are unchanged."""
-        context = ("scores", layout.bins, layout.logit_range, confidence, positive_share)
-        key = digest(vec, context)
-        done = self.cache.get(key) if self.cache is not None else None
-        if done is None:
-            done = score_results(layout, vec, confidence, np.array([positive_share]))[0]
-            if self.cache is not None:
-                self.cache.put(key, done)
-        return done  # type: ignore[no-any-return]
+    def fine_vector(self, p: _Pending) -> np.ndarray | None:
+        """Slice "all"'s fine score histogram of a pending result, if its score metrics
+        are wanted and it holds scored rows (what :meth:`compute` reads)."""
+        if p.slice_label != "all" or not self.needs_scores:
+            return None
+        vec = p.fine
+        if vec is None and self.scores is not None and p.wide_rows.shape[0]:
+            vec = _sum_rows(self.scores, p.wide_rows)
+        if vec is None or vec[self.score_layout.n_column] <= 0:
+            return None
+        return vec
 
     def confusion_metrics(
         self, rows: np.ndarray, confidence: float, long_run: np.ndarray | None = None
@@ -983,8 +987,3 @@ _SLICED_MATRIX = {
 
 _NAN3 = (float("nan"),) * 3
 _NO_LABELS = LabelledBins(np.zeros(1), np.zeros(1), np.zeros(1))  # nothing to recalibrate
-
-
-def ops_state(engine: Engine) -> OpsState:
-    """A copy of the engine's operational counters (cheap; call under the app lock)."""
-    return engine.ops()

@@ -30,8 +30,8 @@ from confluent_kafka import (
 )
 
 from ..config import KafkaSettings
-from ..scale.assignor import warn_unpaired
 from ..state.positions import Resume, reset_by_client, resume_position
+from .assignor import warn_unpaired
 from .pipeline import RawBatch, offset_key
 from .security import librdkafka_security as confluent_security
 

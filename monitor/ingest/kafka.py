@@ -22,8 +22,8 @@ from kafka.structs import OffsetAndMetadata
 
 from .. import kafka_compat
 from ..config import KafkaSettings
-from ..scale.assignor import CoPartitionAssignor, warn_unpaired
 from ..state.positions import Resume, reset_by_client, resume_position
+from .assignor import CoPartitionAssignor, warn_unpaired
 from .pipeline import RawBatch, offset_key
 from .security import kafka_python_security as client_security
 

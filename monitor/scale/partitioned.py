@@ -54,11 +54,11 @@ from ..engine.core import Engine, StateMismatch
 from ..engine.snapshot import Snapshot
 from ..engine.view import StoreView
 from ..export.published import Published
+from ..ingest.assignor import warn_unpaired
 from ..ingest.deadletter import DeadLetterSink
 from ..ingest.kafka import KafkaPythonSource, consumer_config, record_origin
+from ..ingest.layout import LayoutError, metadata_config
 from ..ingest.pipeline import RawBatch, offset_key
-from ..scale.assignor import warn_unpaired
-from ..scale.layout import LayoutError, metadata_config
 from ..state.kafka_store import KafkaStateStore, StoredState
 from ..state.positions import Resume
 from .global_view import global_snapshot
@@ -576,7 +576,7 @@ class PartitionedDaemon(Daemon):
 
     def _partition_count(self) -> int:
         k = self.settings.kafka
-        from .layout import check_layout, partition_counts
+        from ..ingest.layout import check_layout, partition_counts
 
         counts = partition_counts(k, [k.predictions_topic, k.labels_topic])
         check_layout(k.predictions_topic, k.labels_topic, counts)

@@ -12,10 +12,10 @@ import pytest
 from kafka import KafkaConsumer
 
 from monitor.config import KafkaSettings
+from monitor.ingest.assignor import CoPartitionAssignor, copartition_violations
 from monitor.ingest.kafka import consumer_config
+from monitor.ingest.layout import LayoutError, check_layout, partition_counts
 from monitor.localbroker import LocalBroker
-from monitor.scale.assignor import CoPartitionAssignor, copartition_violations
-from monitor.scale.layout import LayoutError, check_layout, partition_counts
 from tests.integration.daemon_harness import (
     DaemonProcess,
     base_config,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitor.scale.assignor import _decode_owned, copartition_plan, copartition_violations
+from monitor.ingest.assignor import _decode_owned, copartition_plan, copartition_violations
 
 TOPICS = ("predictions", "labels")
 

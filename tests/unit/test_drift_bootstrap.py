@@ -13,7 +13,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.config import settings_from_mapping
 from monitor.engine.core import Engine
-from monitor.engine.evaluate import ops_state
 from monitor.engine.records import PredictionBatch, hash_ids
 from monitor.engine.snapshot import Snapshot
 from monitor.export.prometheus import MonitorCollector, Published
@@ -85,7 +84,7 @@ def test_ten_thousand_features_per_record_keep_memory_bounded() -> None:
     # every value of the other names during the bootstrap is counted, and exported
     untracked = BOOTSTRAP * (N_FEATURES + 1 - MAX_FEATURES)
     assert engine.drift.untracked_features() == {"m": untracked}
-    ops = ops_state(engine)
+    ops = engine.ops()
     assert ops.drift_untracked == (("m", untracked),)
     registry = CollectorRegistry(auto_describe=False)
     snap = Snapshot(BASE, (), ops)

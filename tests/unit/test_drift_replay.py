@@ -83,7 +83,6 @@ def test_drift_detected_for_the_shifted_feature_only(tmp_path: Path) -> None:
 
 
 def test_drift_families_in_the_exposition(tmp_path: Path) -> None:
-    from monitor.engine.evaluate import ops_state
     from monitor.ingest.deadletter import FileDeadLetter
     from monitor.ingest.pipeline import RawRecord
     from monitor.wiring import build_engine, build_pipeline
@@ -101,7 +100,7 @@ def test_drift_families_in_the_exposition(tmp_path: Path) -> None:
     pipe.process("predictions", [RawRecord(line, "p") for line in pf.read_bytes().splitlines()])
     now = int(time.time() * 1000)
     drift = engine.drift.evaluate(engine.view(), now)
-    snap = Snapshot(now, (), ops_state(engine), drift=drift)
+    snap = Snapshot(now, (), engine.ops(), drift=drift)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(MonitorCollector(lambda: Published(snap, snap.ops)))
     text = generate_latest(registry).decode()

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from sklearn.metrics import confusion_matrix
 
 from monitor.config import settings_from_mapping
-from monitor.engine.evaluate import evaluate_all, ops_state
+from monitor.engine.evaluate import evaluate_all
 from monitor.engine.snapshot import Snapshot
 from monitor.export.prometheus import MonitorCollector
 from monitor.export.published import Published
@@ -185,7 +185,7 @@ def test_plugins_on_metrics_and_failures_isolated(tmp_path: Path, monkeypatch) -
     )
     engine.plugin_errors.update(counter)
     assert counter["broken_metrics"] >= 1
-    snap = Snapshot(now, results, ops_state(engine))
+    snap = Snapshot(now, results, engine.ops())
     registry = CollectorRegistry(auto_describe=False)
     registry.register(MonitorCollector(lambda: Published(snap, snap.ops)))
     text = generate_latest(registry).decode()

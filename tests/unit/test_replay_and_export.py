@@ -30,7 +30,7 @@ from sklearn.metrics import (
 )
 
 from monitor.config import settings_from_mapping
-from monitor.engine.evaluate import evaluate_all, ops_state
+from monitor.engine.evaluate import evaluate_all
 from monitor.engine.snapshot import Snapshot
 from monitor.export.prometheus import MonitorCollector
 from monitor.export.published import Published, RuntimeStatus
@@ -131,7 +131,7 @@ def test_exposition_carries_metrics_intervals_and_operations(
     pipe.process("labels", [RawRecord(orjson.dumps(x), "labels") for x in labels])
     now = int(time.time() * 1000)
     results, _ = evaluate_all(engine.view(), engine.models, now)
-    snap = Snapshot(now, results, ops_state(engine))
+    snap = Snapshot(now, results, engine.ops())
     pub = Published(snap, snap.ops, RuntimeStatus(topics=(("predictions", "preds-topic"),),
                                                   consumer_lag=(("preds-topic", 0, 7),),
                                                   last_checkpoint_at=time.time() - 5))  # fmt: skip

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from monitor.config import settings_from_mapping
 from monitor.engine.core import Engine
-from monitor.engine.evaluate import evaluate_all, ops_state
+from monitor.engine.evaluate import evaluate_all
 from monitor.engine.models import ModelSpec, SliceSpec, WindowSpec
 from monitor.engine.records import LabelBatch, PredictionBatch, hash_ids
 from monitor.ingest.deadletter import FileDeadLetter
@@ -67,7 +67,7 @@ def test_versions_over_the_cap_are_rejected_counted_and_logged(
     assert engine.invalid["predictions", "version_limit"] == 28
     assert engine.records["predictions", "accepted"] == 12
     assert engine.records["predictions", "invalid"] == 28
-    assert ops_state(engine).versions_rejected == (("m", 28),)
+    assert engine.ops().versions_rejected == (("m", 28),)
     # rate-limited: one line per doubling of the count, not one per prediction
     lines = [r for r in caplog.records if "max_versions" in r.getMessage()]
     assert 1 <= len(lines) <= (28).bit_length() + 1

@@ -5,7 +5,7 @@ topics by prediction id, so with equal partition counts and the same (default, m
 partitioner the id lands in partition p of each topic, and the instance that owns p of
 predictions must own p of labels. This is the co-partitioning requirement of Kafka Streams
 joins (Kafka Streams docs, "Joining: co-partitioning requirements"): we check it at start
-and enforce it with the group assignor of ``monitor.scale.assignor``.
+and enforce it with the group assignor of ``monitor.ingest.assignor``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from kafka import KafkaConsumer
 
 from ..config import KafkaSettings
-from ..ingest.kafka import client_security
+from .kafka import client_security
 
 __all__ = ["LayoutError", "check_layout", "metadata_config", "partition_counts"]
 
