@@ -38,14 +38,17 @@ def _tolerance(windows: int) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("d", [2.0, 3.5])  # ROC-AUC 0.921 and a very accurate 0.993
 @pytest.mark.parametrize(("prevalence", "n"), [(0.01, 300), (0.05, 1000), (0.2, 300)])
-def test_binary_intervals_cover_or_are_withheld(prevalence: float, n: int) -> None:
+def test_binary_intervals_cover_or_are_withheld(prevalence: float, n: int, d: float) -> None:
     windows = 400
     tol = _tolerance(windows)
-    results = {c.name: c for c in bench.binary_coverage(prevalence, n, windows, seed=3)}
-    for name in ("f1", "mcc", "cohen_kappa", "recall", "precision", "roc_auc", "pr_auc"):
+    results = {c.name: c for c in bench.binary_coverage(prevalence, n, windows, seed=3, d=d)}
+    names = ("accuracy", "f1", "mcc", "cohen_kappa", "recall", "precision", "roc_auc", "pr_auc",
+             "log_loss", "brier")  # fmt: skip
+    for name in names:
         c = results[name]
-        print(f"{prevalence} {n} {name}: coverage {c.coverage:.3f} exported {c.exported:.2f}")
+        print(f"d'={d} {prevalence} {n} {name}: {c.coverage:.3f} exported {c.exported:.2f}")
         if c.exported > 0.2:  # a handful of exported windows says nothing about coverage
             assert 0.95 - tol <= c.coverage <= 0.95 + tol, name
 
