@@ -1,7 +1,7 @@
 """Full-size operating characteristics of comparisons, SLO paging and drift (docs tables).
 
     .venv/bin/python bench/stats_sim.py [--runs 2000] [--part PART]  # PART: comparisons, losses,
-                                                   # slo, drift, cause or all
+                                                   # slo, drift, cause, estimation or all
 
 Prints markdown tables, every one through the engine's own code path with the
 configuration's defaults (alpha, horizon, min_samples, min_events, the false-page and
@@ -13,15 +13,18 @@ false alarms over 4,000 looks; every loss in split and shadow mode at equal mode
 the test the engine picks (monitor.engine.comparisons); the SLO false-page probability
 per day and detection delay, one SLO and a deployment of 20; the drift gate's flag rates
 and the daily false-alarm budget; and the slice attribution of an alert's cause (the
-changed slice ranked first; a slice named explaining when nothing changed). The CI-sized
+changed slice ranked first; a slice named explaining when nothing changed); and CBPE's
+reliability flag and interval coverage under a mild miscalibration. The CI-sized
 versions of the same simulations are in tests/unit/test_experiments_conditional.py,
 tests/unit/test_comparison_simulation.py, tests/unit/test_slo_budget.py,
-tests/unit/test_drift_gate_simulation.py and tests/unit/test_cause.py.
+tests/unit/test_drift_gate_simulation.py, tests/unit/test_cause.py and
+tests/unit/test_stats_estimation.py.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import time
 
 import numpy as np
@@ -36,7 +39,12 @@ from monitor.alerting.slo_budget import (
     simulate_deployment_day,
     simulate_slo_day,
 )
-from monitor.config import AlertingSettings, ComparisonSettings, DriftSettings
+from monitor.config import (
+    AlertingSettings,
+    ComparisonSettings,
+    DriftSettings,
+    EstimationSettings,
+)
 from monitor.drift.reference import CategoricalReference, NumericReference
 from monitor.drift.simulate import (
     FlagRate,
@@ -46,6 +54,7 @@ from monitor.drift.simulate import (
     windows_to_detect,
 )
 from monitor.engine.comparisons import simulation_method as engine_method
+from monitor.engine.models import SLICE_LOGIT_RANGE
 from monitor.experiments.simulate import (
     ComparisonStream,
     fixed_horizon_power,
@@ -55,6 +64,8 @@ from monitor.experiments.simulate import (
     stream_sums,
 )
 from monitor.stats.cause_simulate import simulate_cause
+from monitor.stats.estimation_simulate import simulate_cbpe, true_ece
+from monitor.stats.scores import ScoreLayout
 
 COMPARISON = {k: f.default for k, f in ComparisonSettings.model_fields.items()}
 """The configuration's defaults of a comparison (alpha, horizon, min_samples, ...)."""
@@ -280,10 +291,35 @@ def cause(runs: int) -> None:
     print(f"\n(cause: {time.perf_counter() - t0:.0f} s)")
 
 
+def estimation(windows: int) -> None:
+    """CBPE under a mild miscalibration (monitor/stats/estimation_simulate.py): reliable
+    share and interval coverage of windows of 1,000 predictions, at the engine's
+    estimation bins (the configuration's default) and max_ece."""
+    t0 = time.perf_counter()
+    defaults = EstimationSettings()
+    layout = ScoreLayout(bins=defaults.bins, logit_range=SLICE_LOGIT_RANGE)
+    half = 2 * math.sqrt(0.95 * 0.05 / windows)
+    print(f"{windows} windows of 1,000 predictions a cell; ±{half:.3f} is 2 Monte-Carlo s.e.\n")
+    print("| scores | true ECE | labelled rows | reliable | accuracy | precision | recall | "
+          "F1 | ROC-AUC |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
+    for kind, a in (("calibrated", 0.0), ("shift", 0.25), ("over", 1.25)):
+        shape = ("shift", 0.0) if kind == "calibrated" else (kind, a)
+        ece = true_ece(*shape, np.random.default_rng(1))
+        for labelled in (700, 20_000):
+            rng = np.random.default_rng(labelled + int(100 * a))
+            sim = simulate_cbpe(layout, *shape, labelled, windows, rng, max_ece=defaults.max_ece)
+            cov = " | ".join(f"{c:.3f}" for c in sim.coverage.values())
+            name = kind if kind != "shift" else f"logit shift {a:g}"
+            name = name if kind != "over" else f"overconfident (logit ÷ {a:g})"
+            print(f"| {name} | {ece:.3f} | {labelled:,} | {sim.reliable:.2f} | {cov} |")
+    print(f"\n(estimation: {time.perf_counter() - t0:.0f} s)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=2000)
-    parts = ("comparisons", "losses", "slo", "drift", "cause", "all")
+    parts = ("comparisons", "losses", "slo", "drift", "cause", "estimation", "all")
     ap.add_argument("--part", choices=parts, default="all")
     args = ap.parse_args()
     if args.part in ("comparisons", "all"):
@@ -296,6 +332,8 @@ def main() -> None:
         drift(args.runs)
     if args.part in ("cause", "all"):
         cause(args.runs)
+    if args.part in ("estimation", "all"):
+        estimation(args.runs // 2)
 
 
 if __name__ == "__main__":

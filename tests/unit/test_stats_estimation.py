@@ -9,8 +9,9 @@ import pytest
 from sklearn.metrics import accuracy_score, f1_score, precision_score, recall_score
 
 from monitor.stats.estimation import LabelledBins, cbpe, cbpe_top_label, recalibrate
+from monitor.stats.estimation_simulate import simulate_cbpe, true_ece, true_rate
 from monitor.stats.intervals import wilson_interval
-from monitor.stats.scores import ScoreLayout, ece_debiased_from_bins, roc_auc_from_hist
+from monitor.stats.scores import ScoreLayout, ece_debiased_from_bins
 
 LAYOUT = ScoreLayout()
 THRESHOLD_BIN = int(LAYOUT.bin_of(np.array([0.5]))[0])
@@ -197,16 +198,10 @@ def _est_bins(p: np.ndarray, y: np.ndarray | None = None) -> tuple | LabelledBin
     )
 
 
-def _true_rate(p: np.ndarray, kind: str, a: float) -> np.ndarray:
-    """A mild miscalibration: a logit shift by ``a``, or overconfidence (logit ÷ ``a``)."""
-    logit = np.log(p) - np.log1p(-p)
-    return 1.0 / (1.0 + np.exp(-(logit + a if kind == "shift" else logit / a)))
-
-
 def test_recalibration_recovers_a_logit_shift_and_sizes_its_uncertainty() -> None:
     rng = np.random.default_rng(8)
     p = _scores(rng, 200_000)
-    y = (rng.random(p.size) < _true_rate(p, "shift", 0.3)).astype(float)
+    y = (rng.random(p.size) < true_rate(p, "shift", 0.3)).astype(float)
     recal = recalibrate(_est_bins(p, y))
     assert recal is not None and recal.information.shape[0] > 20  # narrow groups
     used = np.unique(EST.bin_of(p))
@@ -224,35 +219,18 @@ def test_recalibrated_intervals_cover_under_mild_miscalibration(kind: str, a: fl
     accuracy 0.80-0.86 and 0.43 here): with 20,000 labelled rows recalibrating them, the
     intervals of windows of 1,000 predictions cover the realized values 93-97 % (with 2 s.e.
     of 250 windows, 0.028, either side) and the estimate is reliable; with 700 labelled rows
-    it is flagged (the calibration is most of the interval) and its intervals withheld."""
+    it is flagged (the calibration is most of the interval) and its intervals withheld.
+    The simulation is ``monitor.stats.estimation_simulate`` (``bench/stats_sim.py --part
+    estimation`` runs it larger)."""
     rng = np.random.default_rng(9)
     windows, tol = 250, 2 * math.sqrt(0.95 * 0.05 / 250)
+    assert 0.03 < true_ece(kind, a, rng) < 0.05
     for labelled, reliable in ((20_000, True), (700, False)):
-        hits: dict[str, int] = {}
-        flags = 0
-        for _ in range(windows):
-            pl = _scores(rng, labelled)
-            lab = _est_bins(pl, (rng.random(labelled) < _true_rate(pl, kind, a)).astype(float))
-            p = _scores(rng, 1_000)
-            y = (rng.random(p.size) < _true_rate(p, kind, a)).astype(float)
-            est = cbpe(*_est_bins(p), EST_THRESHOLD, ece=0.0, labelled=lab)
-            flags += est.reliable
-            pred, b = p >= 0.5, EST.bin_of(p)
-            neg = np.bincount(b, weights=1 - y, minlength=EST.bins)
-            pos = np.bincount(b, weights=y, minlength=EST.bins)
-            realized = {
-                "estimated_accuracy": accuracy_score(y, pred),
-                "estimated_precision": precision_score(y, pred, zero_division=0),
-                "estimated_recall": recall_score(y, pred, zero_division=0),
-                "estimated_f1": f1_score(y, pred, zero_division=0),
-                "estimated_roc_auc": roc_auc_from_hist(neg, pos)[0],
-            }
-            for m in est.metrics:
-                hits[m.name] = hits.get(m.name, 0) + (m.lower <= realized[m.name] <= m.upper)
-        print(f"\n{kind} {a} labelled {labelled}: reliable {flags / windows:.2f}", hits)
+        sim = simulate_cbpe(EST, kind, a, labelled, windows, rng)
+        print(f"\n{kind} {a} labelled {labelled}: reliable {sim.reliable:.2f}", sim.coverage)
         if not reliable:  # flagged: the values stay, the intervals are withheld
-            assert flags / windows <= 0.05 and hits == dict.fromkeys(hits, 0)
+            assert sim.reliable <= 0.05 and set(sim.coverage.values()) == {0.0}
             continue
-        assert flags / windows >= 0.95
-        for name, h in hits.items():
-            assert 0.93 - tol <= h / windows <= 0.97 + tol, (name, h / windows)
+        assert sim.reliable >= 0.95
+        for name, c in sim.coverage.items():
+            assert 0.93 - tol <= c <= 0.97 + tol, (name, c)
