@@ -3,10 +3,7 @@ the ECE formula, the fairness gaps that read them, and (slow) AUC interval cover
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +16,8 @@ from monitor.engine.models import SliceSpec, WindowSpec
 from monitor.engine.records import LabelBatch, PredictionBatch, hash_ids
 from monitor.engine.snapshot import WindowResult
 from monitor.wiring import model_spec
+
+from .bench_module import load_bench
 
 BASE = 1_700_000_000_000
 NOW = BASE + 3_600_000
@@ -146,16 +145,6 @@ def test_per_slice_auc_interval_coverage() -> None:
     assert 0.93 <= coverage <= 0.97, coverage
 
 
-def _bench_slice_scores():  # type: ignore[no-untyped-def]
-    path = Path(__file__).resolve().parents[2] / "bench" / "slice_scores.py"
-    spec = importlib.util.spec_from_file_location("bench_slice_scores", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.slow
 def test_per_slice_aucs_on_a_rare_event_beta_stream() -> None:
     """100 slices × 20,000 rows of calibrated Beta(0.5, 50) scores (prevalence 1 %), at the
@@ -167,7 +156,7 @@ def test_per_slice_aucs_on_a_rare_event_beta_stream() -> None:
     from monitor.config import ModelSettings
 
     bins = model_spec(ModelSettings(name="fraud")).slice_score_bins
-    e = _bench_slice_scores().slice_errors(bins)
+    e = load_bench("slice_scores").slice_errors(bins)
     print(f"\n{bins} bins: {e}")
     assert e.roc_worst <= 0.002 and abs(e.roc_mean) <= 0.001
     assert -0.003 <= e.pr_mean < 0 and e.pr_worst <= 0.01

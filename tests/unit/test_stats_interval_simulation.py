@@ -7,11 +7,7 @@ Tolerances are ±3 binomial standard errors at the window counts used.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
@@ -19,18 +15,9 @@ import pytest
 from monitor.stats.binary import BinaryLayout
 from monitor.stats.scores import ScoreLayout
 
+from .bench_module import load_bench
 
-def _bench() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "bench" / "coverage.py"
-    spec = importlib.util.spec_from_file_location("bench_coverage", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _bench()
+bench = load_bench("coverage")
 
 
 def _tolerance(windows: int) -> float:
