@@ -309,7 +309,10 @@ def estimation(windows: int) -> None:
         for labelled in (700, 20_000):
             rng = np.random.default_rng(labelled + int(100 * a))
             sim = simulate_cbpe(layout, *shape, labelled, windows, rng, max_ece=defaults.max_ece)
-            cov = " | ".join(f"{c:.3f}" for c in sim.coverage.values())
+            # an estimate that is not reliable withholds its intervals (NaN: never covers)
+            cov = " | ".join(
+                f"{c:.3f}" if sim.reliable else "withheld" for c in sim.coverage.values()
+            )
             name = kind if kind != "shift" else f"logit shift {a:g}"
             name = name if kind != "over" else f"overconfident (logit ÷ {a:g})"
             print(f"| {name} | {ece:.3f} | {labelled:,} | {sim.reliable:.2f} | {cov} |")
