@@ -562,10 +562,17 @@ def _drift_section(drift: Sequence[Json]) -> str:
                 + f" (p = {_fmt(lp['p_value'])}, JS distance {_fmt(lp['js_distance'])})</p>"
             )
         flag = _badge("detected", "drift") if d["any_detected"] else _badge("ok", "no drift")
+        ref = d.get("reference")
+        against = (
+            "reference <b>training profile</b>"
+            if ref is None
+            else f"reference <b>{_e(ref['start'])} → {_e(ref['end'])}</b>"
+        )
         cards.append(
             f'<div class="card"><h4>{_e(d["model"])} / {_e(d["version"])} / window '
             f"{_e(d['window'])} {flag}</h4>"
             f'<div class="facts"><span>{_e(d["start"])} → {_e(d["end"])}</span>'
+            f"<span>{against}</span>"
             f"<span>features tested <b>{d['tested']}</b></span><span>alpha <b>{d['alpha']}</b> "
             f"({_e(d['correction'])})</span></div>"
             + _table(

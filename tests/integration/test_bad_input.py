@@ -1,4 +1,4 @@
-"""Bad input over a real broker: every kind of DESIGN §3 is counted under its reason,
+"""Bad input over a real broker: every rejection reason (docs/semantics.md) is counted,
 dead-lettered with its exact original bytes, and leaves the statistics untouched."""
 
 from __future__ import annotations

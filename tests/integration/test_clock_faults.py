@@ -1,5 +1,5 @@
 """Wall-clock jumps (libfaketime on the daemon process only) and the event clock's
-watermark (issue 12 items 6 and 7), against the real daemon and a real tansu broker.
+watermark, against the real daemon and a real tansu broker.
 
 libfaketime moves CLOCK_REALTIME only (FAKETIME_DONT_FAKE_MONOTONIC=1), as an NTP step
 or ``date -s`` would; the offset is re-read from a file on every call, so the test moves

@@ -1,4 +1,4 @@
-"""Faults around the daemon's state and its Kafka positions (issue 12 items 1, 8, 9),
+"""Faults around the daemon's state and its Kafka positions,
 each reproduced against the real daemon and a real tansu broker."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every bad-input kind of DESIGN §3 gets its reason; valid records are all accepted."""
+"""Every kind of bad input gets its reason; valid records are all accepted."""
 
 from __future__ import annotations
 

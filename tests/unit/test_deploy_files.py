@@ -79,7 +79,7 @@ def test_flagger_metric_template() -> None:
     assert "mlmon_comparison_decision" in query and "{{ variables.comparison }}" in query
 
 
-# -- container, compose, Kubernetes, Alertmanager, Grafana (issue 6) ---------------------
+# -- container, compose, Kubernetes, Alertmanager, Grafana -----------------------------
 # Everything below checks that the deployment material refers to what the product really
 # has: the image name and version, port 9108, /healthz /readyz /metrics, the CLI verbs,
 # configs that pass `monitor check-config`, and metric names the exporter can emit.

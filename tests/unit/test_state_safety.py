@@ -1,5 +1,5 @@
 """Untrusted checkpoints, state-file permissions, the state-dir lock, clock guards and
-resume positions (issue 12 items 7-11): each test reproduces a reported failure."""
+resume positions: each test reproduces a reported failure."""
 
 from __future__ import annotations
 

@@ -73,6 +73,15 @@ def test_worst_slice_first_and_drift_ranked_by_effect() -> None:
     assert drift_order == ["c", "a", "b"]  # unknown effect last
     html = render_report(report).decode()
     assert "window 1d" in html and "No data in this window yet." in html
+    # the drift card says what it tested against: a training profile, or a rotated period
+    assert "reference <b>training profile</b>" in html
+    report["drift"][0]["reference"] = {
+        "start": "2026-11-01T00:00:00Z",
+        "end": "2026-11-08T00:00:00Z",
+    }
+    html = render_report(report).decode()
+    assert "reference <b>2026-11-01T00:00:00Z → 2026-11-08T00:00:00Z</b>" in html
+    assert "training profile" not in html
 
 
 def test_page_escapes_names_and_fetches_nothing() -> None:
