@@ -1,4 +1,4 @@
-"""Interval coverage and ECE behaviour at rare events and small n (issue 13), bounded size.
+"""Interval coverage and ECE behaviour at rare events and small n, bounded size.
 
 The simulations are those of ``bench/coverage.py`` (one definition), run here with fewer
 windows; the full table in docs/statistics.md comes from ``python bench/coverage.py``.
