@@ -4,15 +4,18 @@ Run ``python bench/coverage.py [--windows 4000] [--seed 1]`` (about four minutes
 1,000 windows on one core). The CI tests (tests/unit/test_stats_interval_simulation.py) call the
 same functions with fewer windows.
 
-Binary scenario: y ~ Bernoulli(π); a latent x ~ N(d·y, 1) with d = 2 (ROC-AUC 0.921); the
-score is the *calibrated* probability s = P(y = 1 | x) = expit(logit π + d·x − d²/2); the
-decision flags s >= 2π ("risk doubled"). Truths are analytic (confusion proportions from
-the normal CDF, AUC = Φ(d/√2), ECE = 0) or from one seeded 4,000,000-row sample (average
-precision, log loss, Brier). Regression: targets y ~ Gamma(2, scale 3), predictions
-y + e with e ~ N(0, 1) or Student-t(3) (truths analytic where the moments are, else the
-large sample). Coverage is counted over the windows whose interval was exported; the
-"exported" column is the share of windows that had one (the rest were withheld with a
-reason, or the value was undefined).
+Binary scenario: y ~ Bernoulli(π); a latent x ~ N(d·y, 1) with d = 2 (ROC-AUC 0.921) or
+d = 3.5 (ROC-AUC 0.993, a very accurate model); the score is the *calibrated* probability
+s = P(y = 1 | x) = expit(logit π + d·x − d²/2); the decision flags s >= 2π ("risk
+doubled"). As in the engine, the interval gates read the long-run rates (the version's
+longest window; here the scenario's expected confusion proportions and prevalence).
+Truths are analytic (confusion proportions from the normal CDF, AUC = Φ(d/√2), ECE = 0)
+or from one seeded 4,000,000-row sample (average precision, log loss, Brier).
+Regression: targets y ~ Gamma(2, scale 3), predictions y + e with e ~ N(0, 1) or
+Student-t(3) (truths analytic where the moments are, else the large sample). Ranking:
+20-item queries (see :func:`ranking_coverage`). Coverage is counted over the windows
+whose interval was exported; the "exported" column is the share of windows that had one
+(the rest were withheld with a reason, or the value was undefined).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import argparse
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.special import expit, logit
@@ -28,6 +32,7 @@ from scipy.stats import norm
 from sklearn.metrics import average_precision_score
 
 from monitor.stats.binary import BinaryLayout
+from monitor.stats.ranking import RankingLayout, batch_query_metrics
 from monitor.stats.regression import RegressionLayout
 from monitor.stats.results import MetricValue
 from monitor.stats.scores import ScoreLayout
@@ -71,7 +76,7 @@ class Coverage:
         return min(abs(self.coverage - 0.93), abs(self.coverage - 0.97)) > 2 * max(se, 1e-3)
 
 
-def _summarize(values: dict[str, list[MetricValue]], truth: dict[str, float]) -> list[Coverage]:
+def _summarize(values: dict[str, list[MetricValue]], truth: dict[str, Any]) -> list[Coverage]:
     out = []
     for name, mvs in values.items():
         if name not in truth or name in SKIP or not any(m.defined for m in mvs):
@@ -83,8 +88,9 @@ def _summarize(values: dict[str, list[MetricValue]], truth: dict[str, float]) ->
     return out
 
 
-def _binary_truth(prevalence: float, big: int = 4_000_000, seed: int = 12345) -> dict[str, float]:
-    d = D_PRIME
+def _binary_truth(
+    prevalence: float, d: float = D_PRIME, big: int = 4_000_000, seed: int = 12345
+) -> dict[str, Any]:
     c = (logit(2 * prevalence) - logit(prevalence) + d * d / 2) / d  # decision: x >= c
     tpr, fpr = float(norm.sf(c - d)), float(norm.sf(c))
     pi = prevalence
@@ -96,6 +102,7 @@ def _binary_truth(prevalence: float, big: int = 4_000_000, seed: int = 12345) ->
 
     pe = (tp + fp) * (tp + fn) + (tn + fn) * (tn + fp)
     truth = {
+        "confusion": np.array([tn, fp, fn, tp]),  # the long-run rates (the gates read them)
         "accuracy": tp + tn,
         "error_rate": fp + fn,
         "precision": prec,
@@ -116,7 +123,7 @@ def _binary_truth(prevalence: float, big: int = 4_000_000, seed: int = 12345) ->
         "roc_auc": float(norm.cdf(d / math.sqrt(2))),
         "ece_debiased": 0.0,
     }
-    y, s = _binary_sample(np.random.default_rng(seed), prevalence, big)
+    y, s = _binary_sample(np.random.default_rng(seed), prevalence, big, d)
     sc = np.clip(s, 1e-15, 1 - 1e-15)
     truth["pr_auc"] = truth["pr_auc_debiased"] = float(average_precision_score(y, s))
     truth["log_loss"] = float(-np.mean(y * np.log(sc) + (1 - y) * np.log1p(-sc)))
@@ -124,32 +131,39 @@ def _binary_truth(prevalence: float, big: int = 4_000_000, seed: int = 12345) ->
     return truth
 
 
-def _binary_sample(rng: np.random.Generator, prevalence: float, size: int) -> tuple:
+def _binary_sample(
+    rng: np.random.Generator, prevalence: float, size: int, d: float = D_PRIME
+) -> tuple:
     y = (rng.random(size) < prevalence).astype(np.int64)
-    x = rng.normal(size=size) + D_PRIME * y
-    s = expit(logit(prevalence) + D_PRIME * x - D_PRIME**2 / 2)
+    x = rng.normal(size=size) + d * y
+    s = expit(logit(prevalence) + d * x - d**2 / 2)
     return y, s
 
 
 CHUNK = 500  # windows simulated at once (a score histogram row is 6,179 doubles)
 
 
-def binary_coverage(prevalence: float, n: int, windows: int, seed: int) -> list[Coverage]:
+def binary_coverage(
+    prevalence: float, n: int, windows: int, seed: int, d: float = D_PRIME
+) -> list[Coverage]:
     """Coverage of every binary threshold and score metric at one prevalence and size."""
     rng = np.random.default_rng(seed)
+    truth = _binary_truth(prevalence, d)
+    long_run = truth["confusion"]  # the version's longest window, here its expectation
     values: dict[str, list[MetricValue]] = {}
     for start in range(0, windows, CHUNK):
         size = min(CHUNK, windows - start)
-        y, s = _binary_sample(rng, prevalence, size * n)
+        y, s = _binary_sample(rng, prevalence, size * n, d)
         rows = np.repeat(np.arange(size), n)
         cm = np.zeros((size, BINARY.width))
         BINARY.add_rows(cm, rows, y, (s >= 2 * prevalence).astype(np.int64))
         hist = np.zeros((size, SCORES.width))
         SCORES.add_rows(hist, rows, y, s)
+        scores = SCORES.metrics_many(hist, positive_share=np.full(size, prevalence))
         for w in range(size):
-            for m in BINARY.metrics(cm[w]) + SCORES.metrics(hist[w]):
+            for m in BINARY.metrics(cm[w], long_run=long_run) + scores[w]:
                 values.setdefault(m.name, []).append(m)
-    return _summarize(values, _binary_truth(prevalence))
+    return _summarize(values, truth)
 
 
 def _regression_truth(errors: str, big: int = 4_000_000, seed: int = 54321) -> dict[str, float]:
@@ -187,6 +201,37 @@ def regression_coverage(errors: str, n: int, windows: int, seed: int) -> list[Co
             values.setdefault(m.name, []).append(m)
     truth = _regression_truth(errors)
     return _summarize({k: v for k, v in values.items() if k in truth}, truth)
+
+
+RANKING = RankingLayout((10,))
+
+
+def _queries(rng: np.random.Generator, queries: int, strength: float) -> np.ndarray:
+    """Per-query contribution rows: 20 items a query, each relevant with probability 0.1
+    (at least one per query), score = strength·relevant + N(0, 1)."""
+    items = 20
+    g = (rng.random((queries, items)) < 0.1).astype(np.float64)
+    g[:, 0] = np.where(g.sum(axis=1) == 0, 1.0, g[:, 0])
+    s = strength * g + rng.standard_normal((queries, items))
+    return batch_query_metrics(
+        s.ravel(), g.ravel(), np.full(queries, items), np.zeros(0), np.zeros(queries, int),
+        RANKING.ks,
+    )  # fmt: skip
+
+
+def ranking_coverage(strength: float, queries: int, windows: int, seed: int) -> list[Coverage]:
+    """Coverage of the ranking catalog (@10) for a ranker of the given strength (2: MRR
+    0.83, 4: hit@10 0.9999); the long-run window is 200,000 queries of the same ranker
+    (its mean and dispersion size the intervals, as the version's longest window does)."""
+    rng = np.random.default_rng(seed)
+    long_run = _queries(rng, 200_000, strength).sum(axis=0)
+    truth = {m.name: m.value for m in RANKING.metrics(long_run)}
+    values: dict[str, list[MetricValue]] = {}
+    for _ in range(windows):
+        vec = _queries(rng, queries, strength).sum(axis=0)
+        for m in RANKING.metrics(vec, long_run=long_run):
+            values.setdefault(m.name, []).append(m)
+    return _summarize(values, truth)
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,12 +314,18 @@ def main(argv: list[str] | None = None) -> int:
 
     half = 1.96 * math.sqrt(0.0475 / w)
     print(f"Coverage of nominal 95 % intervals, {w} windows per cell (±{half:.3f}).\n")
-    for pi in PREVALENCES:
-        cells = {f"n={n}": run(binary_coverage, pi, n, w, seed + n) for n in SIZES}
-        print(_table(f"Binary, prevalence {pi:.0%}", cells) + "\n")
+    for d in (D_PRIME, 3.5):
+        for pi in PREVALENCES:
+            cells = {f"n={n}": run(binary_coverage, pi, n, w, seed + n, d) for n in SIZES}
+            print(_table(f"Binary, d' = {d:g}, prevalence {pi:.0%}", cells) + "\n")
     for errors in ("normal", "t3"):
         cells = {f"n={n}": run(regression_coverage, errors, n, w, seed + n) for n in SIZES}
         print(_table(f"Regression, {errors} errors", cells) + "\n")
+    for strength in (2.0, 4.0):
+        cells = {
+            f"{q} queries": run(ranking_coverage, strength, q, w, seed + q) for q in (30, 100, 300)
+        }
+        print(_table(f"Ranking, strength {strength:g} (@10)", cells) + "\n")
     print(
         "**Calibration** (10 equal-width bins; SLO objective 0.02, point rule on "
         f"`ece_debiased`; {w:,} windows, {max(w // 5, 50):,} at n = 10,000)\n"
@@ -285,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("|---|---|---|---|---|---|---|")
     for scores in ("uniform", "beta(1,4)"):
-        for gap in (0.0, 0.06):
+        for gap in (0.0, 0.02, 0.03, 0.04, 0.06):
             for n in (300, 1000, 10000):
                 s = calibration_study(scores, gap, n, w if n < 10000 else max(w // 5, 50), seed + n)
                 print(

@@ -9,20 +9,27 @@ from __future__ import annotations
 from .alerting.delivery import AlertmanagerNotifier, Dispatcher, Notifier, WebhookNotifier
 from .alerting.rules import RuleOptions
 from .alerting.slo import SloSpec
-from .alerting.slo_budget import default_for, interval_scale
-from .config import Settings, SloSettings
+from .alerting.slo_budget import allocate_budget, default_for, interval_scale
+from .config import Settings, SloSettings, budget_shares
 
-__all__ = ["build_dispatcher", "rule_options", "slo_specs"]
+__all__ = ["build_dispatcher", "rule_options", "slo_budgets", "slo_specs"]
 
 
 def slo_specs(settings: Settings) -> tuple[SloSpec, ...]:
-    return tuple(_slo_spec(settings, s) for s in settings.slos)
+    budgets = slo_budgets(settings)
+    return tuple(_slo_spec(settings, s, b) for s, b in zip(settings.slos, budgets, strict=True))
 
 
-def _slo_spec(settings: Settings, s: SloSettings) -> SloSpec:
+def slo_budgets(settings: Settings) -> list[float | None]:
+    """Each SLO's per-instance false-page budget: the deployment's ``[alerting]
+    false_page_budget`` shared over its interval SLOs (monitor/alerting/slo_budget.py)."""
+    return allocate_budget(settings.alerting.false_page_budget, budget_shares(settings.slos))
+
+
+def _slo_spec(settings: Settings, s: SloSettings, share: float | None) -> SloSpec:
     sizes = {w.label: w.size for m in settings.models if m.name == s.model for w in m.windows}
     window_s = sizes.get(s.window, 3600.0)  # unknown windows are a config error elsewhere
-    budget = s.false_page_budget or settings.alerting.false_page_budget
+    budget = share if share is not None else settings.alerting.false_page_budget
     ev = settings.evaluation
     interval = s.confidence == "interval"
     # rounded as `monitor rules` prints it, so the daemon and Prometheus agree exactly

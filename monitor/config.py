@@ -15,6 +15,7 @@ import re
 import stat
 import tomllib
 import urllib.parse
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -32,6 +33,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
+from .alerting.slo_budget import VERSIONS_PER_SLO, BudgetShare, allocate_budget
 from .durations import format_duration, parse_duration
 from .metrics.protocol import ModelParams
 from .metrics.registry import (
@@ -412,7 +414,10 @@ class DriftSettings(_Section):
     features: tuple[str, ...] = ()  # tested features; default: all in the reference
     categorical: tuple[str, ...] = ()  # `monitor baseline`: treat these columns as categories
     windows: tuple[str, ...] = ()  # window names to test; default: all of the model's
-    alpha: float = Field(0.05, gt=0.0, lt=0.5)
+    alpha: float = Field(0.05, gt=0.0, lt=0.5)  # the most any one window is tested at
+    # P(>= 1 false drift alarm per day) per version and window when nothing drifts: each
+    # complete window is tested at min(alpha, budget * size / 1 day) (docs/drift.md)
+    false_alarm_budget: float = Field(0.05, gt=0.0, lt=0.5)
     correction: Literal["bh", "bonferroni"] = "bh"
     numeric_effect: float | None = Field(None, gt=0.0)  # quantile Wasserstein, normal SDs
     categorical_effect: float | None = Field(None, gt=0.0)  # JS distance beyond noise
@@ -528,14 +533,18 @@ class ComparisonSettings(_Section):
     alpha: float = Field(0.05, gt=0.0, lt=0.5)
     margin: float = Field(0.0, ge=0.0)
     min_samples: int = Field(1000, ge=2)  # burn-in per arm (losses other than error_rate)
-    min_events: float = Field(10.0, ge=0.0)  # error_rate burn-in: expected errors, small arm
+    # burn-in in events: expected errors (split error_rate), discordant pairs (shadow
+    # error_rate), expected rare-class rows of the smaller arm (binary label losses)
+    min_events: float = Field(10.0, ge=0.0)
     horizon: int = Field(10_000, ge=2)
     traffic_split: tuple[float, float] = (0.5, 0.5)
     srm_threshold: float = Field(0.001, gt=0.0, lt=0.5)
     stale_after: PositiveSeconds = 900.0
-    # auto: exact conditional test for split error_rate, plug-in normal mixture otherwise;
-    # exact: also an exact bounded-loss sequence for the other losses and shadow mode
-    sequence: Literal["auto", "exact"] = "auto"
+    # auto: exact conditional test for error_rate, exact bounded sequence for split
+    # classifier log_loss / squared_error / absolute_error, normal mixture otherwise;
+    # exact: exact bounded sequences for every bounded loss; mixture: the normal mixture
+    # for every loss but error_rate (docs/comparisons.md)
+    sequence: Literal["auto", "exact", "mixture"] = "auto"
 
     @field_validator("loss")
     @classmethod
@@ -588,7 +597,8 @@ class SloSettings(_Section):
     # breach must last this long before firing; default: interval SLOs window/10 (at
     # most 15m), point SLOs 0
     for_: Seconds | None = Field(None, alias="for")
-    false_page_budget: float | None = Field(None, gt=0.0, lt=1.0)  # default: [alerting]
+    # per instance, out of the deployment's [alerting] budget (default: an equal share)
+    false_page_budget: float | None = Field(None, gt=0.0, lt=1.0)
     min_samples: int = Field(100, ge=1)  # fewer samples behind the metric: no breach
     # expected share of the window's labels already in (label-delay distribution) below
     # which the window is incomplete and cannot breach; unset: no such condition
@@ -628,7 +638,8 @@ class AlertingSettings(_Section):
     comparison_alerts: bool = False  # a rollback / invalid comparison decision raises one
     # a version that looks real (100+ predictions in an hour) rejected by max_versions
     version_alerts: bool = True
-    # P(>= 1 false page per day) of an interval SLO whose metric sits on its objective
+    # P(>= 1 false page per day) of the whole deployment with every interval SLO's metric
+    # on its objective, shared over the SLOs' instances (docs/alerting.md)
     false_page_budget: float = Field(0.05, gt=0.0, lt=1.0)
 
     @field_validator("webhook_secret_file")
@@ -729,7 +740,23 @@ def _slo_problems(settings: Settings) -> list[str]:
                     f"{where}.slice: {slo.slice!r} is not a slice of model {slo.model!r}; use "
                     f'"all" or one of {configured or "(no [[models.slices]] configured)"}'
                 )
+    try:
+        allocate_budget(settings.alerting.false_page_budget, budget_shares(settings.slos))
+    except ValueError as err:
+        problems.append(f"alerting.false_page_budget: {err}")
     return problems
+
+
+def budget_shares(slos: Sequence[SloSettings]) -> list[BudgetShare]:
+    """What the deployment's false-page budget is shared over (alerting/slo_budget.py)."""
+    return [
+        BudgetShare(
+            VERSIONS_PER_SLO if s.version == "all" else 1,
+            s.false_page_budget,
+            s.confidence == "interval",
+        )
+        for s in slos
+    ]
 
 
 def _check_cron(expr: str) -> str:

@@ -162,7 +162,11 @@ def replay(
     # already looked at every step, as the daemon would have. Nothing is retired:
     # the report's window "all" spans every row.
     snap = engine.snapshot(
-        now_ms, confidence=settings.evaluation.confidence, models=models, retain=False
+        now_ms,
+        confidence=settings.evaluation.confidence,
+        models=models,
+        retain=False,
+        input_ended=True,
     )
     history = extend_history(history, snap.comparisons)
     topics = {"predictions": str(predictions), "labels": str(labels)}

@@ -142,6 +142,7 @@ def drift_specs(settings: Settings, state_dir: Path | None = None) -> tuple[Drif
             "features": tuple(d.features),
             "windows": tuple(d.windows),
             "alpha": d.alpha,
+            "false_alarm_budget": d.false_alarm_budget,
             "correction": d.correction,
             "numeric_effect": d.numeric_effect,
             "categorical_effect": d.categorical_effect,

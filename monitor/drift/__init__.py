@@ -12,6 +12,7 @@ on that grid, and count vectors of time buckets merge by addition.
 - :mod:`.correction` — Benjamini–Hochberg and Bonferroni adjusted p-values.
 - :mod:`.detector` — :class:`DriftDetector` (significance *and* effect size) and
   label-prior drift.
+- :mod:`.budget` — the windows drift tests and the daily false-alarm budget they spend.
 
 Imports numpy, scipy and :mod:`monitor.stats` only.
 """

@@ -312,12 +312,16 @@ class DriftDetector:
         self.categorical_effect = float(categorical_effect)
         self.min_samples = int(min_samples)
 
-    def label_prior(self, live_counts: dict[str, int]) -> LabelPriorDrift:
-        """:func:`label_prior_drift` against the reference's label prior."""
+    def label_prior(
+        self, live_counts: dict[str, int], alpha: float | None = None
+    ) -> LabelPriorDrift:
+        """:func:`label_prior_drift` against the reference's label prior (at ``alpha``, by
+        default the detector's)."""
         if self.reference.label_prior is None:
             raise ValueError("the reference profile has no label prior")
+        level = self.alpha if alpha is None else alpha
         return label_prior_drift(
-            self.reference.label_prior, live_counts, self.alpha, self.categorical_effect
+            self.reference.label_prior, live_counts, level, self.categorical_effect
         )
 
     def _raw(
@@ -325,6 +329,7 @@ class DriftDetector:
         ref: NumericReference | CategoricalReference,
         counts: np.ndarray,
         unseen_values: Sequence[str],
+        alpha: float,
     ) -> _Raw:
         n_missing = int(counts[0])
         missing_ref = round(ref.missing_rate * ref.n)
@@ -338,7 +343,7 @@ class DriftDetector:
             effect, null = quantile_effect(ref, counts)
             ref_cells = np.concatenate([[0], ref.counts, [0]])
             live_cells = counts[1:]
-            detectable = max(numeric_detectable(n_live, n_ref, self.alpha), self.numeric_effect)
+            detectable = max(numeric_detectable(n_live, n_ref, alpha), self.numeric_effect)
             return _Raw(
                 ref, statistic, p_value, effect, self.numeric_effect,
                 psi(ref_cells, live_cells), w.distance, w.distance_sd,
@@ -353,9 +358,7 @@ class DriftDetector:
         unseen = int(counts[len(ref.categories) + 1])
         names = tuple(unseen_values)[:MAX_UNSEEN_NAMES] if unseen else ()
         k = int(np.count_nonzero(ref_cells + live_cells)) or len(ref.categories)
-        detectable = max(
-            categorical_detectable(k, n_live, n_ref, self.alpha), self.categorical_effect
-        )
+        detectable = max(categorical_detectable(k, n_live, n_ref, alpha), self.categorical_effect)
         return _Raw(
             ref, statistic, p_value, effect, self.categorical_effect, psi(ref_cells, live_cells),
             math.nan, math.nan, js, n_live, n_missing, change, z.p_value, 0,
@@ -366,9 +369,15 @@ class DriftDetector:
         self,
         live: Mapping[str, np.ndarray],
         unseen_values: Mapping[str, Sequence[str]] | None = None,
+        alpha: float | None = None,
     ) -> DriftReport:
         """Test one window. ``unseen_values`` optionally names unseen categories per feature
-        (e.g. :func:`monitor.drift.summaries.first_unseen` over the window's buckets)."""
+        (e.g. :func:`monitor.drift.summaries.first_unseen` over the window's buckets).
+        ``alpha``: this window's level instead of the detector's (the share of a daily
+        false-alarm budget, :func:`monitor.drift.budget.window_alpha`)."""
+        level = self.alpha if alpha is None else float(alpha)
+        if not 0.0 < level < 1.0:
+            raise ValueError(f"alpha must be in (0, 1), got {level}")
         names = self.reference.names
         unknown = sorted(set(live) - set(names))
         if unknown:
@@ -381,14 +390,14 @@ class DriftDetector:
                 raise ValueError(
                     f"{name}: live counts must have {n_cells(ref)} cells, got {counts.shape}"
                 )
-            raws.append(self._raw(ref, counts, (unseen_values or {}).get(name, ())))
+            raws.append(self._raw(ref, counts, (unseen_values or {}).get(name, ()), level))
         tested = np.array([r.n >= self.min_samples for r in raws], dtype=bool)
         p_adj = np.full(len(raws), math.nan)
         p_adj[tested] = adjust_p_values(
             np.array([r.p_value for r in raws])[tested], self.correction
         )
         results = [
-            self._result(name, r, bool(t), float(pa))
+            self._result(name, r, bool(t), float(pa), level)
             for name, r, t, pa in zip(names, raws, tested, p_adj, strict=True)
         ]
         results.sort(key=_rank_key)
@@ -396,16 +405,18 @@ class DriftDetector:
             features=tuple(results),
             any_detected=any(f.detected for f in results),
             n_tested=int(tested.sum()),
-            alpha=self.alpha,
+            alpha=level,
             correction=self.correction,
         )
 
-    def _result(self, name: str, r: _Raw, tested: bool, p_adjusted: float) -> FeatureDrift:
+    def _result(
+        self, name: str, r: _Raw, tested: bool, p_adjusted: float, alpha: float
+    ) -> FeatureDrift:
         numeric = isinstance(r.ref, NumericReference)
         test_name: Literal["ks", "chi2"] = "ks" if numeric else "chi2"
         effect_name = "quantile-Wasserstein" if numeric else "JS distance"
         unit = " SD" if numeric else ""
-        significant = tested and p_adjusted < self.alpha
+        significant = tested and p_adjusted < alpha
         large = r.effect >= r.threshold
         detected = bool(significant and large)
         effect_txt = (
@@ -415,10 +426,10 @@ class DriftDetector:
         if not tested:
             reason = f"not tested: {r.n} live values < min_samples {self.min_samples}"
         elif detected:
-            reason = f"drift: {test_name} p_adj={p_adjusted:.3g} < {self.alpha:g} and {effect_txt}"
+            reason = f"drift: {test_name} p_adj={p_adjusted:.3g} < {alpha:g} and {effect_txt}"
         elif significant:
             reason = (
-                f"significant but small: {test_name} p_adj={p_adjusted:.3g} < {self.alpha:g} "
+                f"significant but small: {test_name} p_adj={p_adjusted:.3g} < {alpha:g} "
                 f"but {effect_txt}"
             )
         else:

@@ -10,15 +10,17 @@ materializing a million values per window. Seeded ``default_rng`` only.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
-from .detector import DriftDetector, FeatureDrift
+from .budget import DAY_MS, window_alpha
+from .detector import DEFAULT_ALPHA, DriftDetector, FeatureDrift
 from .reference import CategoricalReference, NumericReference, ReferenceProfile
 
-__all__ = ["FlagRate", "flag_rate", "numeric_cell_probs"]
+__all__ = ["FlagRate", "alarm_days", "flag_rate", "numeric_cell_probs", "windows_to_detect"]
 
 
 class _Cdf(Protocol):
@@ -57,3 +59,72 @@ def flag_rate(
         float(np.mean([f.effect >= f.effect_threshold for f in out])),
         out,
     )
+
+
+def _profile(ref: NumericReference, features: int) -> ReferenceProfile:
+    """``features`` independent copies of one numeric reference (renamed x0, x1, ...)."""
+    refs = tuple(dataclasses.replace(ref, name=f"x{i}") for i in range(features))
+    return ReferenceProfile(refs, None, None, ref.n)
+
+
+def alarm_days(
+    rng: np.random.Generator,
+    ref: NumericReference,
+    probs: np.ndarray,
+    *,
+    features: int,
+    events: int,
+    window_ms: int,
+    days: int,
+    budget: float,
+    alpha: float = DEFAULT_ALPHA,
+) -> float:
+    """Share of days on which a model with ``features`` features drawn from ``probs``
+    (each window ``events`` events) raises at least one drift alarm, testing each of the
+    day's windows as the engine does (:func:`monitor.drift.budget.window_alpha`)."""
+    detector = DriftDetector(_profile(ref, features))
+    level = window_alpha(alpha, budget, window_ms)
+    per_day = max(1, DAY_MS // window_ms)
+    p = np.asarray(probs, dtype=np.float64) / np.sum(probs)
+    alarmed = 0
+    for _ in range(days):
+        for _ in range(per_day):
+            live = {f"x{i}": rng.multinomial(events, p) for i in range(features)}
+            if detector.predict(live, alpha=level).any_detected:
+                alarmed += 1
+                break
+    return alarmed / days
+
+
+def windows_to_detect(
+    rng: np.random.Generator,
+    ref: NumericReference,
+    before: np.ndarray,
+    after: np.ndarray,
+    *,
+    events: int,
+    window_ms: int,
+    runs: int,
+    budget: float,
+    alpha: float = DEFAULT_ALPHA,
+    horizon: int = 3,
+) -> np.ndarray:
+    """For each run, the window (1, 2, ...) in which one feature shifting from ``before``
+    to ``after`` at a uniformly random moment of the first window is first flagged
+    (``horizon + 1`` if not within ``horizon`` windows): window 1 holds a share of
+    shifted events, later windows only shifted ones."""
+    detector = DriftDetector(_profile(ref, 1))
+    level = window_alpha(alpha, budget, window_ms)
+    p0 = np.asarray(before, np.float64) / np.sum(before)
+    p1 = np.asarray(after, np.float64) / np.sum(after)
+    out = np.full(runs, horizon + 1)
+    for r in range(runs):
+        shifted = rng.random()  # the share of window 1 after the change
+        for k in range(1, horizon + 1):
+            share = shifted if k == 1 else 1.0
+            n1 = rng.binomial(events, share)
+            counts = rng.multinomial(n1, p1) + rng.multinomial(events - n1, p0)
+            if detector.predict({"x0": counts}, alpha=level).any_detected:
+                out[r] = k
+                break
+    return out

@@ -176,16 +176,23 @@ class BucketStore:
     matrices per (group, bucket)."""
 
     def __init__(
-        self, width_ms: int, matrices: Mapping[str, int | tuple[int, type]] | None = None
+        self,
+        width_ms: int,
+        matrices: Mapping[str, int | tuple[int, type] | tuple[int, type, int]] | None = None,
     ) -> None:
-        """``matrices``: name -> width (int32 counts) or (width, dtype)."""
+        """``matrices``: name -> width (int32 counts), (width, dtype) or (width, dtype,
+        legacy width): a saved matrix of the legacy width is the same layout before
+        columns were appended to it, and loads padded with zeros."""
         if width_ms <= 0:
             raise ValueError("bucket width must be positive")
         self.width_ms = int(width_ms)
         self._shapes: dict[str, tuple[tuple[int, ...], type]] = dict(_FIXED)
+        self._legacy: dict[str, int] = {}
         for name, spec in (matrices or {}).items():
-            width, dtype = spec if isinstance(spec, tuple) else (spec, np.int32)
+            width, dtype, *legacy = spec if isinstance(spec, tuple) else (spec, np.int32)
             self._shapes[f"m.{name}"] = ((int(width),), dtype)
+            if legacy:
+                self._legacy[f"m.{name}"] = int(legacy[0])
         self._index: dict[int, int] = {}
         self.tiers = Tiers.for_width(self.width_ms)  # moved forward by the engine (roll_up)
         self._n = 0
@@ -694,6 +701,8 @@ class BucketStore:
                     continue
                 raise ValueError(f"bucket state lacks {name!r}")
             arr = np.asarray(state[name], dtype)
+            if arr.shape == (n, self._legacy.get(name, -1)):  # columns appended since
+                arr = np.concatenate([arr, np.zeros((n, shape[0] - arr.shape[1]), dtype)], 1)
             if name.startswith("m.") and arr.shape != (n, *shape):
                 cols[name] = np.zeros((n, *shape), dtype)  # layout changed: history dropped
                 continue

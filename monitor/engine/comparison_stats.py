@@ -28,9 +28,11 @@ __all__ = [
     "SplitArms",
     "loss_column",
     "loss_names",
+    "paired_width",
 ]
 
 _ESTIMATED = LOSSES.index("estimated_error_rate")
+PAIRED_WIDTH = 6  # [pairs, Σd, Σd², A wrong & B right, A right & B wrong, positives]
 _LOG_EPS = 1e-15  # scikit-learn's clipping for log loss
 
 VersionGroups = Callable[[int, str], np.ndarray]  # (model, version) -> its groups
@@ -133,8 +135,9 @@ def binary_losses(y: np.ndarray, decision: np.ndarray, score: np.ndarray) -> tup
 @dataclass
 class ArmSums:
     """What split comparisons count, per comparison name: where counting starts (event
-    ms), predictions per arm [control, treatment] and loss moments (arm, loss, [n, Σ,
-    Σ²]), the losses in the order of ``loss_names``.
+    ms), predictions per arm [control, treatment], loss moments (arm, loss, [n, Σ, Σ²]),
+    the losses in the order of ``loss_names``, and labelled positives per arm (binary
+    models: the burn-in counts rows of the rarer class).
 
     Sums over events, so the sums of two disjoint streams add (``+``; the mergeable
     summaries of Agarwal et al., PODS 2012): moments and counts add, counting starts at
@@ -144,6 +147,7 @@ class ArmSums:
     start: dict[str, int] = field(default_factory=dict)
     predictions: dict[str, np.ndarray] = field(default_factory=dict)
     loss: dict[str, np.ndarray] = field(default_factory=dict)
+    positives: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __add__(self, other: ArmSums) -> ArmSums:
         out = self.copy()
@@ -152,10 +156,12 @@ class ArmSums:
                 out.start[name] = min(out.start[name], start)
                 out.predictions[name] = out.predictions[name] + other.predictions[name]
                 out.loss[name] = out.loss[name] + other.loss[name]
+                out.positives[name] = out.positives[name] + other.positives[name]
             else:
                 out.start[name] = start
                 out.predictions[name] = other.predictions[name].copy()
                 out.loss[name] = other.loss[name].copy()
+                out.positives[name] = other.positives[name].copy()
         return out
 
     def copy(self) -> ArmSums:
@@ -163,12 +169,14 @@ class ArmSums:
             dict(self.start),
             {k: v.copy() for k, v in self.predictions.items()},
             {k: v.copy() for k, v in self.loss.items()},
+            {k: v.copy() for k, v in self.positives.items()},
         )
 
     def check(self, n_losses: int | None = None) -> None:
-        """ValueError unless every comparison has its start, counts and moments, shaped
-        for ``n_losses`` losses (default: the built-in ones and any plugin losses)."""
-        if not self.start.keys() == self.predictions.keys() == self.loss.keys():
+        """ValueError unless every comparison has its start, counts, moments and positives,
+        shaped for ``n_losses`` losses (default: the built-in ones and any plugin losses)."""
+        names = self.start.keys()
+        if not names == self.predictions.keys() == self.loss.keys() == self.positives.keys():
             raise ValueError("comparison arms name different comparisons")
         for name in self.start:
             loss = self.loss[name]
@@ -177,14 +185,16 @@ class ArmSums:
                 losses_ok &= loss.shape[1] >= len(LOSSES)
             else:
                 losses_ok &= loss.shape[1] == n_losses
-            if self.predictions[name].shape != (2,) or not losses_ok:
+            shaped = self.predictions[name].shape == (2,) and self.positives[name].shape == (2,)
+            if not (shaped and losses_ok):
                 raise ValueError(f"comparison {name!r} statistics have the wrong shape")
 
 
 @dataclass
 class PairedSums:
     """What shadow comparisons count, per comparison name: [pairs, Σd, Σd², A wrong & B
-    right, A right & B wrong] (d the loss difference B − A). Sums, so two disjoint
+    right, A right & B wrong, labelled positives] (d the loss difference B − A; the
+    positives of binary models, for the burn-in). Sums, so two disjoint
     streams' add (``+``: commutative, associative up to float rounding, identity
     ``PairedSums()``)."""
 
@@ -201,7 +211,7 @@ class PairedSums:
 
     def check(self) -> None:
         """ValueError when a comparison's statistics have the wrong shape."""
-        if any(v.shape != (5,) for v in self.by_name.values()):
+        if any(v.shape != (PAIRED_WIDTH,) for v in self.by_name.values()):
             raise ValueError("paired comparison statistics have the wrong shape")
 
 
@@ -243,6 +253,7 @@ class SplitArms:
                 sums.start[c.name] = int(ts[is_b].min())
                 sums.predictions[c.name] = np.zeros(2, np.int64)
                 sums.loss[c.name] = np.zeros((2, len(self.losses.names), 3), np.float64)
+                sums.positives[c.name] = np.zeros(2, np.float64)
             start = sums.start[c.name]
             counts = sums.predictions[c.name]
             for arm, g in enumerate((ga, gb)):
@@ -272,6 +283,7 @@ class SplitArms:
             return
         j = rows.joined
         losses = self.losses.of(j.rows, j.y_true, j.values, rows.model)
+        positive = (self.losses.task[rows.model] == 0) & (j.y_true == 1)  # binary positives
         for c in self.split:
             start = self.sums.start.get(c.name)
             if start is None:
@@ -281,6 +293,7 @@ class SplitArms:
                 sel = np.isin(j.group, g) & (j.pred_ts >= start)
                 if not sel.any():
                     continue
+                self.sums.positives[c.name][arm] += np.count_nonzero(positive & sel)
                 for i, loss in enumerate(losses):
                     v = loss[sel]
                     v = v[~np.isnan(v)]  # no score (only a `prediction`): no such loss
@@ -297,6 +310,7 @@ class SplitArms:
                 "start_ms": start,
                 "predictions": sums.predictions[name].tolist(),
                 "loss": loss[:, : len(LOSSES)].tolist(),
+                "positives": sums.positives[name].tolist(),
             }
             if plugin:
                 arm["plugin_loss"] = {
@@ -323,6 +337,8 @@ class SplitArms:
                 if p in saved:
                     extra[:, i] = np.asarray(saved[p], np.float64)
             sums.loss[name] = np.concatenate([loss, extra], axis=1) if plugin else loss
+            # a state written before positives were counted: counted from now on
+            sums.positives[name] = np.asarray(arm.get("positives", [0.0, 0.0]), np.float64)
         sums.check(len(self.losses.names))
         self.sums = sums
 
@@ -375,12 +391,14 @@ class ShadowPairs:
             li = self.losses.names.index(comp.loss)
             d = lb[:, li] - la[:, li]
             d = d[~np.isnan(d)]
-            stats = self.sums.by_name.setdefault(comp.name, np.zeros(5, np.float64))
+            stats = self.sums.by_name.setdefault(comp.name, np.zeros(PAIRED_WIDTH, np.float64))
             stats[0] += d.shape[0]
             stats[1] += d.sum()
             stats[2] += (d * d).sum()
             stats[3] += np.count_nonzero((la[:, 0] == 1) & (lb[:, 0] == 0))  # A wrong, B right
             stats[4] += np.count_nonzero((la[:, 0] == 0) & (lb[:, 0] == 1))  # A right, B wrong
+            if self.losses.task[comp.model_index] == 0:
+                stats[5] += np.count_nonzero(preds.col("label")[a[both]] == 1)
 
     def state(self) -> StateParts:
         paired = self.sums.by_name
@@ -389,7 +407,10 @@ class ShadowPairs:
     def load(self, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
         """ValueError when saved statistics have the wrong shape."""
         sums = PairedSums(
-            {str(k): np.asarray(v, np.float64) for k, v in meta.get("paired", {}).items()}
+            {
+                str(k): paired_width(np.asarray(v, np.float64))
+                for k, v in meta.get("paired", {}).items()
+            }
         )
         sums.check()
         self.sums = sums
@@ -400,3 +421,10 @@ def _with_all_losses(loss: np.ndarray) -> np.ndarray:
     if loss.ndim == 3 and loss.shape[0] == 2 and loss.shape[2] == 3 and loss.shape[1] < len(LOSSES):
         return np.concatenate([loss, np.zeros((2, len(LOSSES) - loss.shape[1], 3))], axis=1)
     return loss
+
+
+def paired_width(v: np.ndarray) -> np.ndarray:
+    """Paired sums of a state written before positives were counted (counted from now)."""
+    if v.shape == (PAIRED_WIDTH - 1,):
+        return np.concatenate([v, [0.0]])
+    return v

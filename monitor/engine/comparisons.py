@@ -15,6 +15,7 @@ earlier is reported as ``continue`` with the reason until the data are trustwort
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,8 +24,10 @@ import numpy as np
 from ..experiments.bounded import BoundedComparison, PairedBoundedComparison, loss_bound
 from ..experiments.conditional import (
     ErrorRateComparison,
+    PairedErrorRateComparison,
     expected_events_small_arm,
-    prior_concentration,
+    horizon_concentration,
+    rarer_class_rows,
 )
 from ..experiments.fixed_horizon import proportion_difference
 from ..experiments.mcnemar import mcnemar_exact
@@ -37,7 +40,7 @@ from ..experiments.sequential import (
 )
 from ..experiments.srm import SRMResult, sample_ratio_mismatch
 from ..metrics.registry import LOSSES
-from .comparison_stats import ArmSums, PairedSums, loss_names
+from .comparison_stats import PAIRED_WIDTH, ArmSums, PairedSums, loss_names
 from .models import ComparisonSpec, ModelSpec
 from .snapshot import ComparisonResult, WindowDifference, WindowResult
 
@@ -47,6 +50,7 @@ Decider = (
     SequentialComparison
     | PairedSequentialComparison
     | ErrorRateComparison
+    | PairedErrorRateComparison
     | BoundedComparison
     | PairedBoundedComparison
 )
@@ -82,7 +86,7 @@ class ComparisonTracker:
             spec = names.get(name)
             if spec is None:
                 continue  # comparison removed from the config
-            cls = _decider_class(spec)
+            cls = self._kind(spec)
             try:
                 decider = cls.from_state(st)
             except (ValueError, KeyError):
@@ -134,15 +138,21 @@ class ComparisonTracker:
         preds_a, preds_b = int(counts[0]), int(counts[1])
         srm = mcn = None
         diffs: LossMoments | None = None
+        discordant = (0, 0)
         if spec.mode == "shadow":
-            p = pairs.by_name.get(spec.name, np.zeros(5))
+            p = pairs.by_name.get(spec.name, np.zeros(PAIRED_WIDTH))
             diffs = LossMoments(int(p[0]), float(p[1]), float(p[2]))
+            discordant = (int(p[3]), int(p[4]))  # A wrong and B right, A right and B wrong
             n_a = n_b = diffs.n
+            rare = rarer_class_rows(float(p[5]), diffs.n, diffs.n)
             mcn = mcnemar_exact(int(p[3]), int(p[4])) if p[3] + p[4] > 0 else None
         else:
             n_a, n_b = stats_a.n, stats_b.n
             srm = sample_ratio_mismatch([preds_a, preds_b], spec.traffic_split, spec.srm_threshold)
-        state = self._advance(spec, stats_a, stats_b, diffs, srm, now_ms)
+            pos = arms.positives.get(spec.name, np.zeros(2))
+            labelled = loss[:, 0, 0] if loss is not None else np.zeros(2)  # rows with a label
+            rare = rarer_class_rows(float(pos.sum()), float(labelled.sum()), min(n_a, n_b))
+        state = self._advance(spec, stats_a, stats_b, diffs, srm, now_ms, rare, discordant)
         notes = list(not_ready)
         # an estimated loss decides nothing while either arm's calibration is not vouched for
         withheld = _unreliable_estimates(spec, model, results)
@@ -155,11 +165,7 @@ class ComparisonTracker:
                 notes.append(f"stale: no new labeled samples for {idle / 1000:.0f}s")
         if state is None:
             decision, superior, since = "continue", False, None
-            need = (
-                f"min_events {spec.min_events:g} expected errors in the smaller arm"
-                if _decider_class(spec) is ErrorRateComparison
-                else f"min_samples {spec.min_samples} per arm"
-            )
+            need = _burn_in_text(spec, self.models[spec.model_index], self._kind(spec))
             reason = (
                 f"too few samples: control {spec.control} n={n_a}, treatment {spec.treatment} "
                 f"n={n_b} ({need})"
@@ -172,6 +178,8 @@ class ComparisonTracker:
             effect = state.effect
         if decision == "invalid" and srm is not None and srm.mismatch:
             reason = f"{reason}: {srm.reason}"
+        if decision in ("promote", "rollback") and spec.loss == "estimated_error_rate":
+            withheld += _calibration_shift(spec, model, results, decision, lo, hi)
         if withheld and decision in ("promote", "rollback"):
             reason = f"{decision} withheld: {'; '.join(withheld)} (sequential state: {reason})"
             decision, superior = "continue", False
@@ -207,11 +215,21 @@ class ComparisonTracker:
             margin=spec.margin,
             srm=srm,
             mcnemar=mcn,
+            method=SEQUENCE_METHODS[self._kind(spec)],
             # an error-rate difference means nothing for regression and ranking models
             windows=_window_view(spec, model, results, confidence)
             if self.models[spec.model_index].is_classifier
             else (),
         )
+
+    def _bound(self, spec: ComparisonSpec) -> float | None:
+        """The largest value the comparison's loss takes (a plugin loss declares it)."""
+        if spec.loss not in LOSSES:
+            return self.plugin_bounds.get(spec.loss)
+        return loss_bound(self.models[spec.model_index].task, spec.loss)
+
+    def _kind(self, spec: ComparisonSpec) -> type[Decider]:
+        return _decider_class(spec, self.models[spec.model_index], self._bound(spec))
 
     def _advance(
         self,
@@ -221,98 +239,178 @@ class ComparisonTracker:
         diffs: LossMoments | None,
         srm: SRMResult | None,
         now_ms: int,
+        rare: float,
+        discordant: tuple[int, int],
     ) -> ComparisonState | None:
         """Feed the decider; None while burn-in has not produced one yet."""
         decider = self.deciders.get(spec.name)
         mismatch = bool(srm is not None and srm.mismatch)
-        kind = _decider_class(spec)
-        if kind is BoundedComparison or kind is PairedBoundedComparison:
+        model = self.models[spec.model_index]
+        kind = self._kind(spec)
+        if kind is PairedErrorRateComparison:
+            assert diffs is not None
+            only_a, only_b = discordant
             if decider is None:
-                n = diffs.n if diffs is not None else min(a.n, b.n)
-                if n < spec.min_samples and not mismatch:
+                if only_a + only_b < spec.min_events:
                     return None
-                bound = (
-                    self.plugin_bounds.get(spec.loss)
-                    if spec.loss not in LOSSES
-                    else loss_bound(self.models[spec.model_index].task, spec.loss)
-                )
-                assert bound is not None  # wiring rejects exact sequences of unbounded losses
-                decider = kind(
-                    alpha=spec.alpha, bound=bound, margin=spec.margin, min_samples=spec.min_samples
-                )
-                self.deciders[spec.name] = decider
-            if isinstance(decider, PairedBoundedComparison):
-                assert diffs is not None
-                return decider.update(diffs, now_ms)
-            assert isinstance(decider, BoundedComparison)
-            return decider.update(a, b, now_ms, srm_mismatch=mismatch)
-        if diffs is not None:
-            if decider is None:
-                if diffs.n < spec.min_samples:
-                    return None
-                v = diffs.variance() / spec.horizon
-                decider = PairedSequentialComparison(
+                decider = PairedErrorRateComparison(
                     alpha=spec.alpha,
-                    tau2=_tau2(v, spec.alpha),
+                    concentration=horizon_concentration(
+                        diffs.n, only_a, diffs.n, only_b, spec.horizon, 0.5, spec.alpha
+                    ),
                     margin=spec.margin,
-                    min_samples=spec.min_samples,
+                    min_events=spec.min_events,
                 )
                 self.deciders[spec.name] = decider
-            assert isinstance(decider, PairedSequentialComparison)
-            return decider.update(diffs, now_ms)
-        if _decider_class(spec) is ErrorRateComparison:
+            assert isinstance(decider, PairedErrorRateComparison)
+            return decider.update_pairs(diffs.n, only_a, only_b, now_ms)
+        if kind is ErrorRateComparison:
             # 0/1 losses: Σx is the error count
             n_a, k_a, n_b, k_b = a.n, round(a.total), b.n, round(b.total)
             if decider is None:
                 events = expected_events_small_arm(n_a, k_a, n_b, k_b)
                 if events < spec.min_events and not mismatch:
                     return None
+                share = spec.traffic_split[1] / sum(spec.traffic_split)
                 decider = ErrorRateComparison(
                     alpha=spec.alpha,
-                    share=spec.traffic_split[1] / sum(spec.traffic_split),
-                    concentration=_concentration(spec, n_a, k_a, n_b, k_b),
+                    share=share,
+                    concentration=horizon_concentration(
+                        n_a, k_a, n_b, k_b, spec.horizon, share, spec.alpha
+                    ),
                     margin=spec.margin,
                     min_events=spec.min_events,
                 )
                 self.deciders[spec.name] = decider
             assert isinstance(decider, ErrorRateComparison)
             return decider.update(n_a, k_a, n_b, k_b, now_ms, srm_mismatch=mismatch)
+        n = diffs.n if diffs is not None else min(a.n, b.n)
         if decider is None:
-            if min(a.n, b.n) < spec.min_samples and not mismatch:
-                return None
-            # τ² tuned for the horizon from the burn-in variances (a nuisance parameter,
-            # not the effect); any τ² > 0 keeps the test valid.
-            v = (a.variance() + b.variance()) / spec.horizon if min(a.n, b.n) >= 2 else 0.0
-            decider = SequentialComparison(
-                alpha=spec.alpha,
-                tau2=_tau2(v, spec.alpha),
-                margin=spec.margin,
-                min_samples=spec.min_samples,
+            burned = n >= spec.min_samples and (
+                not _counts_rare_rows(spec, model) or rare >= spec.min_events
             )
+            if not burned and not mismatch:
+                return None
+            decider = _new_decider(kind, spec, self._bound(spec), a, b, diffs)
             self.deciders[spec.name] = decider
-        assert isinstance(decider, SequentialComparison)
+        if isinstance(decider, PairedBoundedComparison | PairedSequentialComparison):
+            assert diffs is not None
+            return decider.update(diffs, now_ms)
+        assert isinstance(decider, BoundedComparison | SequentialComparison)
         return decider.update(a, b, now_ms, srm_mismatch=mismatch)
 
 
-def _decider_class(spec: ComparisonSpec) -> type[Decider]:
-    exact = spec.sequence == "exact"
+def _new_decider(
+    kind: type[Decider],
+    spec: ComparisonSpec,
+    bound: float | None,
+    a: LossMoments,
+    b: LossMoments,
+    diffs: LossMoments | None,
+) -> Decider:
+    """The decider of a comparison whose burn-in is over."""
+    if kind is BoundedComparison or kind is PairedBoundedComparison:
+        assert bound is not None  # wiring rejects exact sequences of unbounded losses
+        return kind(
+            alpha=spec.alpha,
+            bound=bound,
+            margin=spec.margin,
+            min_samples=spec.min_samples,
+            horizon=spec.horizon,
+        )
+    # τ² tuned for the horizon from the burn-in variances (a nuisance parameter, not the
+    # effect); any τ² > 0 keeps the test valid
+    if diffs is not None:
+        return PairedSequentialComparison(
+            alpha=spec.alpha,
+            tau2=_tau2(diffs.variance() / spec.horizon, spec.alpha),
+            margin=spec.margin,
+            min_samples=spec.min_samples,
+        )
+    v = (a.variance() + b.variance()) / spec.horizon if min(a.n, b.n) >= 2 else 0.0
+    return SequentialComparison(
+        alpha=spec.alpha, tau2=_tau2(v, spec.alpha), margin=spec.margin,
+        min_samples=spec.min_samples,
+    )  # fmt: skip
+
+
+SEQUENCE_METHODS: dict[type[Decider], str] = {
+    ErrorRateComparison: "exact conditional test on the errors (Beta-mixture SPRT, always valid)",
+    PairedErrorRateComparison: (
+        "exact conditional test on the discordant pairs (sequential McNemar, always valid)"
+    ),
+    BoundedComparison: "exact bounded-loss confidence sequence per arm (always valid)",
+    PairedBoundedComparison: "exact bounded-loss confidence sequence (always valid)",
+    SequentialComparison: "mixture SPRT / normal-mixture confidence sequence (asymptotic)",
+    PairedSequentialComparison: "mixture SPRT / normal-mixture confidence sequence (asymptotic)",
+}
+"""How each test is named in reports (``confidence_sequence.method``)."""
+
+SIMULATION_METHODS: dict[type[Decider], str] = {
+    ErrorRateComparison: "conditional",
+    PairedErrorRateComparison: "paired_conditional",
+    BoundedComparison: "bounded",
+    PairedBoundedComparison: "paired_bounded",
+    SequentialComparison: "mixture",
+    PairedSequentialComparison: "paired_mixture",
+}
+"""Each test's ``method`` in ``monitor.experiments.simulate.simulate_comparison``."""
+
+
+def simulation_method(loss: str, mode: str, sequence: str = "auto") -> str:
+    """The simulation method of the test the engine picks for a binary model's comparison
+    (the benches and tests simulate exactly the engine's choice)."""
+    spec = ComparisonSpec("c", 0, "a", "b", loss=loss, mode=mode, sequence=sequence)  # type: ignore[arg-type]
+    return SIMULATION_METHODS[ComparisonTracker([spec], [ModelSpec("m")])._kind(spec)]
+
+
+RARE_CLASS_LOSSES = frozenset({"log_loss", "squared_error", "absolute_error"})
+"""Classifier losses whose spread comes from the rarer class: with few of its rows in the
+small arm the plug-in variance is small exactly when the arm has drawn few of them, so
+their split comparisons use the exact bounded sequence unless ``sequence = "mixture"``."""
+
+
+def _decider_class(spec: ComparisonSpec, model: ModelSpec, bound: float | None) -> type[Decider]:
+    """Which sequential test a comparison uses (docs/comparisons.md, "The sequential
+    tests"): error rates, split or shadow, the exact conditional test; the log loss,
+    Brier score and absolute error of a classifier in split mode the exact bounded-loss
+    sequence; other losses the normal mixture — or every bounded loss the exact sequence
+    with ``sequence = "exact"``, every loss but the error rate the normal mixture with
+    ``"mixture"``."""
+    if spec.loss == "error_rate":
+        return PairedErrorRateComparison if spec.mode == "shadow" else ErrorRateComparison
+    exact = bound is not None and (
+        spec.sequence == "exact"
+        or (
+            spec.sequence == "auto"
+            and spec.mode == "split"
+            and model.is_classifier
+            and spec.loss in RARE_CLASS_LOSSES
+        )
+    )
     if spec.mode == "shadow":
         return PairedBoundedComparison if exact else PairedSequentialComparison
-    if spec.loss == "error_rate":
-        return ErrorRateComparison
     return BoundedComparison if exact else SequentialComparison
 
 
-def _concentration(spec: ComparisonSpec, n_a: int, k_a: int, n_b: int, k_b: int) -> float:
-    """Prior concentration for ``horizon`` rows in the smaller arm at the pooled error rate.
+def _counts_rare_rows(spec: ComparisonSpec, model: ModelSpec) -> bool:
+    """Whether the burn-in also waits for ``min_events`` expected rows of the rarer class
+    in the smaller arm (binary models' label-based losses other than the error rate)."""
+    return model.task == "binary" and spec.loss in RARE_CLASS_LOSSES
 
-    The pooled count carries no information on which arm the errors fall in, so tuning on
-    it keeps the conditional test exact.
-    """
-    total = n_a + n_b
-    rate = (k_a + k_b) / total if total and k_a + k_b else 0.01
-    expected = rate * spec.horizon * sum(spec.traffic_split) / min(spec.traffic_split)
-    return prior_concentration(expected, spec.alpha)
+
+def _burn_in_text(spec: ComparisonSpec, model: ModelSpec, kind: type[Decider]) -> str:
+    if kind is PairedErrorRateComparison:
+        return f"min_events {spec.min_events:g} discordant pairs"
+    if kind is ErrorRateComparison:
+        return f"min_events {spec.min_events:g} expected errors in the smaller arm"
+    rows = "pairs" if spec.mode == "shadow" else "per arm"
+    if not _counts_rare_rows(spec, model):
+        return f"min_samples {spec.min_samples} {rows}"
+    return (
+        f"min_samples {spec.min_samples} {rows} and min_events {spec.min_events:g} expected "
+        f"rows of the rarer class in the smaller arm"
+    )
 
 
 def _tau2(v: float, alpha: float) -> float:
@@ -341,6 +439,43 @@ def _unreliable_estimates(
             why = next((mv.note for mv in flags if mv.note), "no estimate yet")
             out.append(f"estimated loss of {version} unreliable ({why})")
     return out
+
+
+def _calibration_shift(
+    spec: ComparisonSpec,
+    model: str,
+    results: Sequence[WindowResult],
+    decision: str,
+    lo: float,
+    hi: float,
+) -> list[str]:
+    """Why an ``estimated_error_rate`` decision does not survive the arms' calibration.
+
+    The test compares the estimated errors of the raw scores; an arm whose scores are
+    off — within ``max_ece``, so reliable — is off by its ``estimate_shift`` (raw minus
+    recalibrated estimated accuracy, its longest window's): the true effect is the
+    sequence's plus D = shift_B − shift_A. A decision stands only if it still holds so
+    shifted (an overconfident canary looked 3.5 points better than it was), so the
+    calibration can withhold a decision, never make one."""
+    shifts = {}
+    for version in (spec.control, spec.treatment):
+        found = [
+            r for r in results
+            if r.model == model and r.version == version and r.slice == "all"
+            and math.isfinite(r.estimate_shift)
+        ]  # fmt: skip
+        if not found:
+            return [f"no recalibrated estimate of {version} to check its scores with"]
+        shifts[version] = max(found, key=lambda r: r.end_ms - r.start_ms).estimate_shift
+    d = shifts[spec.treatment] - shifts[spec.control]
+    if (decision == "rollback" and lo + d <= spec.margin) or (
+        decision == "promote" and hi + d >= spec.margin
+    ):
+        return [
+            f"the arms' calibration moves the effect by {d:+.4f} (raw minus recalibrated "
+            f"estimated accuracy, {spec.treatment} minus {spec.control}), past the margin"
+        ]
+    return []
 
 
 def _window_view(

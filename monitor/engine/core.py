@@ -333,8 +333,8 @@ class Engine:
         """Plugins still trusted (one that raised in ``update`` is switched off)."""
         return self.plugin_stats.active
 
-    def _wide_matrices(self, m: int) -> dict[str, int | tuple[int, type]]:
-        out: dict[str, int | tuple[int, type]] = {}
+    def _wide_matrices(self, m: int) -> dict[str, int | tuple[int, type] | tuple[int, type, int]]:
+        out: dict[str, int | tuple[int, type] | tuple[int, type, int]] = {}
         d = self.drift.by_model.get(m)
         if d is not None:
             out[d.matrix] = d.width
@@ -345,14 +345,16 @@ class Engine:
             k = len(self.models[m].classes)  # Σ p_j per decided class i, cell K·i + j
             out[EXPECTED_CONFUSION.name] = (k * k, np.float64)
         if m in self.score_layouts:
-            out[SCORES.name] = (self.score_layouts[m].width, np.float64)
+            layout = self.score_layouts[m]
+            out[SCORES.name] = (layout.width, np.float64, layout.legacy_width)
         for family in self.families[m]:
             out[family.stat.name] = (family.width(), np.float64)
         return out
 
-    def _sliced_matrices(self, m: int) -> dict[str, int | tuple[int, type]]:
+    def _sliced_matrices(self, m: int) -> dict[str, int | tuple[int, type] | tuple[int, type, int]]:
         if m in self.slice_score_layouts:
-            return {SCORES.name: (self.slice_score_layouts[m].width, np.float64)}
+            layout = self.slice_score_layouts[m]
+            return {SCORES.name: (layout.width, np.float64, layout.legacy_width)}
         if m in self.mc_layouts:
             return {MULTICLASS.name: (self.mc_layouts[m].width, np.float64)}
         if m in self.rg_layouts:
@@ -778,6 +780,7 @@ class Engine:
         look_at_ms: int | None = None,
         retain: bool = True,
         retain_at_ms: int | None = None,
+        input_ended: bool = False,
     ) -> Snapshot:
         """The immutable snapshot at ``now_ms`` — the one path for the daemon and replay.
 
@@ -789,7 +792,9 @@ class Engine:
         each comparison (sticky state) and the plugin error counts; ``lock_holds_s``
         keeps how long each section held the lock. ``models`` may add windows (replay's
         ``all``); retention runs at ``retain_at_ms`` (default ``now_ms``: the daemon passes
-        the earlier of the clock and the event watermark, engine/clock.py)."""
+        the earlier of the clock and the event watermark, engine/clock.py).
+        ``input_ended`` (replay's last snapshot): no more events will come, so the bucket
+        holding ``now_ms`` is complete — drift tests the windows it closes."""
         guard = lock if lock is not None else nullcontext()
         held = time.perf_counter()
         with guard:
@@ -847,6 +852,7 @@ class Engine:
         snap = self.evaluate_view(
             view, ops, unseen, now_ms, at_ms=at_ms, confidence=confidence, models=models,
             plugins=plugins, not_ready=not_ready, look_at_ms=look_at_ms, lock=lock,
+            input_ended=input_ended,
         )  # fmt: skip
         self.lock_holds_s = (holds[0], max(holds[1:-1], default=0.0), holds[-1], self._look_hold_s)
         return snap
@@ -866,6 +872,7 @@ class Engine:
         look_at_ms: int | None = None,
         sums: tuple[ArmSums, PairedSums] | None = None,
         lock: AbstractContextManager[Any] | None = None,
+        input_ended: bool = False,
     ) -> Snapshot:
         """The evaluation half of :meth:`snapshot`: every window, slice, fairness gap,
         comparison look and drift test of ``view``, outside ``lock`` but for the look
@@ -894,7 +901,9 @@ class Engine:
         if errors:  # this evaluation's plugin errors beside those counted before
             counted = Counter(dict(ops.plugin_errors)) + errors
             ops = replace(ops, plugin_errors=tuple(sorted(counted.items())))
-        drift = self.drift.evaluate(view, now_ms, models, unseen=unseen.by_feature)
+        drift = self.drift.evaluate(
+            view, now_ms, models, unseen=unseen.by_feature, input_ended=input_ended
+        )
         return Snapshot(
             at_ms=now_ms if at_ms is None else at_ms,
             results=results,

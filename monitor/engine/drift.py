@@ -18,10 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from ..drift.budget import drift_window_end_ms, window_alpha
 from ..drift.detector import DriftDetector, LabelPriorDrift, label_prior_drift
 from ..drift.reference import OTHER, CategoricalReference, NumericReference, ReferenceProfile
 from ..drift.summaries import categorical_cells, n_cells, numeric_cells
-from .models import DriftSpec, ModelSpec
+from .models import DriftSpec, ModelSpec, WindowSpec
 from .snapshot import DriftResult
 from .view import StoreView
 
@@ -549,15 +550,19 @@ class DriftTracker:
         now_ms: int,
         models: Sequence[ModelSpec] | None = None,
         unseen: Mapping[tuple[str, str], Sequence[str]] | None = None,
+        input_ended: bool = False,
     ) -> tuple[DriftResult, ...]:
         """Drift per model, version and window (``models`` may add windows, e.g. replay's
         ``all``; ``unseen`` names a few unseen categorical values per (model, feature));
-        the label prior comes from the confusion counts of ``view.buckets``."""
+        the label prior comes from the confusion counts of ``view.buckets``. Configured
+        windows end at the last step of their grid (:func:`_tested_window`); ``input_ended``: the
+        bucket holding ``now_ms`` is complete too (replay's end of input)."""
         models = self.models if models is None else models
         out: list[DriftResult] = []
         groups, width_ms, segment_counts = view.groups, view.width_ms, view.buckets
         if not groups or not self.by_model:
             return ()
+        closed_ms = (now_ms // width_ms + 1) * width_ms if input_ended else now_ms
         for m, d in self.by_model.items():
             found = view.wide_matrix(m, d.matrix)
             if found is None:
@@ -566,7 +571,9 @@ class DriftTracker:
             model = models[m]
             windows = [w for w in model.windows if not d.spec.windows or w.label in d.spec.windows]
             for w in windows:
-                lo, hi = view.tiers.window(now_ms, w.size_ms, w.delay_ms)
+                configured = w in self.models[m].windows  # not replay's "all"
+                at = closed_ms if configured else now_ms
+                lo, hi, level = _tested_window(view, at, w, configured, d.spec)
                 sel = np.flatnonzero((b_bucket >= lo) & (b_bucket <= hi))
                 if sel.shape[0] == 0:
                     continue
@@ -592,7 +599,7 @@ class DriftTracker:
                     rows = sel[np.isin(b_group[sel], members)]
                     counts = matrix[rows].sum(axis=0, dtype=np.int64)
                     names = {f: v for (mn, f), v in (unseen or {}).items() if mn == model.name}
-                    report = detector.predict(d.live(counts), names)
+                    report = detector.predict(d.live(counts), names, level)
                     prior = None
                     if d.profile.label_prior:
                         c_group, c_bucket = segment_counts["group"], segment_counts["bucket"]
@@ -602,7 +609,7 @@ class DriftTracker:
                         )
                         c_rows = in_version & (c_bucket >= lo) & (c_bucket <= hi)
                         conf = segment_counts["confusion"][c_rows].sum(axis=0)
-                        prior = _label_prior(d, conf)
+                        prior = _label_prior(d, conf, level)
                     out.append(
                         DriftResult(
                             model.name,
@@ -618,7 +625,24 @@ class DriftTracker:
         return tuple(out)
 
 
-def _label_prior(d: _ModelDrift, conf: np.ndarray) -> LabelPriorDrift | None:
+def _tested_window(
+    view: StoreView, now_ms: int, w: WindowSpec, configured: bool, spec: DriftSpec
+) -> tuple[int, int, float]:
+    """Inclusive bucket range and level of the window drift tests at ``now``: for a
+    configured window the one ending at the last step of its grid (the window's size up
+    to an hour, else hourly; so a day holds a fixed number of distinct tested windows
+    however often the daemon evaluates), tested at its share of the daily false-alarm
+    budget (monitor/drift/budget.py); another window (replay's ``all``) as it is, at
+    ``alpha``."""
+    if not configured:
+        lo, hi = view.tiers.window(now_ms, w.size_ms, w.delay_ms)
+        return lo, hi, spec.alpha
+    end = drift_window_end_ms(now_ms, w.size_ms, w.delay_ms)
+    lo, hi = view.tiers.window(end - 1, w.size_ms, 0)
+    return lo, hi, window_alpha(spec.alpha, spec.false_alarm_budget, w.size_ms)
+
+
+def _label_prior(d: _ModelDrift, conf: np.ndarray, alpha: float) -> LabelPriorDrift | None:
     """Label-prior drift from the window's confusion counts (labeled predictions)."""
     model = d.model
     negatives, positives = int(conf[0] + conf[1]), int(conf[2] + conf[3])
@@ -631,7 +655,7 @@ def _label_prior(d: _ModelDrift, conf: np.ndarray) -> LabelPriorDrift | None:
             return None  # the reference's labels are not this model's classes
         key = "positive" if cls else "negative"
         prior[key] = prior.get(key, 0.0) + share
-    return label_prior_drift(prior, {"negative": negatives, "positive": positives})
+    return label_prior_drift(prior, {"negative": negatives, "positive": positives}, alpha)
 
 
 def _category(value: Any) -> str | None:

@@ -168,12 +168,12 @@ class ComparisonSpec:
     alpha: float = 0.05
     margin: float = 0.0
     min_samples: int = 1000
-    min_events: float = 10.0  # error_rate burn-in: expected errors in the smaller arm
+    min_events: float = 10.0  # burn-in in events (errors, discordant pairs, rare-class rows)
     horizon: int = 10_000  # samples per arm where the test is tuned to be most sensitive
     traffic_split: tuple[float, float] = (0.5, 0.5)
     srm_threshold: float = 0.001
     stale_after_ms: int = 900_000
-    sequence: str = "auto"  # "auto" | "exact" (bounded-loss sequences, monitor.experiments)
+    sequence: str = "auto"  # "auto" | "exact" | "mixture" (engine/comparisons.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +186,7 @@ class DriftSpec:
     features: tuple[str, ...] = ()  # tested features; empty: all in the profile
     windows: tuple[str, ...] = ()  # window labels; empty: all of the model's
     alpha: float = 0.05
+    false_alarm_budget: float = 0.05  # per day, spent over the day's windows (drift/budget.py)
     correction: str = "bh"
     numeric_effect: float | None = None
     categorical_effect: float | None = None

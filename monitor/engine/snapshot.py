@@ -35,7 +35,8 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class FairnessGap:
-    """Largest minus smallest rate across the exported values of one slice dimension."""
+    """Largest minus smallest rate across the exported values of one slice dimension,
+    with a simultaneous interval of the true gap (NaN for the ECE and AUC gaps)."""
 
     model: str
     version: str
@@ -46,6 +47,8 @@ class FairnessGap:
     gap: float
     lowest: str  # the value with the smallest rate
     highest: str  # the value with the largest rate
+    lower: float = float("nan")
+    upper: float = float("nan")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +79,10 @@ class WindowResult:
     classes: tuple[str, ...] = ()
     # regression: rows left out of a metric, e.g. ("mape", zero targets)
     excluded: tuple[tuple[str, int], ...] = ()
+    # binary CBPE: estimated accuracy from the raw scores minus the recalibrated one — how
+    # far the scores' own calibration is off for this window's predictions (an
+    # estimated_error_rate comparison reads it; NaN without a recalibration)
+    estimate_shift: float = float("nan")
 
     @property
     def coverage(self) -> float:
@@ -193,6 +200,7 @@ class ComparisonResult:
     srm: SRMResult | None = None
     mcnemar: McNemarResult | None = None
     windows: tuple[WindowDifference, ...] = ()
+    method: str = ""  # the sequential test behind the decision (docs/comparisons.md)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,10 +9,13 @@ positive effect means the treatment is worse.
   confidence sequences for the other losses, and the
   sticky ``continue`` / ``promote`` / ``rollback`` / ``invalid`` decision state machine,
   unpaired (A/B, canary) and paired (shadow).
-- :mod:`.conditional` — the exact conditional (Beta-mixture) test for error rates in split
-  mode, with burn-in in expected errors.
-- :mod:`.bounded` — exact confidence sequences for bounded losses from moments (opt-in).
-- :mod:`.simulate` — Monte-Carlo operating characteristics shared by tests and bench.
+- :mod:`.conditional` — the exact conditional (Beta-mixture) test for error rates, in split
+  mode on the errors (burn-in in expected errors), in shadow mode on the discordant pairs.
+- :mod:`.bounded` — exact confidence sequences for bounded losses from moments, tuned to
+  the horizon (the default for a classifier's log loss, Brier score and absolute error in
+  split mode).
+- :mod:`.simulate` — Monte-Carlo operating characteristics through the engine's decision
+  path, shared by tests and bench.
 - :mod:`.srm` — always-valid sample-ratio mismatch, checked before a result is trusted.
 - :mod:`.mcnemar` — McNemar's exact test on discordant pairs (shadow mode, error rate).
 - :mod:`.fixed_horizon` — Newcombe interval and z-test for dashboards; *not* for

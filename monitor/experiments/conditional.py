@@ -26,15 +26,24 @@ and ``p_t = min(1, 1/M_t(π))`` is the always-valid p-value of "equal error rate
 No burn-in is needed for validity; :class:`ErrorRateComparison` still waits for a few
 expected errors in the small arm so that a decision rests on evidence, not on one event.
 
-The decisions are on the *additive* effect ``d = p_B - p_A = p_A (ρ - 1)`` with margin δ.
-It is bounded over the product of the ρ sequence (level ``α(1-ε)``) and an exact
-beta-binomial sequence for ``p_A`` (level ``αε``, Jeffreys mixture), a union bound with
-``ε = CONTROL_ALPHA_SHARE``. With δ = 0 the sign of ``d`` is the sign of ``ρ - 1``, so the
-``p_A`` sequence only sizes the interval. For a non-inferiority margin the null
-``p_B = p_A + δ`` is the ratio ``1 + δ/p_A``, evaluated at the least favourable ``p_A`` the
-sequence allows — the "variance restricted to the margin" done exactly, instead of a
-plug-in variance at the observed rates (Farrington & Manning 1990 for the fixed-horizon
-analogue).
+The decisions are on the *additive* effect ``d = p_B - p_A`` with margin δ. With
+``p̄ = (1 - π) p_A + π p_B`` the error rate of a labeled row, ``p_A = p̄ (1 - θ)/(1 - π)``
+and ``p_B = p̄ θ/π``, so ``d = p̄ (θ - π) / (π (1 - π))`` — linear in θ. It is bounded over
+the product of the θ sequence (level ``α(1-ε)``) and an exact beta-binomial sequence for
+``p̄`` from the pooled errors (level ``αε``, Jeffreys mixture), a union bound with
+``ε = CONTROL_ALPHA_SHARE``. With δ = 0 the sign of ``d`` is the sign of ``θ - π``, so the
+``p̄`` sequence only sizes the interval. For a non-inferiority margin each end is taken at
+the least favourable ``p̄`` the sequence allows — the "variance restricted to the margin"
+done exactly, instead of a plug-in variance at the observed rates (Farrington & Manning
+1990 for the fixed-horizon analogue). The pooled rate rests on every error, so the bound
+stays informative when one arm has none.
+
+Shadow mode (both versions score every id) is the same test on the *discordant pairs*
+(McNemar 1947): a pair where exactly one version errs is the treatment's with probability
+``θ = r_B/(r_A + r_B)``, ``r`` the rates of "only this version wrong", and
+``d = p_B - p_A = r_B - r_A = q (2θ - 1)`` with ``q`` the discordance rate per pair — the
+formula above with π = ½ and ``p̄ = q/2``; the Beta-mixture sequence on θ is then an
+always-valid, exact sequential McNemar test.
 
 The share π. The model needs the labeled share; we plug in the realised share
 ``n_B / (n_A + n_B)``. Under equal rates that is exactly the conditional mean share of
@@ -57,13 +66,16 @@ from .sequential import ComparisonState, _SequentialDecider, tau2_for_horizon
 __all__ = [
     "CONTROL_ALPHA_SHARE",
     "ErrorRateComparison",
+    "PairedErrorRateComparison",
     "beta_mixture_cs",
     "beta_mixture_log_lr",
     "error_rate_looks",
     "expected_events_small_arm",
+    "horizon_concentration",
     "horizon_cs",
     "horizon_p_value",
     "prior_concentration",
+    "rarer_class_rows",
 ]
 
 CONTROL_ALPHA_SHARE = 0.05  # ε: the share of α spent on the control's error-rate sequence
@@ -83,6 +95,20 @@ def prior_concentration(expected_errors: float, alpha: float) -> float:
         raise ValueError(f"expected_errors must be positive, got {expected_errors}")
     r = tau2_for_horizon(1.0, alpha)
     return max(expected_errors / r, 2.0)
+
+
+def horizon_concentration(
+    n_a: int, k_a: int, n_b: int, k_b: int, horizon: float, share: float, alpha: float
+) -> float:
+    """:func:`prior_concentration` for the errors expected when the smaller arm reaches
+    ``horizon`` rows, at the pooled error rate seen so far (1 % before any error).
+
+    The pooled count carries no information on which arm the errors fall in, so tuning on
+    it keeps the conditional test exact. ``share`` is the treatment's configured share
+    (½ for the discordant pairs of a shadow comparison)."""
+    total = n_a + n_b
+    rate = (k_a + k_b) / total if total and k_a + k_b else 0.01
+    return prior_concentration(rate * horizon / min(share, 1.0 - share), alpha)
 
 
 def beta_mixture_log_lr(
@@ -215,12 +241,6 @@ def horizon_p_value(
     return np.minimum(1.0, 4.0 * special.ndtr(-z))
 
 
-def _ratio(theta: np.ndarray, share: np.ndarray) -> np.ndarray:
-    """ρ = p_B/p_A from θ = P(error is the treatment's) and the treatment's share π."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(theta >= 1.0, np.inf, theta * (1.0 - share) / (share * (1.0 - theta)))
-
-
 def error_rate_looks(
     n_a: np.ndarray,
     k_a: np.ndarray,
@@ -229,8 +249,9 @@ def error_rate_looks(
     *,
     alpha: float,
     share: float,
-    concentration: float,
+    concentration: float | np.ndarray,
     max_events: float | None = None,
+    paired: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Exact conditional test per look from cumulative counts (any broadcastable shape).
 
@@ -241,10 +262,12 @@ def error_rate_looks(
     :func:`monitor.experiments.sequential.running_always_valid`. With ``max_events`` the
     θ sequence is the group-sequential :func:`horizon_cs` instead of the mixture (valid
     only for looks with at most ``max_events`` errors in total: mask the others).
+    ``paired``: the counts are a shadow comparison's discordant pairs — ``n_a == n_b``
+    pairs, ``k_a`` with only A wrong, ``k_b`` with only B wrong — and π is ½.
     """
     if not 0.0 < share < 1.0:
         raise ValueError(f"share must be in (0, 1), got {share}")
-    if not concentration > 0.0:
+    if not np.all(np.asarray(concentration) > 0.0):
         raise ValueError(f"concentration must be positive, got {concentration}")
     n_a, k_a, n_b, k_b = (np.asarray(x, dtype=np.float64) for x in (n_a, k_a, n_b, k_b))
     a, b = concentration * share, concentration * (1.0 - share)
@@ -257,12 +280,20 @@ def error_rate_looks(
         theta_lo, theta_hi = beta_mixture_cs(k_b, k_a, a, b, alpha_ratio)
     else:
         theta_lo, theta_hi = horizon_cs(k_b, k_a, alpha_ratio, max_events)
-    rho_lo, rho_hi = _ratio(theta_lo, pi), _ratio(theta_hi, pi)
-    pa_lo, pa_hi = beta_mixture_cs(k_a, n_a - k_a, _JEFFREYS, _JEFFREYS, alpha_control)
-    with np.errstate(invalid="ignore"):
-        lower = (rho_lo - 1.0) * np.where(rho_lo >= 1.0, pa_lo, pa_hi)
-        scale_hi = np.where(rho_hi >= 1.0, pa_hi, pa_lo)
-        upper = np.where(np.isinf(rho_hi), np.inf, (rho_hi - 1.0) * scale_hi)
+    # d = p_B − p_A = p̄·(θ − π)/(π(1 − π)), p̄ the pooled error rate of a labeled row
+    # (of a pair, halved, when paired): linear in θ, so each end is the θ end times the
+    # least favourable p̄ of its sequence
+    errors = k_a + k_b
+    trials = np.where(ok, safe_a, 0.0) if paired else n_a + n_b
+    pool_lo, pool_hi = beta_mixture_cs(
+        errors, np.maximum(trials - errors, 0.0), _JEFFREYS, _JEFFREYS, alpha_control
+    )
+    if paired:
+        pool_lo, pool_hi = pool_lo / 2.0, pool_hi / 2.0
+    scale = 1.0 / (pi * (1.0 - pi))
+    g_lo, g_hi = (theta_lo - pi) * scale, (theta_hi - pi) * scale
+    lower = g_lo * np.where(g_lo >= 0.0, pool_lo, pool_hi)
+    upper = g_hi * np.where(g_hi >= 0.0, pool_hi, pool_lo)
     if max_events is None:
         p = np.minimum(1.0, np.exp(-beta_mixture_log_lr(k_b, k_a, a, b, pi)))
     else:
@@ -276,10 +307,27 @@ def error_rate_looks(
     )
 
 
-def expected_events_small_arm(n_a: int, k_a: int, n_b: int, k_b: int) -> float:
-    """Errors the smaller arm is expected to hold at the pooled rate (the burn-in unit)."""
+def expected_events_small_arm(n_a: Any, k_a: Any, n_b: Any, k_b: Any) -> Any:
+    """Errors the smaller arm is expected to hold at the pooled rate (the burn-in unit;
+    vectorized, 0 without rows)."""
+    n_a, n_b = np.asarray(n_a, np.float64), np.asarray(n_b, np.float64)
+    k = np.asarray(k_a, np.float64) + np.asarray(k_b, np.float64)
     total = n_a + n_b
-    return (k_a + k_b) / total * min(n_a, n_b) if total > 0 else 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(total > 0, k / np.where(total > 0, total, 1.0), 0.0) * np.minimum(n_a, n_b)
+    return float(out) if out.ndim == 0 else out
+
+
+def rarer_class_rows(positives: Any, rows: Any, small_arm: Any) -> Any:
+    """Expected rows of the rarer class in the smaller arm: the pooled share of the rarer
+    class (positives or negatives) times the smaller arm's rows — the burn-in unit of a
+    binary classifier's log loss, Brier score and absolute error, whose spread comes from
+    that class (vectorized; 0 without rows)."""
+    pos, n = np.asarray(positives, np.float64), np.asarray(rows, np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(n > 0, np.minimum(pos, n - pos) / np.where(n > 0, n, 1.0), 0.0)
+    out = share * np.asarray(small_arm, np.float64)
+    return float(out) if out.ndim == 0 else out
 
 
 class ErrorRateComparison(_SequentialDecider):
@@ -346,3 +394,53 @@ class ErrorRateComparison(_SequentialDecider):
             "concentration": float(state["concentration"]),
             "min_events": float(state["min_events"]),
         }
+
+
+class PairedErrorRateComparison(ErrorRateComparison):
+    """Exact always-valid shadow comparison of error rates: the conditional test on the
+    discordant pairs (a sequential McNemar test; see the module docstring).
+
+    ``update`` takes the cumulative pairs and the pairs where only the control (A) or only
+    the treatment (B) is wrong. Burn-in: ``min_events`` discordant pairs. The share is ½.
+    """
+
+    __slots__ = ()
+    _kind = "error_rate_paired"
+
+    def __init__(
+        self,
+        *,
+        alpha: float = 0.05,
+        concentration: float,
+        margin: float = 0.0,
+        min_events: float = 10.0,
+        share: float = 0.5,
+    ) -> None:
+        if share != 0.5:
+            raise ValueError(f"a paired comparison's share is 1/2, got {share}")
+        super().__init__(
+            alpha=alpha,
+            share=0.5,
+            concentration=concentration,
+            margin=margin,
+            min_events=min_events,
+        )
+
+    def update_pairs(
+        self, pairs: int, only_a_wrong: int, only_b_wrong: int, at_ms: int
+    ) -> ComparisonState:
+        if min(only_a_wrong, only_b_wrong) < 0 or only_a_wrong + only_b_wrong > pairs:
+            raise ValueError(
+                f"need discordant pairs within the pairs, got {only_a_wrong} + {only_b_wrong} "
+                f"of {pairs}"
+            )
+        p, lo, hi, effect = error_rate_looks(
+            pairs, only_a_wrong, pairs, only_b_wrong, alpha=self.alpha, share=0.5,
+            concentration=self.concentration, paired=True,
+        )  # fmt: skip
+        burned = only_a_wrong + only_b_wrong >= self.min_events
+        look = (float(p), float(lo), float(hi)) if burned and pairs > 0 else None
+        return self._fold(look, float(effect), pairs, pairs, at_ms, False)
+
+    def _burn_in_text(self) -> str:
+        return f"fewer than {self.min_events:g} discordant pairs"

@@ -89,10 +89,11 @@ _TERMINAL: frozenset[str] = frozenset({"promote", "rollback", "invalid"})
 _STATE_VERSION = 1
 
 
-def _check_alpha_tau2(alpha: float, tau2: float) -> None:
+def _check_alpha_tau2(alpha: float, tau2: float | np.ndarray) -> None:
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    if not (tau2 > 0.0 and math.isfinite(tau2)):
+    t = np.asarray(tau2, dtype=np.float64)
+    if not (np.all(t > 0.0) and np.all(np.isfinite(t))):
         raise ValueError(f"tau2 must be positive and finite, got {tau2}")
 
 
@@ -123,7 +124,7 @@ def normal_mixture(
     effect_variance: np.ndarray | float,
     *,
     alpha: float,
-    tau2: float,
+    tau2: float | np.ndarray,
     null: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One look of the Gaussian mSPRT, vectorized: ``(p_value, cs_lower, cs_upper)``.
@@ -173,7 +174,7 @@ def always_valid_arrays(
     sumsq_b: np.ndarray,
     *,
     alpha: float,
-    tau2: float,
+    tau2: float | np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Unpaired mSPRT per look from arrays of cumulative moments (any broadcastable shape).
 
@@ -196,7 +197,7 @@ def always_valid_paired_arrays(
     sumsq_d: np.ndarray,
     *,
     alpha: float,
-    tau2: float,
+    tau2: float | np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Paired mSPRT per look from cumulative moments of ``d_i = loss_B - loss_A``."""
     mean, var = _moment_arrays(n, sum_d, sumsq_d)

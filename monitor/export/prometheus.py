@@ -324,12 +324,22 @@ class MonitorCollector(Collector):
                 ("dimension", "metric"),
                 base=_FAIRNESS_BASE,
             )
-            for f in fairness:
-                gap.add(
-                    out.key((f.model, f.version, f.window), _FAIRNESS_BASE),
-                    f.gap,
-                    (f.dimension, f.metric),
+            bounds = {
+                side: out.family(
+                    f"mlmon_fairness_gap_ci_{side}",
+                    f"{side.capitalize()} end of the fairness gap's simultaneous interval "
+                    "(each value's Wilson interval at 1 - alpha/k)",
+                    ("dimension", "metric"),
+                    base=_FAIRNESS_BASE,
                 )
+                for side in ("lower", "upper")
+            }
+            for f in fairness:
+                key = out.key((f.model, f.version, f.window), _FAIRNESS_BASE)
+                gap.add(key, f.gap, (f.dimension, f.metric))
+                if math.isfinite(f.lower):
+                    bounds["lower"].add(key, f.lower, (f.dimension, f.metric))
+                    bounds["upper"].add(key, f.upper, (f.dimension, f.metric))
 
     def drift_families(self, pub: Published) -> Iterator[Metric]:
         snap = pub.snapshot

@@ -158,6 +158,8 @@ def snapshot_json(snap: Snapshot) -> dict[str, Any]:
                 "dimension": f.dimension,
                 "metric": f.metric,
                 "gap": f.gap,
+                "ci_lower": _num(f.lower),
+                "ci_upper": _num(f.upper),
                 "lowest": f.lowest,
                 "highest": f.highest,
             }
@@ -198,7 +200,7 @@ def comparison_json(c: ComparisonResult) -> dict[str, Any]:
             "lower": _num(c.cs_lower),
             "upper": _num(c.cs_upper),
             "level": 1 - c.alpha,
-            "method": "mixture SPRT / normal-mixture confidence sequence (always valid)",
+            "method": c.method,
         },
         "alpha": c.alpha,
         "margin": c.margin,

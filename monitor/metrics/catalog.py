@@ -130,8 +130,12 @@ class BinaryCatalog(Metric):
         self.layout = BinaryLayout(betas=tuple(betas))
         self.names = names
 
-    def compute(self, stats: np.ndarray, confidence: float) -> list[list[MetricValue]]:
-        return self.layout.metrics_many(stats, confidence, names=self.names)
+    def compute(
+        self, stats: np.ndarray, confidence: float, long_run: np.ndarray | None = None
+    ) -> list[list[MetricValue]]:
+        """``long_run``: the same rows' counts over the model's longest window — the
+        interval gates read its rates (``BinaryLayout.metrics_many``)."""
+        return self.layout.metrics_many(stats, confidence, names=self.names, long_run=long_run)
 
 
 class ScoreCatalog(Metric):
@@ -294,9 +298,13 @@ class RankingCatalog(Metric):
         super().__init__()
         self.layout, self.names = layout, names
 
-    def compute(self, stats: np.ndarray, confidence: float) -> list[list[MetricValue]]:
+    def compute(
+        self, stats: np.ndarray, confidence: float, long_run: np.ndarray | None = None
+    ) -> list[list[MetricValue]]:
+        """``long_run``: one vector of this layout over the model's longest window (its
+        mean and dispersion size the intervals, ``RankingLayout.metrics``)."""
         return [
-            [mv for mv in self.layout.metrics(vec, confidence) if mv.name in self.names]
+            [mv for mv in self.layout.metrics(vec, confidence, long_run) if mv.name in self.names]
             for vec in stats
         ]
 

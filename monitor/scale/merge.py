@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.comparison_stats import ArmSums, PairedSums
+from ..engine.comparison_stats import ArmSums, PairedSums, paired_width
 from ..engine.core import Engine
 from ..engine.delay import LabelDelay
 from ..engine.drift_cells import UnseenValues
@@ -170,6 +170,7 @@ def encode(stats: PartitionStats, model_names: Sequence[str], partition: int) ->
     named = (
         ("arm_predictions", stats.arms.predictions),
         ("arm_loss", stats.arms.loss),
+        ("arm_positives", stats.arms.positives),
         ("paired", stats.paired.by_name),
     )
     for kind, values in named:
@@ -302,12 +303,15 @@ def decode(
             wide=stores["wide"],
             sliced=stores["sliced"],
         )
+        starts = {str(k): int(v) for k, v in meta["arm_start"].items()}
+        positives = per_name.get("arm_positives", {})  # absent from an older instance
         arms = ArmSums(
-            {str(k): int(v) for k, v in meta["arm_start"].items()},
+            starts,
             per_name.get("arm_predictions", {}),
             per_name.get("arm_loss", {}),
+            {k: positives.get(k, np.zeros(2)) for k in starts},
         )
-        paired = PairedSums(per_name.get("paired", {}))
+        paired = PairedSums({k: paired_width(v) for k, v in per_name.get("paired", {}).items()})
         arms.check()
         paired.check()
         for kind, values in per_name.items():

@@ -29,11 +29,14 @@ import numpy as np
 
 from .common import (
     MIN_CLASS_COUNT,
+    MIN_EXPECTED_EVENTS,
     MIN_TRIALS,
     NAN,
     class_count_reason,
     clt_mean,
+    expected_events,
     homogeneous_delta_se,
+    rare_reason,
     trials_reason,
     wald,
 )
@@ -118,11 +121,13 @@ class BinaryLayout:
         vec: np.ndarray,
         confidence: float = 0.95,
         betas: Sequence[float] | None = None,
+        long_run: np.ndarray | None = None,
     ) -> list[MetricValue]:
         """The whole catalog of one window; see :meth:`metrics_many`."""
         return self.metrics_many(
-            np.asarray(vec, dtype=np.float64)[np.newaxis, :4], confidence, betas
-        )[0]
+            np.asarray(vec, dtype=np.float64)[np.newaxis, :4], confidence, betas,
+            long_run=long_run,
+        )[0]  # fmt: skip
 
     def metrics_many(
         self,
@@ -130,6 +135,7 @@ class BinaryLayout:
         confidence: float = 0.95,
         betas: Sequence[float] | None = None,
         names: Collection[str] | None = None,
+        long_run: np.ndarray | None = None,
     ) -> list[list[MetricValue]]:
         """The catalog of many windows at once: ``conf`` is (n, 4) counts, one row each.
 
@@ -140,17 +146,40 @@ class BinaryLayout:
         (:func:`confusion_posterior`), so every row's result is identical to its own
         single-window call (tested) whatever else is in the batch. ``names``: only these
         metrics (the exported ones; the posterior of an unexported metric is the costly
-        part of a tick and is not drawn), in catalog order."""
+        part of a tick and is not drawn), in catalog order.
+
+        ``long_run``: (n, 4) or (4,) counts of the same version's longest window. The
+        interval gates then read its rates, not the window's own counts — expected
+        positives and negatives (this window's rows at the long-run prevalence) for the
+        class-count gate, and expected outcomes of the rarer kind
+        (:data:`~monitor.stats.common.MIN_EXPECTED_EVENTS`) for each Wilson ratio — so no
+        window is exported or withheld for what its own counts happen to be. Without it
+        the gates read the window's own class counts (no rarer-outcome gate)."""
         c = np.asarray(conf, dtype=np.float64).reshape(-1, 4)
         tn, fp, fn, tp = c[:, 0], c[:, 1], c[:, 2], c[:, 3]
         n = tn + fp + fn + tp
-        pos, neg, ppos = tp + fn, tn + fp, tp + fp
-        k = np.stack([tp + tn, fp + fn, tp, tp, tn, fp, fn, pos, ppos], axis=1)
-        d = np.stack([n, n, ppos, pos, neg, neg, pos, n, n], axis=1)
+        pos, neg = tp + fn, tn + fp
+        k, d = _ratio_counts(c)
         lo, hi = wilson_interval(k, d, confidence)
         # withheld: below MIN_TRIALS trials; prevalence also below MIN_CLASS_COUNT of a class
-        gate = (d > 0) & (d < MIN_TRIALS)
-        gate[:, _PREVALENCE] |= (n > 0) & (np.minimum(pos, neg) < MIN_CLASS_COUNT)
+        short = (d > 0) & (d < MIN_TRIALS)
+        rare = np.zeros_like(short)
+        expected = np.full(d.shape, NAN)
+        if long_run is None:
+            pos_g, neg_g = pos, neg
+        else:
+            lr = np.broadcast_to(np.asarray(long_run, dtype=np.float64), c.shape)
+            k_lr, d_lr = _ratio_counts(lr)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                expected = expected_events(d, np.where(d_lr > 0, k_lr / d_lr, NAN))
+                share = (lr[:, 2] + lr[:, 3]) / lr.sum(axis=1)
+            rare = (d > 0) & ~short & (expected < MIN_EXPECTED_EVENTS)
+            known = np.isfinite(share)  # no long-run labels yet: the window's own counts
+            pos_g = np.where(known, n * share, pos)
+            neg_g = np.where(known, n * (1.0 - share), neg)
+        class_short = (n > 0) & (np.minimum(pos_g, neg_g) < MIN_CLASS_COUNT)
+        gate = short | rare
+        gate[:, _PREVALENCE] |= class_short
         lo, hi = np.where(gate, NAN, lo), np.where(gate, NAN, hi)
         gated = gate.any(axis=1).tolist()
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -165,20 +194,29 @@ class BinaryLayout:
             for x in (*(fbeta_name(b) for b in all_betas), *_CLASS_NAMES)
             if names is None or x in names
         ]
+        by_expectation = long_run is not None
         reasons = [
-            class_count_reason(p, q) for p, q in zip(pos.tolist(), neg.tolist(), strict=True)
+            class_count_reason(p, q, expected=by_expectation and math.isfinite(s))
+            for p, q, s in zip(
+                pos_g.tolist(),
+                neg_g.tolist(),
+                (share if long_run is not None else n).tolist(),
+                strict=True,
+            )
         ]
         drawn = [i for i, r in enumerate(reasons) if n[i] > 0 and not r] if posterior else []
         bounds = _posterior_bounds(c[drawn], all_betas, confidence, posterior) if drawn else {}
         slot = {row: j for j, row in enumerate(drawn)}
         beta_of = {fbeta_name(b): b for b in all_betas}
+        rare_l, exp_l = rare.tolist(), expected.tolist()
         out: list[list[MetricValue]] = []
         for i, (tn_i, fp_i, fn_i, tp_i) in enumerate(c.tolist()):
             reason, at = reasons[i], slot.get(i, -1)
             v_i, lo_i, hi_i, d_i = values[i], lows[i], highs[i], rows_d[i]
             row = [
                 MetricValue(_RATIO_NAMES[j], v_i[j], lo_i[j], hi_i[j], d_i[j], "wilson",
-                            _ratio_note(j, d_i[j], reason) if gated[i] else "")
+                            _ratio_note(j, d_i[j], reason, rare_l[i][j], exp_l[i][j])
+                            if gated[i] else "")
                 for j in ratios
             ]  # fmt: skip
             n_i = round(tn_i + fp_i + fn_i + tp_i)
@@ -196,6 +234,15 @@ class BinaryLayout:
                 row.append(_posterior_result(name, v, b, n_m, reason))
             out.append(row)
         return out
+
+
+def _ratio_counts(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(successes, trials) of each ratio in ``_RATIO_NAMES`` order, for rows of counts."""
+    tn, fp, fn, tp = c[:, 0], c[:, 1], c[:, 2], c[:, 3]
+    n, pos, neg, ppos = tn + fp + fn + tp, tp + fn, tn + fp, tp + fp
+    k = np.stack([tp + tn, fp + fn, tp, tp, tn, fp, fn, pos, ppos], axis=1)
+    d = np.stack([n, n, ppos, pos, neg, neg, pos, n, n], axis=1)
+    return k, d
 
 
 _CLASS_NAMES = ("balanced_accuracy", "hmean_class_accuracy", "mcc", "cohen_kappa")
@@ -249,14 +296,20 @@ def _equal_tailed_rows(samples: np.ndarray, confidence: float) -> tuple[list[flo
     return lo, hi
 
 
-def _ratio_note(j: int, trials: int, class_reason: str) -> str:
+def _ratio_note(j: int, trials: int, class_reason: str, rare: bool, expected: float) -> str:
     """Why ratio ``j``'s Wilson interval is withheld ("" if it is not).
 
     Prevalence also needs :data:`MIN_CLASS_COUNT` of each class: the count of the rarer
     class is the binomial count itself, and with one to three expected events (1 %, n = 100)
     Wilson covers exactly when the count is <= 2, 92 % of windows, while any interval that
-    also covers a count of 3 covers 98 % — no interval reaches [0.93, 0.97] there."""
-    return trials_reason(trials) or (class_reason if j == _PREVALENCE and trials > 0 else "")
+    also covers a count of 3 covers 98 % — no interval reaches [0.93, 0.97] there. Any
+    ratio with fewer than :data:`~monitor.stats.common.MIN_EXPECTED_EVENTS` expected
+    outcomes of its rarer kind at the long-run rate is withheld too."""
+    return (
+        trials_reason(trials)
+        or (class_reason if j == _PREVALENCE and trials > 0 else "")
+        or (rare_reason(expected) if rare else "")
+    )
 
 
 _RATIO_NAMES = (

@@ -224,9 +224,11 @@ class RegressionLayout:
             out.append(clt_mean(pinball_name(q), v[k], v[k + 1], n, confidence, pos))
         out.append(_ratio("interval_coverage", v[26], v[25], confidence))
         out.append(clt_mean("interval_width", v[27], v[28], v[25], confidence))
+        # every mean loss and what is derived from one (RMSE's roots, R²'s delta method),
+        # whatever layout built it; mean_error is a mean of a symmetric error (no skew)
         out = [
             withheld(m, SMALL_N_NOTE)
-            if m.method == "clt" and m.name != "mean_error" and 0 < m.n < MIN_LOSS_ROWS
+            if m.method != "wilson" and m.name != "mean_error" and 0 < m.n < MIN_LOSS_ROWS
             else m
             for m in out
         ]

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor.config import settings_from_mapping
-from monitor.engine.comparison_stats import ArmSums, PairedSums
+from monitor.engine.comparison_stats import PAIRED_WIDTH, ArmSums, PairedSums
 from monitor.engine.core import Engine
 from monitor.engine.delay import DELAY_BOUNDS_S, LabelDelay
 from monitor.engine.drift_cells import UnseenValues
@@ -47,12 +47,13 @@ def arm_sums(draw: st.DrawFn) -> ArmSums:
         out.start[name] = draw(st.integers(0, 10**12))
         out.predictions[name] = np.asarray(draw(st.lists(WHOLE, min_size=2, max_size=2)))
         out.loss[name] = draw(_floats((2, len(LOSSES), 3)))
+        out.positives[name] = draw(_floats((2,)))
     return out
 
 
 @st.composite
 def paired_sums(draw: st.DrawFn) -> PairedSums:
-    return PairedSums({name: draw(_floats((5,))) for name in draw(st.sets(NAMES))})
+    return PairedSums({name: draw(_floats((PAIRED_WIDTH,))) for name in draw(st.sets(NAMES))})
 
 
 @st.composite
@@ -119,15 +120,18 @@ def test_plus_is_commutative_associative_with_the_empty_value_as_identity(
 
 
 def test_arm_sums_start_at_the_earlier_start_and_refuse_mismatched_names() -> None:
-    a = ArmSums({"c": 5}, {"c": np.array([1, 2])}, {"c": np.ones((2, len(LOSSES), 3))})
-    b = ArmSums({"c": 3}, {"c": np.array([10, 20])}, {"c": np.ones((2, len(LOSSES), 3))})
+    ones = np.ones((2, len(LOSSES), 3))
+    a = ArmSums({"c": 5}, {"c": np.array([1, 2])}, {"c": ones}, {"c": np.array([1.0, 0.0])})
+    b = ArmSums({"c": 3}, {"c": np.array([10, 20])}, {"c": ones}, {"c": np.array([2.0, 3.0])})
     s = a + b
     assert s.start == {"c": 3} and s.predictions["c"].tolist() == [11, 22]
-    assert (s.loss["c"] == 2).all()
+    assert (s.loss["c"] == 2).all() and s.positives["c"].tolist() == [3.0, 3.0]
     with pytest.raises(ValueError, match="different comparisons"):
         ArmSums({"c": 1}, {}, {}).check()
     with pytest.raises(ValueError, match="wrong shape"):
-        ArmSums({"c": 1}, {"c": np.zeros(3)}, {"c": np.zeros((2, len(LOSSES), 3))}).check()
+        ArmSums({"c": 1}, {"c": np.zeros(3)}, {"c": 0 * ones}, {"c": np.zeros(2)}).check()
+    with pytest.raises(ValueError, match="wrong shape"):  # positives per arm
+        ArmSums({"c": 1}, {"c": np.zeros(2)}, {"c": 0 * ones}, {"c": np.zeros(3)}).check()
 
 
 def test_label_delay_of_a_snapshot_histogram_round_trips() -> None:

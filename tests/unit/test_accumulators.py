@@ -176,8 +176,11 @@ def test_split_arms_state_round_trips_and_pads_older_loss_lists() -> None:
 
 def test_shadow_pairs_refuse_statistics_of_the_wrong_shape() -> None:
     pairs = ShadowPairs((), lambda m, v: np.empty(0, np.int32), None, lambda g: g)  # type: ignore[arg-type]
+    pairs.load({"paired": {"s": [1.0, 2.0, 3.0, 0.0, 1.0, 1.0]}}, {})
+    assert pairs.state()[0] == {"paired": {"s": [1.0, 2.0, 3.0, 0.0, 1.0, 1.0]}}
+    # a state written before the positives were counted loads with none counted yet
     pairs.load({"paired": {"s": [1.0, 2.0, 3.0, 0.0, 1.0]}}, {})
-    assert pairs.state()[0] == {"paired": {"s": [1.0, 2.0, 3.0, 0.0, 1.0]}}
+    assert pairs.state()[0] == {"paired": {"s": [1.0, 2.0, 3.0, 0.0, 1.0, 0.0]}}
     with pytest.raises(ValueError, match="wrong shape"):
         pairs.load({"paired": {"s": [1.0]}}, {})
 

@@ -297,11 +297,11 @@ def test_shadow_pairs_are_counted_once_whatever_the_order(cases: list, rnd: obje
     shadow = ComparisonSpec("s", 0, "v1", "v2", mode="shadow")
     e = Engine([MODEL], 60_000, 10**12, 10**12, 10**6, 10**6, comparisons=[shadow])
     events: list[tuple] = []
-    expected = np.zeros(5)
+    expected = np.zeros(6)
     for i, (sa, sb, y) in enumerate(cases):
         events += [("p", f"i{i}", "v1", sa), ("p", f"i{i}", "v2", sb), ("l", f"i{i}", str(y))]
         wa, wb = int((sa >= 0.5) != y), int((sb >= 0.5) != y)
-        expected += [1, wb - wa, (wb - wa) ** 2, wa and not wb, wb and not wa]
+        expected += [1, wb - wa, (wb - wa) ** 2, wa and not wb, wb and not wa, y]
     rnd.shuffle(events)  # type: ignore[attr-defined]
     for ev in events:
         if ev[0] == "p":

@@ -45,7 +45,9 @@ def _run(tmp: Path, preds: list, labels: list, **comparison: Any) -> dict:
     settings = settings_from_mapping(
         {
             "state": {"dir": str(tmp / "state")},
-            "models": [{"name": "fraud", "windows": [{"size": "1d"}],
+            # the estimates of the last 5 minutes (300 predictions) rest on 1,600 labels:
+            # reliable; the whole day's (8,000) on the same labels are not
+            "models": [{"name": "fraud", "windows": [{"size": "1d"}, {"size": "5m"}],
                         "estimation": {"max_ece": 0.05}}],
             "comparisons": [{"name": "est", "model": "fraud", "control": "v1",
                              "treatment": "v2", "loss": "estimated_error_rate",
@@ -87,3 +89,30 @@ def test_estimated_losses_need_split_mode_and_estimation(tmp_path: Path) -> None
     ):
         with pytest.raises(ConfigError, match="needs mode 'split' and"):
             settings_from_mapping({"models": models, "comparisons": [{**comp, **extra}]})
+
+
+def test_an_overconfident_canary_within_max_ece_is_not_promoted(tmp_path: Path) -> None:
+    """v2's scores are more extreme than its truth (logit ÷ 1.6: ECE ≈ 0.04, within
+    max_ece, so its estimate is trusted) and its true errors equal v1's; its raw estimated
+    errors look ~3 points better. The sequence alone would promote it; the arms'
+    calibration shift (raw minus recalibrated estimated accuracy) withholds that."""
+    rng = np.random.default_rng(7)
+    start = int(time.time() * 1000) - 6 * 3_600_000
+    preds, labels = [], []
+    for i in range(N):
+        v = ("v1", "v2")[i % 2]
+        logit = rng.normal(-0.5, 1.6)
+        p = float(1 / (1 + np.exp(-logit)))  # v1: calibrated
+        if v == "v2":  # the same truth, scores made overconfident
+            p_true, p = p, float(1 / (1 + np.exp(-1.6 * logit)))
+        else:
+            p_true = p
+        y = int(rng.random() < p_true)
+        preds.append({"id": f"r{i}", "ts": start + i * 1000, "model": "fraud", "version": v,
+                      "score": round(p, 6)})  # fmt: skip
+        if i % 2 == 0 or i % 5 == 1:  # plenty of labels for both arms
+            labels.append({"id": f"r{i}", "ts": start + i * 1000 + 60_000, "label": y})
+    c = _run(tmp_path, preds, labels)
+    assert c["effect"] < -0.02  # the raw estimates: v2 looks clearly better
+    assert c["decision"] == "continue", c["reason"]
+    assert "calibration moves the effect" in c["reason"] and "promote withheld" in c["reason"]

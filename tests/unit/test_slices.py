@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+from scipy.stats import binomtest
 from sklearn.metrics import accuracy_score, recall_score
 
 from monitor.config import settings_from_mapping
@@ -89,8 +90,53 @@ def test_slices_metrics_fairness_and_cardinality(tmp_path: Path) -> None:
     eo = gaps["country", "equal_opportunity"]
     assert eo["gap"] == pytest.approx(max(recalls.values()) - min(recalls.values()), abs=1e-9)
     assert eo["lowest"] == "BR"
+    # its simultaneous interval: each value's Wilson interval at 1 - 0.05/4 (SciPy's)
+    cis = []
+    for value in ("US", "DE", "BR", "__other__"):
+        sel = other if value == "__other__" else t["country"] == value
+        tp = int(np.sum(t["pred"][sel] & t["y"][sel]))
+        ci = binomtest(tp, int(np.sum(t["y"][sel]))).proportion_ci(1 - 0.05 / 4, "wilson")
+        cis.append((ci.low, ci.high))
+    lows, highs = zip(*cis, strict=True)
+    assert eo["ci_lower"] == pytest.approx(max(0.0, max(lows) - min(highs)), abs=1e-9)
+    assert eo["ci_upper"] == pytest.approx(max(highs) - min(lows), abs=1e-9)
     assert ("country", "demographic_parity") in gaps and ("country", "equalized_odds") in gaps
     # a field with a distinct value per record stays within top_k + __other__
     users = [k for k in res if k.startswith("user=")]
     assert 1 <= len(users) <= 6
     assert "user=__other__" in users
+
+
+@pytest.mark.slow
+def test_gap_intervals_without_a_true_difference() -> None:
+    """20 slices of 100-20,000 rows, the same recall and positive rate in every one: the
+    plain gap is noise (it averaged 0.22 for recall), the intervals' lower end is above 0 —
+    a claimed difference — in at most α of windows per gap (simultaneous intervals; two
+    gaps here). 400 windows: ≤ 0.05 + 2 s.e. (0.011)."""
+    from monitor.engine.evaluate import _fairness
+    from monitor.engine.snapshot import WindowResult
+
+    class P:  # what _fairness reads of a pending result
+        def __init__(self, confusion: tuple[int, int, int, int]) -> None:
+            self.result = WindowResult("m", "v", "1d", "s", 0, 1, 1, 1, (), confusion)
+            self.rates = (float("nan"), float("nan"))
+
+    rng = np.random.default_rng(12)
+    sizes = np.geomspace(100, 20_000, 20).astype(int)
+    claimed = []
+    gaps = []
+    for _ in range(400):
+        shown = []
+        for i, n in enumerate(sizes):
+            pos = rng.binomial(n, 0.1)
+            tp, fp = rng.binomial(pos, 0.7), rng.binomial(n - pos, 0.05)
+            shown.append((f"c{i}", P((n - pos - fp, fp, pos - tp, tp))))
+        out = {g.metric: g for g in _fairness("m", "v", "1d", "country", shown, 0.95)}
+        eo = out["equal_opportunity"]
+        gaps.append(eo.gap)
+        claimed.append(
+            max(eo.lower, out["demographic_parity"].lower, out["equalized_odds"].lower) > 0
+        )
+    print(f"\nmean equal-opportunity gap {np.mean(gaps):.3f}, claimed {np.mean(claimed):.3f}")
+    assert np.mean(gaps) > 0.1  # what the point gap alone would suggest
+    assert np.mean(claimed) <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / 400)

@@ -1,4 +1,4 @@
-"""Interval coverage and ECE behaviour at rare events and small n (issue 13), bounded size.
+"""Interval coverage and ECE behaviour at rare events and small n, bounded size.
 
 The simulations are those of ``bench/coverage.py`` (one definition), run here with fewer
 windows; the full table in docs/statistics.md comes from ``python bench/coverage.py``.
@@ -7,11 +7,7 @@ Tolerances are ±3 binomial standard errors at the window counts used.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
@@ -19,18 +15,9 @@ import pytest
 from monitor.stats.binary import BinaryLayout
 from monitor.stats.scores import ScoreLayout
 
+from .bench_module import load_bench
 
-def _bench() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "bench" / "coverage.py"
-    spec = importlib.util.spec_from_file_location("bench_coverage", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _bench()
+bench = load_bench("coverage")
 
 
 def _tolerance(windows: int) -> float:
@@ -38,14 +25,17 @@ def _tolerance(windows: int) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("d", [2.0, 3.5])  # ROC-AUC 0.921 and a very accurate 0.993
 @pytest.mark.parametrize(("prevalence", "n"), [(0.01, 300), (0.05, 1000), (0.2, 300)])
-def test_binary_intervals_cover_or_are_withheld(prevalence: float, n: int) -> None:
+def test_binary_intervals_cover_or_are_withheld(prevalence: float, n: int, d: float) -> None:
     windows = 400
     tol = _tolerance(windows)
-    results = {c.name: c for c in bench.binary_coverage(prevalence, n, windows, seed=3)}
-    for name in ("f1", "mcc", "cohen_kappa", "recall", "precision", "roc_auc", "pr_auc"):
+    results = {c.name: c for c in bench.binary_coverage(prevalence, n, windows, seed=3, d=d)}
+    names = ("accuracy", "f1", "mcc", "cohen_kappa", "recall", "precision", "roc_auc", "pr_auc",
+             "log_loss", "brier")  # fmt: skip
+    for name in names:
         c = results[name]
-        print(f"{prevalence} {n} {name}: coverage {c.coverage:.3f} exported {c.exported:.2f}")
+        print(f"d'={d} {prevalence} {n} {name}: {c.coverage:.3f} exported {c.exported:.2f}")
         if c.exported > 0.2:  # a handful of exported windows says nothing about coverage
             assert 0.95 - tol <= c.coverage <= 0.95 + tol, name
 
@@ -153,3 +143,58 @@ def test_binomial_mean_absolute_deviation_matches_the_sum() -> None:
         for a, b in zip(n, p, strict=True)
     ]
     np.testing.assert_allclose(_binomial_mad(n, p), direct, atol=1e-10)
+
+
+def test_gates_read_the_long_run_rates_not_the_window_counts() -> None:
+    """With a long-run reference the class gate counts expected positives (rows × long-run
+    prevalence) and each Wilson ratio needs MIN_EXPECTED_EVENTS expected outcomes of its
+    rarer kind: an accuracy of 0.996 over 30 rows (0.12 expected errors) is withheld,
+    whatever the window's own counts are; a window with 9 positives where 12 are expected
+    keeps its F1 interval, one with 11 where 5 are expected does not."""
+    from monitor.stats.common import MIN_EXPECTED_EVENTS
+
+    lay = BinaryLayout()
+    long_run = np.array([99_000.0, 200.0, 200.0, 600.0])  # 0.4 % errors, 0.8 % positives
+    m = {x.name: x for x in lay.metrics(np.array([29.0, 0.0, 0.0, 1.0]), long_run=long_run)}
+    assert math.isnan(m["accuracy"].lower) and "expected events" in m["accuracy"].note
+    window = np.array([1487.0, 4.0, 2.0, 7.0])  # 1,500 rows: 12 positives expected, 9 here
+    own = {x.name: x for x in lay.metrics(window)}
+    lr = {x.name: x for x in lay.metrics(window, long_run=long_run)}
+    assert MIN_EXPECTED_EVENTS == 2.0 and "9 positives" in own["f1"].note  # own: < 10
+    assert lr["f1"].lower < lr["f1"].value < lr["f1"].upper  # expected 12: exported
+    assert lr["accuracy"].lower < lr["accuracy"].value < lr["accuracy"].upper
+    few = np.array([99_400.0, 100.0, 100.0, 400.0])  # 0.5 % positives: 7.5 expected in 1,500
+    window = np.array([1481.0, 1.0, 1.0, 17.0])  # but 18 here
+    g = {x.name: x for x in lay.metrics(window, long_run=few)}
+    assert math.isnan(g["f1"].lower) and "expected at the long-run prevalence" in g["f1"].note
+    assert g["f1"].value == pytest.approx(34 / 36)  # the value itself is always reported
+
+
+def test_light_tailed_rmse_is_withheld_in_small_windows_too() -> None:
+    """The n >= 300 rule covers every mean loss and what is built from one (RMSE's roots,
+    R²), whatever the method label; with `light_tails` RMSE covered 0.90 at n = 30."""
+    from monitor.stats.regression import MIN_LOSS_ROWS, RegressionLayout
+
+    rng = np.random.default_rng(4)
+    lay = RegressionLayout(light_tails=True)
+    vec = lay.empty()
+    y = rng.gamma(2.0, 3.0, 30)
+    lay.add(vec, y, y + rng.normal(size=30))
+    m = {x.name: x for x in lay.metrics(vec)}
+    for name in ("mae", "mse", "rmse", "r2"):
+        assert math.isnan(m[name].lower) and f">= {MIN_LOSS_ROWS} rows" in m[name].note, name
+    assert m["mean_error"].lower < m["mean_error"].upper  # a mean of a symmetric error
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("strength", "queries"), [(2.0, 30), (4.0, 100)])
+def test_ranking_intervals_of_a_strong_ranker(strength: float, queries: int) -> None:
+    """Quasi-binomial score intervals with the long-run dispersion: in [0.93, 0.97] (±3 s.e.
+    of 400 windows) or withheld — hit_rate@10 of a strong ranker covered 0.61 at 30
+    queries with the CLT, MRR 0.62."""
+    windows = 400
+    tol = _tolerance(windows)
+    for c in bench.ranking_coverage(strength, queries, windows, seed=31):
+        print(f"{strength} {queries} {c.name}: {c.coverage:.3f} exported {c.exported:.2f}")
+        if c.assessed:
+            assert 0.95 - tol <= c.coverage <= 0.95 + tol, c.name

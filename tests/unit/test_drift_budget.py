@@ -1,0 +1,66 @@
+"""The drift false-alarm budget: the level of each window and the windows the engine tests.
+
+The daily rate itself is simulated in tests/unit/test_drift_gate_simulation.py.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+from monitor.config import settings_from_mapping
+from monitor.drift.budget import DAY_MS, drift_step_ms, drift_window_end_ms, window_alpha
+from monitor.drift.reference import ReferenceProfile
+from monitor.ingest.deadletter import FileDeadLetter
+from monitor.ingest.pipeline import RawRecord
+from monitor.wiring import build_engine, build_pipeline
+
+HOUR, MINUTE = 3_600_000, 60_000
+
+
+def test_each_window_gets_its_share_of_the_day() -> None:
+    assert window_alpha(0.05, 0.05, HOUR) == pytest.approx(0.05 / 24)
+    assert window_alpha(0.05, 0.05, 5 * MINUTE) == pytest.approx(0.05 / 288)
+    # beyond an hour the windows are tested hourly (overlapping): still 24 a day
+    assert window_alpha(0.05, 0.05, DAY_MS) == pytest.approx(0.05 / 24)
+    assert window_alpha(0.01, 0.5, HOUR) == 0.01  # never above alpha
+    assert drift_step_ms(15 * MINUTE) == 15 * MINUTE and drift_step_ms(7 * DAY_MS) == HOUR
+    assert drift_window_end_ms(10 * HOUR + 59 * MINUTE, HOUR) == 10 * HOUR
+    assert drift_window_end_ms(10 * HOUR + 59 * MINUTE, HOUR, delay_ms=HOUR) == 9 * HOUR
+    with pytest.raises(ValueError):
+        window_alpha(0.05, 0.0, HOUR)
+
+
+def test_the_engine_tests_one_window_per_step_at_its_level(tmp_path: Path) -> None:
+    """Evaluations all through an hour test the same complete hour, at α·budget/24; the
+    next hour's evaluations test the next one."""
+    rng = np.random.default_rng(3)
+    profile = ReferenceProfile.from_columns(numeric={"x": rng.normal(0, 1, 20_000)})
+    ref = tmp_path / "ref.json"
+    ref.write_bytes(orjson.dumps(profile.to_json()))
+    settings = settings_from_mapping(
+        {"models": [{"name": "m", "windows": [{"size": "1h"}],
+                     "drift": {"reference": str(ref), "min_samples": 100}}]}
+    )  # fmt: skip
+    engine = build_engine(settings)
+    pipe = build_pipeline(settings, engine, FileDeadLetter(tmp_path / "dl.jsonl"))
+    start = (int(time.time() * 1000) - 5 * HOUR) // HOUR * HOUR
+    ts = start + np.arange(0, 3 * HOUR, 2000)
+    lines = [
+        orjson.dumps({"id": f"r{i}", "ts": int(t), "model": "m", "version": "v", "score": 0.5,
+                      "features": {"x": float(rng.normal())}})
+        for i, t in enumerate(ts)
+    ]  # fmt: skip
+    pipe.process("predictions", [RawRecord(line, "p") for line in lines])
+    seen = set()
+    for minute in (1, 17, 44, 59):
+        (d,) = engine.drift.evaluate(engine.view(), start + 2 * HOUR + minute * MINUTE)
+        seen.add((d.start_ms, d.end_ms))
+        assert d.report.alpha == pytest.approx(0.05 / 24)
+    assert seen == {(start + HOUR, start + 2 * HOUR)}
+    (d,) = engine.drift.evaluate(engine.view(), start + 3 * HOUR + MINUTE)
+    assert (d.start_ms, d.end_ms) == (start + 2 * HOUR, start + 3 * HOUR)
