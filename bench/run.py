@@ -1,4 +1,4 @@
-"""Benchmarks for the performance targets of model-monitor (issue: throughput, memory, state).
+"""Benchmarks for the performance targets of model-monitor: throughput, memory, state.
 
 Run ``python bench/run.py [--quick] [--only a,q,r] [--json out.json]``.
 

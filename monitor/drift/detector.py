@@ -21,7 +21,7 @@ fires forever trains people to ignore it. The effect gate makes the alert mean "
 least this much", independently of traffic. The p-value gate keeps small windows, where
 effect estimates are noisy, from alerting on noise.
 
-Why the effect is corrected and measured on the reference's quantile scale (issue 13): an
+Why the effect is corrected and measured on the reference's quantile scale: an
 uncorrected distance is biased upward by sampling noise — at 1,000 events pure noise
 passed the old gate in 26 % (normal), 97 % (Cauchy) and 100 % (200 categories) of
 windows — and a Wasserstein distance in feature units is dominated by the outermost bins of

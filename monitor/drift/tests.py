@@ -286,7 +286,7 @@ def quantile_effect(ref: NumericReference, live_counts: np.ndarray) -> tuple[flo
     reference's probability integral transform*, W = ∫|F_ref − F_live| dF_ref: every
     reference quantile step weighs the same, so the wide, sparsely populated outer bins
     cannot dominate (on the feature's own scale a Cauchy feature's outermost bins are
-    ~10⁴ SDs wide and their sampling noise alone passed the gate — issue 13). It is scaled
+    ~10⁴ SDs wide and their sampling noise alone passed the gate in simulation). It is scaled
     by 2√π so that a location shift of δ SDs of a *normal* feature reads ≈ δ, the
     unit the gate has always used; for other shapes it reads "the normal shift that would
     move the ranks as much".
@@ -296,7 +296,7 @@ def quantile_effect(ref: NumericReference, live_counts: np.ndarray) -> tuple[flo
     expected null distance is ``null = 2√π ∫√(2t(1−t)/π) dt / √n_eff`` (≈ 1.11/√n_eff
     for a continuous feature; evaluated on the reference's own cells so ties count). The
     returned effect is ``max(0, W·2√π − null)``: the part of the distance noise cannot
-    explain (the "expected null distance subtracted" correction of issue 13).
+    explain (the "expected null distance subtracted" correction).
     """
     r, q = _numeric_masses(ref, live_counts)
     n, m = r.sum(), q.sum()
@@ -350,7 +350,7 @@ def js_distance_debiased(ref_counts: np.ndarray, live_counts: np.ndarray) -> tup
     Two samples of sizes m and n from one distribution over K cells have a JS divergence of
     ≈ (K − 1)(1/n + 1/m)/(8 ln 2) from noise alone (second order; more when many cells hold
     a handful of events): with 200 categories at n = 1,000 that is a JS distance near 0.2,
-    far above any gate (issue 13: 100 % of no-drift windows passed it). The null expectation
+    far above any gate (100 % of no-drift windows passed it in simulation). The null expectation
     E₀ JSD is computed by drawing both samples ``NULL_DRAWS`` times from the pooled
     distribution (fixed seed: a parametric bootstrap, exact for sparse cells where the
     second-order formula under-reads by ~15 %). The effect is √max(0, JSD − E₀ JSD) and

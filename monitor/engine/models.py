@@ -26,7 +26,7 @@ SLICE_LOGIT_RANGE = 8.0
 
 @dataclass(frozen=True, slots=True)
 class WindowSpec:
-    """A window of ``size_ms`` ending ``delay_ms`` before now (DESIGN §6)."""
+    """A window of ``size_ms`` ending ``delay_ms`` before now (docs/semantics.md)."""
 
     label: str
     size_ms: int

@@ -1,4 +1,5 @@
-"""Bytes -> validated columnar batches, with a reason for every rejection (DESIGN §3).
+"""Bytes -> validated columnar batches, with a reason for every rejection
+(docs/semantics.md).
 
 The decoder never raises on input: every record becomes either a row of a batch or a
 ``Rejection`` with one of ``REASONS``. orjson is the fast path; only when it refuses a

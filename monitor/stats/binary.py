@@ -347,7 +347,7 @@ def confusion_posterior(counts: np.ndarray, draws: int = POSTERIOR_DRAWS) -> np.
     metric of the proportions then has a posterior sample, and its equal-tailed quantiles
     are the interval. Why not the delta method: F1 and MCC are ratios whose sampling
     distribution is skewed and bounded when one class has few events — the delta interval
-    covered 51 % at 1 % prevalence and n = 300 (issue 13), and had zero width whenever
+    covered 51 % at 1 % prevalence and n = 300 in simulation, and had zero width whenever
     TP = 0. Jeffreys-prior intervals keep near-nominal frequentist coverage for binomial
     and multinomial functionals (Brown, Cai & DasGupta 2001); measured coverage is in
     docs/statistics.md (``python bench/coverage.py``).

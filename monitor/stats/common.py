@@ -42,7 +42,7 @@ are exported; the score-based metrics need ``scores.MIN_SCORE_CLASS_COUNT``.
 
 Below it the point value is still reported but the interval is NaN with a reason in
 :attr:`MetricValue.note`: with a handful of events of one class the delta-method intervals
-covered 51-88 % (issue 13), and a posterior interval then reflects the prior more than the
+covered 51-88 % in simulation, and a posterior interval then reflects the prior more than the
 data (measured by ``python bench/coverage.py``, docs/statistics.md)."""
 
 

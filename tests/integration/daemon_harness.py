@@ -134,7 +134,7 @@ def write_config(path: Path, config: Mapping[str, Any]) -> Path:
 
 
 def _child_env() -> dict[str, str]:
-    # Inherited MONITOR_* variables would override the test's TOML (DESIGN §5).
+    # Inherited MONITOR_* variables would override the test's TOML (docs/operations.md).
     env = {k: v for k, v in os.environ.items() if not k.startswith("MONITOR_")}
     env["PYTHONUNBUFFERED"] = "1"
     return env

@@ -119,6 +119,27 @@ def test_no_internal_work_items(doc: Path) -> None:
     assert not found, "\n".join(found)
 
 
+_CODE_WORK_ITEMS = re.compile(
+    r"\bissues? #?\d+|(?-i:DESIGN\.md|DESIGN §)|\.\./shared", re.IGNORECASE
+)
+
+
+def test_code_names_no_internal_work_items() -> None:
+    """Docstrings and comments explain themselves too: they cite the project's docs or the
+    literature, not a work item or a file outside the repository."""
+    found = [
+        f"{path.relative_to(REPO)}:{i}: {m.group(0)!r}"
+        for root in ("monitor", "tests", "bench", "plugins", "deploy")
+        for path in sorted((REPO / root).rglob("*"))
+        if path.is_file()
+        and path.suffix in (".py", ".md", ".toml", ".yml", ".yaml", ".json")
+        and path.resolve() != Path(__file__).resolve()
+        for i, line in enumerate(path.read_text("utf-8", errors="replace").splitlines(), 1)
+        for m in _CODE_WORK_ITEMS.finditer(line)
+    ]
+    assert not found, "\n".join(found)
+
+
 def test_deploy_text_names_files_that_exist() -> None:
     """deploy/ configs point at files in the repository (rules, dashboards, READMEs)."""
     problems = []

@@ -1,4 +1,4 @@
-"""The drift gate against sampling noise and heavy tails, by simulation (issue 13).
+"""The drift gate against sampling noise and heavy tails, by simulation.
 
 Live windows are multinomial count vectors (:mod:`monitor.drift.simulate`, shared with
 ``bench/stats_sim.py --part drift``, which runs the same cases at full size). Seeded

@@ -209,7 +209,7 @@ def test_horizon_cs_bounds_sit_on_the_boundary(
 
 @pytest.mark.slow
 def test_horizon_design_power_and_error_at_the_planned_size() -> None:
-    """The group-sequential horizon sequence (issue 13 power point), in the same number of
+    """The group-sequential horizon sequence at the audit's power point, in the same number of
     errors as 1 % vs 1.2 % (90/10) at 200k rows: 10 % vs 12 % at 20k rows, 2,040 expected
     errors, a look every 100 rows. Bench (full size): 0.70 vs 0.44 for the mixture; the
     exact fixed-horizon test at α/2 per side reaches 0.72, so no design reaches 0.80."""
