@@ -573,7 +573,7 @@ class DriftTracker:
             for w in windows:
                 configured = w in self.models[m].windows  # not replay's "all"
                 at = closed_ms if configured else now_ms
-                lo, hi, level = _tested_window(view, at, w, configured, d.spec)
+                lo, hi, level = _tested_window(view, at, w, configured, d.spec, input_ended)
                 sel = np.flatnonzero((b_bucket >= lo) & (b_bucket <= hi))
                 if sel.shape[0] == 0:
                     continue
@@ -626,18 +626,25 @@ class DriftTracker:
 
 
 def _tested_window(
-    view: StoreView, now_ms: int, w: WindowSpec, configured: bool, spec: DriftSpec
+    view: StoreView,
+    now_ms: int,
+    w: WindowSpec,
+    configured: bool,
+    spec: DriftSpec,
+    input_ended: bool = False,
 ) -> tuple[int, int, float]:
     """Inclusive bucket range and level of the window drift tests at ``now``: for a
     configured window the one ending at the last step of its grid (the window's size up
     to an hour, else hourly; so a day holds a fixed number of distinct tested windows
     however often the daemon evaluates), tested at its share of the daily false-alarm
-    budget (monitor/drift/budget.py); another window (replay's ``all``) as it is, at
-    ``alpha``."""
+    budget (monitor/drift/budget.py); once the input has ended (replay's report) the one
+    ending with the input, as no later step will come; another window (replay's
+    ``all``) as it is, at ``alpha``."""
     if not configured:
         lo, hi = view.tiers.window(now_ms, w.size_ms, w.delay_ms)
         return lo, hi, spec.alpha
-    end = drift_window_end_ms(now_ms, w.size_ms, w.delay_ms)
+    grid_end = drift_window_end_ms(now_ms, w.size_ms, w.delay_ms)
+    end = now_ms - w.delay_ms if input_ended else grid_end
     lo, hi = view.tiers.window(end - 1, w.size_ms, 0)
     return lo, hi, window_alpha(spec.alpha, spec.false_alarm_budget, w.size_ms)
 

@@ -324,6 +324,9 @@ class MonitorCollector(Collector):
                 ("dimension", "metric"),
                 base=_FAIRNESS_BASE,
             )
+            # the interval families only when some gap has one (a family is listed by its
+            # first sample, as prometheus-client lists it by creation)
+            with_bounds = any(math.isfinite(f.lower) for f in fairness)
             bounds = {
                 side: out.family(
                     f"mlmon_fairness_gap_ci_{side}",
@@ -333,6 +336,7 @@ class MonitorCollector(Collector):
                     base=_FAIRNESS_BASE,
                 )
                 for side in ("lower", "upper")
+                if with_bounds
             }
             for f in fairness:
                 key = out.key((f.model, f.version, f.window), _FAIRNESS_BASE)
