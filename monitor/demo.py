@@ -120,6 +120,17 @@ class StoryProducer:
             self._stop.wait(max(0.0, tick - (time.time() - now)))
 
 
+def _estimate_flag(est: Any, ok: Any) -> str:
+    """Why an estimate is not to be trusted yet, in two words: the model's scores are
+    miscalibrated (the story's drift), or too few labelled rows have come in to check
+    and recalibrate them (early in a window, labels lag)."""
+    if ok is None or ok.value == 1.0:
+        return ""
+    if est is not None and "debiased ECE" in (est.note or ""):
+        return " (miscalibrated)"
+    return " (awaiting labels)"
+
+
 def _summary(daemon: Any, producer: StoryProducer, out: TextIO) -> None:
     pub = daemon.published()
     snap, ops = pub.snapshot, pub.ops
@@ -143,7 +154,7 @@ def _summary(daemon: Any, producer: StoryProducer, out: TextIO) -> None:
             ms = {m.name: m for m in r.metrics}
             acc, rec = ms.get("accuracy"), ms.get("recall")
             est, ok = ms.get("estimated_accuracy"), ms.get("estimate_reliable")
-            flag = "" if ok is None or ok.value == 1.0 else " (unreliable)"
+            flag = _estimate_flag(est, ok)
             lines.append(
                 f"  {r.model}/{r.version:3s} window {r.window:{wide}s} n={r.labeled:6d} "
                 f"coverage {r.coverage:5.1%}  accuracy {_interval(acc)}  recall {_interval(rec)}"

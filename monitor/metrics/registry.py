@@ -102,8 +102,9 @@ ESTIMATED: tuple[Series, ...] = tuple(
          "expected confusion matrix of the class probabilities"),
         ("estimated_f1_macro", "Label-free estimate (CBPE) of macro F1 from the expected "
          "confusion matrix of the class probabilities"),
-        ("estimate_reliable", "1 when the version's debiased ECE over its longest window is "
-         "at most estimation.max_ece (the estimated_* metrics can be trusted), else 0"),
+        ("estimate_reliable", "1 when the estimated_* metrics can be trusted: labels enough "
+         "to recalibrate them, the raw scores' debiased ECE at most estimation.max_ece and the "
+         "calibration at most half of each interval's variance; else 0 (intervals withheld)"),
     )
 )  # fmt: skip
 
