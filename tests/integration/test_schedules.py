@@ -215,13 +215,14 @@ def test_rotate_reference_validates_before_swapping_and_drift_names_the_period(
         start_ms = int((day - timedelta(minutes=50)).timestamp() * 1000)
         produce(broker.bootstrap, _pairs(1000, start_ms, 2_400_000, 2.0, 2, "a"))
         daemon.wait_consumed({"predictions": 1000, "labels": 1000})
-        drift = _drift_of(daemon, 1000)
-        assert drift["any_detected"] and drift["reference"] is None, drift
 
         wait_until(lambda: _runs(daemon, "strict").get("rejected") == 1, 90, daemon.log_tail)
         assert not current.exists() and not previous.exists()
         assert "fewer than min_samples = 100000" in _schedule(daemon, "strict")["last_detail"]
-        assert _drift_of(daemon, 1000)["reference"] is None  # still the training profile
+        # from 07:00 drift tests the whole hour 06:00-07:00 (its grid), which holds the
+        # input: drift against the training profile, which is still the reference
+        drift = _drift_of(daemon, 1000)
+        assert drift["any_detected"] and drift["reference"] is None, drift
 
         wait_until(lambda: _runs(daemon, "rotate").get("ok") == 1, 90, daemon.log_tail)
         assert previous.read_bytes() == ref_path.read_bytes()  # kept for rollback
