@@ -346,6 +346,19 @@ def test_every_dashboard_query_returns_data(
             labelled rows to recalibrate it; docs/statistics.md): then the panel's bound is
             rightly empty, as long as the reliability series says so and the point
             estimate itself is there."""
+            drift = re.match(r'^mlmon_drift_\w+\{.*version=~"([^"]*)".*window="([^"]*)"', expr)
+            if drift is not None:
+                # drift tests windows on a grid in time (docs/drift.md): until one whole
+                # window of the version's traffic has passed none is tested, and a window
+                # with too few of the version's rows tests no feature
+                code, body = daemon.get("/api/v1/drift")
+                version, window = re.compile(drift.group(1)), drift.group(2)
+                return code == 200 and not any(
+                    f["p_adjusted"] is not None
+                    for d in json.loads(body)["drift"]
+                    if d["window"] == window and version.fullmatch(d["version"])
+                    for f in d["features"]
+                )
             m = estimate_bound.match(expr)
             if m is None:
                 return False
