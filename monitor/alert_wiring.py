@@ -1,6 +1,6 @@
 """Alerting components from the settings: SLO specs, rule options, the dispatcher.
 
-Components receive typed values (STYLE rule 8); this is the one place that reads
+Components receive typed values; this is the one place that reads
 ``[[slos]]`` and ``[alerting]`` and turns them into ``monitor.alerting`` objects.
 """
 

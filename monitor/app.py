@@ -7,7 +7,7 @@ happen there too); an evaluation thread runs the evaluation pass every
 bunches it); a bounded HTTP server serves readers. One lock serializes engine access;
 evaluation copies the bucket arrays under it (O(buckets)) and computes outside it.
 
-Lifecycle (STYLE rule 11): on stop (SIGTERM/SIGINT via ``request_stop``) the loop
+Lifecycle: on stop (SIGTERM/SIGINT via ``request_stop``) the loop
 stops polling, writes a final checkpoint, commits offsets, then the scheduler and the
 HTTP server stop (no evaluation runs after the final checkpoint).
 """

@@ -1,6 +1,6 @@
 """Alerts as data, and the text of every alert the monitor raises.
 
-Only this module knows alert names, labels and wording (STYLE rule 9: computation never
+Only this module knows alert names, labels and wording (computation never
 renders). An ``Alert`` is identified by its label set, exactly as Alertmanager identifies
 alerts, so re-sending the same labels updates one alert rather than creating another.
 

@@ -1,6 +1,6 @@
 """The engine: joins predictions with labels and accumulates event-time statistics.
 
-One writer owns all mutable state (STYLE rule 2): the join buffer, the buckets, the
+One writer owns all mutable state: the join buffer, the buckets, the
 counters and the watermarks. The source offsets the state covers belong to the source
 side (``monitor.ingest.pipeline``), which writes them into the same checkpoint.
 Callers serialize access (the app holds one lock); every method here is synchronous,

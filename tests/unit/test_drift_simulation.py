@@ -1,4 +1,4 @@
-"""Calibration of the drift detector by simulation (STYLE rule 4).
+"""Calibration of the drift detector by simulation.
 
 Raw events go through the real pipeline — ``numeric_cells`` into per-window count
 vectors, then ``DriftDetector.predict`` with default settings — so the figures measure what

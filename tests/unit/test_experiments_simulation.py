@@ -1,4 +1,4 @@
-"""Calibration of the sequential comparison by simulation (STYLE rule 4).
+"""Calibration of the sequential comparison by simulation.
 
 Under H0 the always-valid test, consulted after every 100 labels per arm, must keep its
 false-positive rate near α — while the naive repeated z-test, read the same way, does not.

@@ -123,7 +123,7 @@ def test_point_vs_interval_on_one_window() -> None:
 
 
 def test_interval_rarely_fires_on_noise_and_catches_a_real_degradation() -> None:
-    """Calibration (STYLE rule 4): at a true recall exactly on the objective, small windows
+    """Calibration: at a true recall exactly on the objective, small windows
     breach by the point estimate about half the time but by the 95% interval rarely (one
     tail: ~2.5%); at a true recall of 0.70 the interval catches almost every window."""
     rng = np.random.default_rng(20_261_121)
