@@ -32,7 +32,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["install", "metadata_fetched_at", "request_metadata", "topic_metadata"]
+__all__ = [
+    "finish_orphaned_join",
+    "install",
+    "metadata_fetched_at",
+    "request_metadata",
+    "topic_metadata",
+]
 
 _LOCK = threading.Lock()
 _VERSIONS_LOCK = threading.RLock()
@@ -96,3 +102,25 @@ def metadata_fetched_at(consumer: Any) -> float:
 def request_metadata(consumer: Any) -> None:
     """Ask kafka-python for fresh cluster metadata at its next poll."""
     consumer._client.cluster.request_update()
+
+
+def finish_orphaned_join(consumer: Any) -> bool:
+    """Make the next poll finish a group join that kafka-python 3 would abandon.
+
+    A rebalance started by a metadata change (partitions added, topic recreated) is driven
+    only while ``ConsumerCoordinator.need_rejoin()`` is true, and that compares the
+    metadata with the snapshot the leader took *when it assigned*. A ``poll`` whose time
+    runs out after the assignment but before the SyncGroup answer leaves the join in
+    flight with ``need_rejoin()`` already false: no later poll awaits it, the member stays
+    "rebalancing" for good, consumes nothing and every commit fails with
+    RebalanceInProgressError (seen in CI; reproduced every time by polling with a 1 ms
+    timeout across a recreated topic). Requesting a rejoin makes the next poll await the
+    join in flight (or, if it has finished unread, join once more). True when it did;
+    False on releases without this state (nothing to do)."""
+    coordinator = getattr(consumer, "_coordinator", None)
+    if coordinator is None or getattr(coordinator, "_join_task", None) is None:
+        return False
+    if coordinator.need_rejoin():
+        return False  # the next poll drives the join already
+    coordinator.request_rejoin()
+    return True

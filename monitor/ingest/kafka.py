@@ -23,7 +23,12 @@ from kafka.structs import OffsetAndMetadata
 
 from .. import kafka_compat
 from ..config import KafkaSettings
-from ..kafka_compat import metadata_fetched_at, request_metadata, topic_metadata
+from ..kafka_compat import (
+    finish_orphaned_join,
+    metadata_fetched_at,
+    request_metadata,
+    topic_metadata,
+)
 from ..state.positions import Resume, reset_by_client, resume_position
 from .assignor import CoPartitionAssignor, warn_unpaired
 from .pipeline import RawBatch, offset_key
@@ -179,9 +184,7 @@ class KafkaPythonSource:
         return {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
 
     def poll(self, timeout_ms: int) -> dict[str, RawBatch]:
-        batches = self._without_recreated(
-            self.consumer.poll(timeout_ms=timeout_ms, max_records=self.settings.max_poll_records)
-        )
+        batches = self._poll_records(timeout_ms)
         if self.unchecked:
             self._check_starts()
         split: dict[str, tuple[list[Any], dict[str, int]]] = {}
@@ -196,6 +199,16 @@ class KafkaPythonSource:
             kind: RawBatch([r.value for r in records], record_origin(records), offsets)
             for kind, (records, offsets) in split.items()
         }
+
+    def _poll_records(self, timeout_ms: int) -> dict[Any, list[Any]]:
+        """One client poll, less the records of recreated topics; a group join the client
+        left unfinished is finished at the next poll (``finish_orphaned_join``)."""
+        polled = self.consumer.poll(
+            timeout_ms=timeout_ms, max_records=self.settings.max_poll_records
+        )
+        if finish_orphaned_join(self.consumer):
+            log.debug("group join left unfinished by the client: finished at the next poll")
+        return self._without_recreated(polled)
 
     def topic_ids(self) -> dict[str, str]:
         return dict(self.watch.ids)

@@ -804,9 +804,7 @@ class PartitionedSource(KafkaPythonSource):
         return out
 
     def poll(self, timeout_ms: int) -> dict[tuple[str, int], RawBatch]:  # type: ignore[override]
-        batches = self._without_recreated(
-            self.consumer.poll(timeout_ms=timeout_ms, max_records=self.settings.max_poll_records)
-        )
+        batches = self._poll_records(timeout_ms)
         out: dict[tuple[str, int], RawBatch] = {}
         for tp, records in batches.items():
             if records:

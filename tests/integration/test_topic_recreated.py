@@ -21,10 +21,18 @@ from pathlib import Path
 import pytest
 from kafka.admin import KafkaAdminClient
 
-from monitor.ingest.kafka import STALE_METADATA_S
+from monitor.config import settings_from_mapping
+from monitor.ingest.kafka import STALE_METADATA_S, open_source
 from monitor.localbroker import LocalBroker
 
-from .daemon_harness import DaemonProcess, base_config, encode, produce, wait_until, write_config
+from .daemon_harness import (
+    DaemonProcess,
+    base_config,
+    encode,
+    produce,
+    wait_until,
+    write_config,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -182,3 +190,31 @@ def test_more_partitions_are_consumed_within_seconds(broker: LocalBroker, tmp_pa
         assert daemon.terminate() == 0, daemon.log_tail()
     finally:
         daemon.close()
+
+
+def test_a_rebalance_cut_short_by_the_poll_timeout_is_finished(
+    broker: LocalBroker, tmp_path: Path
+) -> None:
+    """kafka-python 3 drives a rebalance started by a metadata change only while its
+    metadata differs from the leader's assignment snapshot: a poll whose time runs out
+    between the assignment and the SyncGroup answer left the member "rebalancing" for
+    good (no records, every commit refused; once in a CI run). Polling with 1 ms across
+    a recreated topic hits that window every time (the first join, with 50 ms polls, is
+    only the setup); the source must still take all the new partitions."""
+    broker.create_topics(["predictions", "labels"], partitions=1)
+    settings = settings_from_mapping(base_config(broker.bootstrap, tmp_path / "state"))
+    source = open_source(settings.kafka, dict)
+    try:
+        wait_until(lambda: bool(source.poll(50)) or len(source.assignment()) == 2, 60,
+                   lambda: f"assigned {source.assignment()}")  # fmt: skip
+        _recreate(broker, ["predictions", "labels"], partitions=4)
+
+        def all_assigned() -> bool:
+            for _ in range(200):  # back to back, as the daemon's loop polls
+                source.poll(1)
+            return len(source.assignment()) == 8
+
+        wait_until(all_assigned, 60, lambda: f"assigned {sorted(source.assignment())}")
+        assert source.commit({f"predictions:{p}": 0 for p in range(4)}) is None
+    finally:
+        source.close()
