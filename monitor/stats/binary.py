@@ -210,7 +210,7 @@ class BinaryLayout:
         bounds = _posterior_bounds(c[drawn], all_betas, confidence, posterior) if drawn else {}
         slot = {row: j for j, row in enumerate(drawn)}
         beta_of = {fbeta_name(b): b for b in all_betas}
-        rare_l = rare.tolist()
+        rare_l = (rare & ~gate).tolist()  # an interval withheld keeps the default label
         out: list[list[MetricValue]] = []
         for i, (tn_i, fp_i, fn_i, tp_i) in enumerate(c.tolist()):
             reason, at = reasons[i], slot.get(i, -1)
