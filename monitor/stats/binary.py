@@ -12,7 +12,8 @@ layout class is stateless apart from its parameters and offers
 * ``metrics(vec, confidence=0.95, **params) -> list[MetricValue]`` — a pure view.
 
 The ``Layout`` protocol lives here; the helpers every layout shares are in
-:mod:`monitor.stats.common`. Intervals: Wilson for proportions, a Jeffreys-Dirichlet
+:mod:`monitor.stats.common`. Intervals: Wilson for proportions (Clopper-Pearson's exact
+interval where too few outcomes of the rarer kind are expected), a Jeffreys-Dirichlet
 posterior (:func:`confusion_posterior`) for F-beta, MCC, kappa and the class-accuracy means.
 
 Cell order: index ``2 * y_true + y_pred``, i.e. ``[TN, FP, FN, TP]``.
@@ -36,12 +37,11 @@ from .common import (
     clt_mean,
     expected_events,
     homogeneous_delta_se,
-    rare_reason,
     trials_reason,
     wald,
 )
 from .common import as_index as _as_index
-from .intervals import wilson_interval
+from .intervals import clopper_pearson_interval, wilson_interval
 from .results import MetricValue
 
 __all__ = [
@@ -151,10 +151,11 @@ class BinaryLayout:
         ``long_run``: (n, 4) or (4,) counts of the same version's longest window. The
         interval gates then read its rates, not the window's own counts — expected
         positives and negatives (this window's rows at the long-run prevalence) for the
-        class-count gate, and expected outcomes of the rarer kind
-        (:data:`~monitor.stats.common.MIN_EXPECTED_EVENTS`) for each Wilson ratio — so no
-        window is exported or withheld for what its own counts happen to be. Without it
-        the gates read the window's own class counts (no rarer-outcome gate)."""
+        class-count gate, and expected outcomes of the rarer kind for each ratio: below
+        :data:`~monitor.stats.common.MIN_EXPECTED_EVENTS` the ratio's interval is the
+        exact Clopper-Pearson interval instead of Wilson's (method ``clopper-pearson``) —
+        so no window's interval is chosen for what its own counts happen to be. Without
+        it the gates read the window's own class counts (Wilson throughout)."""
         c = np.asarray(conf, dtype=np.float64).reshape(-1, 4)
         tn, fp, fn, tp = c[:, 0], c[:, 1], c[:, 2], c[:, 3]
         n = tn + fp + fn + tp
@@ -164,7 +165,6 @@ class BinaryLayout:
         # withheld: below MIN_TRIALS trials; prevalence also below MIN_CLASS_COUNT of a class
         short = (d > 0) & (d < MIN_TRIALS)
         rare = np.zeros_like(short)
-        expected = np.full(d.shape, NAN)
         if long_run is None:
             pos_g, neg_g = pos, neg
         else:
@@ -174,11 +174,13 @@ class BinaryLayout:
                 expected = expected_events(d, np.where(d_lr > 0, k_lr / d_lr, NAN))
                 share = (lr[:, 2] + lr[:, 3]) / lr.sum(axis=1)
             rare = (d > 0) & ~short & (expected < MIN_EXPECTED_EVENTS)
+            if rare.any():  # Wilson under-covers there: the exact interval instead
+                lo[rare], hi[rare] = clopper_pearson_interval(k[rare], d[rare], confidence)
             known = np.isfinite(share)  # no long-run labels yet: the window's own counts
             pos_g = np.where(known, n * share, pos)
             neg_g = np.where(known, n * (1.0 - share), neg)
         class_short = (n > 0) & (np.minimum(pos_g, neg_g) < MIN_CLASS_COUNT)
-        gate = short | rare
+        gate = short.copy()
         gate[:, _PREVALENCE] |= class_short
         lo, hi = np.where(gate, NAN, lo), np.where(gate, NAN, hi)
         gated = gate.any(axis=1).tolist()
@@ -208,15 +210,15 @@ class BinaryLayout:
         bounds = _posterior_bounds(c[drawn], all_betas, confidence, posterior) if drawn else {}
         slot = {row: j for j, row in enumerate(drawn)}
         beta_of = {fbeta_name(b): b for b in all_betas}
-        rare_l, exp_l = rare.tolist(), expected.tolist()
+        rare_l = (rare & ~gate).tolist()  # an interval withheld keeps the default label
         out: list[list[MetricValue]] = []
         for i, (tn_i, fp_i, fn_i, tp_i) in enumerate(c.tolist()):
             reason, at = reasons[i], slot.get(i, -1)
             v_i, lo_i, hi_i, d_i = values[i], lows[i], highs[i], rows_d[i]
             row = [
-                MetricValue(_RATIO_NAMES[j], v_i[j], lo_i[j], hi_i[j], d_i[j], "wilson",
-                            _ratio_note(j, d_i[j], reason, rare_l[i][j], exp_l[i][j])
-                            if gated[i] else "")
+                MetricValue(_RATIO_NAMES[j], v_i[j], lo_i[j], hi_i[j], d_i[j],
+                            "clopper-pearson" if rare_l[i][j] else "wilson",
+                            _ratio_note(j, d_i[j], reason) if gated[i] else "")
                 for j in ratios
             ]  # fmt: skip
             n_i = round(tn_i + fp_i + fn_i + tp_i)
@@ -296,20 +298,14 @@ def _equal_tailed_rows(samples: np.ndarray, confidence: float) -> tuple[list[flo
     return lo, hi
 
 
-def _ratio_note(j: int, trials: int, class_reason: str, rare: bool, expected: float) -> str:
+def _ratio_note(j: int, trials: int, class_reason: str) -> str:
     """Why ratio ``j``'s Wilson interval is withheld ("" if it is not).
 
     Prevalence also needs :data:`MIN_CLASS_COUNT` of each class: the count of the rarer
     class is the binomial count itself, and with one to three expected events (1 %, n = 100)
     Wilson covers exactly when the count is <= 2, 92 % of windows, while any interval that
-    also covers a count of 3 covers 98 % — no interval reaches [0.93, 0.97] there. Any
-    ratio with fewer than :data:`~monitor.stats.common.MIN_EXPECTED_EVENTS` expected
-    outcomes of its rarer kind at the long-run rate is withheld too."""
-    return (
-        trials_reason(trials)
-        or (class_reason if j == _PREVALENCE and trials > 0 else "")
-        or (rare_reason(expected) if rare else "")
-    )
+    also covers a count of 3 covers 98 % — no interval reaches [0.93, 0.97] there."""
+    return trials_reason(trials) or (class_reason if j == _PREVALENCE and trials > 0 else "")
 
 
 _RATIO_NAMES = (

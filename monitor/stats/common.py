@@ -25,7 +25,6 @@ __all__ = [
     "expected_events",
     "homogeneous_delta_se",
     "quasi_binomial_interval",
-    "rare_reason",
     "ratio",
     "skew_corrected_bounds",
     "trials_reason",
@@ -58,34 +57,26 @@ oscillation is a property of the discrete count, not of the method)."""
 
 MIN_EXPECTED_EVENTS = 2.0
 """Expected outcomes of the rarer kind (errors of an accuracy near 1, positives of a rate
-near 0) a proportion's trials must hold, at the long-run rate, before its Wilson interval
-is exported.
+near 0, correct outcomes of a model that is almost always wrong) a proportion's trials must
+hold, at the long-run rate, for its Wilson interval; below it the interval is the exact
+Clopper-Pearson one (:func:`~monitor.stats.intervals.clopper_pearson_interval`).
 
-Why: with one or two expected events the count is 0-3 and any non-randomized interval's
-coverage is set by which of those few counts it covers: Wilson's does not cover a count of
-1 when p < 0.18/n and then covers only (1 − p)ⁿ — 0.87 for an accuracy with 0.4 % errors
-at n = 30 — while a rate with about one expected event in 100 trials was covered 0.98-0.99
-(Brown, Cai & DasGupta 2001, §4.1.1 on the boundary dips; the modified Wilson and Jeffreys
-intervals swing the other way). From two on the measured cells stay in [0.93, 0.97]
-(docs/statistics.md). The rate is the long-run one (the version's longest window), not the
-window's own: a rule on the window's own count would export a selected subset of
-windows."""
+Why: with one or two expected events the count is 0-3 and Wilson's coverage is set by
+which of those few counts it covers: it does not cover a count of 1 when p < 0.18/n and
+then covers only (1 − p)ⁿ — 0.87 for an accuracy with 0.4 % errors at n = 30 (Brown, Cai &
+DasGupta 2001, §4.1.1 on the boundary dips). The exact interval covers at least the
+nominal level at every rate (it over-covers there, which no non-randomized interval
+avoids), and it still exists: withholding the interval instead left an SLO that decides on
+the interval unable to page for a model that is always wrong. From two expected events on
+the measured Wilson cells stay in [0.93, 0.97] (docs/statistics.md). The rate is the
+long-run one (the version's longest window), not the window's own, so which interval a
+window gets does not depend on what it drew."""
 
 
 def expected_events(trials: np.ndarray, rate: np.ndarray) -> np.ndarray:
     """Expected outcomes of the rarer kind among ``trials`` at ``rate``: trials·min(r, 1 − r)."""
     r = np.asarray(rate, dtype=np.float64)
     return np.asarray(trials, dtype=np.float64) * np.minimum(r, 1.0 - r)
-
-
-def rare_reason(expected: float, minimum: float = MIN_EXPECTED_EVENTS) -> str:
-    """Empty when ``expected`` (at the long-run rate) reaches ``minimum``."""
-    if not expected < minimum:
-        return ""
-    return (
-        f"interval withheld: {expected:.2g} expected events of the rarer outcome at the "
-        f"long-run rate (needs >= {minimum:g})"
-    )
 
 
 def quasi_binomial_interval(

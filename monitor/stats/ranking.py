@@ -30,9 +30,10 @@ Window layout (float64, ``width = 4 + 10·len(ks)``; all entries are sums over q
 with a quasi-binomial score interval (:func:`monitor.stats.common.quasi_binomial_interval`,
 Wilson's for hit@k): every per-query value lies in [0, 1], and a strong ranker's deficit
 sits in a few queries, where the CLT interval covered 0.6 at 30 queries. Withheld below
-:data:`MIN_QUERIES` queries and below
-:data:`~monitor.stats.common.MIN_EXPECTED_EVENTS` expected "misses" at the long-run mean
-and dispersion.
+:data:`MIN_QUERIES` queries; below
+:data:`~monitor.stats.common.MIN_EXPECTED_EVENTS` expected "misses" (or hits) at the
+long-run mean and dispersion the score interval gives way to the Clopper-Pearson interval
+at the same effective counts (exact for hit@k).
 """
 
 from __future__ import annotations
@@ -48,10 +49,10 @@ from .common import (
     NAN,
     dispersion,
     quasi_binomial_interval,
-    rare_reason,
     trials_reason,
 )
 from .common import as_index as _as_index
+from .intervals import clopper_pearson_interval
 from .results import MetricValue
 
 __all__ = [
@@ -298,21 +299,30 @@ def _per_query_mean(
     n_lr: float,
     confidence: float,
 ) -> MetricValue:
-    """A per-query mean with its quasi-binomial interval, or the reason it is withheld."""
+    """A per-query mean with its quasi-binomial interval, or the reason it is withheld.
+
+    At fewer than :data:`~monitor.stats.common.MIN_EXPECTED_EVENTS` expected misses (or
+    hits) among the n/φ effective trials, the interval is Clopper & Pearson's (1934) exact
+    one at those effective counts: a ranker that misses (or hits) almost always still gets
+    an interval, one-sided against the boundary (the rule of three, Hanley &
+    Lippman-Hand 1983), where the score interval's coverage is set by a handful of counts.
+    For hit@k (φ ≈ 1) it is the exact binomial interval."""
     n_int = round(n)
     if n_int <= 0:
         return MetricValue(name, NAN, NAN, NAN, 0, "quasi-binomial")
     mean = total / n
     note = trials_reason(n, MIN_QUERIES).replace("trials", "queries")
     phi = dispersion(total_lr, total_sq_lr, n_lr)
-    if not note and math.isfinite(phi) and phi > 0:
-        mean_lr = total_lr / n_lr
-        expected = n / phi * min(mean_lr, 1.0 - mean_lr)
-        note = rare_reason(expected) if expected < MIN_EXPECTED_EVENTS else ""
-    elif not note:
+    mean_lr = total_lr / n_lr if n_lr > 0 else NAN
+    if mean_lr in (0.0, 1.0) and n_lr >= 2:  # every query missed (or hit) so far
+        phi = 1.0  # the largest dispersion a value in [0, 1] can have: conservative
+    if not note and not (math.isfinite(phi) and phi > 0):
         note = "interval withheld: no spread between queries to size it yet"
     if note:
         return MetricValue(name, mean, NAN, NAN, n_int, "quasi-binomial", note)
+    if n / phi * min(mean_lr, 1.0 - mean_lr) < MIN_EXPECTED_EVENTS:
+        lo, hi = clopper_pearson_interval(mean * n / phi, n / phi, confidence)
+        return MetricValue(name, mean, float(lo), float(hi), n_int, "clopper-pearson")
     lo, hi = quasi_binomial_interval(total, total_sq, n, confidence, phi)
     return MetricValue(name, mean, lo, hi, n_int, "quasi-binomial")
 
