@@ -25,7 +25,12 @@ Design, and why:
   evaluate the same SLOs; only the holder of the exporter lease may send (``holding``).
   An instance that does not hold it sends nothing, and one that loses it drops its
   firing set and its queues at once — a paused exporter that resumes must not re-send
-  its old firing alerts over the new exporter's resolution.
+  its old firing alerts over the new exporter's resolution. The lease is asked again
+  after the connection to the receiver is up (TCP and TLS handshakes done) and right
+  before the request's bytes are written in one piece, so a process paused (SIGSTOP, a
+  VM freeze) with a batch in hand finds, when it resumes, that its lease ran out
+  meanwhile and writes nothing: only a pause within those few instructions between
+  the check and the write can still let one request out.
 
 The stdlib ``urllib`` suffices for two JSON POSTs; no HTTP client dependency is added.
 Credentials in a receiver URL (``https://user:pass@host/...``) are sent as a basic-auth
@@ -36,8 +41,10 @@ header, and every error message is masked (``monitor/redact.py``) before it is k
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
+import http.client
 import logging
 import random
 import threading
@@ -62,6 +69,7 @@ __all__ = [
     "DeliveryError",
     "DeliveryStats",
     "Dispatcher",
+    "NotHolding",
     "Notifier",
     "ReceiverStats",
     "WebhookNotifier",
@@ -82,13 +90,24 @@ class DeliveryError(Exception):
     """A send that did not reach the receiver (the message says how)."""
 
 
+class NotHolding(Exception):
+    """The send was called off before any byte of it was written: this instance no
+    longer holds the exporter lease (not a delivery failure: nothing to retry)."""
+
+
+Guard = Callable[[], bool]  # whether this instance may still send, asked last
+
+
 class Notifier(Protocol):
     """One receiver: sends a batch of alerts or raises. ``horizon_s`` is how far in the
-    future a firing alert's ``endsAt`` should be."""
+    future a firing alert's ``endsAt`` should be; ``guard`` is asked once the connection
+    is up, right before the request is written (False: raise ``NotHolding``)."""
 
     name: str
 
-    def send(self, alerts: Sequence[Alert], now: float, horizon_s: float) -> None: ...
+    def send(
+        self, alerts: Sequence[Alert], now: float, horizon_s: float, guard: Guard | None = None
+    ) -> None: ...
 
 
 def rfc3339(t: float) -> str:
@@ -161,7 +180,77 @@ def split_userinfo(url: str) -> tuple[str, dict[str, str]]:
     return urllib.parse.urlunsplit(parts._replace(netloc=hostport)), header
 
 
-def _post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> None:
+class _Fenced:
+    """An ``http.client`` connection that holds the request back until ``getresponse``:
+    it connects, asks ``guard``, and only then writes the whole request with one
+    ``sendall`` (``http.client`` writes headers and body apart, and a pause between the
+    two would still deliver the request when the process resumes)."""
+
+    sock: Any
+
+    def __init__(self, *args: Any, guard: Guard, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[call-arg]
+        self._guard = guard
+        self._held: list[bytes] = []
+        self._connecting = False
+
+    def connect(self) -> None:
+        self._connecting = True  # a proxy's CONNECT is written at once
+        try:
+            super().connect()  # type: ignore[misc]
+        finally:
+            self._connecting = False
+
+    def send(self, data: Any) -> None:
+        if self._connecting:
+            super().send(data)  # type: ignore[misc]
+        else:
+            self._held.append(bytes(data))
+
+    def getresponse(self) -> http.client.HTTPResponse:
+        if self.sock is None:
+            self.connect()  # type: ignore[attr-defined]
+        if not self._guard():
+            self.close()  # type: ignore[attr-defined]
+            raise NotHolding("the exporter lease ran out before the request was written")
+        data, self._held = b"".join(self._held), []
+        self.sock.sendall(data)
+        return super().getresponse()  # type: ignore[misc,no-any-return]
+
+
+class _FencedHTTP(_Fenced, http.client.HTTPConnection):
+    pass
+
+
+class _FencedHTTPS(_Fenced, http.client.HTTPSConnection):
+    pass
+
+
+class _FencedHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, guard: Guard) -> None:
+        super().__init__()
+        self._guard = guard
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(functools.partial(_FencedHTTP, guard=self._guard), req)  # type: ignore[arg-type]
+
+
+class _FencedHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, guard: Guard) -> None:
+        super().__init__()
+        self._guard = guard
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(functools.partial(_FencedHTTPS, guard=self._guard), req)  # type: ignore[arg-type]
+
+
+def _always() -> bool:
+    return True
+
+
+def _post(
+    url: str, body: bytes, headers: dict[str, str], timeout: float, guard: Guard | None = None
+) -> None:
     target, auth = split_userinfo(url)
     shown = mask(target)  # what an error may say about the receiver
     request = urllib.request.Request(
@@ -175,8 +264,10 @@ def _post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> Non
             **headers,
         },
     )
+    g = guard or _always
+    opener = urllib.request.build_opener(_FencedHTTPHandler(g), _FencedHTTPSHandler(g))
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
+        with opener.open(request, timeout=timeout) as resp:
             resp.read(65536)
     except urllib.error.HTTPError as err:
         detail = err.read(300).decode("utf-8", "replace").strip()
@@ -197,9 +288,11 @@ class AlertmanagerNotifier:
         )
         self.timeout = timeout
 
-    def send(self, alerts: Sequence[Alert], now: float, horizon_s: float) -> None:
+    def send(
+        self, alerts: Sequence[Alert], now: float, horizon_s: float, guard: Guard | None = None
+    ) -> None:
         body = orjson.dumps(alertmanager_payload(alerts, now, horizon_s))
-        _post(self.url, body, {}, self.timeout)
+        _post(self.url, body, {}, self.timeout, guard)
 
 
 class WebhookNotifier:
@@ -213,10 +306,12 @@ class WebhookNotifier:
         self._secret = secret
         self.timeout = timeout
 
-    def send(self, alerts: Sequence[Alert], now: float, horizon_s: float) -> None:
+    def send(
+        self, alerts: Sequence[Alert], now: float, horizon_s: float, guard: Guard | None = None
+    ) -> None:
         body = orjson.dumps(webhook_payload(alerts, now, horizon_s))
         headers = {SIGNATURE_HEADER: sign(self._secret, body)} if self._secret else {}
-        _post(self.url, body, headers, self.timeout)
+        _post(self.url, body, headers, self.timeout, guard)
 
 
 @dataclass(frozen=True, slots=True)
@@ -465,7 +560,13 @@ class Dispatcher:
             return
         now = self._clock()
         try:
-            r.notifier.send(batch, now, self.horizon_s)
+            r.notifier.send(batch, now, self.horizon_s, self.holding)
+        except NotHolding:  # lost while connecting (or paused): nothing was written
+            if self._may_send():  # (held again already: the batch waits for the next try)
+                with self._lock:
+                    for a in reversed(batch):
+                        self._enqueue(r, a, front=True)
+            return
         except Exception as err:
             with self._lock:
                 r.failed += len(batch)

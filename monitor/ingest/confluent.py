@@ -192,6 +192,17 @@ class ConfluentSource:
     def topic_ids(self) -> dict[str, str]:
         return dict(self.watch.ids)
 
+    def current_topic_id(self, topic: str) -> str | None:
+        """``topic``'s id as the describer last saw it (None: not described yet)."""
+        with self._lock:
+            return self._described.get(topic, (None, None, 0.0))[0]
+
+    def new_log_start(self, topic: str, partition: int) -> int:
+        """Where reading a new log of ``topic`` starts (``kafka.auto_offset_reset``)."""
+        tp = TopicPartition(topic, partition)
+        low, high = self.consumer.get_watermark_offsets(tp, timeout=5.0, cached=False)
+        return int(low if self.settings.auto_offset_reset == "earliest" else high)
+
     def _restart_recreated(self) -> None:
         """Partitions of a topic found recreated since the last poll — assigned, or with
         a stored offset — restart at the new log's start (or end, ``auto_offset_reset =
@@ -211,9 +222,7 @@ class ConfluentSource:
             }
             try:
                 for p in sorted(numbers):
-                    tp = TopicPartition(topic, p)
-                    low, high = self.consumer.get_watermark_offsets(tp, timeout=5.0, cached=False)
-                    off = int(low if self.settings.auto_offset_reset == "earliest" else high)
+                    off = self.new_log_start(topic, p)
                     was = self._position.get((topic, p), stored.get(offset_key(topic, p), -1))
                     if p in assigned:
                         self.consumer.seek(TopicPartition(topic, p, off))
@@ -237,9 +246,14 @@ class ConfluentSource:
         """Before each poll: whether to consume nothing now — the process was paused, and
         which log the next messages are in is not known until the describer has run
         again (a second) — else partitions of a topic found recreated are restarted."""
-        if not self._described:
-            return False
         now = time.monotonic()
+        if not self._described:
+            # positions known to be in a log of a given id: wait for the first
+            # description to say it is still that log (bounded like a stale one)
+            if self.watch.ids and self.watch.hold_back(float("inf"), STALE_METADATA_S, now):
+                self._stop_describing.wait(timeout_ms / 1000)
+                return True
+            return False
         if self.watch.hold_back(now - self._described_tried, STALE_METADATA_S, now):
             self._stop_describing.wait(timeout_ms / 1000)
             return True

@@ -213,6 +213,23 @@ class KafkaPythonSource:
     def topic_ids(self) -> dict[str, str]:
         return dict(self.watch.ids)
 
+    def current_topic_id(self, topic: str) -> str | None:
+        """``topic``'s id as the client's cached metadata says now (None: not known)."""
+        return topic_metadata(self.consumer, topic)[0]
+
+    def new_log_start(self, topic: str, partition: int) -> int:
+        """Where reading a new log of ``topic`` starts (``kafka.auto_offset_reset``)."""
+        return self._new_log_starts([TopicPartition(topic, partition)])[
+            TopicPartition(topic, partition)
+        ]
+
+    def _new_log_starts(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        if self.settings.auto_offset_reset == "earliest":
+            starts = self.consumer.beginning_offsets(tps)
+        else:
+            starts = self.consumer.end_offsets(tps)
+        return {tp: int(off) for tp, off in starts.items()}
+
     def _restarted(self, topic: str) -> None:
         """A reset to a new log's start by the offset checks: fresh metadata says which."""
         self.watch.restarted(topic, time.monotonic())
@@ -257,12 +274,7 @@ class KafkaPythonSource:
         }
         if not tps:
             return set()
-        if self.settings.auto_offset_reset == "earliest":
-            starts = self.consumer.beginning_offsets(list(tps))
-        else:
-            starts = self.consumer.end_offsets(list(tps))
-        for tp, start in starts.items():
-            off = int(start)
+        for tp, off in self._new_log_starts(list(tps)).items():
             was = self._position.get(tp, stored.get(offset_key(tp.topic, tp.partition), -1))
             if tp in assigned:
                 self.consumer.seek(tp, off)

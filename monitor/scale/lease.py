@@ -28,6 +28,13 @@ follows sending, so the holder always stops before anyone may claim; a holder th
 paused (SIGSTOP) or cannot reach the broker stops exporting when its own lease runs out,
 before another instance starts. Failover takes ``lease_s`` plus one renewal interval,
 independent of the group's session timeout and rebalance.
+
+The clock is Linux's ``CLOCK_BOOTTIME`` where there is one: like ``CLOCK_MONOTONIC``
+it runs on while a process is stopped, and unlike it also while the machine or VM is
+suspended — a holder that wakes from a suspend must see its lease as run out, as the
+other instances do. Alert delivery asks ``valid`` again right before it writes a
+request (``alerting/delivery.py``), so a holder paused with an alert in hand does not
+send it when it resumes.
 """
 
 from __future__ import annotations
@@ -54,6 +61,14 @@ __all__ = ["ExporterLease", "LeaseLog", "lease_key"]
 log = logging.getLogger(__name__)
 
 
+def _boottime() -> float:
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+# seconds that also count a suspended machine (Linux); elsewhere the monotonic clock
+_lease_clock: Callable[[], float] = _boottime if hasattr(time, "CLOCK_BOOTTIME") else time.monotonic
+
+
 def lease_key(group_id: str) -> str:
     return f"{group_id}/exporter"
 
@@ -66,7 +81,7 @@ class LeaseLog:
     holder: str | None = None
     seq: int = -1  # the holder's latest accepted record
     last: str = ""  # that record's token, "<holder>/<seq>": what a claim must cite
-    seen_at: float = float("-inf")  # monotonic time that record was read
+    seen_at: float = float("-inf")  # lease-clock time that record was read
     malformed: int = 0
 
     def apply(self, value: bytes | None, now: float) -> None:
@@ -106,7 +121,7 @@ class ExporterLease:
         group_id: str,
         lease_s: float,
         eligible: Callable[[], bool],
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = _lease_clock,
     ) -> None:
         self._client = dict(client_config)
         self.topic = lease_topic(group_id)
@@ -121,7 +136,7 @@ class ExporterLease:
         self._lock = threading.Lock()
         self._epoch = 0  # the epoch this instance claimed (0: none)
         self._seq = 0
-        self._sent: dict[int, float] = {}  # seq -> monotonic time it was sent
+        self._sent: dict[int, float] = {}  # seq -> lease-clock time it was sent
         self._valid_until = float("-inf")
         self._producer: KafkaProducer | None = None
         self.acquired = 0  # times this instance started exporting

@@ -88,11 +88,18 @@ class _Partition:
     """One owned partition number: its engine and the next offsets it covers."""
 
     def __init__(
-        self, number: int, engine: Engine, offsets: dict[str, int], group_generation: int = -1
+        self,
+        number: int,
+        engine: Engine,
+        offsets: dict[str, int],
+        group_generation: int = -1,
+        topic_ids: dict[str, str] | None = None,
     ) -> None:
         self.number = number
         self.engine = engine
         self.offsets = offsets
+        # the topic ids (topic_watch.py) of the logs the offsets are positions in
+        self.topic_ids = dict(topic_ids or {})
         self.group_generation = group_generation  # the membership it was restored in
         self.stats_published = False
         self.lost = False  # evicted from the group with it: never store it again
@@ -160,15 +167,19 @@ class PartitionedDaemon(Daemon):
     # -- state per partition --------------------------------------------------------------
     def _blob(self, part: _Partition) -> tuple[bytes, dict[str, int]]:
         """p's state and the offsets it covers, taken together under the engine lock."""
+        current = self._source.topic_ids() if self._source is not None else {}
         with self.lock:
             meta, arrays = part.engine.state()
             offsets = dict(part.offsets)
+            part.topic_ids.update(current)  # a recreated topic was restarted in the new log
+            topic_ids = dict(part.topic_ids)
         blob = pack(
             {
                 "format": STATE_FORMAT,
                 "partition": part.number,
                 "source": self.source_identity(),
                 "offsets": offsets,
+                "topic_ids": topic_ids,
                 "engine": meta,
             },
             arrays,
@@ -251,11 +262,15 @@ class PartitionedDaemon(Daemon):
             raise StateMismatch(f"state of partition {number} was written for {meta.get('source')}")
         engine.load(meta["engine"], arrays)
         offsets = {str(k): int(v) for k, v in meta["offsets"].items()}
+        ids = meta.get("topic_ids") or {}  # absent: stored before ids were kept
+        if not isinstance(ids, dict):
+            raise StateMismatch(f"state of partition {number}: topic_ids is not a mapping")
         log.info(
             "partition %d: restored generation %d of fence %d (%d bytes), offsets %s",
             number, found.generation, found.fence, len(found.blob), offsets,
         )  # fmt: skip
-        return _Partition(number, engine, offsets, generation)
+        topic_ids = {str(k): str(v) for k, v in ids.items()}
+        return _Partition(number, engine, offsets, generation, topic_ids)
 
     def _on_resume(self, topic: str, partition: int, was: int, resume: Resume) -> None:
         """A position outside the log (the client's own reset, ``reset_by_client``): the
@@ -378,6 +393,13 @@ class PartitionedDaemon(Daemon):
                 self.count_fault("partition_state_mismatch")
                 continue
             self.unusable.pop(p, None)
+            if source is not None:
+                try:  # (a broker round trip: not under the lock the rebalance hooks take)
+                    self._in_current_logs(part, source)
+                except Exception as err:
+                    log.warning("partition %d stays paused: its log start is unknown: %s",
+                                p, err)  # fmt: skip
+                    continue
             with self._assign_lock:
                 if p not in self.paused:
                     continue  # revoked meanwhile: never own (or store) it
@@ -395,6 +417,27 @@ class PartitionedDaemon(Daemon):
         self.paused.discard(p)
         if source is not None:
             source.start(p, part.offsets)
+
+    def _in_current_logs(self, part: _Partition, source: Any) -> None:
+        """Offsets stored for a log that is gone (its topic was deleted and created again
+        while nobody owned the partition, as the topic ids tell) restart at the new log's
+        start: the new log may already be longer than the stored position, and no
+        offset check could tell. When the current id is not known yet, the stored one
+        is what the source's watch compares the first metadata with."""
+        for topic, stored in list(part.topic_ids.items()):
+            key = offset_key(topic, part.number)
+            if key not in part.offsets:
+                continue
+            current = source.current_topic_id(topic)
+            if current is None:
+                source.watch.ids.setdefault(topic, stored)
+            elif current != stored:
+                was = part.offsets[key]
+                resume = Resume(source.new_log_start(topic, part.number), "topic_recreated")
+                with self.lock:
+                    part.offsets[key] = resume.offset
+                    part.topic_ids[topic] = current
+                self._report_resume(topic, part.number, was, resume)
 
     def _keep_retained(self, waiting: list[int], generation: int) -> set[int]:
         """Resume the partitions given back to this instance from memory, when the state

@@ -23,9 +23,12 @@ Usage::
 from __future__ import annotations
 
 import json
+import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +36,7 @@ from monitor.localbroker import free_port
 
 from .server_harness import LoggedServer
 
-__all__ = ["AlertmanagerError", "AlertmanagerServer"]
+__all__ = ["AlertmanagerError", "AlertmanagerServer", "SenderProxy"]
 
 
 class AlertmanagerError(AssertionError):
@@ -147,3 +150,53 @@ class AlertmanagerServer(LoggedServer):
             return not found
 
         self.wait_until(absent, timeout, lambda: f"still active: {found}")
+
+
+class SenderProxy:
+    """Stands in front of Alertmanager to tell its senders apart: a sender configured
+    with ``url_for(name)`` posts to ``/<name>/api/v2/alerts``; each post is recorded as
+    (name, ``time.monotonic()`` once its whole body has arrived) and passed on to
+    Alertmanager, whose answer goes back to the sender."""
+
+    def __init__(self, am: AlertmanagerServer) -> None:
+        self.posts: list[tuple[str, float]] = []
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                name, _, rest = self.path.lstrip("/").partition("/")
+                proxy.posts.append((name, time.monotonic()))
+                request = urllib.request.Request(
+                    f"{am.url}/{rest}", data=body, method="POST",
+                    headers={"Content-Type": "application/json"},
+                )  # fmt: skip
+                try:
+                    with urllib.request.urlopen(request, timeout=10) as resp:
+                        code, answer = resp.status, resp.read()
+                except urllib.error.HTTPError as err:
+                    code, answer = err.code, err.read()
+                except OSError:
+                    code, answer = 502, b"alertmanager unreachable"
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def url_for(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/{name}"
+
+    def posts_by(self, name: str, since: float = float("-inf")) -> int:
+        """How many posts ``name`` made that arrived at ``since`` (monotonic) or later."""
+        return sum(1 for who, at in list(self.posts) if who == name and at >= since)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -16,7 +16,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,6 +29,7 @@ from monitor.alerting.delivery import (
     SIGNATURE_HEADER,
     AlertmanagerNotifier,
     Dispatcher,
+    NotHolding,
     WebhookNotifier,
 )
 
@@ -351,3 +352,78 @@ def test_only_the_lease_holder_sends_and_losing_it_drops_the_firing_set(
         assert labels == ["slo-1"]
     finally:
         d.stop(2)
+
+
+def test_the_lease_is_asked_once_connected_and_nothing_is_written_without_it() -> None:
+    """A process paused with a batch in hand (SIGSTOP, a VM freeze) must not deliver it
+    when it resumes after its lease ran out: the lease is asked after the connection is
+    up and before any byte of the request is written."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        server.settimeout(5)
+        seen: list[bytes] = []
+        conns: list[socket.socket] = []
+
+        def lease_gone() -> bool:
+            conn, _ = server.accept()  # the handshake is done: the connection is queued
+            conn.settimeout(0.3)
+            try:
+                seen.append(conn.recv(1024))
+            except TimeoutError:
+                seen.append(b"(nothing yet)")
+            conns.append(conn)
+            return False
+
+        url = f"http://127.0.0.1:{server.getsockname()[1]}"
+        for notifier in (AlertmanagerNotifier(url, timeout=2), WebhookNotifier(url, "k", 2)):
+            with pytest.raises(NotHolding):
+                notifier.send([alert(1)], time.time(), 60.0, guard=lease_gone)
+        assert seen == [b"(nothing yet)"] * 2
+        for conn in conns:  # closed by the client with nothing written
+            conn.settimeout(2)
+            assert conn.recv(1024) == b""
+            conn.close()
+
+
+def test_a_lease_lost_while_connecting_sends_nothing_and_drops_the_firing_set(
+    receiver: Receiver,
+) -> None:
+    """The worker took the batch while it held the lease; the lease runs out before the
+    request is written: nothing reaches the receiver, it is not a failure (no retry,
+    ``failed`` stays 0) and the firing set is dropped, so nothing is re-sent later."""
+    holds = threading.Event()
+    holds.set()
+
+    class LosesTheLeaseWhileConnecting:
+        name = "alertmanager"
+
+        def __init__(self) -> None:
+            self.real = AlertmanagerNotifier(receiver.url, timeout=2)
+            self.calls = 0
+
+        def send(
+            self,
+            alerts: Sequence[Alert],
+            now: float,
+            horizon_s: float,
+            guard: Callable[[], bool] | None = None,
+        ) -> None:
+            self.calls += 1
+            holds.clear()  # the lease runs out between the worker's check and the write
+            self.real.send(alerts, now, horizon_s, guard)
+
+    notifier = LosesTheLeaseWhileConnecting()
+    d = Dispatcher([notifier], resend_interval=0.1, retry_initial=0.05)
+    d.holding = holds.is_set
+    d.start()
+    try:
+        d.sync("slo", [alert(1), alert(2)])
+        wait_for(lambda: notifier.calls == 1)
+        time.sleep(0.5)  # five re-send intervals
+        assert notifier.calls == 1 and receiver.requests == []
+        stats = d.stats().receivers[0]
+        assert (stats.sent, stats.failed, stats.last_error) == (0, 0, None)
+        assert d.active() == () and d.pending("alertmanager") == ()
+    finally:
+        d.stop(1)
