@@ -786,7 +786,8 @@ class Engine:
 
         Under ``lock`` (the daemon's; none in replay): retention (or, with
         ``retain=False``, only freezing and roll-up, as replay keeps everything). Outside
-        it: the bulk copy of the stores, ingestion going on (:meth:`BucketStore.begin_copy`).
+        it: the bulk copy of the stores, ingestion going on (:meth:`BucketStore.begin_copy`),
+        and the window sums, a chunk of rows copied per short hold and summed outside.
         Under it again: the rows written meanwhile re-copied, and the counters. Outside:
         every window, slice, fairness gap and drift test. Under it once more: one look of
         each comparison (sticky state) and the plugin error counts; ``lock_holds_s``
@@ -821,9 +822,10 @@ class Engine:
                 more, rounds = True, 0
                 while more and rounds < _MAX_SUM_CHUNKS:  # the writer may keep adding rows
                     held = time.perf_counter()
-                    with guard:
+                    with guard:  # copies a chunk of rows ...
                         more = store.sum_chunk(sum_plan, *self._sum_index(m, store))
                     holds.append(time.perf_counter() - held)
+                    store.add_chunk(sum_plan)  # ... summed with the lock released
                     rounds += 1
         except BaseException:
             for st, _ in plans:
