@@ -36,6 +36,7 @@ from ..stats.multiclass import MulticlassLayout
 from ..stats.ranking import RankingLayout
 from ..stats.regression import RegressionLayout
 from ..stats.scores import ScoreLayout
+from ..version import app_version
 from .accumulator import Accumulator, LabeledRows, NewPredictions, PredictionAccumulator
 from .buckets import BucketStore, SumPlan, window_group_sums
 from .clock import EventWatermark
@@ -63,7 +64,7 @@ from .light_counts import LightCounts
 from .models import ComparisonSpec, DriftSpec, ModelSpec
 from .ranking import RankingState
 from .records import ID_HASH, LabelBatch, PredictionBatch
-from .result_cache import ResultCache
+from .result_cache import ResultCache, digest
 from .snapshot import OpsState, Snapshot, WindowResult
 from .state_checks import check_state
 from .table import KeyedTable
@@ -85,6 +86,7 @@ _MAX_SUM_CHUNKS = 10_000
 # store holding every model's matrices, is migrated on load); 3 keeps the label delay per
 # model (format 2's one histogram loads as the fleet prior, engine/delay.py).
 ENGINE_FORMAT = 3
+_CACHE_ARRAY = "result_cache"  # the checkpointed results of the last evaluation (bytes)
 
 
 class StateMismatch(ValueError):
@@ -919,8 +921,10 @@ class Engine:
         )
 
     # -- state -----------------------------------------------------------------------
-    def state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """Everything needed to continue exactly where this engine is (JSON + arrays)."""
+    def state(self, with_results: bool = True) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """Everything needed to continue exactly where this engine is (JSON + arrays), and
+        the last evaluation's reusable results (:meth:`results_state`) unless
+        ``with_results`` is False — the daemon adds them once it released its lock."""
         meta = {
             "engine_format": ENGINE_FORMAT,
             "id_hash": ID_HASH,
@@ -953,7 +957,17 @@ class Engine:
                 if len(store):
                     name = self.models[m].name
                     arrays.update({f"{kind}/{name}/{k}": v for k, v in store.state().items()})
+        if with_results:
+            arrays.update(self.results_state(meta))
         return meta, arrays
+
+    def results_state(self, meta: dict[str, Any]) -> dict[str, np.ndarray]:
+        """The result cache as a checkpoint array, bound to the state ``meta`` it is saved
+        beside (empty without results). Needs no lock: it reads a copy of the cache, whose
+        entries are pure functions of their keys, so a pass running meanwhile only adds
+        entries that are as valid."""
+        cached = self.result_cache.section(self._cache_binding(meta))
+        return {} if cached is None else {_CACHE_ARRAY: np.frombuffer(cached, np.uint8)}
 
     def load(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
         """Restore a state from ``state()``; StateMismatch if it cannot apply here."""
@@ -965,7 +979,7 @@ class Engine:
             )
         if fmt == 1:
             meta, arrays = _migrate_v1(meta, arrays, self.models)
-        check_state(meta, arrays, self.state()[1], self.buckets.width_ms)
+        check_state(meta, arrays, self.state(with_results=False)[1], self.buckets.width_ms)
         if meta.get("id_hash") != ID_HASH:
             raise StateMismatch(f"ids were hashed with {meta.get('id_hash')!r}, not {ID_HASH!r}")
         if meta["bucket_width_ms"] != self.buckets.width_ms:
@@ -1019,6 +1033,21 @@ class Engine:
             raise StateMismatch("state refers to label codes it does not define")
         if not self.join.consistent():
             raise StateMismatch("pending count disagrees with the join buffer")
+        cached = arrays.get(_CACHE_ARRAY)
+        if cached is not None and cached.dtype == np.uint8 and cached.ndim == 1:
+            self.result_cache.restore(cached.tobytes(), self._cache_binding(meta))
+        elif cached is not None:
+            self.result_cache.faults["result_cache_corrupt"] += 1
+
+    def _cache_binding(self, meta: dict[str, Any]) -> bytes:
+        """What a checkpoint's result cache is valid for: this code, this configuration
+        and the state saved beside it (its watermarks and record counts) — a section
+        from another checkpoint or release does not match and is ignored."""
+        return digest(
+            app_version(), ENGINE_FORMAT, repr(self.models), meta.get("pred_watermark_ms"),
+            meta.get("label_watermark_ms"), repr(meta.get("records")),
+            repr(meta.get("join_events")),
+        )  # fmt: skip
 
 
 def _migrate_v1(

@@ -161,8 +161,9 @@ class PartitionedDaemon(Daemon):
     def _blob(self, part: _Partition) -> tuple[bytes, dict[str, int]]:
         """p's state and the offsets it covers, taken together under the engine lock."""
         with self.lock:
-            meta, arrays = part.engine.state()
+            meta, arrays = part.engine.state(with_results=False)
             offsets = dict(part.offsets)
+        arrays.update(part.engine.results_state(meta))  # encoded with the lock released
         blob = pack(
             {
                 "format": STATE_FORMAT,
