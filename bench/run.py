@@ -1861,8 +1861,9 @@ def fleet_child(
         "rows": float(len(engine.buckets)), "results": float(len(snap.results)),
         "per_model_version_day_mb": state_bytes / 1e6 / (n_models * n_versions * 7),
     }  # fmt: skip
+    out.update(_fleet_restart(engine, models, lock, now))
     if not extra:
-        return {**out, **_fleet_restart(engine, models, lock, now)}
+        return out
     out.update(_fleet_history(engine, lock, now))
     # /metrics: rendered once per evaluation, a scrape serves the cached bytes
     published = [Published(snapshot=snap, ops=snap.ops)]
@@ -1928,7 +1929,7 @@ def fleet_child(
         ingest_wait_alone_max_s=max(waits_a + waits_b),
         ingest_hold_max_s=max(tick_holds, default=0.0), stream_events=float(n_stream),
     )  # fmt: skip
-    return {**out, **_fleet_restart(engine, models, lock, now)}
+    return out
 
 
 def _fleet_restart(
@@ -1936,13 +1937,15 @@ def _fleet_restart(
 ) -> dict[str, float]:
     """The first tick after a restart: the engine's state as a checkpoint holds it (the
     JSON header through orjson, the arrays as read back) loaded into a new engine of the
-    same configuration, then one evaluation. Measured last: the second engine's memory
-    must not count in the fleet's RSS."""
+    same configuration, then one evaluation — the state the ticks above left, so the
+    baseline is the first of them. The second engine is freed before anything else is
+    measured (its memory returned: ``release_free_memory``)."""
+    from monitor.heap import release_free_memory
+
     t0 = time.perf_counter()
     meta, arrays = engine.state()
     state_s = time.perf_counter() - t0
     meta = orjson.loads(orjson.dumps(meta))
-    arrays = {k: np.array(v) for k, v in arrays.items()}
     restarted = build_engine(settings_from_mapping({"models": models}, "<bench>"))
     t0 = time.perf_counter()
     restarted.load(meta, arrays)
@@ -1952,11 +1955,15 @@ def _fleet_restart(
     restarted.snapshot(now, lock=lock)
     tick_s = time.perf_counter() - t0
     cache = restarted.result_cache
-    return {
+    out = {
         "restart_tick_s": tick_s, "restart_state_s": state_s, "restart_load_s": load_s,
         "restart_hits": float(cache.hits), "restart_misses": float(cache.misses),
         "restart_lock_max_s": max(restarted.lock_holds_s),
     }  # fmt: skip
+    del restarted, cache
+    gc.collect()
+    release_free_memory()
+    return out
 
 
 def _fleet_history(engine: Engine, lock: Any, now: int) -> dict[str, float]:

@@ -799,8 +799,8 @@ class Engine:
         ``input_ended`` (replay's last snapshot): no more events will come, so the bucket
         holding ``now_ms`` is complete — drift tests the windows it closes."""
         guard = lock if lock is not None else nullcontext()
-        held = time.perf_counter()
-        with guard:
+        with guard:  # each hold timed from the lock's acquisition: waiting for it is not holding
+            held = time.perf_counter()
             if retain:
                 self.retain(now_ms if retain_at_ms is None else retain_at_ms)
             else:
@@ -814,7 +814,7 @@ class Engine:
             sums = (
                 self._begin_window_sums(models or self.models, now_ms) if lock is not None else []
             )
-        holds = [time.perf_counter() - held]
+            holds = [time.perf_counter() - held]
         try:
             for _, plan in plans:  # the bulk copy, while ingestion goes on
                 plan.copy()
@@ -823,10 +823,10 @@ class Engine:
             for m, store, sum_plan, _ in sums:  # window sums a chunk per lock hold
                 more, rounds = True, 0
                 while more and rounds < _MAX_SUM_CHUNKS:  # the writer may keep adding rows
-                    held = time.perf_counter()
                     with guard:  # copies a chunk of rows ...
+                        held = time.perf_counter()
                         more = store.sum_chunk(sum_plan, *self._sum_index(m, store))
-                    holds.append(time.perf_counter() - held)
+                        holds.append(time.perf_counter() - held)
                     store.add_chunk(sum_plan)  # ... summed with the lock released
                     rounds += 1
         except BaseException:
@@ -835,8 +835,8 @@ class Engine:
             for _, store, sum_plan, _ in sums:
                 store.abandon_sums(sum_plan)
             raise
-        held = time.perf_counter()
         with guard:
+            held = time.perf_counter()
             copies = {id(st): st.finish_copy(plan) for st, plan in plans}
             window_sums, wide_sums = (
                 self._finish_window_sums(sums, models or self.models, now_ms)
@@ -852,7 +852,7 @@ class Engine:
             ops = self.ops()
             unseen = self.drift_cells.unseen.copy()
             plugins = self.active_plugins
-        holds.append(time.perf_counter() - held)
+            holds.append(time.perf_counter() - held)
         snap = self.evaluate_view(
             view, ops, unseen, now_ms, at_ms=at_ms, confidence=confidence, models=models,
             plugins=plugins, not_ready=not_ready, look_at_ms=look_at_ms, lock=lock,
@@ -895,13 +895,13 @@ class Engine:
             errors,
             self.result_cache,
         )
-        held = time.perf_counter()
         with guard:
+            held = time.perf_counter()
             comparisons = self.look_comparisons(
                 results, now_ms if look_at_ms is None else look_at_ms, not_ready, confidence, sums
             )
             self.plugin_stats.errors.update(errors)
-        self._look_hold_s = time.perf_counter() - held
+            self._look_hold_s = time.perf_counter() - held
         if errors:  # this evaluation's plugin errors beside those counted before
             counted = Counter(dict(ops.plugin_errors)) + errors
             ops = replace(ops, plugin_errors=tuple(sorted(counted.items())))
