@@ -11,13 +11,13 @@ than one pass's results — the objects the published snapshot already reference
 
 A checkpoint carries the batch-computed part of the cache (:meth:`ResultCache.section`),
 so the first pass after a restart reuses what the last one computed instead of
-recomputing every window. The
-section is encoded with typed msgpack (msgspec: plain values and the result types, no
-code executed on read), sealed by a checksum and bound to the state it was saved with
-(the code version, the configuration and the state's watermarks and record counts). A
-section that is damaged or belongs to another state is dropped whole and counted in
-:attr:`ResultCache.faults`; an entry that survives is still served only on an exact key
-match — its counts' digest — so a stale entry is never used, only dropped by the pass.
+recomputing every window. The section is typed msgpack (msgspec: plain values and the
+result types, no code executed on read), sealed by a checksum and bound to the state it
+was saved with (the release, the configuration, the state's watermarks and record
+counts). A section that is damaged or belongs to another state is dropped whole and
+counted in :attr:`ResultCache.faults`; an entry that survives is still served only on an
+exact key match — its counts' bytes or digest — so a stale entry is never used, only
+dropped by the first pass.
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ import numpy as np
 from ..stats.results import MetricValue
 from ..stats.scores import ReliabilityBin
 
-__all__ = ["SECTION_FORMAT", "ResultCache", "digest", "row_digests"]
+__all__ = ["ResultCache", "digest", "row_digests"]
 
 log = logging.getLogger(__name__)
-SECTION_FORMAT = 1  # of the checkpoint's result-cache section; another one is ignored
+_SECTION_FORMAT = b"1"  # sealed with the binding: a section of another layout is foreign
 
 
 def digest(*parts: np.ndarray | bytes | str | float | tuple[Any, ...]) -> bytes:
@@ -112,7 +112,7 @@ class ResultCache:
 
     def section(self, binding: bytes) -> bytes | None:
         """The entries of the last two passes as one sealed blob for a checkpoint
-        (:func:`_Section`), None when there are none or one cannot be encoded (a value
+        (:class:`_Section`), None when there are none or one cannot be encoded (a value
         of a type the section does not know: the restart then recomputes it)."""
         entries = {**self._before, **self._now}  # copies: a pass may run meanwhile
         if not entries:
@@ -127,7 +127,7 @@ class ResultCache:
         except (TypeError, ValueError, OverflowError) as err:
             log.warning("result cache not checkpointed (recomputed after a restart): %s", err)
             return None
-        return _hash(binding) + _hash(body) + body
+        return _hash(_SECTION_FORMAT + binding) + _hash(body) + body
 
     def restore(self, blob: bytes, binding: bytes) -> int:
         """Load a :meth:`section` as the last pass's entries, if it is intact and was
@@ -135,8 +135,8 @@ class ResultCache:
         number of entries loaded."""
         self._now, self._before = {}, {}
         fault = None
-        if blob[:_HALF] != _hash(binding):
-            fault = "foreign"  # another state's section (or a damaged seal)
+        if blob[:_HALF] != _hash(_SECTION_FORMAT + binding):
+            fault = "foreign"  # another state's or layout's section (or a damaged seal)
         elif blob[_HALF:_SEAL] != _hash(blob[_SEAL:]):
             fault = "corrupt"
         if fault is not None:
