@@ -36,7 +36,7 @@ from ..stats.multiclass import MulticlassLayout
 from ..stats.ranking import RankingLayout
 from ..stats.regression import RegressionLayout
 from ..stats.scores import ScoreLayout
-from ..version import app_version
+from ..version import app_version, build
 from .accumulator import Accumulator, LabeledRows, NewPredictions, PredictionAccumulator
 from .buckets import BucketStore, SumPlan, window_group_sums
 from .clock import EventWatermark
@@ -1040,13 +1040,14 @@ class Engine:
             self.result_cache.faults["result_cache_corrupt"] += 1
 
     def _cache_binding(self, meta: dict[str, Any]) -> bytes:
-        """What a checkpoint's result cache is valid for: this code, this configuration
-        and the state saved beside it (its watermarks and record counts) — a section
-        from another checkpoint or release does not match and is ignored."""
+        """What a checkpoint's result cache is valid for: this code (release and build
+        revision), this configuration and the state saved beside it (its watermarks and
+        record counts) — a section from another checkpoint or build does not match and is
+        ignored, so results computed by other code are never served."""
         return digest(
-            app_version(), ENGINE_FORMAT, repr(self.models), meta.get("pred_watermark_ms"),
-            meta.get("label_watermark_ms"), repr(meta.get("records")),
-            repr(meta.get("join_events")),
+            app_version(), build().revision, ENGINE_FORMAT, repr(self.models),
+            meta.get("pred_watermark_ms"), meta.get("label_watermark_ms"),
+            repr(meta.get("records")), repr(meta.get("join_events")),
         )  # fmt: skip
 
 
