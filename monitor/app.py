@@ -776,6 +776,7 @@ class Daemon:
             spooled = 0
             for source in self._fault_sources():
                 faults.update(source.faults)
+            faults.update(self.engine.result_cache.faults)  # checkpoint sections ignored
             if isinstance(sink, TopicDeadLetter):
                 faults["dead_letter_spooled"] += sink.spooled_total
                 spooled = sink.spooled
@@ -798,8 +799,9 @@ class Daemon:
             if sink is not None:
                 sink.flush()
             with self.lock:
-                meta, arrays = self.engine.state()
+                meta, arrays = self.engine.state(with_results=False)
                 meta["offsets"] = dict(self.offsets)
+            arrays.update(self.engine.results_state(meta))  # encoded with the lock released
             if source is not None:
                 self.topic_ids = source.topic_ids()
             meta["topic_ids"] = dict(self.topic_ids)

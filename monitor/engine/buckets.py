@@ -109,8 +109,8 @@ class SumPlan:
     value, as in a database's undo log); rows added meanwhile are added then."""
 
     __slots__ = (
-        "base", "bounds", "done", "generation", "index", "matrix", "n", "prior", "size", "sums",
-        "undo",
+        "base", "bounds", "done", "generation", "index", "matrix", "n", "pending", "prior",
+        "size", "sums", "undo",
     )  # fmt: skip
 
     def __init__(
@@ -131,6 +131,9 @@ class SumPlan:
         # incremental: the last pass's sums, and the old values of rows changed since then
         self.base: RunningSums | None = None
         self.prior: dict[int, np.ndarray] = {}
+        # a chunk taken under the lock, summed outside it (:meth:`BucketStore.add_chunk`):
+        # (row of the sums, bucket, values) of changed rows' deltas and of new rows
+        self.pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
 
 class RunningSums:
@@ -600,14 +603,18 @@ class BucketStore:
         plan.sums = sums
 
     def sum_chunk(self, plan: SumPlan, index: np.ndarray, size: int) -> bool:
-        """One lock hold's share of the plan: fold up to a chunk of rows changed since
+        """One lock hold's share of the plan: take up to a chunk of rows changed since
         their value was summed (the sums take their value now; the row leaves the undo
-        log, so its next write keeps this value), then sum the next chunk of rows not
-        yet summed — rows the writer added meanwhile included, so the lock-held finish
-        only has the last few. False when every row is summed and at most a chunk of
-        changed rows is left to the finish (or rows moved meanwhile:
-        :meth:`finish_sums` then sums afresh). ``index`` and ``size``: the plan's group
-        index now (groups added meanwhile appended)."""
+        log, so its next write keeps this value) and the next chunk of rows not yet
+        summed — rows the writer added meanwhile included, so the lock-held finish only
+        has the last few. Taking is copying: the sums are added by :meth:`add_chunk`,
+        which may run outside the lock (the writer only appends to the undo log of rows
+        already taken, which the finish corrects); the next call or the finish adds a
+        chunk not added yet. False when every row is taken and at most a chunk of
+        changed rows is left to the finish (or rows moved meanwhile: :meth:`finish_sums`
+        then sums afresh). ``index`` and ``size``: the plan's group index now (groups
+        added meanwhile appended)."""
+        self.add_chunk(plan)
         if plan.base is not None and plan.sums is None:
             self.advance_sums(plan)  # incremental (normally advanced outside the lock)
         if plan.generation != self.generation or (plan.base is not None and plan.sums is None):
@@ -623,18 +630,26 @@ class BucketStore:
             rows = np.fromiter(itertools.islice(plan.undo, step), np.int64)
             old = np.stack([plan.undo.pop(r) for r in rows.tolist()])
             delta = col[rows] - old
-            b, at = self._cols["bucket"][rows], plan.index[self._cols["group"][rows]]
-            for x, (lo, hi) in zip(plan.sums, plan.bounds, strict=True):
-                _scatter(x, at, delta, (b >= lo) & (b <= hi))
+            at = plan.index[self._cols["group"][rows]]
+            plan.pending.append((at, self._cols["bucket"][rows], delta))
         if plan.done < self._n:
             lo, hi = plan.done, min(self._n, plan.done + step)
-            group, bucket = self.group[lo:hi], self.bucket[lo:hi]
-            for sums, b in zip(plan.sums, plan.bounds, strict=True):
-                window_group_sums(group, bucket, col[lo:hi], b, plan.index, plan.size, sums)
+            plan.pending.append(
+                (plan.index[self.group[lo:hi]], self.bucket[lo:hi].copy(), col[lo:hi].copy())
+            )
             plan.done = hi
         # more to do while rows are unsummed or more than a chunk's worth changed: the
         # writer may keep rewriting summed rows, and the finishing hold takes the rest
         return plan.done < self._n or len(plan.undo) > step
+
+    @staticmethod
+    def add_chunk(plan: SumPlan) -> None:
+        """Add the chunks :meth:`sum_chunk` took to the plan's sums: reads only copies,
+        so the caller need not hold the writer's lock (one thread per plan)."""
+        pending, plan.pending = plan.pending, []
+        for at, bucket, values in pending:
+            for x, (lo, hi) in zip(plan.sums or (), plan.bounds, strict=False):
+                _scatter(x, at, values, (bucket >= lo) & (bucket <= hi))
 
     def finish_sums(self, plan: SumPlan, index: np.ndarray, size: int) -> list[np.ndarray]:
         """The plan's window sums as of now (call under the lock), group g in row
@@ -642,6 +657,7 @@ class BucketStore:
         meanwhile (appended rows)."""
         if plan in self._sum_plans:
             self._sum_plans.remove(plan)
+        self.add_chunk(plan)
         col = self._cols[plan.matrix][: self._n]
         group, bucket = self.group, self.bucket
         if plan.generation != self.generation or plan.sums is None:

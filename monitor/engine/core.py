@@ -36,6 +36,7 @@ from ..stats.multiclass import MulticlassLayout
 from ..stats.ranking import RankingLayout
 from ..stats.regression import RegressionLayout
 from ..stats.scores import ScoreLayout
+from ..version import app_version, build
 from .accumulator import Accumulator, LabeledRows, NewPredictions, PredictionAccumulator
 from .buckets import BucketStore, SumPlan, window_group_sums
 from .clock import EventWatermark
@@ -63,7 +64,7 @@ from .light_counts import LightCounts
 from .models import ComparisonSpec, DriftSpec, ModelSpec
 from .ranking import RankingState
 from .records import ID_HASH, LabelBatch, PredictionBatch
-from .result_cache import ResultCache
+from .result_cache import ResultCache, digest
 from .snapshot import OpsState, Snapshot, WindowResult
 from .state_checks import check_state
 from .table import KeyedTable
@@ -85,6 +86,7 @@ _MAX_SUM_CHUNKS = 10_000
 # store holding every model's matrices, is migrated on load); 3 keeps the label delay per
 # model (format 2's one histogram loads as the fleet prior, engine/delay.py).
 ENGINE_FORMAT = 3
+_CACHE_ARRAY = "result_cache"  # the checkpointed results of the last evaluation (bytes)
 
 
 class StateMismatch(ValueError):
@@ -786,7 +788,8 @@ class Engine:
 
         Under ``lock`` (the daemon's; none in replay): retention (or, with
         ``retain=False``, only freezing and roll-up, as replay keeps everything). Outside
-        it: the bulk copy of the stores, ingestion going on (:meth:`BucketStore.begin_copy`).
+        it: the bulk copy of the stores, ingestion going on (:meth:`BucketStore.begin_copy`),
+        and the window sums, a chunk of rows copied per short hold and summed outside.
         Under it again: the rows written meanwhile re-copied, and the counters. Outside:
         every window, slice, fairness gap and drift test. Under it once more: one look of
         each comparison (sticky state) and the plugin error counts; ``lock_holds_s``
@@ -796,8 +799,8 @@ class Engine:
         ``input_ended`` (replay's last snapshot): no more events will come, so the bucket
         holding ``now_ms`` is complete — drift tests the windows it closes."""
         guard = lock if lock is not None else nullcontext()
-        held = time.perf_counter()
-        with guard:
+        with guard:  # each hold timed from the lock's acquisition: waiting for it is not holding
+            held = time.perf_counter()
             if retain:
                 self.retain(now_ms if retain_at_ms is None else retain_at_ms)
             else:
@@ -811,7 +814,7 @@ class Engine:
             sums = (
                 self._begin_window_sums(models or self.models, now_ms) if lock is not None else []
             )
-        holds = [time.perf_counter() - held]
+            holds = [time.perf_counter() - held]
         try:
             for _, plan in plans:  # the bulk copy, while ingestion goes on
                 plan.copy()
@@ -820,10 +823,11 @@ class Engine:
             for m, store, sum_plan, _ in sums:  # window sums a chunk per lock hold
                 more, rounds = True, 0
                 while more and rounds < _MAX_SUM_CHUNKS:  # the writer may keep adding rows
-                    held = time.perf_counter()
-                    with guard:
+                    with guard:  # copies a chunk of rows ...
+                        held = time.perf_counter()
                         more = store.sum_chunk(sum_plan, *self._sum_index(m, store))
-                    holds.append(time.perf_counter() - held)
+                        holds.append(time.perf_counter() - held)
+                    store.add_chunk(sum_plan)  # ... summed with the lock released
                     rounds += 1
         except BaseException:
             for st, _ in plans:
@@ -831,8 +835,8 @@ class Engine:
             for _, store, sum_plan, _ in sums:
                 store.abandon_sums(sum_plan)
             raise
-        held = time.perf_counter()
         with guard:
+            held = time.perf_counter()
             copies = {id(st): st.finish_copy(plan) for st, plan in plans}
             window_sums, wide_sums = (
                 self._finish_window_sums(sums, models or self.models, now_ms)
@@ -848,7 +852,7 @@ class Engine:
             ops = self.ops()
             unseen = self.drift_cells.unseen.copy()
             plugins = self.active_plugins
-        holds.append(time.perf_counter() - held)
+            holds.append(time.perf_counter() - held)
         snap = self.evaluate_view(
             view, ops, unseen, now_ms, at_ms=at_ms, confidence=confidence, models=models,
             plugins=plugins, not_ready=not_ready, look_at_ms=look_at_ms, lock=lock,
@@ -891,13 +895,13 @@ class Engine:
             errors,
             self.result_cache,
         )
-        held = time.perf_counter()
         with guard:
+            held = time.perf_counter()
             comparisons = self.look_comparisons(
                 results, now_ms if look_at_ms is None else look_at_ms, not_ready, confidence, sums
             )
             self.plugin_stats.errors.update(errors)
-        self._look_hold_s = time.perf_counter() - held
+            self._look_hold_s = time.perf_counter() - held
         if errors:  # this evaluation's plugin errors beside those counted before
             counted = Counter(dict(ops.plugin_errors)) + errors
             ops = replace(ops, plugin_errors=tuple(sorted(counted.items())))
@@ -917,8 +921,10 @@ class Engine:
         )
 
     # -- state -----------------------------------------------------------------------
-    def state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """Everything needed to continue exactly where this engine is (JSON + arrays)."""
+    def state(self, with_results: bool = True) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """Everything needed to continue exactly where this engine is (JSON + arrays), and
+        the last evaluation's reusable results (:meth:`results_state`) unless
+        ``with_results`` is False — the daemon adds them once it released its lock."""
         meta = {
             "engine_format": ENGINE_FORMAT,
             "id_hash": ID_HASH,
@@ -951,7 +957,17 @@ class Engine:
                 if len(store):
                     name = self.models[m].name
                     arrays.update({f"{kind}/{name}/{k}": v for k, v in store.state().items()})
+        if with_results:
+            arrays.update(self.results_state(meta))
         return meta, arrays
+
+    def results_state(self, meta: dict[str, Any]) -> dict[str, np.ndarray]:
+        """The result cache as a checkpoint array, bound to the state ``meta`` it is saved
+        beside (empty without results). Needs no lock: it reads a copy of the cache, whose
+        entries are pure functions of their keys, so a pass running meanwhile only adds
+        entries that are as valid."""
+        cached = self.result_cache.section(self._cache_binding(meta))
+        return {} if cached is None else {_CACHE_ARRAY: np.frombuffer(cached, np.uint8)}
 
     def load(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
         """Restore a state from ``state()``; StateMismatch if it cannot apply here."""
@@ -963,7 +979,7 @@ class Engine:
             )
         if fmt == 1:
             meta, arrays = _migrate_v1(meta, arrays, self.models)
-        check_state(meta, arrays, self.state()[1], self.buckets.width_ms)
+        check_state(meta, arrays, self.state(with_results=False)[1], self.buckets.width_ms)
         if meta.get("id_hash") != ID_HASH:
             raise StateMismatch(f"ids were hashed with {meta.get('id_hash')!r}, not {ID_HASH!r}")
         if meta["bucket_width_ms"] != self.buckets.width_ms:
@@ -1017,6 +1033,22 @@ class Engine:
             raise StateMismatch("state refers to label codes it does not define")
         if not self.join.consistent():
             raise StateMismatch("pending count disagrees with the join buffer")
+        cached = arrays.get(_CACHE_ARRAY)
+        if cached is not None and cached.dtype == np.uint8 and cached.ndim == 1:
+            self.result_cache.restore(cached.tobytes(), self._cache_binding(meta))
+        elif cached is not None:
+            self.result_cache.faults["result_cache_corrupt"] += 1
+
+    def _cache_binding(self, meta: dict[str, Any]) -> bytes:
+        """What a checkpoint's result cache is valid for: this code (release and build
+        revision), this configuration and the state saved beside it (its watermarks and
+        record counts) — a section from another checkpoint or build does not match and is
+        ignored, so results computed by other code are never served."""
+        return digest(
+            app_version(), build().revision, ENGINE_FORMAT, repr(self.models),
+            meta.get("pred_watermark_ms"), meta.get("label_watermark_ms"),
+            repr(meta.get("records")), repr(meta.get("join_events")),
+        )  # fmt: skip
 
 
 def _migrate_v1(

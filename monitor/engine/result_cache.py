@@ -8,17 +8,36 @@ until its counts change — its catalog, and the finished ``WindowResult`` objec
 while the window's bounds also stay (a bucket's width: most ticks of a 10 s interval).
 Only the entries the last pass used survive the next one, so the cache never holds more
 than one pass's results — the objects the published snapshot already references.
+
+A checkpoint carries the batch-computed part of the cache (:meth:`ResultCache.section`),
+so the first pass after a restart reuses what the last one computed instead of
+recomputing every window. The section is typed msgpack (msgspec: plain values and the
+result types, no code executed on read), sealed by a checksum and bound to the state it
+was saved with (the release, the configuration, the state's watermarks and record
+counts). A section that is damaged or belongs to another state is dropped whole and
+counted in :attr:`ResultCache.faults`; an entry that survives is still served only on an
+exact key match — its counts' bytes or digest — so a stale entry is never used, only
+dropped by the first pass.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+from collections import Counter
 from collections.abc import Hashable
 from typing import Any
 
+import msgspec
 import numpy as np
 
+from ..stats.results import MetricValue
+from ..stats.scores import ReliabilityBin
+
 __all__ = ["ResultCache", "digest", "row_digests"]
+
+log = logging.getLogger(__name__)
+_SECTION_FORMAT = b"1"  # sealed with the binding: a section of another layout is foreign
 
 
 def digest(*parts: np.ndarray | bytes | str | float | tuple[Any, ...]) -> bytes:
@@ -64,6 +83,7 @@ class ResultCache:
         self._before: dict[Any, Any] = {}
         self.hits = 0
         self.misses = 0
+        self.faults: Counter[str] = Counter()  # checkpoint sections ignored, by reason
 
     def __len__(self) -> int:
         return len(self._now) + len(self._before)
@@ -89,3 +109,81 @@ class ResultCache:
 
     def put(self, key: Hashable, value: Any) -> None:
         self._now[key] = value
+
+    def section(self, binding: bytes) -> bytes | None:
+        """The entries of the last two passes as one sealed blob for a checkpoint
+        (:class:`_Section`), None when there are none or one cannot be encoded (a value
+        of a type the section does not know: the restart then recomputes it)."""
+        entries = {**self._before, **self._now}  # copies: a pass may run meanwhile
+        if not entries:
+            return None
+        kinds: dict[str, list[Any]] = {k: [] for k in _Section.__struct_fields__}
+        for key, value in entries.items():
+            kind = _kind(key)
+            if kind is not None and value is not None:  # None: a row without scores
+                kinds[kind].append((key, value))
+        try:
+            body = _ENCODER.encode(_Section(**kinds))
+        except (TypeError, ValueError, OverflowError) as err:
+            log.warning("result cache not checkpointed (recomputed after a restart): %s", err)
+            return None
+        return _hash(_SECTION_FORMAT + binding) + _hash(body) + body
+
+    def restore(self, blob: bytes, binding: bytes) -> int:
+        """Load a :meth:`section` as the last pass's entries, if it is intact and was
+        saved with ``binding``; else count why in :attr:`faults` and load nothing. The
+        number of entries loaded."""
+        self._now, self._before = {}, {}
+        fault = None
+        if blob[:_HALF] != _hash(_SECTION_FORMAT + binding):
+            fault = "foreign"  # another state's or layout's section (or a damaged seal)
+        elif blob[_HALF:_SEAL] != _hash(blob[_SEAL:]):
+            fault = "corrupt"
+        if fault is not None:
+            self.faults[f"result_cache_{fault}"] += 1
+            log.warning("checkpoint's result cache is %s: ignored, recomputed", fault)
+            return 0
+        body = blob[_SEAL:]
+        try:
+            decoded = _DECODER.decode(body)
+        except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as err:
+            self.faults["result_cache_corrupt"] += 1
+            log.warning("checkpoint's result cache is unreadable (%s): ignored", err)
+            return 0
+        for kind in _Section.__struct_fields__:  # as if the last pass had put them
+            self._now.update(getattr(decoded, kind))
+        return len(self._now)
+
+
+def _hash(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=_HALF).digest()
+
+
+_HALF = 16
+_SEAL = 2 * _HALF  # the binding's digest, then the body's
+
+# what a checkpoint keeps: the batch-computed entries — a row's binary confusion
+# catalog (key: its counts and context) and a score row's metrics and reliability diagram
+# (key: a digest). They are most of a pass's time; a slice's catalog and whole result are
+# assembled from them in little time and would double the section.
+_Scores = tuple[list[MetricValue], tuple[ReliabilityBin, ...]]
+
+
+class _Section(msgspec.Struct, array_like=True):
+    """The checkpointed entries, one typed list per kind of key."""
+
+    binary: list[tuple[tuple[bytes, tuple[str, bytes, float]], list[MetricValue]]]
+    scores: list[tuple[bytes, _Scores]]
+
+
+def _kind(key: Any) -> str | None:
+    """Which list of :class:`_Section` an entry's key belongs to (None: not saved)."""
+    if isinstance(key, bytes):
+        return "scores"
+    if isinstance(key, tuple) and len(key) == 2 and key[1][:1] == ("binary",):
+        return "binary"
+    return None
+
+
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODER = msgspec.msgpack.Decoder(_Section)

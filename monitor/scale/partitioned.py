@@ -169,10 +169,11 @@ class PartitionedDaemon(Daemon):
         """p's state and the offsets it covers, taken together under the engine lock."""
         current = self._source.topic_ids() if self._source is not None else {}
         with self.lock:
-            meta, arrays = part.engine.state()
+            meta, arrays = part.engine.state(with_results=False)
             offsets = dict(part.offsets)
             part.topic_ids.update(current)  # a recreated topic was restarted in the new log
             topic_ids = dict(part.topic_ids)
+        arrays.update(part.engine.results_state(meta))  # encoded with the lock released
         blob = pack(
             {
                 "format": STATE_FORMAT,

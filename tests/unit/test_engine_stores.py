@@ -157,7 +157,10 @@ def test_format_2_checkpoint_of_the_engine_before_its_split_loads_exactly(
     settings = settings_from_mapping(json.loads((V2 / "config.json").read_text()))
     engine = build_engine(settings)
     engine.load(loaded.meta, loaded.arrays)
+    # written before checkpoints carried evaluation results: none, and nothing counted
+    assert len(engine.result_cache) == 0 and not engine.result_cache.faults
     meta, arrays = engine.state()
+    assert "result_cache" not in arrays  # nothing evaluated yet: no section
     names = ["fraud", "topic", "demand"]
     assert meta.pop("delay_models") == names and meta.pop("delay_sums_s") == [0.0] * 3
     assert meta.pop("engine_format") == ENGINE_FORMAT == 3
@@ -209,3 +212,33 @@ def test_format_2_checkpoint_of_the_engine_before_its_split_loads_exactly(
         if got.ndim == 2 and value.ndim == 2 and got.shape[1] == value.shape[1] + 3:
             got = got[:, : value.shape[1]]  # fresh histograms also hold the cubic sums
         assert_close(got, value, name)
+
+
+def test_format_2_checkpoint_evaluated_and_saved_again_carries_its_results(
+    tmp_path: Path,
+) -> None:
+    """The golden format-2 checkpoint, evaluated once and checkpointed by today's engine,
+    gains the result section (bytes beside the arrays; every other array as before) and
+    restores into an engine whose first tick recomputes nothing and equals a cold one."""
+    from .close import assert_close
+
+    loaded = CheckpointStore(V2).load()
+    assert loaded is not None
+    settings = settings_from_mapping(json.loads((V2 / "config.json").read_text()))
+    engine = build_engine(settings)
+    engine.load(loaded.meta, loaded.arrays)
+    now = int(loaded.meta["pred_watermark_ms"])
+    engine.snapshot(now, retain=False)
+    store = CheckpointStore(tmp_path)
+    store.write(*engine.state())
+    again = store.load()
+    assert again is not None
+    section = again.arrays.pop("result_cache")
+    assert section.dtype == np.uint8 and section.ndim == 1 and section.shape[0] > 32
+    warm, cold = build_engine(settings), build_engine(settings)
+    warm.load(again.meta, {**again.arrays, "result_cache": section})
+    cold.load(again.meta, again.arrays)
+    assert len(warm.result_cache) > 0 and len(cold.result_cache) == 0
+    got, want = warm.snapshot(now, retain=False), cold.snapshot(now, retain=False)
+    assert warm.result_cache.hits > 0 and not warm.result_cache.faults
+    assert_close(got.results, want.results)  # floats within 1e-9 relative

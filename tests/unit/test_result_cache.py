@@ -149,3 +149,159 @@ def test_daemon_ticks_reuse_unchanged_results_and_equal_a_fresh_engine() -> None
             assert r is not by_slice[r.slice] and r.labeled == by_slice[r.slice].labeled + 300
         elif r.slice != "all":
             assert r is by_slice[r.slice]
+
+
+def _checkpointed(engine, tmp_path):  # type: ignore[no-untyped-def]
+    """``engine``'s state through a real checkpoint file (JSON header, npz arrays)."""
+    from monitor.state.checkpoint import CheckpointStore
+
+    store = CheckpointStore(tmp_path)
+    store.write(*engine.state())
+    loaded = store.load()
+    assert loaded is not None
+    return loaded
+
+
+def test_a_restarted_engine_reuses_checkpointed_results_equal_to_a_cold_recompute(
+    tmp_path,
+    monkeypatch,  # type: ignore[no-untyped-def]
+) -> None:
+    """The first tick of an engine restored from a checkpoint computes no binary catalog
+    and no score row of a window whose counts did not change, only those of the changed
+    ones; its results equal a cold engine's first tick over the same state (floats
+    within ``close.REL`` = 1e-9 relative, counts and names exactly)."""
+    import threading
+
+    from tests.unit.close import assert_close
+
+    lock = threading.RLock()
+    country, y, score = _data(6_000, seed=3)
+    engine = _engine()
+    _feed(engine, country, y, score)
+    engine.snapshot(NOW, lock=lock)
+    loaded = _checkpointed(engine, tmp_path)
+    assert "result_cache" in loaded.arrays
+
+    def restored():  # type: ignore[no-untyped-def]
+        e = _engine()
+        e.load(loaded.meta, loaded.arrays)
+        return e
+
+    def cold():  # type: ignore[no-untyped-def]
+        e = _engine()
+        e.load(loaded.meta, {k: v for k, v in loaded.arrays.items() if k != "result_cache"})
+        assert len(e.result_cache) == 0
+        return e
+
+    import monitor.engine.evaluate as evaluate
+
+    computed: list[int] = []  # rows of the batch computations the cache saves
+
+    def counting(f):  # type: ignore[no-untyped-def]
+        def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+            rows = next(a for a in args if isinstance(a, np.ndarray))
+            computed.append(np.atleast_2d(rows).shape[0])
+            return f(*args, **kwargs)
+
+        return counted
+
+    for owner, name in ((evaluate, "score_results"), (evaluate._Catalog, "confusion_metrics")):
+        monkeypatch.setattr(owner, name, counting(getattr(owner, name)))
+    warm = restored()
+    assert len(warm.result_cache) > 0 and not warm.result_cache.faults
+    got = warm.snapshot(NOW, lock=lock)
+    assert computed == [] and warm.result_cache.hits > 0  # nothing recomputed
+    want = cold().snapshot(NOW, lock=lock)
+    assert sum(computed) > 0  # the cold engine computes them
+    assert len(got.results) == len(want.results) > 4
+    assert_close(got.results, want.results)
+    assert_close(got.fairness, want.fairness)
+
+    # new events for one country after the restart: its windows are recomputed
+    warm = restored()
+    _new_events(warm)
+    computed.clear()
+    got = warm.snapshot(NOW, lock=lock)
+    assert 0 < sum(computed) < len(got.results) and warm.result_cache.hits > 0
+    ref = cold()
+    _new_events(ref)
+    assert_close(got.results, ref.snapshot(NOW, lock=lock).results)
+
+
+def test_a_damaged_or_foreign_cache_section_is_ignored_and_counted(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A section whose bytes changed, or that was saved beside another state, is never
+    served: the engine loads without it (every window recomputed) and counts why."""
+    import threading
+
+    lock = threading.RLock()
+    country, y, score = _data(3_000, seed=4)
+    engine = _engine()
+    _feed(engine, country, y, score)
+    engine.snapshot(NOW, lock=lock)
+    loaded = _checkpointed(engine, tmp_path / "a")
+    section = loaded.arrays["result_cache"]
+
+    damaged = section.copy()
+    damaged[len(damaged) // 2] ^= 0xFF
+    e = _engine()
+    e.load(loaded.meta, {**loaded.arrays, "result_cache": damaged})
+    assert len(e.result_cache) == 0 and e.result_cache.faults == {"result_cache_corrupt": 1}
+    e.snapshot(NOW, lock=lock)
+    assert e.result_cache.hits == 0
+
+    truncated = section[:20]  # the seal cut short
+    e = _engine()
+    e.load(loaded.meta, {**loaded.arrays, "result_cache": truncated})
+    assert len(e.result_cache) == 0 and e.result_cache.faults == {"result_cache_corrupt": 1}
+
+    wrong_type = section.astype(np.int64)  # not a byte string: refused, not cast
+    e = _engine()
+    e.load(loaded.meta, {**loaded.arrays, "result_cache": wrong_type})
+    assert len(e.result_cache) == 0 and e.result_cache.faults["result_cache_corrupt"] == 1
+
+    # a well-formed section of another state (one more event since): foreign
+    _new_events(engine, n=1)
+    other = _checkpointed(engine, tmp_path / "b")
+    e = _engine()
+    e.load(other.meta, {**other.arrays, "result_cache": section})
+    assert len(e.result_cache) == 0 and e.result_cache.faults == {"result_cache_foreign": 1}
+
+    # a body that is intact but not a section (resealed garbage): unreadable, counted
+    cache = ResultCache()
+    binding = b"state"
+    garbage = hashlib_seal(binding, b"\x93\x01\x02")
+    assert cache.restore(garbage, binding) == 0 and cache.faults == {"result_cache_corrupt": 1}
+
+
+def hashlib_seal(binding: bytes, body: bytes) -> bytes:
+    """A section's seal over ``body`` as :meth:`ResultCache.section` writes it."""
+    import hashlib
+
+    parts = (b"1" + binding, body)  # the section layout's version sealed with the binding
+    return b"".join(hashlib.blake2b(x, digest_size=16).digest() for x in parts) + body
+
+
+def test_the_section_round_trips_the_batch_computed_entries() -> None:
+    """A pass's batch-computed entries (binary catalogs, score rows) come back equal,
+    under keys that look up the same entries; the rest is rebuilt from them."""
+    engine = _engine()
+    country, y, score = _data(4_000, seed=5)
+    _feed(engine, country, y, score)
+    cache = ResultCache()
+    evaluate_all(engine.view(), engine.models, NOW, cache=cache)
+    saved = {**cache._before, **cache._now}
+    blob = cache.section(b"x")
+    assert blob is not None
+    back = ResultCache()
+    kept = {
+        k: v for k, v in saved.items()
+        if v is not None and (isinstance(k, bytes) or (len(k) == 2 and k[1][0] == "binary"))
+    }  # fmt: skip
+    assert back.restore(blob, b"x") == len(kept) < len(saved)
+    kinds = {type(k).__name__ + str(len(k)) for k in back._now}
+    assert kinds == {"bytes16", "tuple2"}  # score rows and binary rows
+    from tests.unit.close import assert_close
+
+    for key, value in back._now.items():
+        assert_close(value, saved[key])  # msgpack keeps doubles: far inside close.REL
+        assert [type(v) for v in value] == [type(v) for v in saved[key]]  # list/tuple kept

@@ -311,3 +311,69 @@ def test_locked_snapshot_reads_fine_scores_as_window_sums_and_equals_unlocked() 
                 (r.count, r.upper) for r in b.reliability
             ]
         assert {"roc_auc", "ece", "estimated_accuracy"} <= names
+
+
+def test_chunks_taken_under_the_lock_and_added_after_writes_equal_fresh_sums(
+    monkeypatch,  # type: ignore[no-untyped-def]
+) -> None:
+    """A chunk is copied under the lock and added with it released: the writer changing
+    the chunk's rows (or adding rows and groups) between the copy and the addition still
+    ends in exactly a fresh sum of the final rows."""
+    import monitor.engine.buckets as buckets
+
+    monkeypatch.setattr(buckets, "_SUM_CHUNK_BYTES", 48 * 20)  # 20 rows per chunk
+    rng = np.random.default_rng(8)
+    store = _store()
+    for _ in range(10):
+        _write(store, rng, 30, 60)
+    bounds = [(0, 59), (20, 59), (58, 59)]
+    plan = store.begin_sums(CELLS.name, bounds, np.arange(30), 30)
+    chunks, more = 0, True
+    while more:
+        more = store.sum_chunk(plan, np.arange(40), 40)
+        assert plan.pending or not more  # taken, not yet added
+        if chunks < 10:
+            _write(store, rng, 40, 70)  # between the copy and its addition
+        store.add_chunk(plan)
+        assert not plan.pending
+        chunks += 1
+    assert chunks > 3
+    got = store.finish_sums(plan, np.arange(40), 40)
+    for a, b in zip(got, _fresh_sums(store, bounds, 40), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_window_sums_are_added_with_the_lock_released(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The chunks of an engine's window sums are summed while the evaluation does not hold
+    the caller's lock: under it they are only copied."""
+    import threading
+
+    import monitor.engine.buckets as buckets
+    from tests.unit.test_slice_scores import NOW, _data, _engine, _feed
+
+    class Flagged:
+        def __init__(self) -> None:
+            self.lock, self.held = threading.RLock(), 0
+
+        def __enter__(self) -> None:
+            self.lock.acquire()
+            self.held += 1
+
+        def __exit__(self, *exc: object) -> None:
+            self.held -= 1
+            self.lock.release()
+
+    lock = Flagged()
+    held_while_summing: list[bool] = []
+    scatter = buckets._scatter
+
+    def watched(*args, **kwargs):  # type: ignore[no-untyped-def]
+        held_while_summing.append(lock.held > 0)
+        return scatter(*args, **kwargs)
+
+    monkeypatch.setattr(buckets, "_scatter", watched)
+    engine = _engine()
+    country, y, score = _data(3_000, seed=4)
+    _feed(engine, country, y, score)
+    engine.snapshot(NOW, lock=lock, retain=False)  # type: ignore[arg-type]
+    assert held_while_summing and not any(held_while_summing)

@@ -401,3 +401,45 @@ def test_a_full_dead_letter_spool_pauses_consumption(tmp_path: Path) -> None:
     finally:
         sink.close()
     assert len((tmp_path / "spool.jsonl").read_bytes().splitlines()) == 6
+
+
+def test_a_restarted_daemon_reuses_checkpointed_results_and_counts_a_damaged_section(
+    tmp_path: Path,
+) -> None:
+    """The daemon's checkpoint carries its last evaluation's results (encoded after the
+    lock is released); a restart restores them, and its first evaluation equals the one
+    before the restart. A damaged section is ignored — the restart recomputes — and
+    counted in mlmon_fault_events_total{event="result_cache_corrupt"}."""
+    from tests.unit.close import assert_close
+
+    state = tmp_path / "state"
+    settings = _settings(state, window="1d", clock="event")  # evaluated at the events' time
+    daemon = Daemon(settings)
+    sink = FileDeadLetter(state / "dl.jsonl")
+    pipe = build_pipeline(settings, daemon.engine, sink, clock_ms=lambda: T0 + 60_000)
+    pipe.process("predictions", [_pred(i, T0 + i * 1000) for i in range(50)])
+    before = daemon.evaluate_now()
+    assert before is not None and before.results
+    assert daemon.checkpoint(sink, None)
+    again = Daemon(settings)
+    again.restore()
+    assert len(again.engine.result_cache) > 0 and not again.engine.result_cache.faults
+    after = again.evaluate_now()
+    assert after is not None and again.engine.result_cache.hits > 0
+    assert_close(after.results, before.results)  # floats within 1e-9 relative
+
+    store = CheckpointStore(state)
+    loaded = store.load()
+    assert loaded is not None
+    damaged = loaded.arrays["result_cache"].copy()
+    damaged[-1] ^= 0x01
+    store.write(loaded.meta, {**loaded.arrays, "result_cache": damaged})
+    third = Daemon(settings)
+    third.restore()
+    assert len(third.engine.result_cache) == 0
+    third._publish_faults()
+    assert ("result_cache_corrupt", 1) in third._published.status.fault_events
+    recomputed = third.evaluate_now()
+    assert recomputed is not None and third.engine.result_cache.hits == 0
+    assert_close(recomputed.results, before.results)
+    sink.close()
