@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+from scipy.stats import beta
 from sklearn.metrics import ndcg_score
 
 KS = (3, 5)
@@ -107,8 +108,9 @@ def assert_matches(
     metrics: dict[str, Any], truth: list[dict[str, Any]], tol: float, n: bool = True
 ) -> None:
     """Every ranking metric of a report (value, and with ``n`` its sample count and
-    quasi-binomial interval: Wilson's at n/φ trials, φ = s²/(x̄(1 − x̄)), withheld below 30
-    queries or 2 expected misses) against the oracle."""
+    interval: Wilson's at m = n/φ effective trials, φ = s²/(x̄(1 − x̄)) (1 when every query
+    missed or hit), Clopper-Pearson's at m below 2 expected misses (or hits), withheld
+    below 30 queries) against the oracle."""
     for k in KS:
         values = oracle(truth, k)
         for stem, per_query in values.items():
@@ -119,11 +121,19 @@ def assert_matches(
                 continue
             assert got["n"] == x.shape[0]
             mean, z = float(x.mean()), 1.959963984540054
-            phi = float(x.var(ddof=1)) / (mean * (1 - mean)) if 0 < mean < 1 else 0.0
-            if phi <= 0 or x.shape[0] < 30 or x.shape[0] / phi * min(mean, 1 - mean) < 2:
+            # every query missed (or hit): the largest dispersion, 1
+            phi = float(x.var(ddof=1)) / (mean * (1 - mean)) if 0 < mean < 1 else 1.0
+            if phi <= 0 or x.shape[0] < 30:
                 assert got["ci_lower"] is None and got["ci_upper"] is None, (stem, k)
                 continue
-            m = x.shape[0] / phi  # Wilson's interval at m trials
+            m = x.shape[0] / phi  # effective trials
+            if m * min(mean, 1 - mean) < 2:  # Clopper-Pearson's exact interval at m trials
+                hits = mean * m
+                lo = float(beta.ppf(0.025, hits, m - hits + 1)) if hits > 0 else 0.0
+                hi = float(beta.ppf(0.975, hits + 1, m - hits)) if hits < m else 1.0
+                assert math.isclose(got["ci_lower"], lo, abs_tol=1e-9), (stem, k)
+                assert math.isclose(got["ci_upper"], hi, abs_tol=1e-9), (stem, k)
+                continue
             centre = (mean + z * z / (2 * m)) / (1 + z * z / m)
             half = z * math.sqrt(mean * (1 - mean) / m + z * z / (4 * m * m)) / (1 + z * z / m)
             assert math.isclose(got["ci_lower"], centre - half, abs_tol=1e-9), (stem, k)
