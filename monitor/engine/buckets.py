@@ -81,6 +81,23 @@ def window_group_sums(
     return out
 
 
+def _resize_in_place(cols: dict[str, np.ndarray], name: str, cap: int) -> bool:
+    """Grow column ``name`` to ``cap`` rows with ``realloc`` (NumPy zeroes the new rows).
+
+    Why: a thin group opens a row per bucket, so a fleet of many models grows its
+    stores all the time; a fresh zeroed block with the rows copied into it faulted
+    every old row's pages in again on each growth, the dominant cost of applying a
+    batch. ``realloc`` extends the block where it lies or moves it (a mapped block by
+    remapping its pages). The price: the new rows are zeroed at once, so resident.
+    False when a view of the column is alive (a copy or sum in progress reads the old
+    block): the caller copies instead, leaving that block alone."""
+    try:
+        cols[name].resize((cap, *cols[name].shape[1:]), refcheck=True)
+    except ValueError:
+        return False
+    return True
+
+
 def _save_old(undo: dict[int, np.ndarray], col: np.ndarray, rows: np.ndarray) -> None:
     """Keep the current value of each of ``rows`` not kept yet (before it is written)."""
     for r in rows.tolist():
@@ -411,10 +428,12 @@ class BucketStore:
         self._cap = cap
 
     def _grow(self, cap: int) -> None:
-        for name, old in self._cols.items():
-            new = np.zeros((cap, *old.shape[1:]), old.dtype)
-            new[: self._n] = old[: self._n]
-            self._cols[name] = new
+        for name in self._cols:
+            if not _resize_in_place(self._cols, name, cap):
+                old = self._cols[name]
+                new = np.zeros((cap, *old.shape[1:]), old.dtype)
+                new[: self._n] = old[: self._n]
+                self._cols[name] = new
         dirty = np.zeros(cap, bool)
         dirty[: self._n] = self._dirty[: self._n]
         self._dirty = dirty

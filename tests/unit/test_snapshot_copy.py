@@ -57,6 +57,28 @@ def test_writes_between_begin_and_copy_are_seen() -> None:
     _same(store.finish_copy(plan), store.state())
 
 
+def test_growth_keeps_the_rows_zeroes_new_ones_and_spares_a_view_being_read() -> None:
+    rng = np.random.default_rng(7)
+    store = _store()
+    for _ in range(20):
+        _write(store, rng, 30, 40)
+    before, n0, size0 = store.state(), len(store), store.nbytes()
+    for held in (True, False):  # a reader's view alive across the growth, then none
+        view = store.matrix(CELLS.name) if held else None
+        start = len(store)
+        while store.nbytes() == size0 or len(store) == start:  # new rows only: grows
+            g = np.arange(40)
+            store.rows_for(g, np.full(40, 1_000 + len(store)) * WIDTH)
+        size0 = store.nbytes()
+        if view is not None:  # the block it reads was not freed nor changed
+            np.testing.assert_array_equal(view, before["m.cells"])
+        after = store.state()
+        for k, col in before.items():
+            np.testing.assert_array_equal(after[k][:n0], col, err_msg=k)
+            if k not in ("group", "bucket", "tier"):
+                assert not after[k][n0:].any(), k
+
+
 def test_a_roll_up_meanwhile_falls_back_to_a_full_copy() -> None:
     rng = np.random.default_rng(3)
     store = _store()
