@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.slices} slices × {args.rows:,} rows, calibrated Beta{BETA} scores, "
         f"{args.bins} bins, seed {args.seed}\n"
     )
-    print(f"| estimator | K | sketch bytes | PR-AUC mean error | largest | beyond {TOLERANCE} |")
+    print(f"| estimator | K | extra bytes | PR-AUC mean error | largest | beyond {TOLERANCE} |")
     print("|---|---|---|---|---|---|")
     for interleave in (False, True):
         for k in (0, 8, 32, 128):

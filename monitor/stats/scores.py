@@ -259,36 +259,39 @@ def average_precision_many(
     n_pos = pos.sum(axis=1)
     tp_above = np.cumsum(pos[:, ::-1], axis=1)[:, ::-1] - pos - offset
     fp_above = np.cumsum(neg[:, ::-1], axis=1)[:, ::-1] - neg
+    row, col = np.nonzero(pos > 0)  # only bins with positives add to AP
+    p, n = pos[row, col], neg[row, col]
     with np.errstate(divide="ignore", invalid="ignore"):
-        if within is None:
-            distinct = np.zeros(pos.shape, dtype=bool)
-            first = np.zeros(pos.shape, dtype=bool)
-            delta = np.zeros(pos.shape)
-        else:
-            s_pos, s_all, sq = (_rows(a) for a in within)
-            m_p = np.where(pos > 0, s_pos / pos, 0.0)
-            m_n = np.where(neg > 0, (s_all - s_pos) / neg, 0.0)
-            ss = sq - pos * m_p**2 - neg * m_n**2  # within-class sum of squares
+        distinct = np.zeros(p.shape, dtype=bool)
+        first = np.zeros(p.shape, dtype=bool)
+        delta = np.zeros(p.shape)
+        if within is not None:
+            s_pos, s_all, sq = (_rows(a)[row, col] for a in within)
             ok = np.ones(n_pos.shape, bool) if complete is None else np.asarray(complete, bool)
-            floor = TIE_TOLERANCE * sq + (pos + neg) * SCORE_RESOLUTION**2
-            distinct = (ss > floor) & ok[:, None]
-            sd = np.sqrt(np.maximum(ss, 0.0) / np.maximum(pos + neg - 2.0, 1.0))
+            ok = ok[row]
+            m_p = s_pos / p
+            m_n = np.where(n > 0, (s_all - s_pos) / n, 0.0)
+            ss = sq - p * m_p**2 - n * m_n**2  # within-class sum of squares
+            distinct = (ss > TIE_TOLERANCE * sq + (p + n) * SCORE_RESOLUTION**2) & ok
+            sd = np.sqrt(np.maximum(ss, 0.0) / np.maximum(p + n - 2.0, 1.0))
             delta = np.where(distinct, (m_n - m_p) / np.where(distinct, sd, 1.0), 0.0)
             # tied per class, the positives' score above the negatives': they come first
             apart = TIE_TOLERANCE * (np.abs(m_p) + np.abs(m_n)) + SCORE_RESOLUTION
-            first = ~distinct & ok[:, None] & (m_p - m_n > apart)
+            first = ~distinct & ok & (m_p - m_n > apart)
+        p2, n2, d2 = p[:, None], n[:, None], distinct[:, None]
         k = np.arange(AP_NODES, dtype=np.float64)
-        p3, d3 = pos[..., None], distinct[..., None]
-        few = p3 <= AP_NODES
-        rank = np.where(few, k + 1.0, (k + 0.5) * p3 / AP_NODES + 0.5)
-        weight = np.where(few, np.clip(p3 - k, 0.0, 1.0), p3 / AP_NODES)
-        share = np.where(d3, ndtr(ndtri(rank / (p3 + 1.0)) + delta[..., None]),
-                         np.where(first[..., None], 0.0, 1.0))  # fmt: skip
-        tp = tp_above[..., None] + np.where(d3, rank, p3)
-        total = tp + fp_above[..., None] + neg[..., None] * share
+        few = p2 <= AP_NODES
+        rank = np.where(few, k + 1.0, (k + 0.5) * p2 / AP_NODES + 0.5)
+        weight = np.where(few, np.clip(p2 - k, 0.0, 1.0), p2 / AP_NODES)
+        share = np.where(first[:, None], 0.0, 1.0) * np.ones_like(rank)
+        read = distinct & (n > 0)  # a binormal reading is needed
+        share[read] = ndtr(ndtri(rank[read] / (p2[read] + 1.0)) + delta[read, None])
+        tp = tp_above[row, col, None] + np.where(d2, rank, p2)
+        total = tp + fp_above[row, col, None] + n2 * share
         live = (weight > 0) & (total > 0)
         precision = np.where(live, tp / np.where(live, total, 1.0), 0.0)
-        return np.where(n_pos > 0, np.einsum("ijk,ijk->i", weight, precision) / n_pos, NAN)
+        ap = np.bincount(row, np.einsum("ij,ij->i", weight, precision), n_pos.size)
+        return np.where(n_pos > 0, ap / n_pos, NAN)
 
 
 def ece_many(
