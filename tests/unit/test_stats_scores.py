@@ -72,6 +72,8 @@ def test_merge_equals_one_pass(a: list, b: list) -> None:
         return _vec(arr[:, 0].astype(int), arr[:, 1])
 
     merged, single = vec(a) + vec(b), vec(a + b)
+    # every column is a sum, the within-bin ones (Σp of the positives, Σp²) too
+    np.testing.assert_allclose(merged, single, rtol=1e-12, atol=1e-12)
     assert_same_metrics(LAYOUT.metrics(merged), LAYOUT.metrics(single))
     values = ValueMatrix(tp=5.0, fp=-1.0, fn=-3.0, tn=0.0)
     t1, t2 = LAYOUT.best_threshold(merged, values), LAYOUT.best_threshold(single, values)
