@@ -2,23 +2,29 @@
 
     .venv/bin/python bench/slice_pr_sketches.py [--slices 100] [--rows 20000] [--bins 128]
 
-Not the engine: a measurement of what could bring a segment slice's PR-AUC within 0.002
-of ``average_precision_score`` on the raw scores, for the 1 %-prevalence calibrated
-Beta(0.5, 50) stream of bench/slice_scores.py. Each estimator reads the engine's slice
-histogram (``ScoreLayout(bins, SLICE_LOGIT_RANGE)``, filled by its ``add_rows``):
+What could bring a segment slice's PR-AUC within 0.002 of ``average_precision_score``
+on the raw scores (the candidates, and the engine's estimator last), for the
+1 %-prevalence calibrated Beta(0.5, 50) stream of bench/slice_scores.py. Each reads the
+engine's slice histogram (``ScoreLayout(bins, SLICE_LOGIT_RANGE)``, filled by its
+``add_rows``):
 
-* ``binned`` — the engine's AP: a bin is one group of tied scores (scikit-learn's tie
-  rule), so its positives all enter at the precision of the bin's end;
+* ``binned`` — a bin read as one group of tied scores (scikit-learn's tie rule), so its
+  positives all enter at the precision of the bin's end (the engine's AP before its
+  within-bin sums, and still for a window reaching into a checkpoint written before);
 * ``top-K + binned`` — the K highest-scored rows of the slice kept exactly (a mergeable
   sketch: merge = concatenate, keep the top K), the rest binned;
 * ``interleaved`` — within a bin, the i-th of p positives is preceded on average by
   i·n/(p + 1) of the bin's n negatives (a random order of the bin's rows); the positive
   enters at that expected precision. Additive, but it departs from scikit-learn's rule
   where scores are genuinely tied;
-* ``top-K + interleaved`` — both.
+* ``top-K + interleaved`` — both;
+* ``within-bin binormal`` — the engine's AP (``ScoreLayout.metrics_many``): the order
+  inside a bin read from its Σp of the positives and Σp² (an equal-variance binormal
+  model of the bin; the tie rule where a bin's scores are tied within each class).
 
 Prints, per estimator, the mean and largest error and the slices beyond 0.002, and the
-extra bytes per (slice, bucket) a top-K sketch holds (a score and a label per row).
+extra bytes per (slice, bucket) it needs beside the bins (a top-K sketch: a score and a
+label per row; the within-bin sums: two doubles per bin and a count).
 """
 
 from __future__ import annotations
@@ -82,6 +88,19 @@ def errors(bins: int, top_k: int, interleave: bool, slices: int, rows: int, seed
     return float(err.mean()), float(np.abs(err).max()), int((np.abs(err) > TOLERANCE).sum())
 
 
+def engine_errors(bins: int, slices: int, rows: int, seed: int):
+    """The engine's own per-slice AP, through the batched metric path."""
+    layout = ScoreLayout(bins=bins, logit_range=SLICE_LOGIT_RANGE)
+    index, y, score = stream(slices, rows, seed)
+    hist = np.zeros((slices, layout.width))
+    layout.add_rows(hist, index, y, score)
+    got = [next(m.value for m in ms if m.name == "pr_auc") for ms in layout.metrics_many(hist)]
+    err = np.array(
+        [got[k] - average_precision_score(y[index == k], score[index == k]) for k in range(slices)]
+    )
+    return float(err.mean()), float(np.abs(err).max()), int((np.abs(err) > TOLERANCE).sum())
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--slices", type=int, default=100)
@@ -93,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.slices} slices × {args.rows:,} rows, calibrated Beta{BETA} scores, "
         f"{args.bins} bins, seed {args.seed}\n"
     )
-    print(f"| estimator | K | sketch bytes | PR-AUC mean error | largest | beyond {TOLERANCE} |")
+    print(f"| estimator | K | extra bytes | PR-AUC mean error | largest | beyond {TOLERANCE} |")
     print("|---|---|---|---|---|---|")
     for interleave in (False, True):
         for k in (0, 8, 32, 128):
@@ -102,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
             )
             name = ("top-K + " if k else "") + ("interleaved" if interleave else "binned")
             print(f"| {name} | {k} | {16 * k} | {mean:+.4f} | {worst:.4f} | {beyond} |")
+    mean, worst, beyond = engine_errors(args.bins, args.slices, args.rows, args.seed)
+    extra = 16 * args.bins + 8  # Σp of the positives and Σp² per bin, their row count
+    print(f"| within-bin binormal | 0 | {extra} | {mean:+.4f} | {worst:.4f} | {beyond} |")
     return 0
 
 

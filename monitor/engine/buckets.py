@@ -20,7 +20,11 @@ from scipy.sparse import csr_matrix
 
 from .windows import Tiers
 
-__all__ = ["BucketStore", "CopyPlan", "RunningSums", "SumPlan", "window_group_sums"]
+__all__ = ["BucketStore", "CopyPlan", "MatrixSpec", "RunningSums", "SumPlan", "window_group_sums"]
+
+MatrixSpec = int | tuple[int, type] | tuple[int, type, tuple[int, ...]]
+"""A named matrix: its width (int32 counts), (width, dtype), or (width, dtype, the widths
+it had before columns were appended to it)."""
 
 _BUCKET_BITS = 36  # bucket index < 2**36 (over 2000 years of 1 s buckets)
 _GROUP_SHIFT = np.int64(_BUCKET_BITS + 2)  # then 2 bits of tier (0 base, 1 h, 2 day, 3 12 h)
@@ -198,21 +202,21 @@ class BucketStore:
     def __init__(
         self,
         width_ms: int,
-        matrices: Mapping[str, int | tuple[int, type] | tuple[int, type, int]] | None = None,
+        matrices: Mapping[str, MatrixSpec] | None = None,
     ) -> None:
-        """``matrices``: name -> width (int32 counts), (width, dtype) or (width, dtype,
-        legacy width): a saved matrix of the legacy width is the same layout before
-        columns were appended to it, and loads padded with zeros."""
+        """``matrices``: name -> :data:`MatrixSpec`; a saved matrix of one of its legacy
+        widths is the same layout before columns were appended to it, and loads padded
+        with zeros."""
         if width_ms <= 0:
             raise ValueError("bucket width must be positive")
         self.width_ms = int(width_ms)
         self._shapes: dict[str, tuple[tuple[int, ...], type]] = dict(_FIXED)
-        self._legacy: dict[str, int] = {}
+        self._legacy: dict[str, tuple[int, ...]] = {}
         for name, spec in (matrices or {}).items():
             width, dtype, *legacy = spec if isinstance(spec, tuple) else (spec, np.int32)
             self._shapes[f"m.{name}"] = ((int(width),), dtype)
             if legacy:
-                self._legacy[f"m.{name}"] = int(legacy[0])
+                self._legacy[f"m.{name}"] = tuple(int(w) for w in legacy[0])
         self._index: dict[int, int] = {}
         self.tiers = Tiers.for_width(self.width_ms)  # moved forward by the engine (roll_up)
         self._n = 0
@@ -736,7 +740,8 @@ class BucketStore:
                     continue
                 raise ValueError(f"bucket state lacks {name!r}")
             arr = np.asarray(state[name], dtype)
-            if arr.shape == (n, self._legacy.get(name, -1)):  # columns appended since
+            legacy = self._legacy.get(name, ())
+            if arr.ndim == 2 and arr.shape[0] == n and arr.shape[1] in legacy:  # appended since
                 arr = np.concatenate([arr, np.zeros((n, shape[0] - arr.shape[1]), dtype)], 1)
             if name.startswith("m.") and arr.shape != (n, *shape):
                 cols[name] = np.zeros((n, *shape), dtype)  # layout changed: history dropped

@@ -38,7 +38,7 @@ from ..stats.regression import RegressionLayout
 from ..stats.scores import ScoreLayout
 from ..version import app_version, build
 from .accumulator import Accumulator, LabeledRows, NewPredictions, PredictionAccumulator
-from .buckets import BucketStore, SumPlan, window_group_sums
+from .buckets import BucketStore, MatrixSpec, SumPlan, window_group_sums
 from .clock import EventWatermark
 from .comparison_stats import (
     ArmSums,
@@ -335,8 +335,8 @@ class Engine:
         """Plugins still trusted (one that raised in ``update`` is switched off)."""
         return self.plugin_stats.active
 
-    def _wide_matrices(self, m: int) -> dict[str, int | tuple[int, type] | tuple[int, type, int]]:
-        out: dict[str, int | tuple[int, type] | tuple[int, type, int]] = {}
+    def _wide_matrices(self, m: int) -> dict[str, MatrixSpec]:
+        out: dict[str, MatrixSpec] = {}
         d = self.drift.by_model.get(m)
         if d is not None:
             out[d.matrix] = d.width
@@ -348,15 +348,15 @@ class Engine:
             out[EXPECTED_CONFUSION.name] = (k * k, np.float64)
         if m in self.score_layouts:
             layout = self.score_layouts[m]
-            out[SCORES.name] = (layout.width, np.float64, layout.legacy_width)
+            out[SCORES.name] = (layout.width, np.float64, layout.legacy_widths)
         for family in self.families[m]:
             out[family.stat.name] = (family.width(), np.float64)
         return out
 
-    def _sliced_matrices(self, m: int) -> dict[str, int | tuple[int, type] | tuple[int, type, int]]:
+    def _sliced_matrices(self, m: int) -> dict[str, MatrixSpec]:
         if m in self.slice_score_layouts:
             layout = self.slice_score_layouts[m]
-            return {SCORES.name: (layout.width, np.float64, layout.legacy_width)}
+            return {SCORES.name: (layout.width, np.float64, layout.legacy_widths)}
         if m in self.mc_layouts:
             return {MULTICLASS.name: (self.mc_layouts[m].width, np.float64)}
         if m in self.rg_layouts:

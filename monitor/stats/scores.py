@@ -1,7 +1,7 @@
 """Score-based binary metrics (ROC-AUC, PR-AUC, losses, calibration, threshold economics)
 from one fixed-size, additive histogram layout.
 
-Layout (float64; B fine bins, M calibration bins; ``width = 3B + 3M + 8``):
+Layout (float64; B fine bins, M calibration bins; ``width = 5B + 3M + 9``):
 
 * ``[0, B)`` negatives per fine bin, ``[B, 2B)`` positives per fine bin,
   ``[2B, 3B)`` Σp per fine bin (both classes);
@@ -14,6 +14,10 @@ Layout (float64; B fine bins, M calibration bins; ``width = 3B + 3M + 8``):
   third moments of the two losses, for their skewness-corrected intervals (appended: a
   checkpoint written before them loads with zeros there, and a window whose cubic count
   falls short of n falls back to the CLT interval).
+* ``[3B+3M+8, 4B+3M+8)`` Σp of the positives per fine bin, ``[4B+3M+8, 5B+3M+8)`` Σp² per
+  fine bin (both classes), ``5B+3M+8`` the rows counted in them — what average precision
+  reads inside a bin (:func:`average_precision_many`; appended like the cubic sums: a
+  window whose count falls short of n reads every bin as one group of tied scores).
 
 Fine bins: the B − 1 interior edges are uniform in logit(p) on [−L, L] (default B = 2048,
 L = 16, i.e. p in [1.1e-7, 1 − 1.1e-7]); the end bins are [0, σ(−L)) and [σ(L), 1]. A logit
@@ -202,27 +206,92 @@ def roc_auc_many(
     )
 
 
-def average_precision_many(neg: np.ndarray, pos: np.ndarray, offset: float = 0.0) -> np.ndarray:
-    """Average precision of each row as scikit-learn's ``average_precision_score`` computes
-    it on the binned scores (each score replaced by its bin): NaN without positives.
+TIE_TOLERANCE = 1e-9
+"""A bin whose within-class sum of squares is at most this share of its Σp² (plus
+:data:`SCORE_RESOLUTION`² a row) holds tied scores per class: above the float residue of
+a window's running sums, below the spread of distinct scores in a bin (about
+(1.6 % of p)²/12 relative at 2,048 bins)."""
 
-    AP = Σ_k (R_k − R_{k−1})·P_k over thresholds in decreasing order (the step-wise sum,
-    no interpolation), one threshold per bin edge. A bin acts as one group of tied scores:
-    its positives all enter at the precision of the bin's lower edge, exactly what sklearn
-    does for tied scores. Against the AP of the raw scores this reads low by up to the
-    precision a bin's width spans (measured: −0.005 to −0.009 at 128 bins, −0.0005 to
-    −0.001 at 2048, docs/semantics.md).
+SCORE_RESOLUTION = 1e-12
+"""Scores closer than this are one score (the residue of sums of tiny scores)."""
+
+AP_NODES = 8
+"""Points per bin at which the positives' precisions are evaluated: every positive of a
+bin holding at most this many, else the midpoints of this many equal groups."""
+
+
+def average_precision_many(
+    neg: np.ndarray,
+    pos: np.ndarray,
+    offset: float = 0.0,
+    within: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    complete: np.ndarray | None = None,
+) -> np.ndarray:
+    """Average precision of each row of class histograms over ordered bins, as
+    scikit-learn's ``average_precision_score`` on the raw scores: NaN without positives.
+
+    AP = (1/P) Σ_i precision at the i-th positive (highest score first), tied scores one
+    threshold. Between bins the order is known; inside a bin it is read from ``within``
+    = (Σp of the positives, Σp, Σp²) per bin:
+
+    * tied scores (the pooled within-class sum of squares is zero, :data:`TIE_TOLERANCE`):
+      scikit-learn's tie rule — the bin's positives enter together at the precision of the
+      bin's end, after the negatives when both classes hold one equal score, else in the
+      order of the two scores; exact;
+    * distinct scores: an equal-variance binormal model of the bin (Hanley 1988 — the
+      classes' means and pooled variance, on n − 2 degrees of freedom): the positive at
+      rank r/(p + 1) from the top of the bin's p is preceded by n·Φ(Φ⁻¹(r/(p + 1)) + δ)
+      of its n negatives, δ = (mean⁻ − mean⁺)/sd; δ = 0 is a random order of the bin.
+      Evaluated at every positive of a bin (at most :data:`AP_NODES`) or the midpoints of
+      :data:`AP_NODES` groups.
+
+    Without ``within``, or for a row where ``complete`` is False (its statistics miss some
+    rows), every bin is read as one group of tied scores: the AP of the binned scores,
+    which reads low by up to the precision a bin's width spans (−0.005 to −0.009 at 128
+    bins on a rare-event stream; within 0.002 with ``within``, docs/semantics.md).
 
     ``offset`` c > 0 gives the mid-rank variant: each positive enters at precision
     (TP − c)/(TP − c + FP) instead of TP/(TP + FP) (see :meth:`ScoreLayout.pr_auc_debiased`).
     """
-    neg, pos = _rows(neg)[:, ::-1], _rows(pos)[:, ::-1]
+    from scipy.special import ndtr, ndtri
+
+    neg, pos = _rows(neg), _rows(pos)
     n_pos = pos.sum(axis=1)
-    tp, fp = np.cumsum(pos, axis=1) - offset, np.cumsum(neg, axis=1)
+    tp_above = np.cumsum(pos[:, ::-1], axis=1)[:, ::-1] - pos - offset
+    fp_above = np.cumsum(neg[:, ::-1], axis=1)[:, ::-1] - neg
+    row, col = np.nonzero(pos > 0)  # only bins with positives add to AP
+    p, n = pos[row, col], neg[row, col]
     with np.errstate(divide="ignore", invalid="ignore"):
-        ok = (tp + fp > 0) & (pos > 0)
-        precision = np.where(ok, tp / np.where(ok, tp + fp, 1.0), 0.0)
-        return np.where(n_pos > 0, np.einsum("ij,ij->i", pos, precision) / n_pos, NAN)
+        distinct = np.zeros(p.shape, dtype=bool)
+        first = np.zeros(p.shape, dtype=bool)
+        delta = np.zeros(p.shape)
+        if within is not None:
+            s_pos, s_all, sq = (_rows(a)[row, col] for a in within)
+            ok = np.ones(n_pos.shape, bool) if complete is None else np.asarray(complete, bool)
+            ok = ok[row]
+            m_p = s_pos / p
+            m_n = np.where(n > 0, (s_all - s_pos) / n, 0.0)
+            ss = sq - p * m_p**2 - n * m_n**2  # within-class sum of squares
+            distinct = (ss > TIE_TOLERANCE * sq + (p + n) * SCORE_RESOLUTION**2) & ok
+            sd = np.sqrt(np.maximum(ss, 0.0) / np.maximum(p + n - 2.0, 1.0))
+            delta = np.where(distinct, (m_n - m_p) / np.where(distinct, sd, 1.0), 0.0)
+            # tied per class, the positives' score above the negatives': they come first
+            apart = TIE_TOLERANCE * (np.abs(m_p) + np.abs(m_n)) + SCORE_RESOLUTION
+            first = ~distinct & ok & (m_p - m_n > apart)
+        p2, n2, d2 = p[:, None], n[:, None], distinct[:, None]
+        k = np.arange(AP_NODES, dtype=np.float64)
+        few = p2 <= AP_NODES
+        rank = np.where(few, k + 1.0, (k + 0.5) * p2 / AP_NODES + 0.5)
+        weight = np.where(few, np.clip(p2 - k, 0.0, 1.0), p2 / AP_NODES)
+        share = np.where(first[:, None], 0.0, 1.0) * np.ones_like(rank)
+        read = distinct & (n > 0)  # a binormal reading is needed
+        share[read] = ndtr(ndtri(rank[read] / (p2[read] + 1.0)) + delta[read, None])
+        tp = tp_above[row, col, None] + np.where(d2, rank, p2)
+        total = tp + fp_above[row, col, None] + n2 * share
+        live = (weight > 0) & (total > 0)
+        precision = np.where(live, tp / np.where(live, total, 1.0), 0.0)
+        ap = np.bincount(row, np.einsum("ij,ij->i", weight, precision), n_pos.size)
+        return np.where(n_pos > 0, ap / n_pos, NAN)
 
 
 def ece_many(
@@ -798,12 +867,13 @@ class ScoreLayout:
     # offsets -----------------------------------------------------------------
     @property
     def width(self) -> int:
-        return 3 * self.bins + 3 * self.calibration_bins + 5 + CUBIC_COLUMNS
+        return self._within + 2 * self.bins + 1
 
     @property
-    def legacy_width(self) -> int:
-        """The width before the cubic sums were appended (checkpoints load with zeros)."""
-        return self.width - CUBIC_COLUMNS
+    def legacy_widths(self) -> tuple[int, int]:
+        """The widths before the cubic sums and before the within-bin sums were appended
+        (checkpoints of either load with zeros there)."""
+        return self._sums + 5, self._within
 
     @property
     def n_column(self) -> int:
@@ -817,6 +887,10 @@ class ScoreLayout:
     @property
     def _sums(self) -> int:
         return 3 * self.bins + 3 * self.calibration_bins
+
+    @property
+    def _within(self) -> int:
+        return self._sums + 5 + CUBIC_COLUMNS
 
     def empty(self) -> np.ndarray:
         return np.zeros(self.width, dtype=np.float64)
@@ -861,6 +935,7 @@ class ScoreLayout:
         ll = -(y * np.log(pc) + (1.0 - y) * np.log1p(-pc))
         br = (p - y) ** 2
         ones = np.ones(m)
+        w = self._within
         cols = (
             fine + b * (y > 0.5),
             2 * b + fine,
@@ -868,8 +943,12 @@ class ScoreLayout:
             cal + mc + coarse,
             cal + 2 * mc + coarse,
             *(np.full(m, self._sums + j) for j in range(8)),
+            w + fine,
+            w + b + fine,
+            np.full(m, w + 2 * b),
         )
-        weights = (ones, p, ones, p, y, ones, ll, ll * ll, br, br * br, ones, ll**3, br**3)
+        weights = (ones, p, ones, p, y, ones, ll, ll * ll, br, br * br, ones, ll**3, br**3,
+                   p * y, p * p, ones)  # fmt: skip
         lo, hi = int(r.min()), int(r.max()) + 1
         width = matrix.shape[1]
         if (hi - lo) * width > 4 * m * len(cols) + 65_536:  # rows far apart: sparse adds
@@ -912,6 +991,15 @@ class ScoreLayout:
         mc, cal = self.calibration_bins, self._cal
         return v[:, cal : cal + mc], v[:, cal + mc : cal + 2 * mc], v[:, cal + 2 * mc : self._sums]
 
+    def _average_precision(self, v: np.ndarray, offset: float) -> np.ndarray:
+        """:func:`average_precision_many` of each row, read inside the bins where the
+        row's within-bin sums count every scored row."""
+        b, w = self.bins, self._within
+        neg, pos = self._classes(v)
+        within = (v[:, w : w + b], v[:, 2 * b : 3 * b], v[:, w + b : w + 2 * b])
+        complete = v[:, w + 2 * b] >= v[:, self.n_column] - 0.5
+        return average_precision_many(neg, pos, offset, within, complete)
+
     def metrics_many(
         self,
         vecs: np.ndarray,
@@ -947,10 +1035,10 @@ class ScoreLayout:
         mce = mce_many(count, sp, sy, z)
         columns = (
             ("roc_auc", _roc_auc_column(neg, pos, confidence, auc_method, score_reasons)),
-            ("pr_auc", _ap_column(average_precision_many(neg, pos),
+            ("pr_auc", _ap_column(self._average_precision(v, 0.0),
                                   average_precision_se_many(neg, pos), n_pos, df, confidence,
                                   score_reasons)),
-            ("pr_auc_debiased", _ap_column(average_precision_many(neg, pos, 0.5),
+            ("pr_auc_debiased", _ap_column(self._average_precision(v, 0.5),
                                            average_precision_se_many(neg, pos, 0.5), n_pos,
                                            df, confidence, score_reasons)),
             ("log_loss", _clt_column(v[:, s], v[:, s + 1], v[:, s + 2], z, (0.0, math.inf),
@@ -1002,7 +1090,8 @@ class ScoreLayout:
         return _values("roc_auc", _roc_auc_column(neg, pos, confidence, method, reasons))[0]
 
     def pr_auc(self, vec: np.ndarray, confidence: float = 0.95) -> MetricValue:
-        """Average precision (scikit-learn's on the binned scores), logit interval.
+        """Average precision (scikit-learn's on the raw scores, read from the histogram by
+        :func:`average_precision_many`), logit interval.
 
         logit(AP) ± t·se/(AP(1 − AP)) back-transformed, as Boyd, Eng & Page (2013), "Area
         under the precision-recall curve: point estimates and confidence intervals", but
@@ -1030,10 +1119,11 @@ class ScoreLayout:
         return self._ap("pr_auc_debiased", vec, confidence, 0.5)
 
     def _ap(self, name: str, vec: np.ndarray, confidence: float, offset: float) -> MetricValue:
-        neg, pos = self._classes(self._stack(vec))
+        v = self._stack(vec)
+        neg, pos = self._classes(v)
         n_pos = pos.sum(axis=1)
         reasons = _reasons(n_pos, neg.sum(axis=1), MIN_SCORE_CLASS_COUNT)
-        ap = average_precision_many(neg, pos, offset)
+        ap = self._average_precision(v, offset)
         se = average_precision_se_many(neg, pos, offset)
         df = np.minimum(n_pos, neg.sum(axis=1)) - 1.0
         return _values(name, _ap_column(ap, se, n_pos, df, confidence, reasons))[0]

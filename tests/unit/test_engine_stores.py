@@ -91,7 +91,8 @@ def test_format_1_checkpoint_migrates_to_identical_results(tmp_path: Path) -> No
             kept = tuple(m for m in r.metrics if m.name not in score_names)
             want = tuple(replace(x, metrics=kept, reliability=()) if x is r else x for x in want)
     # format 1 has no cubic loss sums: log loss and Brier keep the CLT interval there
-    # (the skewness-corrected one once its buckets age out of the windows)
+    # (the skewness-corrected one once its buckets age out of the windows); nor within-bin
+    # sums: average precision reads its bins as groups of tied scores there
     want = [_as_restored(w, g) for w, g in zip(want, got, strict=True)]
     # counts exactly, floats to the summation-order tolerance of tests/unit/close.py
     assert_close(got, want)
@@ -99,8 +100,8 @@ def test_format_1_checkpoint_migrates_to_identical_results(tmp_path: Path) -> No
     assert ("fraud", "country=de") in names and ("demand", "all") in names
     assert {"accuracy"} <= names["topic", "all"] and {"mae"} & names["demand", "all"]
     # the fine score histograms came across too (they feed slice "all" AUC)
-    # (but for the cubic loss sums appended since, zero in the restored rows)
-    legacy = fresh.score_layouts[0].legacy_width
+    # (but for the cubic loss and within-bin sums appended since, zero in the restored rows)
+    legacy = fresh.score_layouts[0].legacy_widths[0]
     old, new = migrated.view().wide[0][SCORES.key], fresh.view().wide[0][SCORES.key]
     assert_close(old[:, :legacy], new[:, :legacy])
     assert not old[:, legacy:].any()
@@ -109,13 +110,23 @@ def test_format_1_checkpoint_migrates_to_identical_results(tmp_path: Path) -> No
 
 
 def _as_restored(want: Any, got: Any) -> Any:
-    """``want`` with the intervals that need the cubic sums as the restored state has them."""
+    """``want`` with the intervals that need the cubic sums, and the average precisions that
+    need the within-bin sums, as the restored state has them."""
     restored = {m.name: m for m in got.metrics if m.method == "clt"}
+    ties = {m.name: m for m in got.metrics if m.name in ("pr_auc", "pr_auc_debiased")}
     metrics = tuple(
-        restored[m.name] if m.method == "clt-skew" and m.name in restored else m
+        restored[m.name] if m.method == "clt-skew" and m.name in restored
+        else ties.get(m.name, m)
         for m in want.metrics
-    )
+    )  # fmt: skip
     return replace(want, metrics=metrics)
+
+
+def _appended(engine: Engine) -> dict[int, int]:
+    """Today's width of each score histogram by its width before the cubic loss and
+    within-bin sums were appended."""
+    layouts = [*engine.score_layouts.values(), *engine.slice_score_layouts.values()]
+    return {layout.legacy_widths[0]: layout.width for layout in layouts}
 
 
 def _extended(meta: dict[str, Any]) -> dict[str, Any]:
@@ -127,6 +138,48 @@ def _extended(meta: dict[str, Any]) -> dict[str, Any]:
     for name, v in (out.get("paired") or {}).items():
         out["paired"][name] = v[:5]
     return out
+
+
+def test_score_histograms_saved_before_the_within_bin_sums_load_padded() -> None:
+    """A checkpoint of this format written before the within-bin sums were appended (its
+    score histograms end at the cubic loss sums) loads with zeros there: the same
+    results but average precision, which reads such a window's bins as tied scores."""
+    spec = ModelSpec("m", metrics=("roc_auc", "pr_auc", "log_loss"),
+                     windows=(WindowSpec("1h", 3_600_000),))  # fmt: skip
+    engine = Engine([spec], 60_000, 10**12, 10**12, 10**6, 10**6)
+    rng = np.random.default_rng(4)
+    n = 3000
+    ts = BASE + np.sort(rng.integers(120_000, 3_000_000, n)).astype(np.int64)  # in the window
+    score = rng.beta(0.5, 20, n)
+    keys = hash_ids([f"k{i}" for i in range(n)])
+    engine.apply_predictions(PredictionBatch(keys, ts, np.zeros(n, np.int16), ["v"] * n, score,
+                                             (score >= 0.5).astype(np.int8)))  # fmt: skip
+    y = (rng.random(n) < score).astype(int)
+    engine.apply_labels(LabelBatch(keys, ts + 5, [str(v) for v in y]))
+    meta, arrays = engine.state()
+    layout = engine.score_layouts[0]
+    cut = {k: v[:, : layout.legacy_widths[1]] if v.ndim == 2 and v.shape[1] == layout.width
+           else v for k, v in arrays.items()}  # fmt: skip
+    assert sum(v.shape != cut[k].shape for k, v in arrays.items()) >= 1
+    loaded = Engine(engine.models, 60_000, 10**12, 10**12, 10**6, 10**6)
+    loaded.load(meta, cut)
+    old, new = loaded.view().wide[0][SCORES.key], engine.view().wide[0][SCORES.key]
+    assert np.array_equal(old[:, : layout.legacy_widths[1]], new[:, : layout.legacy_widths[1]])
+    assert not old[:, layout.legacy_widths[1] :].any()
+    now = BASE + 3_600_000
+    got, _ = evaluate_all(loaded.view(), loaded.models, now)
+    want, _ = evaluate_all(engine.view(), engine.models, now)
+    (g,), (w,) = got, want
+    for a, b in zip(g.metrics, w.metrics, strict=True):
+        if a.name != "pr_auc":
+            assert a == b, a.name
+    vec = new.sum(axis=0)
+    exact = layout.pr_auc(vec).value
+    vec[layout.legacy_widths[1] :] = 0.0
+    ties = layout.pr_auc(vec).value
+    assert abs(ties - exact) > 1e-4  # the two readings differ here
+    assert {m.name: m.value for m in g.metrics}["pr_auc"] == pytest.approx(ties, abs=1e-12)
+    assert {m.name: m.value for m in w.metrics}["pr_auc"] == pytest.approx(exact, abs=1e-12)
 
 
 def test_newer_format_is_refused_with_a_clear_message(tmp_path: Path) -> None:
@@ -165,15 +218,17 @@ def test_format_2_checkpoint_of_the_engine_before_its_split_loads_exactly(
     assert meta.pop("delay_models") == names and meta.pop("delay_sums_s") == [0.0] * 3
     assert meta.pop("engine_format") == ENGINE_FORMAT == 3
     # saved back unchanged but for what later formats appended (zeros): the arms' and
-    # pairs' positives, the score histograms' cubic loss sums, the delays per model
+    # pairs' positives, the score histograms' cubic loss and within-bin sums, the delays
+    # per model
     before = {k: v for k, v in loaded.meta.items() if k != "engine_format"}
+    appended = _appended(engine)
     assert _extended(orjson.loads(orjson.dumps(meta))) == _extended(before)
     assert arrays.pop("delay_counts_by_model").tolist() == [[0] * 16] * 3
     assert arrays.keys() == loaded.arrays.keys()
     for name, value in loaded.arrays.items():
         got = arrays[name]
-        if got.ndim == 2 and value.ndim == 2 and got.shape[1] == value.shape[1] + 3:
-            assert not got[:, value.shape[1] :].any(), name  # the appended cubic sums
+        if got.ndim == 2 and value.ndim == 2 and got.shape[1] == appended.get(value.shape[1]):
+            assert not got[:, value.shape[1] :].any(), name  # the appended score sums
             got = got[:, : value.shape[1]]
         assert np.array_equal(got, value, equal_nan=True), name
     prior = engine.delay.histograms()
@@ -209,8 +264,8 @@ def test_format_2_checkpoint_of_the_engine_before_its_split_loads_exactly(
             got = fresh_arrays[name][order]
         else:
             got = fresh_arrays[name]
-        if got.ndim == 2 and value.ndim == 2 and got.shape[1] == value.shape[1] + 3:
-            got = got[:, : value.shape[1]]  # fresh histograms also hold the cubic sums
+        if got.ndim == 2 and value.ndim == 2 and got.shape[1] == appended.get(value.shape[1]):
+            got = got[:, : value.shape[1]]  # fresh histograms also hold the appended sums
         assert_close(got, value, name)
 
 

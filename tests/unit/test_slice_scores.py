@@ -86,12 +86,8 @@ def test_every_slice_matches_sklearn() -> None:
         got = _metrics(by_slice[f"country={c}"])
         yy, ss = y[mask], score[mask]
         assert abs(got["roc_auc"] - roc_auc_score(yy, ss)) < 0.002, c
-        # average precision is scikit-learn's on the binned scores (a bin is a group of
-        # tied scores), which reads below the raw scores' AP by the precision a bin's width
-        # spans: at most 0.01 at 128 bins on these slices (docs/semantics.md)
-        binned = engine.models[0].slice_score_layout.bin_of(ss)
-        assert got["pr_auc"] == pytest.approx(average_precision_score(yy, binned), abs=1e-12), c
-        assert -0.01 < got["pr_auc"] - average_precision_score(yy, ss) <= 0, c
+        # average precision reads an order inside each bin (docs/semantics.md)
+        assert got["pr_auc"] == pytest.approx(average_precision_score(yy, ss), abs=0.002), c
         assert got["log_loss"] == pytest.approx(log_loss(yy, ss), abs=1e-9), c
         assert got["brier"] == pytest.approx(brier_score_loss(yy, ss), abs=1e-9), c
         # ECE = Σ_b (n_b/n)·|ȳ_b − p̄_b| over 10 equal-width bins (edges 0.1 … 0.9, a
@@ -149,14 +145,13 @@ def test_per_slice_auc_interval_coverage() -> None:
 def test_per_slice_aucs_on_a_rare_event_beta_stream() -> None:
     """100 slices × 20,000 rows of calibrated Beta(0.5, 50) scores (prevalence 1 %), at the
     default ``slice_score_bins``, against scikit-learn on the raw scores (the simulation
-    of ``bench/slice_scores.py``). ROC-AUC holds 0.002 in every slice. PR-AUC does not:
-    binned, a bin's positives enter at its lower edge's precision, so it reads low —
-    measured −0.0024 on average, up to 0.0080, 53 slices beyond 0.002 (docs/semantics.md);
-    this bounds that shortfall so it cannot grow unnoticed."""
+    of ``bench/slice_scores.py``): ROC-AUC and PR-AUC within 0.002 in every slice (PR-AUC
+    measured: mean −0.0001, largest 0.0011, seeds 0-4 up to 0.0019; read as bins of
+    tied scores it was −0.0024 on average and up to 0.0080, docs/semantics.md)."""
     from monitor.config import ModelSettings
 
     bins = model_spec(ModelSettings(name="fraud")).slice_score_bins
     e = load_bench("slice_scores").slice_errors(bins)
     print(f"\n{bins} bins: {e}")
     assert e.roc_worst <= 0.002 and abs(e.roc_mean) <= 0.001
-    assert -0.003 <= e.pr_mean < 0 and e.pr_worst <= 0.01
+    assert abs(e.pr_mean) <= 0.0005 and e.pr_worst <= 0.002 and e.pr_beyond == 0

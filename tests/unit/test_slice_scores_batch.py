@@ -1,6 +1,7 @@
 """One implementation of the score metrics for slice ``all`` and every segment slice: a
 stack of histograms gives, row by row, what each vector gives alone (whatever else is in
-the batch, edge cases included), and each row equals scikit-learn on the binned scores."""
+the batch, edge cases included), and each row matches scikit-learn: on the binned scores
+for ROC-AUC, on the raw scores for average precision where the bins hold tied scores."""
 
 from __future__ import annotations
 
@@ -85,7 +86,7 @@ def test_a_stack_gives_each_vector_its_result_alone(confidence: float) -> None:
         max_size=80,
     )
 )
-def test_each_row_equals_scikit_learn_on_the_binned_scores(pairs: list[tuple[int, float]]) -> None:
+def test_each_row_matches_scikit_learn(pairs: list[tuple[int, float]]) -> None:
     y = np.array([a for a, _ in pairs], np.int8)
     p = np.array([b for _, b in pairs])
     vec = _vec(y, p)
@@ -95,8 +96,32 @@ def test_each_row_equals_scikit_learn_on_the_binned_scores(pairs: list[tuple[int
     binned = LAYOUT.bin_of(p)  # each score replaced by its bin: a bin is a group of ties
     if 0 < y.sum() < y.size:
         assert got["roc_auc"] == pytest.approx(roc_auc_score(y, binned), abs=1e-12)
-        assert got["pr_auc"] == pytest.approx(average_precision_score(y, binned), abs=1e-12)
+        # AP reads an order inside each bin: between the bin's positives ranked below all
+        # its negatives (one by one) and above them (together), the extremes of any order
+        rank = np.argsort(np.argsort(p))
+        low = binned + np.where(y == 1, 0.4 * rank / y.size, 0.5)
+        high = binned + 0.5 * y
+        lo, hi = average_precision_score(y, low), average_precision_score(y, high)
+        assert lo - 1e-12 <= got["pr_auc"] <= hi + 1e-12
+        if all(np.unique(p[binned == j]).size == 1 for j in np.unique(binned)):
+            assert got["pr_auc"] == pytest.approx(average_precision_score(y, p), abs=1e-12)
     else:
         assert math.isnan(got["roc_auc"])
     assert got["brier"] == pytest.approx(brier_score_loss(y, p), abs=1e-12)
     assert got["base_rate"] == pytest.approx(y.mean(), abs=1e-12)
+
+
+TIED = [0.0, 0.001, 0.01, 0.2, 0.5, 0.7, 0.99, 1.0]  # one bin each
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1), st.sampled_from(TIED)), min_size=1, max_size=80))
+def test_ap_of_tied_scores_is_scikit_learns(pairs: list[tuple[int, float]]) -> None:
+    """Heavy ties: every bin holds one score, and scikit-learn's tie rule is exact."""
+    y = np.array([a for a, _ in pairs], np.int8)
+    p = np.array([b for _, b in pairs])
+    got = {m.name: m.value for m in LAYOUT.metrics(_vec(y, p))}
+    if y.any():
+        assert got["pr_auc"] == pytest.approx(average_precision_score(y, p), abs=1e-12)
+    else:
+        assert math.isnan(got["pr_auc"])

@@ -72,12 +72,39 @@ def test_merge_equals_one_pass(a: list, b: list) -> None:
         return _vec(arr[:, 0].astype(int), arr[:, 1])
 
     merged, single = vec(a) + vec(b), vec(a + b)
+    # every column is a sum, the within-bin ones (Σp of the positives, Σp²) too
+    np.testing.assert_allclose(merged, single, rtol=1e-12, atol=1e-12)
     assert_same_metrics(LAYOUT.metrics(merged), LAYOUT.metrics(single))
     values = ValueMatrix(tp=5.0, fp=-1.0, fn=-3.0, tn=0.0)
     t1, t2 = LAYOUT.best_threshold(merged, values), LAYOUT.best_threshold(single, values)
     assert (math.isnan(t1.threshold) and math.isnan(t2.threshold)) or t1.threshold == t2.threshold
     fields = [[tuple(vars_of(b)) for b in LAYOUT.reliability(x)] for x in (merged, single)]
     np.testing.assert_allclose(np.array(fields[0]), np.array(fields[1]), atol=1e-12)
+
+
+tied_rows = st.lists(
+    st.tuples(st.integers(0, 1), st.sampled_from([0.0, 0.003, 0.2, 0.9, 1.0])),
+    min_size=1, max_size=40,
+)  # fmt: skip
+
+
+@given(tied_rows, labels_scores, labels_scores)
+@settings(max_examples=40, deadline=None)
+def test_a_window_of_running_sums_reads_like_its_rows(a: list, b: list, c: list) -> None:
+    """A window's sums are running sums (buckets added, old ones subtracted): the
+    within-bin statistics average precision reads (Σp of the positives, Σp²) must
+    survive the subtraction, tied bins staying tied despite the float residue."""
+
+    def vec(rows: list) -> np.ndarray:
+        arr = np.array(rows, dtype=np.float64).reshape(-1, 2)
+        return _vec(arr[:, 0].astype(int), arr[:, 1])
+
+    window = ((vec(b) + vec(c)) + vec(a)) - vec(b) - vec(c)
+    got, want = _by_name(window)["pr_auc"].value, _by_name(vec(a))["pr_auc"].value
+    assert (math.isnan(got) and math.isnan(want)) or got == pytest.approx(want, abs=1e-9)
+    y = np.array([r[0] for r in a])
+    if y.any():
+        assert want == pytest.approx(average_precision_score(y, [r[1] for r in a]), abs=1e-12)
 
 
 def vars_of(b: object) -> list[float]:
@@ -99,6 +126,23 @@ def test_values_match_sklearn(kind: str, seed: int) -> None:
     assert m["base_rate"].value == pytest.approx(y.mean(), abs=1e-12)
     for name in ("roc_auc", "pr_auc", "log_loss", "brier"):
         assert m[name].lower < m[name].value < m[name].upper, name
+
+
+def test_a_row_whose_within_bin_sums_miss_rows_reads_bins_as_ties() -> None:
+    """A window reaching into a checkpoint written before the within-bin sums: its
+    average precision is scikit-learn's on the binned scores (each bin one group of tied
+    scores), not a reading of sums that miss rows."""
+    layout = ScoreLayout(bins=128, logit_range=8.0)
+    y, s = _dataset("rare", 3)
+    old, new = layout.empty(), layout.empty()
+    layout.add(old, y[:20000], s[:20000])
+    layout.add(new, y[20000:], s[20000:])
+    old[layout.legacy_widths[1] :] = 0.0  # as loaded from the earlier format
+    got = layout.pr_auc(old + new).value
+    assert got == pytest.approx(average_precision_score(y, layout.bin_of(s)), abs=1e-12)
+    assert layout.pr_auc(layout.empty() + new).value != pytest.approx(
+        average_precision_score(y[20000:], layout.bin_of(s[20000:])), abs=1e-4
+    )
 
 
 def test_default_log_loss_clips_at_1e_15() -> None:
