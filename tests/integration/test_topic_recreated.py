@@ -199,14 +199,19 @@ def test_a_rebalance_cut_short_by_the_poll_timeout_is_finished(
     metadata differs from the leader's assignment snapshot: a poll whose time runs out
     between the assignment and the SyncGroup answer left the member "rebalancing" for
     good (no records, every commit refused; once in a CI run). Polling with 1 ms across
-    a recreated topic hits that window every time (the first join, with 50 ms polls, is
+    a recreated topic hits that window every time (the first join, with 100 ms polls, is
     only the setup); the source must still take all the new partitions."""
     broker.create_topics(["predictions", "labels"], partitions=1)
     settings = settings_from_mapping(base_config(broker.bootstrap, tmp_path / "state"))
     source = open_source(settings.kafka, dict)
     try:
-        wait_until(lambda: bool(source.poll(50)) or len(source.assignment()) == 2, 60,
-                   lambda: f"assigned {source.assignment()}")  # fmt: skip
+
+        def joined() -> bool:
+            for _ in range(10):  # back to back, as the daemon's loop polls
+                source.poll(100)
+            return len(source.assignment()) == 2
+
+        wait_until(joined, 60, lambda: f"assigned {source.assignment()}")
         _recreate(broker, ["predictions", "labels"], partitions=4)
 
         def all_assigned() -> bool:
