@@ -951,10 +951,13 @@ class ScoreLayout:
                    p * y, p * p, ones)  # fmt: skip
         lo, hi = int(r.min()), int(r.max()) + 1
         width = matrix.shape[1]
-        if (hi - lo) * width > 4 * m * len(cols) + 65_536 and matrix.flags.c_contiguous:
-            # rows far apart: one unbuffered add of every cell into the flat matrix
-            flat = np.concatenate([r * width + c for c in cols])
-            np.add.at(matrix.reshape(-1), flat, np.concatenate(weights))
+        if (hi - lo) * width > 4 * m * len(cols) + 65_536:  # rows far apart: sparse adds
+            if matrix.flags.c_contiguous:  # one unbuffered add into the flat matrix
+                flat = np.concatenate([r * width + c for c in cols])
+                np.add.at(matrix.reshape(-1), flat, np.concatenate(weights))
+                return
+            for c, w in zip(cols, weights, strict=True):
+                np.add.at(matrix, (r, c), w)
             return
         at = (r - lo) * width
         flat = np.concatenate([at + c for c in cols])

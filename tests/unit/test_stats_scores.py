@@ -96,12 +96,14 @@ def test_rows_far_apart_take_the_same_sums_as_each_row_alone(rows: list) -> None
     arr = np.array(rows, dtype=np.float64).reshape(-1, 3)
     y, s, at = arr[:, 0].astype(int), arr[:, 1], arr[:, 2].astype(int)
     matrix = np.zeros((41, LAYOUT.width))
-    LAYOUT.add_rows(matrix, at, y, s)
-    for r in (0, 1, 40):
-        mine = at == r
-        want = _vec(y[mine], s[mine]) if mine.any() else LAYOUT.empty()
-        np.testing.assert_allclose(matrix[r], want, rtol=1e-12, atol=1e-12)
-    assert not matrix[2:40].any()
+    strided = np.zeros((41, 2 * LAYOUT.width))[:, ::2]  # a view: the per-column adds
+    for out in (matrix, strided):
+        LAYOUT.add_rows(out, at, y, s)
+        for r in (0, 1, 40):
+            mine = at == r
+            want = _vec(y[mine], s[mine]) if mine.any() else LAYOUT.empty()
+            np.testing.assert_allclose(out[r], want, rtol=1e-12, atol=1e-12)
+        assert not out[2:40].any()
 
 
 tied_rows = st.lists(
