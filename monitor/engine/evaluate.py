@@ -111,7 +111,7 @@ def evaluate_all(
     if cache is not None:
         cache.begin()
     try:
-        with collector_paused():  # ~10⁵ result tuples, no cycles (monitor/collector.py)
+        with collector_paused(keep=True):  # ~10⁵ result tuples, no cycles, kept
             return _evaluate(view, models, now_ms, confidence, plugins, plugin_errors, cache)
     finally:
         if cache is not None:
@@ -138,10 +138,27 @@ def _evaluate(
     group_model = np.array([g[0] for g in groups], np.int64)
     light = _LightSums(buckets, n_groups)
     base = {(g[0], g[1]): i for i, g in enumerate(groups) if not g[2]}
+    pool = _ScorePool(cache)
+    held: list[tuple[_Window, list[tuple[str, str, list[tuple[str, _Pending]]]]]] = []
+
+    def finish_held() -> None:
+        """Score the held windows' rows together, then finish them in order."""
+        pool.run()
+        for win, pending_gaps in held:
+            win.finish()
+            for version, dimension, shown in pending_gaps:
+                done = [(value, p) for value, p in shown if p.result is not None]
+                gaps.extend(
+                    _fairness(win.spec.name, version, win.label, dimension, done, confidence)
+                )
+        held.clear()
+
     for m, spec in enumerate(models):
         gids = np.flatnonzero(group_model == m)
         if gids.shape[0] == 0:
             continue
+        if spec.task != "binary":
+            finish_held()  # its results are appended as they are emitted: keep the order
         wide = view.wide.get(m, _EMPTY)
         families = [*own_families(spec.params, spec.metrics), *plugins]
         catalog = _Catalog(
@@ -231,10 +248,11 @@ def _evaluate(
                             shown.append((first, r))
                     if spec.task == "binary" and len(sl.dimensions) == 1 and len(shown) >= 2:
                         pending_gaps.append((version, sl.dimensions[0], shown))
-            win.flush()
-            for version, dimension, shown in pending_gaps:
-                done = [(value, p) for value, p in shown if p.result is not None]
-                gaps.extend(_fairness(spec.name, version, w.label, dimension, done, confidence))
+            win.flush(pool)
+            held.append((win, pending_gaps))
+            if pool.rows >= _POOL_ROWS:
+                finish_held()
+    finish_held()
     return tuple(results), tuple(gaps)
 
 
@@ -376,6 +394,7 @@ class _Window:
         self.pred_l, self.lab_l = sums.predicted, sums.labeled
         self.confidence, self.out = confidence, out
         self.pending: list[_Pending] = []
+        self._held: Any = None  # what flush computed, for finish
 
     def emit(
         self, version: str, slice_label: str, members: list[int], wide_rows: np.ndarray
@@ -399,8 +418,9 @@ class _Window:
         self._finish(pending, extra)
         return pending
 
-    def flush(self) -> None:
-        """Compute the queued binary results, their confusion catalogs in one batch."""
+    def flush(self, pool: _ScorePool) -> None:
+        """Compute the queued binary results' confusion catalogs in one batch, and hand
+        their score rows to ``pool``; :meth:`finish` completes them once it has run."""
         if not self.pending:
             return
         members = [p.members for p in self.pending]
@@ -416,12 +436,12 @@ class _Window:
         with np.errstate(divide="ignore", invalid="ignore"):
             share = (longs[:, 2] + longs[:, 3]) / longs.sum(axis=1)  # long-run prevalence
         # slice "all" reads the version's fine histograms; a segment slice the sum of its
-        # segments' coarser ones, whose score metrics are computed here in one batch
+        # segments' coarser ones: both scored by the pool, with other windows' rows
         n = len(self.pending)
         coarse: list[np.ndarray | None] = [None] * n
-        scored: list[SliceScores | None] = [None] * n
-        slice_keys: list[Any] = [None] * n
         layout = self.catalog.slice_layout
+        slices: list[Any] | None = None
+        at: list[int] = []
         if self.task_sums is not None and layout is not None:
             at = [i for i, p in enumerate(self.pending) if p.slice_label != "all"]
             if at:
@@ -430,29 +450,42 @@ class _Window:
                 vecs = _member_sums(
                     self.task_sums, [local[self.pending[i].members].tolist() for i in at]
                 )
-                keyed = np.hstack([vecs, share[at, np.newaxis]])
-                batch, keys = _cached_rows(
-                    self.cache,
-                    keyed,
+                slices = pool.add(
+                    np.hstack([vecs, share[at, np.newaxis]]),
                     ("slice", layout.bins, layout.logit_range, self.confidence),
                     lambda rows: score_results(layout, rows[:, :-1], self.confidence, rows[:, -1]),
                 )
                 for j, i in enumerate(at):
-                    coarse[i], scored[i], slice_keys[i] = vecs[j], batch[j], keys[j]
-        # and the versions' fine histograms (slice "all"), in one batch too
+                    coarse[i] = vecs[j]
         fine = {
             i: v for i, p in enumerate(self.pending) if (v := catalog.fine_vector(p)) is not None
         }
+        fines = None
         if fine:
             fl = catalog.score_layout
-            batch, _ = _cached_rows(
-                self.cache,
+            fines = pool.add(
                 np.hstack([np.stack(list(fine.values())), share[list(fine), np.newaxis]]),
                 ("scores", fl.bins, fl.logit_range, self.confidence),
                 lambda rows: score_results(fl, rows[:, :-1], self.confidence, rows[:, -1]),
             )
-            for i, got in zip(fine, batch, strict=True):
+        self._held = (confs, binary, binary_keys, coarse, at, slices, fine, fines)
+
+    def finish(self) -> None:
+        """The queued results, once the pool :meth:`flush` fed has run."""
+        if not self.pending:
+            return
+        confs, binary, binary_keys, coarse, at, slices, fine, fines = self._held
+        n = len(self.pending)
+        scored: list[SliceScores | None] = [None] * n
+        slice_keys: list[Any] = [None] * n
+        if slices is not None:
+            batch, keys = slices
+            for j, i in enumerate(at):
+                scored[i], slice_keys[i] = batch[j], keys[j]
+        if fines is not None:
+            for i, got in zip(fine, fines[0], strict=True):
                 scored[i] = got
+        catalog = self.catalog
         cache = self.cache
         for k, (p, c, values) in enumerate(zip(self.pending, confs.tolist(), binary, strict=True)):
             # a segment slice's catalog is a pure function of its counts: reused whole
@@ -493,6 +526,7 @@ class _Window:
             if shown is not None:
                 cache.put(shown, (p.result, p.rates))  # type: ignore[union-attr]
         self.pending = []
+        self._held = None
 
     def _finish(self, p: _Pending, extra: dict[str, Any]) -> None:
         p.result = WindowResult(
@@ -928,17 +962,67 @@ class _Catalog:
         return Economics(deployed, best.threshold, best.value)
 
 
+_POOL_ROWS = 4096
+"""Score rows held for one pool run: windows wait for it with their rows (a slice row
+of 128 bins is 5 kB, a fine one 80 kB), so a large fleet runs it every few windows."""
+
+_CHUNK_ROWS = 256
+"""Rows per score-metric call: the calls' fixed cost (a few hundred small numpy
+operations, loops over calibration bins) spread over many rows, while each call's
+(rows × bins) temporaries stay in the processor's cache (measured: 64-256 best)."""
+
+
+class _ScorePool:
+    """The score rows of many model windows, computed together.
+
+    Why: one call per model window scored a fleet's ~60 changed slice rows and 3 fine
+    rows at a time, and a call's fixed cost dominated — pooled across windows and models
+    (each row's metrics are a pure function of the row, whatever the batch), a fleet
+    tick's score metrics took half the time (docs/benchmarks.md)."""
+
+    def __init__(self, cache: ResultCache | None) -> None:
+        self.cache = cache
+        self.rows = 0
+        self._parts: dict[tuple[Any, ...], list[tuple[np.ndarray, list[Any]]]] = {}
+        self._compute: dict[tuple[Any, ...], Callable[[np.ndarray], list[Any]]] = {}
+
+    def add(
+        self,
+        rows: np.ndarray,
+        context: tuple[Any, ...],
+        compute: Callable[[np.ndarray], list[Any]],
+    ) -> list[Any]:
+        """A list that :meth:`run` fills with (each row's result, each row's cache key)
+        — :func:`_cached_rows` of ``rows``; rows of one ``context`` share ``compute``."""
+        slot: list[Any] = []
+        self._parts.setdefault(context, []).append((rows, slot))
+        self._compute.setdefault(context, compute)
+        self.rows += rows.shape[0]
+        return slot
+
+    def run(self) -> None:
+        for context, parts in self._parts.items():
+            stacked = np.vstack([rows for rows, _ in parts]) if len(parts) > 1 else parts[0][0]
+            out, keys = _cached_rows(self.cache, stacked, context, self._compute[context])
+            at = 0
+            for rows, slot in parts:
+                n = rows.shape[0]
+                slot.extend((out[at : at + n], keys[at : at + n]))
+                at += n
+        self._parts, self._compute, self.rows = {}, {}, 0
+
+
 def _cached_rows(
     cache: ResultCache | None,
     rows: np.ndarray,
     context: tuple[Any, ...],
     compute: Callable[[np.ndarray], list[Any]],
 ) -> tuple[list[Any], list[Any]]:
-    """``compute(rows)``, reusing the result of every row whose bytes (and ``context``:
-    what else the result depends on) an earlier or this pass already computed; and each
-    row's cache key (None without a cache)."""
+    """``compute(rows)`` (in chunks of :data:`_CHUNK_ROWS`), reusing the result of every
+    row whose bytes (and ``context``: what else the result depends on) an earlier or this
+    pass already computed; and each row's cache key (None without a cache)."""
     if cache is None:
-        return compute(rows), [None] * rows.shape[0]
+        return _chunked(compute, rows), [None] * rows.shape[0]
     if rows.shape[1] <= 8:  # a few counts: the bytes themselves are a cheaper key
         keys: list[Any] = [(row, context) for row in map(bytes, rows)]
     else:
@@ -949,12 +1033,23 @@ def _cached_rows(
         if value is None:
             todo.setdefault(keys[i], []).append(i)
     if todo:
-        fresh = compute(rows[[at[0] for at in todo.values()]])
+        fresh = _chunked(compute, rows[[at[0] for at in todo.values()]])
         for (key, at), value in zip(todo.items(), fresh, strict=True):
             cache.put(key, value)
             for i in at:
                 out[i] = value
     return out, keys
+
+
+def _chunked(compute: Callable[[np.ndarray], list[Any]], rows: np.ndarray) -> list[Any]:
+    """``compute(rows)`` a :data:`_CHUNK_ROWS` slice at a time."""
+    if rows.shape[0] <= _CHUNK_ROWS:
+        return compute(rows)
+    return [
+        x
+        for at in range(0, rows.shape[0], _CHUNK_ROWS)
+        for x in compute(rows[at : at + _CHUNK_ROWS])
+    ]
 
 
 def _member_sums(matrix: np.ndarray, members: Sequence[list[int]]) -> np.ndarray:
