@@ -598,38 +598,36 @@ def _fairness(
     odds) — with probability at least 1 − α all cover, and then the true gap
     max θ − min θ lies in [max(0, max L − min U), max U − min L]. A lower end of 0 says
     the data show no difference at all. The ECE and AUC gaps have no interval."""
-    rates: dict[str, dict[str, float]] = {"ppr": {}, "tpr": {}, "fpr": {}, "ece": {}, "auc": {}}
-    counts: dict[str, dict[str, tuple[float, float]]] = {"ppr": {}, "tpr": {}, "fpr": {}}
-    for value, p in shown:
-        assert p.result is not None
-        ece, auc = p.rates
-        if math.isfinite(ece):
-            rates["ece"][value] = ece
-        if math.isfinite(auc):
-            rates["auc"][value] = auc
-        tn, fp, fn, tp = p.result.confusion
-        n = tn + fp + fn + tp
-        for key, k, trials in (("ppr", tp + fp, n), ("tpr", tp, tp + fn), ("fpr", fp, tn + fp)):
-            if trials:
-                rates[key][value] = k / trials
-                counts[key][value] = (k, trials)
+    values = [value for value, _ in shown]
+    conf = np.array([p.result.confusion for _, p in shown], np.float64)  # type: ignore[union-attr]
+    tn, fp, fn, tp = conf[:, 0], conf[:, 1], conf[:, 2], conf[:, 3]
+    scores = np.array([p.rates for _, p in shown], np.float64)  # ECE, AUC
+    counts = {"ppr": (tp + fp, tn + fp + fn + tp), "tpr": (tp, tp + fn), "fpr": (fp, tn + fp)}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rates = {key: (k / trials, trials > 0) for key, (k, trials) in counts.items()}
+    rates["ece"] = (scores[:, 0], np.isfinite(scores[:, 0]))
+    rates["auc"] = (scores[:, 1], np.isfinite(scores[:, 1]))
 
-    def bounds(key: str, tests: int) -> tuple[float, float]:
+    def bounds(key: str, at: np.ndarray, tests: int) -> tuple[float, float]:
         """The gap's simultaneous interval (NaN without counts)."""
-        if key not in counts or len(counts[key]) < 2:
+        if key not in counts:
             return math.nan, math.nan
-        k, trials = (np.array(x, np.float64) for x in zip(*counts[key].values(), strict=True))
+        k, trials = counts[key]
         level = 1.0 - (1.0 - confidence) / tests
-        lo, hi = wilson_interval(k, trials, level)
+        lo, hi = wilson_interval(k[at], trials[at], level)
         return max(0.0, float(lo.max() - hi.min())), float(hi.max() - lo.min())
 
     def gap(metric: str, key: str, tests: int = 0) -> FairnessGap | None:
-        rate = rates[key]
-        if len(rate) < 2:
+        rate, shown_at = rates[key]
+        at = np.flatnonzero(shown_at)
+        if at.shape[0] < 2:
             return None
-        lo, lo_v = min((r, k) for k, r in rate.items())
-        hi, hi_v = max((r, k) for k, r in rate.items())
-        lower, upper = bounds(key, tests or len(rate))
+        r = rate[at]
+        lo, hi = float(r.min()), float(r.max())
+        # ties go to the first value in label order at the low end, the last at the high
+        lo_v = min(values[i] for i in at[r == lo].tolist())
+        hi_v = max(values[i] for i in at[r == hi].tolist())
+        lower, upper = bounds(key, at, tests or at.shape[0])
         return FairnessGap(model, version, window, dimension, metric, hi - lo, lo_v, hi_v,
                            lower, upper)  # fmt: skip
 
@@ -639,7 +637,7 @@ def _fairness(
         gap("ece_gap", "ece"),
         gap("auc_gap", "auc"),
     ]
-    both = len(rates["tpr"]) + len(rates["fpr"])
+    both = int(rates["tpr"][1].sum() + rates["fpr"][1].sum())
     tpr, fpr = gap("tpr", "tpr", both), gap("fpr", "fpr", both)
     if tpr is not None and fpr is not None:
         worst = tpr if tpr.gap >= fpr.gap else fpr
