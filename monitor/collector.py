@@ -27,10 +27,11 @@ from contextlib import contextmanager
 
 __all__ = ["FULL_PASS_EVERY_S", "collector_paused"]
 
-FULL_PASS_EVERY_S = 60.0
+FULL_PASS_EVERY_S = 600.0
 """Seconds between the full passes of keeping blocks: bounds how long cyclic garbage
 frozen with a block's survivors (another thread's, made meanwhile) outlives it, at the
-cost of one full pass (~0.3 s for a 10-model fleet) a minute."""
+cost of one full pass (~0.3 s for a 10-model fleet) every ten minutes — the collector
+left alone ran one every few ticks."""
 
 _full = {"at": time.monotonic()}
 _thaw_lock = threading.Lock()

@@ -54,7 +54,7 @@ from .buckets import window_group_sums
 from .models import SCORE_METRICS, ModelSpec, SliceSpec
 from .result_cache import ResultCache, digest, row_digests
 from .snapshot import Economics, FairnessGap, WindowResult
-from .view import StoreView, base_group_index
+from .view import StoreView, base_rows
 
 __all__ = ["evaluate_all", "score_results"]
 
@@ -136,6 +136,7 @@ def _evaluate(
     if n_groups == 0:
         return (), ()
     group_model = np.array([g[0] for g in groups], np.int64)
+    is_base = np.fromiter((not g[2] for g in groups), bool, n_groups)
     light = _LightSums(buckets, n_groups)
     base = {(g[0], g[1]): i for i, g in enumerate(groups) if not g[2]}
     pool = _ScorePool(cache)
@@ -176,7 +177,7 @@ def _evaluate(
         )
         empty = np.empty(0, np.int64)
         w_group, w_bucket = wide.get("group", empty), wide.get("bucket", empty)
-        w_index = base_group_index(groups, m)[0] if view.wide_sums else None
+        w_index = base_rows(group_model, is_base, m)[0] if view.wide_sums else None
         if catalog.est is not None:
             catalog.measure_calibration(view, now_ms, w_group, w_bucket, base, m, w_index)
         if catalog.mc_est is not None:
