@@ -251,7 +251,7 @@ def _evaluate(
                         pending_gaps.append((version, sl.dimensions[0], shown))
             win.flush(pool)
             held.append((win, pending_gaps))
-            if pool.rows >= _POOL_ROWS:
+            if pool.nbytes >= _POOL_BYTES:
                 finish_held()
     finish_held()
     return tuple(results), tuple(gaps)
@@ -961,14 +961,17 @@ class _Catalog:
         return Economics(deployed, best.threshold, best.value)
 
 
-_POOL_ROWS = 4096
-"""Score rows held for one pool run: windows wait for it with their rows (a slice row
-of 128 bins is 5 kB, a fine one 80 kB), so a large fleet runs it every few windows."""
+_POOL_BYTES = 32 << 20
+"""Score rows held for one pool run, in bytes: windows wait for it with their rows (a
+slice row of 128 bins is 5 kB, a fine one of 2,048 bins 80 kB), so a large fleet runs it
+every few windows and the rows held stay bounded."""
 
-_CHUNK_ROWS = 256
-"""Rows per score-metric call: the calls' fixed cost (a few hundred small numpy
-operations, loops over calibration bins) spread over many rows, while each call's
-(rows × bins) temporaries stay in the processor's cache (measured: 64-256 best)."""
+_CHUNK_BYTES = 2 << 20
+"""Rows per score-metric call, in bytes (~380 slice rows, ~25 fine ones): the calls'
+fixed cost (a few hundred small numpy operations, loops over calibration bins) spread
+over many rows, while each call's (rows × bins) temporaries stay small (measured on a
+fleet tick: 64-256 slice rows and 16-64 fine rows a call were best, one call per model
+window of ~60 and 3 rows 1.5-3 times slower)."""
 
 
 class _ScorePool:
@@ -981,7 +984,7 @@ class _ScorePool:
 
     def __init__(self, cache: ResultCache | None) -> None:
         self.cache = cache
-        self.rows = 0
+        self.nbytes = 0
         self._parts: dict[tuple[Any, ...], list[tuple[np.ndarray, list[Any]]]] = {}
         self._compute: dict[tuple[Any, ...], Callable[[np.ndarray], list[Any]]] = {}
 
@@ -996,7 +999,7 @@ class _ScorePool:
         slot: list[Any] = []
         self._parts.setdefault(context, []).append((rows, slot))
         self._compute.setdefault(context, compute)
-        self.rows += rows.shape[0]
+        self.nbytes += rows.nbytes
         return slot
 
     def run(self) -> None:
@@ -1008,7 +1011,7 @@ class _ScorePool:
                 n = rows.shape[0]
                 slot.extend((out[at : at + n], keys[at : at + n]))
                 at += n
-        self._parts, self._compute, self.rows = {}, {}, 0
+        self._parts, self._compute, self.nbytes = {}, {}, 0
 
 
 def _cached_rows(
@@ -1017,7 +1020,7 @@ def _cached_rows(
     context: tuple[Any, ...],
     compute: Callable[[np.ndarray], list[Any]],
 ) -> tuple[list[Any], list[Any]]:
-    """``compute(rows)`` (in chunks of :data:`_CHUNK_ROWS`), reusing the result of every
+    """``compute(rows)`` (in chunks of :data:`_CHUNK_BYTES`), reusing the result of every
     row whose bytes (and ``context``: what else the result depends on) an earlier or this
     pass already computed; and each row's cache key (None without a cache)."""
     if cache is None:
@@ -1041,14 +1044,11 @@ def _cached_rows(
 
 
 def _chunked(compute: Callable[[np.ndarray], list[Any]], rows: np.ndarray) -> list[Any]:
-    """``compute(rows)`` a :data:`_CHUNK_ROWS` slice at a time."""
-    if rows.shape[0] <= _CHUNK_ROWS:
+    """``compute(rows)`` a :data:`_CHUNK_BYTES` slice at a time."""
+    step = max(1, _CHUNK_BYTES // max(1, rows[:1].nbytes))
+    if rows.shape[0] <= step:
         return compute(rows)
-    return [
-        x
-        for at in range(0, rows.shape[0], _CHUNK_ROWS)
-        for x in compute(rows[at : at + _CHUNK_ROWS])
-    ]
+    return [x for at in range(0, rows.shape[0], step) for x in compute(rows[at : at + step])]
 
 
 def _member_sums(matrix: np.ndarray, members: Sequence[list[int]]) -> np.ndarray:

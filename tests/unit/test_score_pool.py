@@ -76,8 +76,8 @@ def test_pooled_scores_equal_window_by_window(
     pooled = _pass(engine)
     cached = ResultCache()
     assert _pass(engine, cached) == pooled
-    monkeypatch.setattr(evaluate, "_POOL_ROWS", 1)  # the pool runs after every window
-    monkeypatch.setattr(evaluate, "_CHUNK_ROWS", 2)  # two rows per score-metric call
+    monkeypatch.setattr(evaluate, "_POOL_BYTES", 1)  # the pool runs after every window
+    monkeypatch.setattr(evaluate, "_CHUNK_BYTES", 1)  # one row per score-metric call
     alone = _pass(engine)
     assert alone == pooled
     assert _pass(engine, ResultCache()) == pooled
