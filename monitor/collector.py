@@ -34,7 +34,7 @@ cost of one full pass (~0.3 s for a 10-model fleet) every ten minutes — the co
 left alone ran one every few ticks."""
 
 _full = {"at": time.monotonic()}
-_thaw_lock = threading.Lock()
+_thaw_lock = threading.RLock()  # a finalizer the full pass runs may evaluate too
 
 
 @contextmanager
