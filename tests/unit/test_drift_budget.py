@@ -12,7 +12,7 @@ import numpy as np
 import orjson
 import pytest
 
-from monitor.config import settings_from_mapping
+from monitor.config import Settings, settings_from_mapping
 from monitor.drift.budget import DAY_MS, drift_step_ms, drift_window_end_ms, window_alpha
 from monitor.drift.reference import ReferenceProfile
 from monitor.ingest.deadletter import FileDeadLetter
@@ -20,6 +20,17 @@ from monitor.ingest.pipeline import RawRecord
 from monitor.wiring import build_engine, build_pipeline
 
 HOUR, MINUTE = 3_600_000, 60_000
+
+
+def _hourly_drift(tmp_path: Path, rng: np.random.Generator) -> Settings:
+    """One model, a 1 h window, drift of feature x against a standard normal reference."""
+    profile = ReferenceProfile.from_columns(numeric={"x": rng.normal(0, 1, 20_000)})
+    ref = tmp_path / "ref.json"
+    ref.write_bytes(orjson.dumps(profile.to_json()))
+    return settings_from_mapping(
+        {"models": [{"name": "m", "windows": [{"size": "1h"}],
+                     "drift": {"reference": str(ref), "min_samples": 100}}]}
+    )  # fmt: skip
 
 
 def test_each_window_gets_its_share_of_the_day() -> None:
@@ -39,13 +50,7 @@ def test_the_engine_tests_one_window_per_step_at_its_level(tmp_path: Path) -> No
     """Evaluations all through an hour test the same complete hour, at α·budget/24; the
     next hour's evaluations test the next one."""
     rng = np.random.default_rng(3)
-    profile = ReferenceProfile.from_columns(numeric={"x": rng.normal(0, 1, 20_000)})
-    ref = tmp_path / "ref.json"
-    ref.write_bytes(orjson.dumps(profile.to_json()))
-    settings = settings_from_mapping(
-        {"models": [{"name": "m", "windows": [{"size": "1h"}],
-                     "drift": {"reference": str(ref), "min_samples": 100}}]}
-    )  # fmt: skip
+    settings = _hourly_drift(tmp_path, rng)
     engine = build_engine(settings)
     pipe = build_pipeline(settings, engine, FileDeadLetter(tmp_path / "dl.jsonl"))
     start = (int(time.time() * 1000) - 5 * HOUR) // HOUR * HOUR
@@ -71,13 +76,7 @@ def test_a_window_tested_again_reuses_its_test_until_its_counts_change(tmp_path:
     reused; a late prediction stamped inside that hour changes the counts, and the next
     evaluation tests again, giving what a fresh engine with the same rows reports."""
     rng = np.random.default_rng(4)
-    profile = ReferenceProfile.from_columns(numeric={"x": rng.normal(0, 1, 20_000)})
-    ref = tmp_path / "ref.json"
-    ref.write_bytes(orjson.dumps(profile.to_json()))
-    settings = settings_from_mapping(
-        {"models": [{"name": "m", "windows": [{"size": "1h"}],
-                     "drift": {"reference": str(ref), "min_samples": 100}}]}
-    )  # fmt: skip
+    settings = _hourly_drift(tmp_path, rng)
     start = (int(time.time() * 1000) - 5 * HOUR) // HOUR * HOUR
     ts = start + np.arange(0, 3 * HOUR, 2000)
     lines = [
