@@ -40,12 +40,14 @@ from .alerting.slo import SloEvaluator, SloStatus
 from .alerting.timeline import Timeline
 from .collector import collector_paused
 from .config import Settings, redacted
+from .engine import state_codec
 from .engine.clock import SteadyClock, retention_now
-from .engine.core import Engine, StateMismatch
+from .engine.core import Engine
 from .engine.evaluate import evaluate_all
 from .engine.models import WindowSpec
 from .engine.narrow import NarrowError
 from .engine.snapshot import OpsState, Snapshot
+from .engine.state_codec import StateMismatch
 from .engine.view import StoreView
 from .export.exposition import Exposition
 from .export.http import HttpLimits, HttpServer, Request, Response, json_response
@@ -698,7 +700,7 @@ class Daemon:
         def apply(loaded: LoadedCheckpoint) -> None:
             try:
                 with self.lock:
-                    self.engine.load(loaded.meta, loaded.arrays)
+                    state_codec.decode(self.engine, loaded.meta, loaded.arrays)
                     self.offsets.clear()
                     self.offsets.update(load_offsets(loaded.meta))
                 ids = loaded.meta.get("topic_ids", {})
@@ -799,9 +801,10 @@ class Daemon:
             if sink is not None:
                 sink.flush()
             with self.lock:
-                meta, arrays = self.engine.state(with_results=False)
+                meta, arrays = state_codec.encode(self.engine, with_results=False)
                 meta["offsets"] = dict(self.offsets)
-            arrays.update(self.engine.results_state(meta))  # encoded with the lock released
+            # encoded with the lock released
+            arrays.update(state_codec.results_state(self.engine, meta))
             if source is not None:
                 self.topic_ids = source.topic_ids()
             meta["topic_ids"] = dict(self.topic_ids)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from typing import Any
@@ -36,7 +36,6 @@ from ..stats.multiclass import MulticlassLayout
 from ..stats.ranking import RankingLayout
 from ..stats.regression import RegressionLayout
 from ..stats.scores import ScoreLayout
-from ..version import app_version, build
 from .accumulator import Accumulator, LabeledRows, NewPredictions, PredictionAccumulator
 from .buckets import BucketStore, MatrixSpec, SumPlan, window_group_sums
 from .clock import EventWatermark
@@ -63,16 +62,15 @@ from .join import NUMERIC, RANKED, JoinBuffer, Joined, JoinReject
 from .light_counts import LightCounts
 from .models import ComparisonSpec, DriftSpec, ModelSpec
 from .ranking import RankingState
-from .records import ID_HASH, LabelBatch, PredictionBatch
-from .result_cache import ResultCache, digest
+from .records import LabelBatch, PredictionBatch
+from .result_cache import ResultCache
 from .snapshot import OpsState, Snapshot, WindowResult
-from .state_checks import check_state
 from .table import KeyedTable
 from .task_stats import ScoreHistograms, TaskStats
 from .view import StoreView, base_group_index
 from .windows import Tiers, tier_reach
 
-__all__ = ["DELAY_BOUNDS_S", "ENGINE_FORMAT", "LOSSES", "Engine", "JoinReject", "StateMismatch"]
+__all__ = ["DELAY_BOUNDS_S", "LOSSES", "Engine", "JoinReject"]
 
 
 _TASKS = {"binary": 0, "multiclass": 1, "regression": 2, "ranking": 3}
@@ -81,16 +79,6 @@ _TASKS = {"binary": 0, "multiclass": 1, "regression": 2, "ranking": 3}
 # lock holds a snapshot spends summing one per-segment store (~16 MB each): the rest, if
 # the writer outruns them, is summed in the final hold
 _MAX_SUM_CHUNKS = 10_000
-
-# Version of the engine's part of a checkpoint: 2 keeps per-model stores (format 1, one
-# store holding every model's matrices, is migrated on load); 3 keeps the label delay per
-# model (format 2's one histogram loads as the fleet prior, engine/delay.py).
-ENGINE_FORMAT = 3
-_CACHE_ARRAY = "result_cache"  # the checkpointed results of the last evaluation (bytes)
-
-
-class StateMismatch(ValueError):
-    """A saved state that cannot be applied to this configuration."""
 
 
 class Engine:
@@ -920,74 +908,28 @@ class Engine:
             series=self.series,
         )
 
-    # -- state -----------------------------------------------------------------------
-    def state(self, with_results: bool = True) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """Everything needed to continue exactly where this engine is (JSON + arrays), and
-        the last evaluation's reusable results (:meth:`results_state`) unless
-        ``with_results`` is False — the daemon adds them once it released its lock."""
-        meta = {
-            "engine_format": ENGINE_FORMAT,
-            "id_hash": ID_HASH,
-            "bucket_width_ms": self.buckets.width_ms,
-            **self.registry.groups_state(),
+    # -- checkpoint parts (engine/state_codec.py encodes and restores them) ----------------
+    @property
+    def keeps_ranking(self) -> bool:
+        """Whether ranking lists wait in the state (ranking models only)."""
+        return bool(self.rank_layouts)
+
+    def counters_state(self) -> dict[str, Any]:
+        """The engine's own scalars: label codes, counters, watermarks, clocks, tiers."""
+        return {
             "label_codes": list(self.label_codes),
             "records": [[k, o, c] for (k, o), c in sorted(self.records.items())],
             "invalid": [[k, r, c] for (k, r), c in sorted(self.invalid.items())],
             "join_events": dict(sorted(self.join_events.items())),
-            "pending": self.join.pending,
             "pred_watermark_ms": self.pred_watermark_ms,
             "tiers": self.tiers.bounds(),
             "label_watermark_ms": self.label_watermark_ms,
             "event_clock": self.event_clock.state(),
             "label_clock": self.label_clock.state(),
-            "comparisons": self.tracker.state(),
-            **self.registry.lifecycle_state(),
         }
-        arrays: dict[str, np.ndarray] = {}
-        for part in (self.join, *self._saved):
-            m, a = part.state()
-            meta.update(m)
-            arrays.update(a)
-        arrays.update({f"buckets.{k}": v for k, v in self.buckets.state().items()})
-        if self.rank_layouts:
-            arrays.update(self.ranking.arrays())
-        # per-model stores under the model's name: a reordered config still restores
-        for kind, stores in (("wide", self.wide), ("sliced", self.sliced)):
-            for m, store in stores.items():
-                if len(store):
-                    name = self.models[m].name
-                    arrays.update({f"{kind}/{name}/{k}": v for k, v in store.state().items()})
-        if with_results:
-            arrays.update(self.results_state(meta))
-        return meta, arrays
 
-    def results_state(self, meta: dict[str, Any]) -> dict[str, np.ndarray]:
-        """The result cache as a checkpoint array, bound to the state ``meta`` it is saved
-        beside (empty without results). Needs no lock: it reads a copy of the cache, whose
-        entries are pure functions of their keys, so a pass running meanwhile only adds
-        entries that are as valid."""
-        cached = self.result_cache.section(self._cache_binding(meta))
-        return {} if cached is None else {_CACHE_ARRAY: np.frombuffer(cached, np.uint8)}
-
-    def load(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
-        """Restore a state from ``state()``; StateMismatch if it cannot apply here."""
-        fmt = meta.get("engine_format", 1)
-        if not isinstance(fmt, int) or fmt > ENGINE_FORMAT:
-            raise StateMismatch(
-                f"engine state format {fmt!r} was written by a newer model-monitor (this one "
-                f"reads up to {ENGINE_FORMAT}); upgrade, or move the state directory aside"
-            )
-        if fmt == 1:
-            meta, arrays = _migrate_v1(meta, arrays, self.models)
-        check_state(meta, arrays, self.state(with_results=False)[1], self.buckets.width_ms)
-        if meta.get("id_hash") != ID_HASH:
-            raise StateMismatch(f"ids were hashed with {meta.get('id_hash')!r}, not {ID_HASH!r}")
-        if meta["bucket_width_ms"] != self.buckets.width_ms:
-            raise StateMismatch(
-                f"state has bucket_width {meta['bucket_width_ms'] / 1000:g}s but the config says "
-                f"{self.buckets.width_ms / 1000:g}s; restore with the old width or start fresh"
-            )
-        self.registry.load(meta)
+    def load_counters(self, meta: Mapping[str, Any]) -> None:
+        """Restore :meth:`counters_state` (after the groups), dropping what was derived."""
         self._base_index = {}
         self.label_codes = list(meta["label_codes"])
         self._label_index = {t: i for i, t in enumerate(self.label_codes)}
@@ -999,97 +941,25 @@ class Engine:
         self.label_watermark_ms = int(meta["label_watermark_ms"])
         self.event_clock.load(meta.get("event_clock"))
         self.label_clock.load(meta.get("label_clock"))  # absent before: rebuilt from labels
-        for acc in self._saved:
-            try:
-                acc.load(meta, arrays)
-            except ValueError as err:
-                raise StateMismatch(str(err)) from None
-        self.tracker.load(meta.get("comparisons", {}))
-        try:
-            self.ranking.load(arrays if self.rank_layouts else {})
-        except (KeyError, ValueError) as err:
-            raise StateMismatch(f"ranking lists in the state are unusable: {err}") from None
-        self.join.load(meta, arrays)
         if "tiers" in meta and self.tiers.per_hour:
             self.tiers = self.tiers.with_bounds(meta["tiers"])
         for store in self._stores():
             store.tiers = self.tiers
-        self.buckets.load({k[8:]: v for k, v in arrays.items() if k.startswith("buckets.")})
+
+    def saved_parts(self) -> tuple[Accumulator | PredictionAccumulator, ...]:
+        """The accumulators that save a part of their own, each once."""
+        return self._saved
+
+    def named_stores(self) -> dict[str, BucketStore]:
+        """Every bucket store by its checkpoint name (per model by the model's name)."""
+        out = {"buckets": self.buckets}
         for kind, stores in (("wide", self.wide), ("sliced", self.sliced)):
-            for m, store in stores.items():
-                name = self.models[m].name
-                prefix = f"{kind}/{name}/"
-                part = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
-                if kind == "wide" and name in self.drift_cells.stale:
-                    part.pop("m.drift", None)
-                if part:
-                    store.load(part)
-        n_groups = len(self.groups)
-        stores = [*self.wide.values(), *self.sliced.values()]
-        for col in (self.preds.col("group"), self.buckets.group, *(st.group for st in stores)):
-            if col.shape[0] and (col.min() < 0 or col.max() >= n_groups):
-                raise StateMismatch("state refers to groups it does not define")
-        if self.orphans.size and self.orphans.col("code").max() >= len(self.label_codes):
-            raise StateMismatch("state refers to label codes it does not define")
-        if not self.join.consistent():
-            raise StateMismatch("pending count disagrees with the join buffer")
-        cached = arrays.get(_CACHE_ARRAY)
-        if cached is not None and cached.dtype == np.uint8 and cached.ndim == 1:
-            self.result_cache.restore(cached.tobytes(), self._cache_binding(meta))
-        elif cached is not None:
-            self.result_cache.faults["result_cache_corrupt"] += 1
+            out.update({f"{kind}/{self.models[m].name}": st for m, st in stores.items()})
+        return out
 
-    def _cache_binding(self, meta: dict[str, Any]) -> bytes:
-        """What a checkpoint's result cache is valid for: this code (release and build
-        revision), this configuration and the state saved beside it (its watermarks and
-        record counts) — a section from another checkpoint or build does not match and is
-        ignored, so results computed by other code are never served."""
-        return digest(
-            app_version(), build().revision, ENGINE_FORMAT, repr(self.models),
-            meta.get("pred_watermark_ms"), meta.get("label_watermark_ms"),
-            repr(meta.get("records")), repr(meta.get("join_events")),
-        )  # fmt: skip
-
-
-def _migrate_v1(
-    meta: dict[str, Any], arrays: dict[str, np.ndarray], models: Sequence[ModelSpec]
-) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Format 1 kept one wide store (every model's matrices on every row, named with the
-    model's index) and one task store; split both per model, by the groups' models."""
-    names = [g[0] for g in meta["groups"]]
-    out = {k: v for k, v in arrays.items() if not k.startswith(("wide.", "tasks."))}
-    for kind, old in (("wide", "wide."), ("sliced", "tasks.")):
-        cols = {k[len(old) :]: v for k, v in arrays.items() if k.startswith(old)}
-        if "group" not in cols:
-            continue
-        gname = np.array([names[g] if 0 <= g < len(names) else None for g in cols["group"]],
-                         dtype=object)  # fmt: skip
-        for i, spec in enumerate(models):
-            rows = gname == spec.name
-            if not rows.any():
-                continue
-            part = {"group": cols["group"][rows], "bucket": cols["bucket"][rows]}
-            for fixed in ("predicted", "labeled", "confusion"):
-                if fixed in cols:
-                    part[fixed] = cols[fixed][rows]
-            for key, v in cols.items():
-                if not key.startswith("m."):
-                    continue
-                base = key[2:]
-                for stem in (SCORES.name, "drift", MULTICLASS.name, REGRESSION.name):
-                    if base == f"{stem}{i}":
-                        part[f"m.{stem}"] = v[rows]
-                if base.startswith("p_") and base.endswith(f"_{i}"):
-                    part[f"m.{base[: -len(f'_{i}')]}"] = v[rows]
-            out.update({f"{kind}/{spec.name}/{k}": v for k, v in part.items()})
-    meta = dict(meta)
-    meta["drift_fingerprints"] = {
-        models[int(k[5:])].name: fp
-        for k, fp in meta.get("drift_fingerprints", {}).items()
-        if k.startswith("drift") and k[5:].isdigit() and int(k[5:]) < len(models)
-    }
-    meta["engine_format"] = ENGINE_FORMAT
-    return meta, out
+    def stale_references(self) -> set[str]:
+        """Models whose configured drift reference changed since their counts were saved."""
+        return set(self.drift_cells.stale)
 
 
 def _robust_mark(maximum: int, clock: EventWatermark) -> int:

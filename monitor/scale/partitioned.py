@@ -49,9 +49,11 @@ from ..alerting.slo import SloStatus
 from ..app import Daemon, StartupError
 from ..collector import collector_paused
 from ..config import KafkaSettings, Settings
+from ..engine import state_codec
 from ..engine.clock import retention_now
-from ..engine.core import Engine, StateMismatch
+from ..engine.core import Engine
 from ..engine.snapshot import Snapshot
+from ..engine.state_codec import StateMismatch
 from ..engine.view import StoreView
 from ..export.published import Published
 from ..ingest.assignor import warn_unpaired
@@ -169,11 +171,11 @@ class PartitionedDaemon(Daemon):
         """p's state and the offsets it covers, taken together under the engine lock."""
         current = self._source.topic_ids() if self._source is not None else {}
         with self.lock:
-            meta, arrays = part.engine.state(with_results=False)
+            meta, arrays = state_codec.encode(part.engine, with_results=False)
             offsets = dict(part.offsets)
             part.topic_ids.update(current)  # a recreated topic was restarted in the new log
             topic_ids = dict(part.topic_ids)
-        arrays.update(part.engine.results_state(meta))  # encoded with the lock released
+        arrays.update(state_codec.results_state(part.engine, meta))  # lock released
         blob = pack(
             {
                 "format": STATE_FORMAT,
@@ -261,7 +263,7 @@ class PartitionedDaemon(Daemon):
             )
         if meta.get("source") != self.source_identity():
             raise StateMismatch(f"state of partition {number} was written for {meta.get('source')}")
-        engine.load(meta["engine"], arrays)
+        state_codec.decode(engine, meta["engine"], arrays)
         offsets = {str(k): int(v) for k, v in meta["offsets"].items()}
         ids = meta.get("topic_ids") or {}  # absent: stored before ids were kept
         if not isinstance(ids, dict):
