@@ -31,12 +31,13 @@ from ..metrics.catalog import (
     SCORES,
 )
 from ..metrics.protocol import Metric
-from ..metrics.registry import LOSSES, own_families, series_table
+from ..metrics.registry import LOSSES, own_families
 from ..stats.multiclass import MulticlassLayout
 from ..stats.ranking import RankingLayout
 from ..stats.regression import RegressionLayout
 from ..stats.scores import ScoreLayout
 from .accumulator import Accumulator, LabeledRows, NewPredictions, PredictionAccumulator
+from .assemble import Assembler
 from .buckets import BucketStore, MatrixSpec, SumPlan, window_group_sums
 from .clock import EventWatermark
 from .comparison_stats import (
@@ -49,12 +50,10 @@ from .comparison_stats import (
     loss_names,
 )
 from .comparisons import ComparisonResult, ComparisonTracker
-from .completeness import window_completeness
 from .delay import DELAY_BOUNDS_S, LabelDelay
 from .drift import DriftTracker
 from .drift_cells import DriftCells, UnseenValues
 from .estimation_counts import EstimationCounts
-from .evaluate import evaluate_all
 from .family_stats import FamilyStats
 from .groups import GroupRegistry
 from .join import NO_TS as _NO_TS
@@ -154,17 +153,9 @@ class Engine:
         self.plugins = tuple(plugins.plugins) if plugins is not None else ()
         # the losses comparisons count: the built-in ones, then the plugin losses they use
         self.loss_names = loss_names(self.comparisons)
-        loss_plugins = {p.name: p for p in self.plugins if p.has_loss()}
-        missing = [n for n in self.loss_names[len(LOSSES) :] if n not in loss_plugins]
-        if missing:
-            raise ValueError(f"comparison losses {missing} are no loaded plugin's loss")
-        self.tracker = ComparisonTracker(
-            self.comparisons,
-            self.models,
-            {n: loss_plugins[n].loss_bound for n in self.loss_names[len(LOSSES) :]},
-        )
-        # what every metric name is exported as (the exporter's help and labels)
-        self.series = series_table([(m.params, m.metrics) for m in self.models], self.plugins)
+        # evaluation state (sticky comparison decisions, drift references, reused results)
+        self.assembler = Assembler(self.models, self.comparisons, self.drift, self.plugins)
+        self.series = self.assembler.series  # what every metric name is exported as
         # per model, the metric families with a statistic of their own: the built-ins it
         # asks for (top-k accuracy) and the plugins serving its task
         self.families: dict[int, tuple[Metric, ...]] = {
@@ -237,12 +228,9 @@ class Engine:
         # robust watermark, retention edge (clock.py); the label stream's progress (TTLs)
         self.event_clock = event_clock if event_clock is not None else EventWatermark()
         self.label_clock = label_clock if label_clock is not None else EventWatermark()
-        # window results of the last evaluation, reused while their counts do not change
-        self.result_cache = ResultCache()
         # seconds the last snapshot held the caller's lock, per section: retention, the
         # longest window-sum chunk, finishing the copy, the comparison looks
         self.lock_holds_s: tuple[float, ...] = ()
-        self._look_hold_s = 0.0
         self._base_index: dict[int, tuple[int, np.ndarray, int]] = {}  # _sum_index's, cached
         # what joined rows are counted into, in order (task statistics write the ranking
         # loss the comparisons read)
@@ -701,12 +689,23 @@ class Engine:
         now_ms: int,
         not_ready: Sequence[str] = (),
         confidence: float = 0.95,
-        sums: tuple[ArmSums, PairedSums] | None = None,
     ) -> tuple[ComparisonResult, ...]:
-        """One look of every configured comparison (mutates the sticky decision state) at
-        this engine's arm and pair sums, or at ``sums`` (merged from partition engines)."""
-        arms, pairs = sums if sums is not None else (self.arms.sums, self.pairs.sums)
-        return self.tracker.look(arms, pairs, results, now_ms, not_ready, confidence)
+        """One look of every configured comparison at this engine's arm and pair sums
+        (mutates the assembler's sticky decision state)."""
+        return self.assembler.look(results, now_ms, self._comparison_sums(), not_ready, confidence)
+
+    def _comparison_sums(self) -> tuple[ArmSums, PairedSums]:
+        return self.arms.sums, self.pairs.sums
+
+    @property
+    def tracker(self) -> ComparisonTracker:
+        """Each comparison's sticky decision state (the assembler's)."""
+        return self.assembler.tracker
+
+    @property
+    def result_cache(self) -> ResultCache:
+        """The results the last evaluation may lend the next (the assembler's)."""
+        return self.assembler.result_cache
 
     def retain(self, now_ms: int) -> int:
         """Freeze completed live drift references, retire idle versions, then drop buckets
@@ -841,72 +840,15 @@ class Engine:
             unseen = self.drift_cells.unseen.copy()
             plugins = self.active_plugins
             holds.append(time.perf_counter() - held)
-        snap = self.evaluate_view(
-            view, ops, unseen, now_ms, at_ms=at_ms, confidence=confidence, models=models,
-            plugins=plugins, not_ready=not_ready, look_at_ms=look_at_ms, lock=lock,
-            input_ended=input_ended,
+        snap = self.assembler.evaluate(
+            view, ops, unseen, self._comparison_sums, now_ms, at_ms=at_ms, confidence=confidence,
+            models=models, plugins=plugins, not_ready=not_ready, look_at_ms=look_at_ms,
+            lock=lock, plugin_errors=self.plugin_stats.errors, input_ended=input_ended,
         )  # fmt: skip
-        self.lock_holds_s = (holds[0], max(holds[1:-1], default=0.0), holds[-1], self._look_hold_s)
+        self.lock_holds_s = (
+            holds[0], max(holds[1:-1], default=0.0), holds[-1], self.assembler.look_hold_s
+        )  # fmt: skip
         return snap
-
-    def evaluate_view(
-        self,
-        view: StoreView,
-        ops: OpsState,
-        unseen: UnseenValues,
-        now_ms: int,
-        *,
-        at_ms: int | None = None,
-        confidence: float = 0.95,
-        models: Sequence[ModelSpec] | None = None,
-        plugins: Sequence[Any] | None = None,
-        not_ready: Sequence[str] = (),
-        look_at_ms: int | None = None,
-        sums: tuple[ArmSums, PairedSums] | None = None,
-        lock: AbstractContextManager[Any] | None = None,
-        input_ended: bool = False,
-    ) -> Snapshot:
-        """The evaluation half of :meth:`snapshot`: every window, slice, fairness gap,
-        comparison look and drift test of ``view``, outside ``lock`` but for the look
-        (sticky decision state) and the plugin error counts. The partitioned global view
-        (``scale/global_view.py``) evaluates with it too: ``view``, ``ops``, ``unseen``
-        and the comparison ``sums`` merged from the partition engines, this engine
-        holding the configuration, the sticky comparison state and drift references."""
-        guard = lock if lock is not None else nullcontext()
-        errors: Counter[str] = Counter()
-        results, fairness = evaluate_all(
-            view,
-            models or self.models,
-            now_ms,
-            confidence,
-            self.active_plugins if plugins is None else plugins,
-            errors,
-            self.result_cache,
-        )
-        with guard:
-            held = time.perf_counter()
-            comparisons = self.look_comparisons(
-                results, now_ms if look_at_ms is None else look_at_ms, not_ready, confidence, sums
-            )
-            self.plugin_stats.errors.update(errors)
-            self._look_hold_s = time.perf_counter() - held
-        if errors:  # this evaluation's plugin errors beside those counted before
-            counted = Counter(dict(ops.plugin_errors)) + errors
-            ops = replace(ops, plugin_errors=tuple(sorted(counted.items())))
-        drift = self.drift.evaluate(
-            view, now_ms, models, unseen=unseen.by_feature, input_ended=input_ended
-        )
-        return Snapshot(
-            at_ms=now_ms if at_ms is None else at_ms,
-            results=results,
-            ops=ops,
-            comparisons=comparisons,
-            drift=drift,
-            fairness=fairness,
-            completeness=window_completeness(results, ops.label_delay, now_ms),
-            placed_ms=now_ms,
-            series=self.series,
-        )
 
     # -- checkpoint parts (engine/state_codec.py encodes and restores them) ----------------
     @property

@@ -24,8 +24,8 @@ Per partition number p (co-partitioning gives an instance p of both topics):
   (``KafkaStateStore``), and partitions *lost* (the member was evicted) are dropped
   without storing, publishing or committing.
 
-The base ``Daemon``'s engine is the *holder* of the global comparison and drift state
-(it never receives records). docs/scale-out.md describes the design and its limits.
+The global comparison and drift state is the ``GlobalView``'s own assembler, built from
+the configuration. docs/scale-out.md describes the design and its limits.
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ from ..ingest.pipeline import RawBatch, offset_key
 from ..ingest.topic_watch import TopicWatch
 from ..state.kafka_store import KafkaStateStore, StoredState
 from ..state.positions import Resume
-from .global_view import global_snapshot
+from ..wiring import build_assembler
+from .global_view import GlobalView
 from .lease import ExporterLease
 from .merge import (
     PartitionStats,
@@ -130,6 +131,8 @@ class PartitionedDaemon(Daemon):
             self.engine.buckets.width_ms,
             store_layout(self.engine),
         )
+        # evaluates every partition's merged statistics (comparison and drift state)
+        self.global_view = GlobalView(build_assembler(settings, settings.state.dir))
         self.parts: dict[int, _Partition] = {}
         # revoked, kept in memory: an eager rebalance that gives p back to this instance
         # (the sticky assignor's aim) resumes it without a restore when nobody wrote p since
@@ -532,9 +535,9 @@ class PartitionedDaemon(Daemon):
                 if st.consuming
                 else ["monitor not ready: " + (st.source_error or "no partitions assigned")]
             )
-            with self.lock:  # the holder's sticky comparison state
-                snap = global_snapshot(
-                    self.engine, merged, now, at_ms=wall, confidence=ev.confidence,
+            with self.lock:  # the global view's sticky comparison state
+                snap = self.global_view.snapshot(
+                    merged, now, at_ms=wall, confidence=ev.confidence,
                     not_ready=not_ready, look_at_ms=wall,
                 )  # fmt: skip
             ops = merge_ops([s.ops for s in own.values()])
