@@ -39,7 +39,7 @@ from ..stats.scores import ScoreLayout
 from .accumulator import Accumulator, LabeledRows, NewPredictions, PredictionAccumulator
 from .assemble import Assembler
 from .buckets import BucketStore, MatrixSpec, SumPlan, window_group_sums
-from .clock import EventWatermark
+from .clock import EventWatermark, retention_now
 from .comparison_stats import (
     ArmSums,
     Losses,
@@ -720,6 +720,11 @@ class Engine:
         oldest = (now_ms - horizon) // self.buckets.width_ms - 1
         self.event_clock.retained_from_ms = oldest * self.buckets.width_ms
         return sum(st.drop_before(oldest) for st in self._stores())
+
+    def retention_now(self, now_ms: int) -> int:
+        """Where retention may run at wall time ``now_ms``: the earlier of it and the event
+        watermark, advanced by this call (``clock.retention_now``)."""
+        return retention_now(now_ms, self.event_clock.advance())
 
     def freeze_live_references(self) -> None:
         """A "first:<span>" reference is the sum of the model's buckets over its first span,

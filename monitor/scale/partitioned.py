@@ -50,7 +50,6 @@ from ..app import Daemon, StartupError
 from ..collector import collector_paused
 from ..config import KafkaSettings, Settings
 from ..engine import state_codec
-from ..engine.clock import retention_now
 from ..engine.core import Engine
 from ..engine.snapshot import Snapshot
 from ..engine.state_codec import StateMismatch
@@ -527,7 +526,7 @@ class PartitionedDaemon(Daemon):
             with self.lock:
                 now = wall  # evaluation.clock = "wall" (config check)
                 for part in self.parts.values():
-                    part.engine.retain(retention_now(now, part.engine.event_clock.advance()))
+                    part.engine.retain(part.engine.retention_now(now))
                 own, merged = self._merged_stats()
             st = self._published.status
             not_ready = (
