@@ -179,7 +179,7 @@ class Daemon:
         self._checkpoint_due = threading.Event()
         self.schedules = ScheduleRunner(
             settings.schedules,
-            ScheduledJobs(self, settings.schedules).jobs(),
+            ScheduledJobs(self, settings.schedules, guard=self._runs_schedules).jobs(),
             may_run=self._runs_schedules,
             changed=self._schedule_changed,
         )

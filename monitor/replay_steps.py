@@ -18,8 +18,9 @@ files read when the first step is due); the report gives the interval used.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import overload
 
 import numpy as np
 
@@ -69,8 +70,9 @@ class StepFeed:
         decoded = b.decoded
         if decoded is None or len(decoded) == 0:
             return
-        rejected = {i for i, _, _ in b.rejects}
-        raw_rows = np.array([i for i in range(len(b.raw.values)) if i not in rejected], np.int64)
+        kept = np.ones(len(b.raw.values), bool)
+        kept[[i for i, _, _ in b.rejects]] = False
+        raw_rows = np.flatnonzero(kept)
         ts = decoded.ts_ms
         self.head[b.kind] = max(self.head[b.kind], float(ts.max()))
         self.last_ts = max(self.last_ts, int(ts.max()))
@@ -87,13 +89,13 @@ class StepFeed:
         while sum(w.left.shape[0] for w in self.waiting) > _MAX_WAITING:
             biggest = max(self.waiting, key=lambda w: w.left.shape[0])
             self.out_of_order += int(biggest.left.shape[0])
-            self._apply(biggest, biggest.left)
+            self._apply(biggest, biggest.left, biggest.left[:0])
 
     def finish(self) -> None:
         """End of both files: every step up to the last record, then whatever is left."""
         self._run(math.inf)
         for w in list(self.waiting):
-            self._apply(w, w.left)
+            self._apply(w, w.left, w.left[:0])
 
     def _start(self) -> None:
         """Fix the interval (a multiple of the configured one keeping about
@@ -122,22 +124,42 @@ class StepFeed:
             t = self.next_step
             for kind in ("predictions", "labels"):
                 for w in [x for x in self.waiting if x.kind == kind]:
-                    due = w.left[w.decoded.ts_ms[w.left] <= t]
-                    if due.shape[0]:
-                        self._apply(w, due)
+                    now = w.decoded.ts_ms[w.left] <= t
+                    if now.any():
+                        self._apply(w, w.left[now], w.left[~now])
             self.on_step(t)
             self.steps += 1
             self.next_step = t + self.interval_ms
 
-    def _apply(self, w: _Waiting, rows: np.ndarray) -> None:
+    def _apply(self, w: _Waiting, rows: np.ndarray, rest: np.ndarray) -> None:
+        """Apply ``rows`` of a waiting batch; ``rest`` (the others, in order) waits on."""
         raw_rows = w.raw_rows[rows]
         origin = w.raw.origin
-        sub = RawBatch(
-            [w.raw.values[i] for i in raw_rows.tolist()],
-            lambda j: origin(int(raw_rows[j])),
-            w.raw.next_offsets,
-        )
+        sub = RawBatch(_Picked(w.raw.values, raw_rows), lambda j: origin(int(raw_rows[j])),
+                       w.raw.next_offsets)  # fmt: skip
         self.pipeline.apply(w.kind, w.decoded.take(rows), [], sub)
-        w.left = np.setdiff1d(w.left, rows, assume_unique=True)
+        w.left = rest
         if w.left.shape[0] == 0:
             self.waiting.remove(w)
+
+
+class _Picked(Sequence[bytes | None]):
+    """Some of a batch's raw records, looked up only when one is asked for (a late
+    record's bytes, for the dead-letter sink): a step applies a batch in many parts."""
+
+    __slots__ = ("_rows", "_values")
+
+    def __init__(self, values: Sequence[bytes | None], rows: np.ndarray) -> None:
+        self._values, self._rows = values, rows
+
+    def __len__(self) -> int:
+        return int(self._rows.shape[0])
+
+    @overload
+    def __getitem__(self, i: int) -> bytes | None: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[bytes | None]: ...
+    def __getitem__(self, i: int | slice) -> bytes | list[bytes | None] | None:
+        if isinstance(i, slice):
+            return [self._values[j] for j in self._rows[i].tolist()]
+        return self._values[int(self._rows[i])]

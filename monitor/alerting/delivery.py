@@ -69,11 +69,13 @@ __all__ = [
     "DeliveryError",
     "DeliveryStats",
     "Dispatcher",
+    "Guard",
     "NotHolding",
     "Notifier",
     "ReceiverStats",
     "WebhookNotifier",
     "alertmanager_payload",
+    "post_json",
     "rfc3339",
     "sign",
     "webhook_payload",
@@ -248,9 +250,12 @@ def _always() -> bool:
     return True
 
 
-def _post(
+def post_json(
     url: str, body: bytes, headers: dict[str, str], timeout: float, guard: Guard | None = None
 ) -> None:
+    """POST the JSON ``body``; ``guard`` is asked once the connection is up, right before
+    the first byte (False: ``NotHolding``, nothing written). Failures raise
+    ``DeliveryError`` with credentials masked."""
     target, auth = split_userinfo(url)
     shown = mask(target)  # what an error may say about the receiver
     request = urllib.request.Request(
@@ -292,7 +297,7 @@ class AlertmanagerNotifier:
         self, alerts: Sequence[Alert], now: float, horizon_s: float, guard: Guard | None = None
     ) -> None:
         body = orjson.dumps(alertmanager_payload(alerts, now, horizon_s))
-        _post(self.url, body, {}, self.timeout, guard)
+        post_json(self.url, body, {}, self.timeout, guard)
 
 
 class WebhookNotifier:
@@ -311,7 +316,7 @@ class WebhookNotifier:
     ) -> None:
         body = orjson.dumps(webhook_payload(alerts, now, horizon_s))
         headers = {SIGNATURE_HEADER: sign(self._secret, body)} if self._secret else {}
-        _post(self.url, body, headers, self.timeout, guard)
+        post_json(self.url, body, headers, self.timeout, guard)
 
 
 @dataclass(frozen=True, slots=True)

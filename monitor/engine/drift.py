@@ -13,13 +13,13 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from ..drift.budget import drift_window_end_ms, window_alpha
-from ..drift.detector import DriftDetector, LabelPriorDrift, label_prior_drift
+from ..drift.detector import DriftDetector, DriftReport, LabelPriorDrift, label_prior_drift
 from ..drift.reference import OTHER, CategoricalReference, NumericReference, ReferenceProfile
 from ..drift.summaries import categorical_cells, n_cells, numeric_cells
 from .models import DriftSpec, ModelSpec, WindowSpec
@@ -385,6 +385,8 @@ class DriftTracker:
         self.frozen: dict[int, np.ndarray] = {}  # model -> "first"-mode reference counts
         # model -> feature values a live bootstrap did not track (over drift.max_features)
         self.untracked: dict[int, int] = {}
+        # (model, version, window) -> the last test and what it was computed from
+        self._tested: dict[tuple[int, str, str], _Tested] = {}
 
     def numeric_features(self) -> list[str]:
         """Names of the numeric features some model's reference tests (the decoder puts
@@ -557,8 +559,10 @@ class DriftTracker:
         the label prior comes from the confusion counts of ``view.buckets``. Configured
         windows end at the last step of their grid (:func:`_tested_window`); ``input_ended``: the
         bucket holding ``now_ms`` is complete too (replay's end of input)."""
+        pruning = models is None  # every configured window: tests not met are dropped
         models = self.models if models is None else models
         out: list[DriftResult] = []
+        met: dict[tuple[int, str, str], _Tested] = {}
         groups, width_ms, segment_counts = view.groups, view.width_ms, view.buckets
         if not groups or not self.by_model:
             return ()
@@ -578,17 +582,21 @@ class DriftTracker:
                 if sel.shape[0] == 0:
                     continue
                 detector = d.detector
+                reference: object = detector  # what the detector tests against
                 period = d.profile.period  # a rotated reference names its traffic
                 if d.spec.live == "first":
                     if m not in self.frozen:
                         continue  # the reference period is still running
                     detector = d.detector_with(self.frozen[m])
+                    reference = self.frozen[m].tobytes()
                     start = self.live_start[m]
                     period = (start, start + d.spec.live_span_ms)
                 elif d.spec.live == "previous":
                     span = d.spec.live_span_ms // width_ms
                     ref_rows = (b_bucket >= lo - span) & (b_bucket < lo)
-                    detector = d.detector_with(matrix[ref_rows].sum(axis=0, dtype=np.int64))
+                    ref_counts = matrix[ref_rows].sum(axis=0, dtype=np.int64)
+                    detector = d.detector_with(ref_counts)
+                    reference = ref_counts.tobytes()
                     period = ((lo - span) * width_ms, lo * width_ms)
                 if detector is None:
                     continue  # no reference traffic yet
@@ -599,7 +607,18 @@ class DriftTracker:
                     rows = sel[np.isin(b_group[sel], members)]
                     counts = matrix[rows].sum(axis=0, dtype=np.int64)
                     names = {f: v for (mn, f), v in (unseen or {}).items() if mn == model.name}
-                    report = detector.predict(d.live(counts), names, level)
+                    tested = _Tested(
+                        lo, hi, level, reference, counts.tobytes(),
+                        tuple(sorted((f, tuple(v)) for f, v in names.items())),
+                    )  # fmt: skip
+                    key = (m, version, w.label)
+                    last = self._tested.get(key)
+                    if last is not None and last.same_input(tested):
+                        tested = last
+                    else:
+                        tested.report = detector.predict(d.live(counts), names, level)
+                    met[key] = tested
+                    report = tested.report
                     prior = None
                     if d.profile.label_prior:
                         c_group, c_bucket = segment_counts["group"], segment_counts["bucket"]
@@ -622,7 +641,38 @@ class DriftTracker:
                             period,
                         )
                     )
+        if pruning:
+            self._tested = met
+        else:
+            self._tested.update(met)
         return tuple(out)
+
+
+@dataclass(eq=False)
+class _Tested:
+    """One window's drift test and its inputs: the test is a pure function of them, so
+    an evaluation whose window, level, reference, counts and unseen names are all the
+    same reuses the report. (A configured window moves on its grid, hourly at most, while
+    the daemon and replay evaluate every few seconds: most evaluations test the same
+    window again.)"""
+
+    lo: int
+    hi: int
+    level: float
+    reference: object  # the bootstrap detector itself, or a live reference's counts
+    counts: bytes
+    unseen: tuple[tuple[str, tuple[str, ...]], ...]
+    report: DriftReport | None = None
+
+    def same_input(self, other: _Tested) -> bool:
+        return (
+            self.lo == other.lo
+            and self.hi == other.hi
+            and self.level == other.level
+            and (self.reference is other.reference or self.reference == other.reference)
+            and self.counts == other.counts
+            and self.unseen == other.unseen
+        )
 
 
 def _tested_window(

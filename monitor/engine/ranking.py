@@ -84,7 +84,8 @@ class RankingState:
 
         The batch's queries are scored together (``batch_query_metrics``): each list's
         grades are looked up with one C-level ``map`` over its items, and the items, scores
-        and grades of all queries are concatenated once."""
+        and grades of all queries are concatenated once, as are the judged grades of each
+        query (``all_judged``: no per-query split into ranked and unranked items)."""
         n = keys.shape[0]
         out = np.zeros((n, layout.width))
         key_list = keys.tolist()
@@ -99,18 +100,23 @@ class RankingState:
         gains = np.fromiter(
             chain.from_iterable(map(_gains, ranked, maps)), np.float64, int(lengths.sum())
         )
-        unranked = list(map(_unranked, ranked, maps))
+        judged_lengths = np.fromiter(map(len, maps), np.int64, len(known))
+        judged = np.fromiter(
+            chain.from_iterable(map(dict.values, maps)), np.float64, int(judged_lengths.sum())
+        )
         if known:
-            extra = np.fromiter(chain.from_iterable(unranked), np.float64)
             scores = np.concatenate([np.asarray(r.scores, np.float64) for r in ranked])
             out[known] = batch_query_metrics(
-                scores, gains, lengths, extra, np.fromiter(map(len, unranked), np.int64), layout.ks
+                scores, gains, lengths, judged, judged_lengths, layout.ks, all_judged=True
             )
         if keep is not None:
             sizes = np.zeros(n, np.int64)
             sizes[known] = lengths
             missed = np.zeros(n, np.int64)
-            missed[known] = [sum(g > 0 for g in u) for u in unranked]
+            # relevant items a list did not rank: judged relevant minus ranked relevant
+            missed[known] = _per_query_positive(judged, judged_lengths) - _per_query_positive(
+                gains, lengths
+            )
             keep.append(
                 RankingRows(gains, np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64), missed)
             )
@@ -201,12 +207,10 @@ def _gains(ranked: RankedList, grades: dict[str, float]) -> Iterator[float]:
     return map(grades.get, ranked.items, repeat(0.0))
 
 
-def _unranked(ranked: RankedList, grades: dict[str, float]) -> list[float]:
-    """The grades of judged items the list did not rank (they raise the ideal DCG)."""
-    if len(grades) <= len(ranked.items):
-        listed = ranked.items
-        return [g for item, g in grades.items() if item not in listed]
-    return [grades[item] for item in grades.keys() - set(ranked.items)]
+def _per_query_positive(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """How many of each query's ``lengths[q]`` consecutive ``values`` are positive."""
+    owner = np.repeat(np.arange(lengths.shape[0]), lengths)
+    return np.bincount(owner, weights=values > 0, minlength=lengths.shape[0]).astype(np.int64)
 
 
 def _pack(strings: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,6 +18,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from ..alerting.delivery import Guard, NotHolding, post_json
 from ..config import ScheduleSettings, Settings
 from ..durations import format_duration
 from ..engine.snapshot import Snapshot
@@ -69,17 +69,12 @@ def write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _post(url: str, payload: Mapping[str, Any]) -> None:
-    """POST ``payload`` as JSON; raises on a non-2xx answer or no answer."""
-    req = urllib.request.Request(
-        url,
-        data=orjson.dumps(payload),
-        headers={"Content-Type": "application/json", "User-Agent": "model-monitor"},
-        method="POST",
-    )
-    with urllib.request.urlopen(req, timeout=_WEBHOOK_TIMEOUT_S) as resp:
-        if not 200 <= resp.status < 300:
-            raise OSError(f"webhook answered {resp.status}")
+def _post(url: str, payload: Mapping[str, Any], guard: Guard) -> None:
+    """POST ``payload`` as JSON, fenced like alert delivery: ``guard`` (may this instance
+    still run scheduled work?) is asked once the connection is up, right before the first
+    byte, so an instance paused mid-job and resumed after losing the exporter lease posts
+    nothing. Raises on a non-2xx answer or no answer."""
+    post_json(url, orjson.dumps(payload), {}, _WEBHOOK_TIMEOUT_S, guard)
 
 
 def problems(report: Mapping[str, Any]) -> list[str]:
@@ -123,18 +118,33 @@ class ScheduledJobs:
         self,
         monitor: Monitor,
         schedules: Sequence[ScheduleSettings],
-        post: Callable[[str, Mapping[str, Any]], None] = _post,
+        *,
+        guard: Guard = lambda: True,
+        post: Callable[[str, Mapping[str, Any], Guard], None] = _post,
     ) -> None:
         self.monitor = monitor
         self.schedules = {s.label: s for s in schedules}
+        self._guard = guard
         self._post = post
 
     def jobs(self) -> dict[str, Callable[[datetime], tuple[str, str]]]:
         run = {"report": self.report, "rotate_reference": self.rotate, "summary": self.summary}
         return {
-            label: (lambda now, s=s, f=run[s.job]: f(s, now))  # type: ignore[misc]
+            label: (lambda now, s=s, f=run[s.job]: self._fenced(f, s, now))  # type: ignore[misc]
             for label, s in self.schedules.items()
         }
+
+    def _fenced(
+        self,
+        job: Callable[[ScheduleSettings, datetime], tuple[str, str]],
+        s: ScheduleSettings,
+        now: datetime,
+    ) -> tuple[str, str]:
+        try:
+            return job(s, now)
+        except NotHolding:
+            log.warning("schedule %s: lost the exporter lease; nothing was posted", s.label)
+            return "skipped", "lost the exporter lease before posting: nothing was posted"
 
     # -- report ------------------------------------------------------------------------
     def report(self, s: ScheduleSettings, now: datetime) -> tuple[str, str]:
@@ -184,6 +194,7 @@ class ScheduledJobs:
                 s.webhook_url,
                 {"text": text, "schedule": s.label, "period": report["period"],
                  "problems": found, "link": link},
+                self._guard,
             )  # fmt: skip
             done.append(f"posted ({len(found)} problem(s))")
         detail = f"report of the {report['period']['label']}: " + ", ".join(done)
@@ -215,6 +226,7 @@ class ScheduledJobs:
                 "problems": found,
                 "ready": view.get("ready"),
             },
+            self._guard,
         )
         return "ok", f"summary posted ({len(found)} problem(s))"
 

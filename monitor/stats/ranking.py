@@ -118,13 +118,19 @@ def batch_query_metrics(
     unranked_grades: np.ndarray,
     unranked_lengths: np.ndarray,
     ks: Sequence[int],
+    *,
+    all_judged: bool = False,
 ) -> np.ndarray:
     """The contribution rows of many queries at once (one row per query, the layout's
     width; a query without a relevant item gets ``[1, 1, 0, ...]``).
 
     The queries' ranked items are concatenated: ``scores`` and ``grades`` hold
     ``lengths[q]`` entries per query, ``unranked_grades`` holds ``unranked_lengths[q]``
-    grades of labelled items query q's list did not contain. Queries of similar length
+    grades of labelled items query q's list did not contain — or, with ``all_judged``,
+    every judged grade of query q, its ranked items' included: a list's items are
+    distinct, so the ideal order and the count of relevant items are those of the judged
+    grades alone, and the caller need not split a query's grades by membership in its
+    list (a set operation per query). Queries of similar length
     (a power of two apart at most) are scored together as a padded matrix, a row per
     query: one row-wise sort, cumulative sums and segment sums over whole matrices, none
     a loop over queries."""
@@ -149,6 +155,7 @@ def batch_query_metrics(
             lengths[rows],
             _pad(extra, extra_start[rows], unranked_lengths[rows], 0.0),
             ks,
+            all_judged,
         )
     return out
 
@@ -170,10 +177,11 @@ def _pad(values: np.ndarray, start: np.ndarray, lengths: np.ndarray, fill: float
 
 def _padded_metrics(
     scores: np.ndarray, grades: np.ndarray, lengths: np.ndarray, extra: np.ndarray,
-    ks: Sequence[int],
+    ks: Sequence[int], all_judged: bool = False,
 ) -> np.ndarray:  # fmt: skip
     """``batch_query_metrics`` of queries given as padded rows (``scores`` padded with
-    −inf, so padding sorts last; ``grades`` and the unranked grades ``extra`` with 0)."""
+    −inf, so padding sorts last; ``grades`` and the unranked grades ``extra`` with 0;
+    ``all_judged``: ``extra`` holds every judged grade)."""
     nq, width = scores.shape
     # rank within each query by descending score; ties keep their order (a stable sort)
     order = np.argsort(-scores, axis=1, kind="stable")
@@ -192,12 +200,13 @@ def _padded_metrics(
     gain_g = np.bincount(flat, weights=gains.ravel(), minlength=nq * width)[group] / size
     first = np.maximum.accumulate(np.where(new, col, 0), axis=1)  # each group's first slot
     q = r / size  # E[rel_i] at each sorted position
-    n_rel = relevant.sum(axis=1) + (extra > 0).sum(axis=1)
+    judged = extra if all_judged else np.concatenate([gains, extra], axis=1)
+    n_rel = (judged > 0).sum(axis=1).astype(np.float64)
     scored = n_rel > 0
     n_rel_safe = np.where(scored, n_rel, 1.0)
     # the ideal order: every judged grade of the query, descending
-    ideal = -np.sort(-np.concatenate([gains, extra], axis=1), axis=1)
-    discount = 1.0 / np.log2(np.arange(ideal.shape[1]) + 2.0)
+    ideal = -np.sort(-judged, axis=1)
+    discount = 1.0 / np.log2(np.arange(max(ideal.shape[1], width)) + 2.0)
     # Σ_{j<=i} E[rel_i rel_j]: q_i·q_j for j in earlier groups (independent), the
     # without-replacement r(r − 1)/(g(g − 1)) for earlier slots of i's group, q_i for j = i
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -169,6 +169,14 @@ def test_a_batch_of_queries_equals_each_query_and_the_oracle(batch) -> None:
     extra_lengths = np.array([len(ex) for _, ex in batch])
     rows = batch_query_metrics(scores, grades, lengths, extra, extra_lengths, ks)
     assert rows.shape == (len(batch), RankingLayout(ks).width)
+    # given every judged grade of each query (its ranked items' too) instead of the
+    # unranked ones: the same rows
+    judged = np.array([g for (_, gr), ex in batch for g in [*gr, *ex]], np.float64)
+    judged_lengths = lengths + extra_lengths
+    whole = batch_query_metrics(
+        scores, grades, lengths, judged, judged_lengths, ks, all_judged=True
+    )
+    np.testing.assert_allclose(whole, rows, rtol=0, atol=1e-12)
     names = ranking_metric_names(ks)
     for row, ((sc, gr), ex) in zip(rows, batch, strict=True):
         alone = query_metrics(np.array(sc, float), np.array(gr, float), ks, np.array(ex))
