@@ -1,11 +1,13 @@
 """Profile the fleet's evaluation ticks (bench (g)'s fleet) with cProfile.
 
-Run ``python bench/profile_tick.py [--events N] [--state FILE] [--profile]``: builds the
-fleet of bench/run.py (10 models × 3 versions × 100 slices, windows 5m/1h/1d/7d), feeds
-``N`` events over 7 days (or loads the engine state saved in ``FILE`` by an earlier run
-of the same size, to skip the feed), times the first tick, a tick with nothing new and a
-tick after 1,000 new events (wall and CPU seconds: the machine may be shared), and with
-``--profile`` prints the cProfile of the first and of the last (``--top`` lines).
+Run ``python bench/profile_tick.py [--models M] [--events N] [--state FILE] [--reps R]
+[--profile]``: builds the fleet of bench/run.py (M models, 10 by default, × 3 versions ×
+100 slices, windows 5m/1h/1d/7d), feeds ``N`` events over 7 days (or loads the engine
+state saved in ``FILE`` by an earlier run of the same size, to skip the feed), times the
+first tick, then R times a tick with nothing new and a tick after 1,000 new events (wall
+and CPU seconds: the machine may be shared; the medians last), and with ``--profile``
+prints the cProfile of the first and of the last (``--top`` lines). The 50-model case
+of the scaling table: ``--models 50 --events 20000``.
 """
 
 from __future__ import annotations
@@ -76,12 +78,15 @@ def _gc_timer(phase: str, info: dict[str, int]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--models", type=int, default=10)
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--state", type=Path, default=None)
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--profile", action="store_true", help="cProfile the first/last tick")
     args = parser.parse_args()
+    global SHAPE
+    SHAPE = (args.models, *SHAPE[1:])
     engine = _engine(args.events, args.state)
     gc.callbacks.append(_gc_timer)
     lock = threading.RLock()
@@ -98,6 +103,8 @@ def main() -> int:
     )
     rng = np.random.default_rng(5)
     last = cProfile.Profile()
+    walls: list[float] = []
+    cpus: list[float] = []
     for r in range(args.reps):
         t0, c0 = time.perf_counter(), time.process_time()
         engine.snapshot(NOW, lock=lock)
@@ -113,6 +120,8 @@ def main() -> int:
         snap = engine.snapshot(NOW, lock=lock)
         last.disable()
         changed, changed_cpu = time.perf_counter() - t0, time.process_time() - c0
+        walls.append(changed)
+        cpus.append(changed_cpu)
         hits, misses = engine.result_cache.hits, engine.result_cache.misses
         print(
             f"rep {r}: nothing new {same:.3f} s ({same_cpu:.3f} s CPU), after 1,000 events "
@@ -120,6 +129,10 @@ def main() -> int:
             f"(cache {hits} hits, {misses} misses; {len(snap.results)} results; "
             f"{_GC['n']} collections took {_GC['s']:.3f} s)"
         )
+    print(
+        f"median tick after 1,000 events: {np.median(walls):.3f} s "
+        f"({np.median(cpus):.3f} s CPU) over {args.reps} ticks"
+    )
     if not args.profile:
         return 0
     print("== first tick ==")

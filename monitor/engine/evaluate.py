@@ -54,7 +54,7 @@ from .buckets import window_group_sums
 from .models import SCORE_METRICS, ModelSpec, SliceSpec
 from .result_cache import ResultCache, digest, row_digests
 from .snapshot import Economics, FairnessGap, WindowResult
-from .view import StoreView, base_group_index
+from .view import StoreView, base_rows
 
 __all__ = ["evaluate_all", "score_results"]
 
@@ -111,7 +111,7 @@ def evaluate_all(
     if cache is not None:
         cache.begin()
     try:
-        with collector_paused():  # ~10⁵ result tuples, no cycles (monitor/collector.py)
+        with collector_paused(keep=True):  # ~10⁵ result tuples, no cycles, kept
             return _evaluate(view, models, now_ms, confidence, plugins, plugin_errors, cache)
     finally:
         if cache is not None:
@@ -136,12 +136,30 @@ def _evaluate(
     if n_groups == 0:
         return (), ()
     group_model = np.array([g[0] for g in groups], np.int64)
+    is_base = np.fromiter((not g[2] for g in groups), bool, n_groups)
     light = _LightSums(buckets, n_groups)
     base = {(g[0], g[1]): i for i, g in enumerate(groups) if not g[2]}
+    pool = _ScorePool(cache)
+    held: list[tuple[_Window, list[tuple[str, str, list[tuple[str, _Pending]]]]]] = []
+
+    def finish_held() -> None:
+        """Score the held windows' rows together, then finish them in order."""
+        pool.run()
+        for win, pending_gaps in held:
+            win.finish()
+            for version, dimension, shown in pending_gaps:
+                done = [(value, p) for value, p in shown if p.result is not None]
+                gaps.extend(
+                    _fairness(win.spec.name, version, win.label, dimension, done, confidence)
+                )
+        held.clear()
+
     for m, spec in enumerate(models):
         gids = np.flatnonzero(group_model == m)
         if gids.shape[0] == 0:
             continue
+        if spec.task != "binary":
+            finish_held()  # its results are appended as they are emitted: keep the order
         wide = view.wide.get(m, _EMPTY)
         families = [*own_families(spec.params, spec.metrics), *plugins]
         catalog = _Catalog(
@@ -159,7 +177,7 @@ def _evaluate(
         )
         empty = np.empty(0, np.int64)
         w_group, w_bucket = wide.get("group", empty), wide.get("bucket", empty)
-        w_index = base_group_index(groups, m)[0] if view.wide_sums else None
+        w_index = base_rows(group_model, is_base, m)[0] if view.wide_sums else None
         if catalog.est is not None:
             catalog.measure_calibration(view, now_ms, w_group, w_bucket, base, m, w_index)
         if catalog.mc_est is not None:
@@ -231,10 +249,11 @@ def _evaluate(
                             shown.append((first, r))
                     if spec.task == "binary" and len(sl.dimensions) == 1 and len(shown) >= 2:
                         pending_gaps.append((version, sl.dimensions[0], shown))
-            win.flush()
-            for version, dimension, shown in pending_gaps:
-                done = [(value, p) for value, p in shown if p.result is not None]
-                gaps.extend(_fairness(spec.name, version, w.label, dimension, done, confidence))
+            win.flush(pool)
+            held.append((win, pending_gaps))
+            if pool.nbytes >= _POOL_BYTES:
+                finish_held()
+    finish_held()
     return tuple(results), tuple(gaps)
 
 
@@ -376,6 +395,7 @@ class _Window:
         self.pred_l, self.lab_l = sums.predicted, sums.labeled
         self.confidence, self.out = confidence, out
         self.pending: list[_Pending] = []
+        self._held: Any = None  # what flush computed, for finish
 
     def emit(
         self, version: str, slice_label: str, members: list[int], wide_rows: np.ndarray
@@ -399,8 +419,9 @@ class _Window:
         self._finish(pending, extra)
         return pending
 
-    def flush(self) -> None:
-        """Compute the queued binary results, their confusion catalogs in one batch."""
+    def flush(self, pool: _ScorePool) -> None:
+        """Compute the queued binary results' confusion catalogs in one batch, and hand
+        their score rows to ``pool``; :meth:`finish` completes them once it has run."""
         if not self.pending:
             return
         members = [p.members for p in self.pending]
@@ -416,12 +437,12 @@ class _Window:
         with np.errstate(divide="ignore", invalid="ignore"):
             share = (longs[:, 2] + longs[:, 3]) / longs.sum(axis=1)  # long-run prevalence
         # slice "all" reads the version's fine histograms; a segment slice the sum of its
-        # segments' coarser ones, whose score metrics are computed here in one batch
+        # segments' coarser ones: both scored by the pool, with other windows' rows
         n = len(self.pending)
         coarse: list[np.ndarray | None] = [None] * n
-        scored: list[SliceScores | None] = [None] * n
-        slice_keys: list[Any] = [None] * n
         layout = self.catalog.slice_layout
+        slices: list[Any] | None = None
+        at: list[int] = []
         if self.task_sums is not None and layout is not None:
             at = [i for i, p in enumerate(self.pending) if p.slice_label != "all"]
             if at:
@@ -430,29 +451,42 @@ class _Window:
                 vecs = _member_sums(
                     self.task_sums, [local[self.pending[i].members].tolist() for i in at]
                 )
-                keyed = np.hstack([vecs, share[at, np.newaxis]])
-                batch, keys = _cached_rows(
-                    self.cache,
-                    keyed,
+                slices = pool.add(
+                    np.hstack([vecs, share[at, np.newaxis]]),
                     ("slice", layout.bins, layout.logit_range, self.confidence),
                     lambda rows: score_results(layout, rows[:, :-1], self.confidence, rows[:, -1]),
                 )
                 for j, i in enumerate(at):
-                    coarse[i], scored[i], slice_keys[i] = vecs[j], batch[j], keys[j]
-        # and the versions' fine histograms (slice "all"), in one batch too
+                    coarse[i] = vecs[j]
         fine = {
             i: v for i, p in enumerate(self.pending) if (v := catalog.fine_vector(p)) is not None
         }
+        fines = None
         if fine:
             fl = catalog.score_layout
-            batch, _ = _cached_rows(
-                self.cache,
+            fines = pool.add(
                 np.hstack([np.stack(list(fine.values())), share[list(fine), np.newaxis]]),
                 ("scores", fl.bins, fl.logit_range, self.confidence),
                 lambda rows: score_results(fl, rows[:, :-1], self.confidence, rows[:, -1]),
             )
-            for i, got in zip(fine, batch, strict=True):
+        self._held = (confs, binary, binary_keys, coarse, at, slices, fine, fines)
+
+    def finish(self) -> None:
+        """The queued results, once the pool :meth:`flush` fed has run."""
+        if not self.pending:
+            return
+        confs, binary, binary_keys, coarse, at, slices, fine, fines = self._held
+        n = len(self.pending)
+        scored: list[SliceScores | None] = [None] * n
+        slice_keys: list[Any] = [None] * n
+        if slices is not None:
+            batch, keys = slices
+            for j, i in enumerate(at):
+                scored[i], slice_keys[i] = batch[j], keys[j]
+        if fines is not None:
+            for i, got in zip(fine, fines[0], strict=True):
                 scored[i] = got
+        catalog = self.catalog
         cache = self.cache
         for k, (p, c, values) in enumerate(zip(self.pending, confs.tolist(), binary, strict=True)):
             # a segment slice's catalog is a pure function of its counts: reused whole
@@ -493,6 +527,7 @@ class _Window:
             if shown is not None:
                 cache.put(shown, (p.result, p.rates))  # type: ignore[union-attr]
         self.pending = []
+        self._held = None
 
     def _finish(self, p: _Pending, extra: dict[str, Any]) -> None:
         p.result = WindowResult(
@@ -564,38 +599,36 @@ def _fairness(
     odds) — with probability at least 1 − α all cover, and then the true gap
     max θ − min θ lies in [max(0, max L − min U), max U − min L]. A lower end of 0 says
     the data show no difference at all. The ECE and AUC gaps have no interval."""
-    rates: dict[str, dict[str, float]] = {"ppr": {}, "tpr": {}, "fpr": {}, "ece": {}, "auc": {}}
-    counts: dict[str, dict[str, tuple[float, float]]] = {"ppr": {}, "tpr": {}, "fpr": {}}
-    for value, p in shown:
-        assert p.result is not None
-        ece, auc = p.rates
-        if math.isfinite(ece):
-            rates["ece"][value] = ece
-        if math.isfinite(auc):
-            rates["auc"][value] = auc
-        tn, fp, fn, tp = p.result.confusion
-        n = tn + fp + fn + tp
-        for key, k, trials in (("ppr", tp + fp, n), ("tpr", tp, tp + fn), ("fpr", fp, tn + fp)):
-            if trials:
-                rates[key][value] = k / trials
-                counts[key][value] = (k, trials)
+    values = [value for value, _ in shown]
+    conf = np.array([p.result.confusion for _, p in shown], np.float64)  # type: ignore[union-attr]
+    tn, fp, fn, tp = conf[:, 0], conf[:, 1], conf[:, 2], conf[:, 3]
+    scores = np.array([p.rates for _, p in shown], np.float64)  # ECE, AUC
+    counts = {"ppr": (tp + fp, tn + fp + fn + tp), "tpr": (tp, tp + fn), "fpr": (fp, tn + fp)}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rates = {key: (k / trials, trials > 0) for key, (k, trials) in counts.items()}
+    rates["ece"] = (scores[:, 0], np.isfinite(scores[:, 0]))
+    rates["auc"] = (scores[:, 1], np.isfinite(scores[:, 1]))
 
-    def bounds(key: str, tests: int) -> tuple[float, float]:
+    def bounds(key: str, at: np.ndarray, tests: int) -> tuple[float, float]:
         """The gap's simultaneous interval (NaN without counts)."""
-        if key not in counts or len(counts[key]) < 2:
+        if key not in counts:
             return math.nan, math.nan
-        k, trials = (np.array(x, np.float64) for x in zip(*counts[key].values(), strict=True))
+        k, trials = counts[key]
         level = 1.0 - (1.0 - confidence) / tests
-        lo, hi = wilson_interval(k, trials, level)
+        lo, hi = wilson_interval(k[at], trials[at], level)
         return max(0.0, float(lo.max() - hi.min())), float(hi.max() - lo.min())
 
     def gap(metric: str, key: str, tests: int = 0) -> FairnessGap | None:
-        rate = rates[key]
-        if len(rate) < 2:
+        rate, shown_at = rates[key]
+        at = np.flatnonzero(shown_at)
+        if at.shape[0] < 2:
             return None
-        lo, lo_v = min((r, k) for k, r in rate.items())
-        hi, hi_v = max((r, k) for k, r in rate.items())
-        lower, upper = bounds(key, tests or len(rate))
+        r = rate[at]
+        lo, hi = float(r.min()), float(r.max())
+        # ties go to the first value in label order at the low end, the last at the high
+        lo_v = min(values[i] for i in at[r == lo].tolist())
+        hi_v = max(values[i] for i in at[r == hi].tolist())
+        lower, upper = bounds(key, at, tests or at.shape[0])
         return FairnessGap(model, version, window, dimension, metric, hi - lo, lo_v, hi_v,
                            lower, upper)  # fmt: skip
 
@@ -605,7 +638,7 @@ def _fairness(
         gap("ece_gap", "ece"),
         gap("auc_gap", "auc"),
     ]
-    both = len(rates["tpr"]) + len(rates["fpr"])
+    both = int(rates["tpr"][1].sum() + rates["fpr"][1].sum())
     tpr, fpr = gap("tpr", "tpr", both), gap("fpr", "fpr", both)
     if tpr is not None and fpr is not None:
         worst = tpr if tpr.gap >= fpr.gap else fpr
@@ -928,17 +961,70 @@ class _Catalog:
         return Economics(deployed, best.threshold, best.value)
 
 
+_POOL_BYTES = 32 << 20
+"""Score rows held for one pool run, in bytes: windows wait for it with their rows (a
+slice row of 128 bins is 5 kB, a fine one of 2,048 bins 80 kB), so a large fleet runs it
+every few windows and the rows held stay bounded."""
+
+_CHUNK_BYTES = 2 << 20
+"""Rows per score-metric call, in bytes (~380 slice rows, ~25 fine ones): the calls'
+fixed cost (a few hundred small numpy operations, loops over calibration bins) spread
+over many rows, while each call's (rows × bins) temporaries stay small (measured on a
+fleet tick: 64-256 slice rows and 16-64 fine rows a call were best, one call per model
+window of ~60 and 3 rows 1.5-3 times slower)."""
+
+
+class _ScorePool:
+    """The score rows of many model windows, computed together.
+
+    Why: one call per model window scored a fleet's ~60 changed slice rows and 3 fine
+    rows at a time, and a call's fixed cost dominated — pooled across windows and models
+    (each row's metrics are a pure function of the row, whatever the batch), a fleet
+    tick's score metrics took half the time (docs/benchmarks.md)."""
+
+    def __init__(self, cache: ResultCache | None) -> None:
+        self.cache = cache
+        self.nbytes = 0
+        self._parts: dict[tuple[Any, ...], list[tuple[np.ndarray, list[Any]]]] = {}
+        self._compute: dict[tuple[Any, ...], Callable[[np.ndarray], list[Any]]] = {}
+
+    def add(
+        self,
+        rows: np.ndarray,
+        context: tuple[Any, ...],
+        compute: Callable[[np.ndarray], list[Any]],
+    ) -> list[Any]:
+        """A list that :meth:`run` fills with (each row's result, each row's cache key)
+        — :func:`_cached_rows` of ``rows``; rows of one ``context`` share ``compute``."""
+        slot: list[Any] = []
+        self._parts.setdefault(context, []).append((rows, slot))
+        self._compute.setdefault(context, compute)
+        self.nbytes += rows.nbytes
+        return slot
+
+    def run(self) -> None:
+        for context, parts in self._parts.items():
+            stacked = np.vstack([rows for rows, _ in parts]) if len(parts) > 1 else parts[0][0]
+            out, keys = _cached_rows(self.cache, stacked, context, self._compute[context])
+            at = 0
+            for rows, slot in parts:
+                n = rows.shape[0]
+                slot.extend((out[at : at + n], keys[at : at + n]))
+                at += n
+        self._parts, self._compute, self.nbytes = {}, {}, 0
+
+
 def _cached_rows(
     cache: ResultCache | None,
     rows: np.ndarray,
     context: tuple[Any, ...],
     compute: Callable[[np.ndarray], list[Any]],
 ) -> tuple[list[Any], list[Any]]:
-    """``compute(rows)``, reusing the result of every row whose bytes (and ``context``:
-    what else the result depends on) an earlier or this pass already computed; and each
-    row's cache key (None without a cache)."""
+    """``compute(rows)`` (in chunks of :data:`_CHUNK_BYTES`), reusing the result of every
+    row whose bytes (and ``context``: what else the result depends on) an earlier or this
+    pass already computed; and each row's cache key (None without a cache)."""
     if cache is None:
-        return compute(rows), [None] * rows.shape[0]
+        return _chunked(compute, rows), [None] * rows.shape[0]
     if rows.shape[1] <= 8:  # a few counts: the bytes themselves are a cheaper key
         keys: list[Any] = [(row, context) for row in map(bytes, rows)]
     else:
@@ -949,12 +1035,20 @@ def _cached_rows(
         if value is None:
             todo.setdefault(keys[i], []).append(i)
     if todo:
-        fresh = compute(rows[[at[0] for at in todo.values()]])
+        fresh = _chunked(compute, rows[[at[0] for at in todo.values()]])
         for (key, at), value in zip(todo.items(), fresh, strict=True):
             cache.put(key, value)
             for i in at:
                 out[i] = value
     return out, keys
+
+
+def _chunked(compute: Callable[[np.ndarray], list[Any]], rows: np.ndarray) -> list[Any]:
+    """``compute(rows)`` a :data:`_CHUNK_BYTES` slice at a time."""
+    step = max(1, _CHUNK_BYTES // max(1, rows[:1].nbytes))
+    if rows.shape[0] <= step:
+        return compute(rows)
+    return [x for at in range(0, rows.shape[0], step) for x in compute(rows[at : at + step])]
 
 
 def _member_sums(matrix: np.ndarray, members: Sequence[list[int]]) -> np.ndarray:

@@ -13,7 +13,7 @@ import numpy as np
 
 from .windows import Tiers
 
-__all__ = ["Arrays", "StoreView", "base_group_index"]
+__all__ = ["Arrays", "StoreView", "base_group_index", "base_rows"]
 
 Arrays = Mapping[str, np.ndarray]
 
@@ -53,10 +53,15 @@ def base_group_index(
 ) -> tuple[np.ndarray, int]:
     """(group -> row among model m's base groups, i.e. its versions, -1 for every other
     group; how many): the rows of the wide window sums."""
-    index = np.full(len(groups), -1, np.intp)
-    k = 0
-    for gid, (model, _, segment) in enumerate(groups):
-        if model == m and not segment:
-            index[gid] = k
-            k += 1
-    return index, k
+    model_of = np.fromiter((g[0] for g in groups), np.int64, len(groups))
+    is_base = np.fromiter((not g[2] for g in groups), bool, len(groups))
+    return base_rows(model_of, is_base, m)
+
+
+def base_rows(model_of: np.ndarray, is_base: np.ndarray, m: int) -> tuple[np.ndarray, int]:
+    """:func:`base_group_index` from every group's model and whether it is a base group
+    (an evaluation reads them once for all its models, not once per model)."""
+    index = np.full(model_of.shape[0], -1, np.intp)
+    rows = np.flatnonzero(is_base & (model_of == m))
+    index[rows] = np.arange(rows.shape[0])
+    return index, int(rows.shape[0])

@@ -33,6 +33,7 @@ vectors (:meth:`ScoreLayout.metrics_many`), one vector being a 1-row stack.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -253,11 +254,24 @@ def average_precision_many(
     ``offset`` c > 0 gives the mid-rank variant: each positive enters at precision
     (TP − c)/(TP − c + FP) instead of TP/(TP + FP) (see :meth:`ScoreLayout.pr_auc_debiased`).
     """
+    return _average_precisions(neg, pos, (offset,), within, complete)[0]
+
+
+def _average_precisions(
+    neg: np.ndarray,
+    pos: np.ndarray,
+    offsets: Sequence[float],
+    within: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    complete: np.ndarray | None = None,
+) -> list[np.ndarray]:
+    """:func:`average_precision_many` at each of ``offsets``: the offset enters only the
+    precisions, so the cumulative counts and the within-bin reading (the costly part)
+    are computed once for both of a window's variants."""
     from scipy.special import ndtr, ndtri
 
     neg, pos = _rows(neg), _rows(pos)
     n_pos = pos.sum(axis=1)
-    tp_above = np.cumsum(pos[:, ::-1], axis=1)[:, ::-1] - pos - offset
+    tp_base = np.cumsum(pos[:, ::-1], axis=1)[:, ::-1] - pos
     fp_above = np.cumsum(neg[:, ::-1], axis=1)[:, ::-1] - neg
     row, col = np.nonzero(pos > 0)  # only bins with positives add to AP
     p, n = pos[row, col], neg[row, col]
@@ -286,12 +300,17 @@ def average_precision_many(
         share = np.where(first[:, None], 0.0, 1.0) * np.ones_like(rank)
         read = distinct & (n > 0)  # a binormal reading is needed
         share[read] = ndtr(ndtri(rank[read] / (p2[read] + 1.0)) + delta[read, None])
-        tp = tp_above[row, col, None] + np.where(d2, rank, p2)
-        total = tp + fp_above[row, col, None] + n2 * share
-        live = (weight > 0) & (total > 0)
-        precision = np.where(live, tp / np.where(live, total, 1.0), 0.0)
-        ap = np.bincount(row, np.einsum("ij,ij->i", weight, precision), n_pos.size)
-        return np.where(n_pos > 0, ap / n_pos, NAN)
+        ahead = np.where(d2, rank, p2)
+        tp_at, fp_at, n_ahead = tp_base[row, col, None], fp_above[row, col, None], n2 * share
+        out = []
+        for offset in offsets:
+            tp = (tp_at - offset) + ahead
+            total = tp + fp_at + n_ahead
+            live = (weight > 0) & (total > 0)
+            precision = np.where(live, tp / np.where(live, total, 1.0), 0.0)
+            ap = np.bincount(row, np.einsum("ij,ij->i", weight, precision), n_pos.size)
+            out.append(np.where(n_pos > 0, ap / n_pos, NAN))
+        return out
 
 
 def ece_many(
@@ -649,10 +668,30 @@ def average_precision_se_many(neg: np.ndarray, pos: np.ndarray, offset: float = 
     g_b)/(TP_b − c + FP_b) − AP]. Var AP ≈ Σ_i (ψ_i − ψ̄)² over every row of either class,
     centred on the overall mean, so the randomness of the class counts — which AP, unlike
     AUC, depends on — is in it."""
+    return _average_precision_ses(neg, pos, (offset,))[0]
+
+
+def _average_precision_ses(
+    neg: np.ndarray, pos: np.ndarray, offsets: Sequence[float]
+) -> list[np.ndarray]:
+    """:func:`average_precision_se_many` at each of ``offsets`` (the cumulative counts
+    summed once)."""
     neg, pos = _rows(neg), _rows(pos)
     n_pos, n_neg = pos.sum(axis=1), neg.sum(axis=1)
-    tp = np.cumsum(pos[:, ::-1], axis=1)[:, ::-1] - offset
+    tp_all = np.cumsum(pos[:, ::-1], axis=1)[:, ::-1]
     fp = np.cumsum(neg[:, ::-1], axis=1)[:, ::-1]
+    return [_ap_se(neg, pos, n_pos, n_neg, tp_all - offset, fp) for offset in offsets]
+
+
+def _ap_se(
+    neg: np.ndarray,
+    pos: np.ndarray,
+    n_pos: np.ndarray,
+    n_neg: np.ndarray,
+    tp: np.ndarray,
+    fp: np.ndarray,
+) -> np.ndarray:
+    """One offset's standard errors, given the cumulative counts ``tp`` (less c), ``fp``."""
     with np.errstate(divide="ignore", invalid="ignore"):
         total = tp + fp
         live = (total > 0) & (pos > 0)
@@ -991,14 +1030,14 @@ class ScoreLayout:
         mc, cal = self.calibration_bins, self._cal
         return v[:, cal : cal + mc], v[:, cal + mc : cal + 2 * mc], v[:, cal + 2 * mc : self._sums]
 
-    def _average_precision(self, v: np.ndarray, offset: float) -> np.ndarray:
-        """:func:`average_precision_many` of each row, read inside the bins where the
-        row's within-bin sums count every scored row."""
+    def _average_precisions(self, v: np.ndarray, offsets: Sequence[float]) -> list[np.ndarray]:
+        """:func:`average_precision_many` of each row at each offset, read inside the bins
+        where the row's within-bin sums count every scored row."""
         b, w = self.bins, self._within
         neg, pos = self._classes(v)
         within = (v[:, w : w + b], v[:, 2 * b : 3 * b], v[:, w + b : w + 2 * b])
         complete = v[:, w + 2 * b] >= v[:, self.n_column] - 0.5
-        return average_precision_many(neg, pos, offset, within, complete)
+        return _average_precisions(neg, pos, offsets, within, complete)
 
     def metrics_many(
         self,
@@ -1033,14 +1072,13 @@ class ScoreLayout:
         p_value, testable, n_test = calibration_test_many(count, sp, sy)
         mass = equal_mass_bins(neg, pos, v[:, 2 * self.bins : 3 * self.bins], self.calibration_bins)
         mce = mce_many(count, sp, sy, z)
+        ap, ap_mid = self._average_precisions(v, (0.0, 0.5))
+        se, se_mid = _average_precision_ses(neg, pos, (0.0, 0.5))
         columns = (
             ("roc_auc", _roc_auc_column(neg, pos, confidence, auc_method, score_reasons)),
-            ("pr_auc", _ap_column(self._average_precision(v, 0.0),
-                                  average_precision_se_many(neg, pos), n_pos, df, confidence,
-                                  score_reasons)),
-            ("pr_auc_debiased", _ap_column(self._average_precision(v, 0.5),
-                                           average_precision_se_many(neg, pos, 0.5), n_pos,
-                                           df, confidence, score_reasons)),
+            ("pr_auc", _ap_column(ap, se, n_pos, df, confidence, score_reasons)),
+            ("pr_auc_debiased", _ap_column(ap_mid, se_mid, n_pos, df, confidence,
+                                           score_reasons)),
             ("log_loss", _clt_column(v[:, s], v[:, s + 1], v[:, s + 2], z, (0.0, math.inf),
                                      reasons, v[:, s + 6], n_cu)),
             ("brier", _clt_column(v[:, s], v[:, s + 3], v[:, s + 4], z, (0.0, 1.0), reasons,
@@ -1123,8 +1161,8 @@ class ScoreLayout:
         neg, pos = self._classes(v)
         n_pos = pos.sum(axis=1)
         reasons = _reasons(n_pos, neg.sum(axis=1), MIN_SCORE_CLASS_COUNT)
-        ap = self._average_precision(v, offset)
-        se = average_precision_se_many(neg, pos, offset)
+        (ap,) = self._average_precisions(v, (offset,))
+        (se,) = _average_precision_ses(neg, pos, (offset,))
         df = np.minimum(n_pos, neg.sum(axis=1)) - 1.0
         return _values(name, _ap_column(ap, se, n_pos, df, confidence, reasons))[0]
 
