@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run import FLEET_WINDOWS, _fleet_events, feed_fleet
 
 from monitor.config import settings_from_mapping
+from monitor.engine import state_codec
 from monitor.wiring import build_engine
 
 DAY_MS = 86_400_000
@@ -46,13 +47,13 @@ def _engine(events: int, state: Path | None):  # type: ignore[no-untyped-def]
     engine = build_engine(settings_from_mapping({"models": models}, "<bench>"))
     if state is not None and state.exists():
         meta, arrays = pickle.loads(state.read_bytes())
-        engine.load(meta, arrays)
+        state_codec.decode(engine, meta, arrays)
         return engine
     seconds = feed_fleet(engine, np.random.default_rng(17), events, SHAPE, NOW - 7 * DAY_MS, NOW)
     print(f"fed {events:,} events in {seconds:.1f} s")
     engine.retain(NOW)
     if state is not None:
-        state.write_bytes(pickle.dumps(engine.state(), protocol=5))
+        state.write_bytes(pickle.dumps(state_codec.encode(engine), protocol=5))
     return engine
 
 

@@ -70,6 +70,7 @@ import numpy as np
 import orjson
 
 from monitor.config import Settings, settings_from_mapping
+from monitor.engine import state_codec
 from monitor.engine.core import Engine
 from monitor.engine.records import LabelBatch, PredictionBatch, hash_ids
 from monitor.state.checkpoint import CheckpointStore
@@ -1257,7 +1258,7 @@ def bench_checkpoint(engine: Engine, reps: int, work: Path) -> list[Result]:
         for i in range(reps):
             gc.collect()
             t = time.perf_counter()
-            meta, arrays = engine.state()
+            meta, arrays = state_codec.encode(engine)
             path = store.write(meta, arrays)
             w_reps.append(time.perf_counter() - t)
             del meta, arrays
@@ -1315,7 +1316,7 @@ def bench_checkpoint(engine: Engine, reps: int, work: Path) -> list[Result]:
     )
     restore = Result(
         "d2",
-        "restore: load+Engine.load",
+        "restore: load+state_codec.decode",
         "s",
         median(r_reps),
         median(rb_reps),
@@ -1329,7 +1330,7 @@ def bench_checkpoint(engine: Engine, reps: int, work: Path) -> list[Result]:
             "restored engine has the same pending count and keys: "
             + ("yes" if ok else "NO — MISMATCH"),
             f"restore split (median): CheckpointStore.load "
-            f"{median([a for a, _ in split]):.3f}s, Engine.load "
+            f"{median([a for a, _ in split]):.3f}s, state_codec.decode "
             f"{median([b for _, b in split]):.3f}s; state dir on {fs_type(work)}",
         ],
     )
@@ -1943,12 +1944,12 @@ def _fleet_restart(
     from monitor.heap import release_free_memory
 
     t0 = time.perf_counter()
-    meta, arrays = engine.state()
+    meta, arrays = state_codec.encode(engine)
     state_s = time.perf_counter() - t0
     meta = orjson.loads(orjson.dumps(meta))
     restarted = build_engine(settings_from_mapping({"models": models}, "<bench>"))
     t0 = time.perf_counter()
-    restarted.load(meta, arrays)
+    state_codec.decode(restarted, meta, arrays)
     load_s = time.perf_counter() - t0
     del meta, arrays
     t0 = time.perf_counter()

@@ -40,12 +40,16 @@ from .alerting.slo import SloEvaluator, SloStatus
 from .alerting.timeline import Timeline
 from .collector import collector_paused
 from .config import Settings, redacted
+from .engine import state_codec
+from .engine.assemble import Assembler
 from .engine.clock import SteadyClock, retention_now
-from .engine.core import Engine, StateMismatch
+from .engine.core import Engine
 from .engine.evaluate import evaluate_all
 from .engine.models import WindowSpec
 from .engine.narrow import NarrowError
+from .engine.partition import ALL, Partition
 from .engine.snapshot import OpsState, Snapshot
+from .engine.state_codec import StateMismatch
 from .engine.view import StoreView
 from .export.exposition import Exposition
 from .export.http import HttpLimits, HttpServer, Request, Response, json_response
@@ -127,7 +131,8 @@ class Daemon:
         self.clock = SteadyClock(
             round(ev.max_clock_jump * 1000), round(ev.clock_jump_accept_after * 1000)
         )
-        self.engine = self._new_engine()
+        # the daemon's unit of work: one partition, the owner of every input partition
+        self.unit = Partition(ALL, self._new_engine())
         self.store = CheckpointStore(settings.state.dir)
         self.state_lock = StateDirLock(settings.state.dir)
         self.kafka_state: KafkaStateStore | None = None
@@ -166,11 +171,6 @@ class Daemon:
         self._trends: tuple[Snapshot | None, dict[str, Any]] | None = None
         self.dispatcher = build_dispatcher(settings)
         self._checkpoint_failing_since: float | None = None
-        # source offsets covered by the engine's state (the pipeline advances them under
-        # ``lock``; checkpointed with the state, sought to on assignment), and the ids of
-        # the topics they are offsets in (ingest/topic_watch.py)
-        self.offsets: dict[str, int] = {}
-        self.topic_ids: dict[str, str] = {}
         self._source: Any = None
         self._faults: Counter[str] = Counter()  # handled faults, by event (count_fault)
         # [[schedules]] on APScheduler's wall-clock cron triggers (monitor/schedule/);
@@ -183,6 +183,30 @@ class Daemon:
             may_run=self._runs_schedules,
             changed=self._schedule_changed,
         )
+
+    @property
+    def engine(self) -> Engine:
+        """The engine of the daemon's partition."""
+        return self.unit.engine
+
+    @engine.setter
+    def engine(self, engine: Engine) -> None:
+        self.unit.engine = engine
+
+    @property
+    def offsets(self) -> dict[str, int]:
+        """Source offsets covered by the engine's state (the pipeline advances them under
+        ``lock``; checkpointed with the state, sought to on assignment)."""
+        return self.unit.offsets
+
+    @property
+    def topic_ids(self) -> dict[str, str]:
+        """The ids of the topics the offsets are positions in (ingest/topic_watch.py)."""
+        return self.unit.topic_ids
+
+    @topic_ids.setter
+    def topic_ids(self, ids: dict[str, str]) -> None:
+        self.unit.topic_ids = ids
 
     def _new_engine(self) -> Engine:
         return build_engine(self.settings, self.settings.state.dir)
@@ -484,8 +508,8 @@ class Daemon:
         scheduled summary and report carry it: :meth:`overview`, :meth:`report_extras`)."""
         pub = self._published
         return build_overview(
-            pub.snapshot, pub.slos, self.engine.models, dict(pub.comparison_causes),
-            len(self.engine.comparisons), len(self.slo_specs),
+            pub.snapshot, pub.slos, self.assembler.models, dict(pub.comparison_causes),
+            len(self.assembler.tracker.specs), len(self.slo_specs),
         )  # fmt: skip
 
     def trends_json(self) -> dict[str, Any]:
@@ -521,7 +545,7 @@ class Daemon:
             self.comparisons_json(),
             self.slos_json(),
             history_json(self._published.comparison_history),
-            layout_json(self.engine.models),
+            layout_json(self.assembler.models),
             refresh_s=max(5, round(self.settings.evaluation.interval)),
             overview=overview_json(self.problems_overview()),
             trends=self.trends_json(),
@@ -571,6 +595,12 @@ class Daemon:
         self._set_status(schedule_runs=self.schedules.counts())
         self._checkpoint_due.set()
 
+    @property
+    def assembler(self) -> Assembler:
+        """What evaluates the published snapshot: the configuration's models, series and
+        drift references, each comparison's sticky decision (here: the engine's)."""
+        return self.engine.assembler
+
     def period_view(self) -> StoreView:
         """A copy of the retained statistics (read while ingestion goes on)."""
         with self.lock:
@@ -582,7 +612,7 @@ class Daemon:
         the drift, comparisons and operations of the latest evaluation."""
         view = self.period_view()
         window = (WindowSpec(label, size_ms, 0),)
-        models = tuple(replace(m, windows=window) for m in self.engine.models)
+        models = tuple(replace(m, windows=window) for m in self.assembler.models)
         results, fairness = evaluate_all(
             view, models, end_ms, self.settings.evaluation.confidence, self.engine.active_plugins
         )
@@ -595,7 +625,7 @@ class Daemon:
             comparisons=snap.comparisons if snap else (),
             drift=snap.drift if snap else (),
             fairness=fairness,
-            series=self.engine.series,
+            series=self.assembler.series,
         )
 
     def report_extras(self) -> dict[str, Any]:
@@ -603,7 +633,7 @@ class Daemon:
         topics = dict(pub.status.topics)
         return {
             "operations": ops_json(pub.ops, topics) if pub.ops else None,
-            "models": layout_json(self.engine.models),
+            "models": layout_json(self.assembler.models),
             "comparison_history": history_json(pub.comparison_history),
             "slos": [slo_json(s) for s in pub.slos],
             # problems first, each version's key metrics over time, the timeline
@@ -631,7 +661,7 @@ class Daemon:
         drift = self.settings.model(model).drift
         assert drift is not None and drift.reference is not None  # config check
         return rotate(
-            self.engine, self.lock, self.period_view(), self.settings.state.dir,
+            self.assembler, self.lock, self.period_view(), self.settings.state.dir,
             drift.reference, model, start_ms, end_ms, version, min_samples,
         )  # fmt: skip
 
@@ -698,7 +728,7 @@ class Daemon:
         def apply(loaded: LoadedCheckpoint) -> None:
             try:
                 with self.lock:
-                    self.engine.load(loaded.meta, loaded.arrays)
+                    state_codec.decode(self.engine, loaded.meta, loaded.arrays)
                     self.offsets.clear()
                     self.offsets.update(load_offsets(loaded.meta))
                 ids = loaded.meta.get("topic_ids", {})
@@ -776,7 +806,7 @@ class Daemon:
             spooled = 0
             for source in self._fault_sources():
                 faults.update(source.faults)
-            faults.update(self.engine.result_cache.faults)  # checkpoint sections ignored
+            faults.update(self.assembler.result_cache.faults)  # checkpoint sections ignored
             if isinstance(sink, TopicDeadLetter):
                 faults["dead_letter_spooled"] += sink.spooled_total
                 spooled = sink.spooled
@@ -799,9 +829,10 @@ class Daemon:
             if sink is not None:
                 sink.flush()
             with self.lock:
-                meta, arrays = self.engine.state(with_results=False)
+                meta, arrays = state_codec.encode(self.engine, with_results=False)
                 meta["offsets"] = dict(self.offsets)
-            arrays.update(self.engine.results_state(meta))  # encoded with the lock released
+            # encoded with the lock released
+            arrays.update(state_codec.results_state(self.engine, meta))
             if source is not None:
                 self.topic_ids = source.topic_ids()
             meta["topic_ids"] = dict(self.topic_ids)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -29,10 +30,10 @@ from .config import Settings, redacted
 from .durations import format_duration
 from .engine.cause import Cause
 from .engine.completeness import window_completeness
-from .engine.core import Engine
 from .engine.evaluate import evaluate_all
 from .engine.models import ModelSpec, WindowSpec
 from .engine.narrow import exported, narrowed_spec
+from .engine.port import EnginePort
 from .engine.snapshot import Snapshot
 from .export.overview import build_overview, overview_json
 from .export.published import History, extend_history
@@ -95,7 +96,7 @@ def replay(
     cr, nl, every = ("\r", "", 1.0) if tty else ("", "\n", 10.0)
     history: History = ()  # the confidence sequences over the replay, for the HTML report
     insight = Insight(lambda: engine, confidence=settings.evaluation.confidence)
-    stepped = settings.slos or engine.comparisons or engine.drift.specs
+    stepped = settings.slos or engine.assembler.tracker.specs or engine.assembler.drift.specs
     stepper = _Stepper(settings, engine, insight) if stepped else None
     steps = (
         StepFeed(
@@ -145,15 +146,16 @@ def replay(
         progress.write(
             f"{cr}replay: 100.0% of {total / 1e6:.1f} MB in {time.monotonic() - started:.1f}s\n"
         )
-    width = engine.buckets.width_ms
     now_ms = max(engine.pred_watermark_ms, 0)
     series = insight.trends(now_ms, _every_metric)
     # roll the tiers up first, so that "all" starts at the first row's own boundary and
     # no edge of it snaps past data (a coarse row holds what lies before its end)
     engine.roll_up(now_ms)
     models = engine.models
-    if len(engine.buckets):
-        first = int(engine.buckets.bucket.min())
+    rows = engine.view(copy=False)  # shares the stores' arrays: read before any write
+    width = rows.width_ms
+    if len(rows.buckets["bucket"]):
+        first = int(rows.buckets["bucket"].min())
         span = (now_ms // width - first + 1) * width
         models = tuple(
             replace(m, windows=(*m.windows, WindowSpec("all", span, 0))) for m in engine.models
@@ -188,7 +190,7 @@ def replay(
                 stepper.statuses if stepper is not None else (),
                 engine.models,
                 stepper.causes if stepper is not None else {},
-                len(engine.comparisons),
+                len(engine.assembler.tracker.specs),
                 len(settings.slos),
             )
         ),
@@ -206,7 +208,7 @@ class _Stepper:
     breaches, one look of every comparison, the drift tests of every configured window,
     and the timeline."""
 
-    def __init__(self, settings: Settings, engine: Engine, insight: Insight) -> None:
+    def __init__(self, settings: Settings, engine: EnginePort, insight: Insight) -> None:
         self.engine, self.insight = engine, insight
         self.confidence = settings.evaluation.confidence
         self.specs = slo_specs(settings)
@@ -232,11 +234,12 @@ class _Stepper:
         view = engine.view(copy=False)  # shares the stores' arrays: cheap
         if self.specs:
             results, _ = evaluate_all(view, self.models, t, self.confidence, engine.active_plugins)
-        if engine.drift.specs:
-            drift = engine.drift.evaluate(view, t, unseen=engine.drift_cells.unseen.by_feature)
-        looks = engine.look_comparisons(results, t) if engine.comparisons else ()
+        if engine.assembler.drift.specs:
+            unseen = engine.sums()[2].by_feature
+            drift = engine.assembler.drift.evaluate(view, t, unseen=unseen)
+        looks = engine.look_comparisons(results, t) if engine.assembler.tracker.specs else ()
         self.history = extend_history(self.history, looks)
-        completeness = window_completeness(results, engine.delay.histograms(), t)
+        completeness = window_completeness(results, engine.ops().label_delay, t)
         snap = Snapshot(
             t, results, comparisons=looks, drift=drift, completeness=completeness, placed_ms=t
         )
@@ -292,9 +295,9 @@ def _steps_json(steps: StepFeed, settings: Settings, max_steps: int) -> dict[str
     }
 
 
-def _first_pending(engine: Engine) -> bool:
+def _first_pending(engine: EnginePort) -> bool:
     """Whether a "first"-mode drift reference is still to be frozen from base rows."""
-    drift = engine.drift
+    drift = engine.assembler.drift
     return any(s.live == "first" and m not in drift.frozen for m, s in drift.specs.items())
 
 
@@ -302,9 +305,10 @@ def _every_metric(spec: ModelSpec) -> list[str]:
     return sorted(exported(spec))
 
 
-def _all_window(engine: Engine, snap: Snapshot) -> dict[str, object]:
+def _all_window(engine: EnginePort, snap: Snapshot) -> dict[str, object]:
     """The count behind "all": every accepted prediction, or what was left out and why."""
-    accepted = engine.records["predictions", "accepted"]
+    records = snap.ops.records if snap.ops is not None else ()
+    accepted = sum(c for k, o, c in records if (k, o) == ("predictions", "accepted"))
     counted = sum(r.predictions for r in snap.results if r.window == "all" and r.slice == "all")
     retired = accepted - counted
     return {
@@ -319,18 +323,18 @@ def _all_window(engine: Engine, snap: Snapshot) -> dict[str, object]:
 
 
 def _check_read(
-    engine: Engine, files: dict[str, tuple[Path, str]], lines: dict[str, int], dead_letter: Path
+    engine: EnginePort, files: dict[str, tuple[Path, str]], lines: dict[str, int], dead_letter: Path
 ) -> None:
+    ops = engine.ops()
+    records = Counter({(k, o): c for k, o, c in ops.records})
     for kind, (path, _) in files.items():
-        valid = engine.records[kind, "accepted"] + engine.records[kind, "duplicate"]
+        valid = records[kind, "accepted"] + records[kind, "duplicate"]
         count = lines.get(kind, 0)
         if valid or (kind == "labels" and count == 0):
             continue
         if count == 0:
             raise ReplayError(f"{path}: no {kind} in it (empty file)")
-        reasons = ", ".join(
-            f"{reason} {n}" for (k, reason), n in sorted(engine.invalid.items()) if k == kind
-        )
+        reasons = ", ".join(f"{reason} {n}" for k, reason, n in sorted(ops.invalid) if k == kind)
         raise ReplayError(
             f"{path}: none of its {count} {kind} is valid ({reasons}); "
             f"the rejected records and their reasons are in {dead_letter}"

@@ -19,6 +19,7 @@ from .engine.models import ComparisonSpec, DriftSpec, ModelSpec, SliceSpec, Wind
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # imported where used: `monitor check-config` needs no engine (pandas)
+    from .engine.assemble import Assembler
     from .engine.core import Engine
     from .ingest.deadletter import DeadLetterSink
     from .ingest.pipeline import IngestPipeline
@@ -304,6 +305,25 @@ def build_engine(settings: Settings, state_dir: Path | None = None) -> Engine:
         retained_spans_ms=[_ms(s.period) for s in settings.schedules if s.job != "summary"],
         event_clock=EventWatermark(ev.watermark_samples, ev.watermark_quantile),
         label_clock=EventWatermark(ev.watermark_samples, ev.watermark_quantile),
+    )
+
+
+def build_assembler(settings: Settings, state_dir: Path | None = None) -> Assembler:
+    """The evaluation state of ``settings`` with no engine behind it: the partitioned
+    daemon's global view evaluates the partitions' merged statistics with it."""
+    from .engine.assemble import Assembler
+    from .engine.drift import DriftTracker
+
+    plugins = load_configured_plugins(settings)
+    problems = plugin_loss_problems(settings, plugins)
+    if problems:
+        raise ConfigError(problems, "plugins")
+    models = model_specs(settings)
+    return Assembler(
+        models,
+        comparison_specs(settings),
+        DriftTracker(drift_specs(settings, state_dir), models),
+        plugins.plugins,
     )
 
 

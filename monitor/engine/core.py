@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from typing import Any
@@ -31,15 +31,15 @@ from ..metrics.catalog import (
     SCORES,
 )
 from ..metrics.protocol import Metric
-from ..metrics.registry import LOSSES, own_families, series_table
+from ..metrics.registry import LOSSES, own_families
 from ..stats.multiclass import MulticlassLayout
 from ..stats.ranking import RankingLayout
 from ..stats.regression import RegressionLayout
 from ..stats.scores import ScoreLayout
-from ..version import app_version, build
 from .accumulator import Accumulator, LabeledRows, NewPredictions, PredictionAccumulator
+from .assemble import Assembler
 from .buckets import BucketStore, MatrixSpec, SumPlan, window_group_sums
-from .clock import EventWatermark
+from .clock import EventWatermark, retention_now
 from .comparison_stats import (
     ArmSums,
     Losses,
@@ -50,12 +50,10 @@ from .comparison_stats import (
     loss_names,
 )
 from .comparisons import ComparisonResult, ComparisonTracker
-from .completeness import window_completeness
 from .delay import DELAY_BOUNDS_S, LabelDelay
 from .drift import DriftTracker
 from .drift_cells import DriftCells, UnseenValues
 from .estimation_counts import EstimationCounts
-from .evaluate import evaluate_all
 from .family_stats import FamilyStats
 from .groups import GroupRegistry
 from .join import NO_TS as _NO_TS
@@ -63,16 +61,15 @@ from .join import NUMERIC, RANKED, JoinBuffer, Joined, JoinReject
 from .light_counts import LightCounts
 from .models import ComparisonSpec, DriftSpec, ModelSpec
 from .ranking import RankingState
-from .records import ID_HASH, LabelBatch, PredictionBatch
-from .result_cache import ResultCache, digest
+from .records import LabelBatch, PredictionBatch
+from .result_cache import ResultCache
 from .snapshot import OpsState, Snapshot, WindowResult
-from .state_checks import check_state
 from .table import KeyedTable
 from .task_stats import ScoreHistograms, TaskStats
 from .view import StoreView, base_group_index
 from .windows import Tiers, tier_reach
 
-__all__ = ["DELAY_BOUNDS_S", "ENGINE_FORMAT", "LOSSES", "Engine", "JoinReject", "StateMismatch"]
+__all__ = ["DELAY_BOUNDS_S", "LOSSES", "Engine", "JoinReject"]
 
 
 _TASKS = {"binary": 0, "multiclass": 1, "regression": 2, "ranking": 3}
@@ -81,16 +78,6 @@ _TASKS = {"binary": 0, "multiclass": 1, "regression": 2, "ranking": 3}
 # lock holds a snapshot spends summing one per-segment store (~16 MB each): the rest, if
 # the writer outruns them, is summed in the final hold
 _MAX_SUM_CHUNKS = 10_000
-
-# Version of the engine's part of a checkpoint: 2 keeps per-model stores (format 1, one
-# store holding every model's matrices, is migrated on load); 3 keeps the label delay per
-# model (format 2's one histogram loads as the fleet prior, engine/delay.py).
-ENGINE_FORMAT = 3
-_CACHE_ARRAY = "result_cache"  # the checkpointed results of the last evaluation (bytes)
-
-
-class StateMismatch(ValueError):
-    """A saved state that cannot be applied to this configuration."""
 
 
 class Engine:
@@ -166,17 +153,9 @@ class Engine:
         self.plugins = tuple(plugins.plugins) if plugins is not None else ()
         # the losses comparisons count: the built-in ones, then the plugin losses they use
         self.loss_names = loss_names(self.comparisons)
-        loss_plugins = {p.name: p for p in self.plugins if p.has_loss()}
-        missing = [n for n in self.loss_names[len(LOSSES) :] if n not in loss_plugins]
-        if missing:
-            raise ValueError(f"comparison losses {missing} are no loaded plugin's loss")
-        self.tracker = ComparisonTracker(
-            self.comparisons,
-            self.models,
-            {n: loss_plugins[n].loss_bound for n in self.loss_names[len(LOSSES) :]},
-        )
-        # what every metric name is exported as (the exporter's help and labels)
-        self.series = series_table([(m.params, m.metrics) for m in self.models], self.plugins)
+        # evaluation state (sticky comparison decisions, drift references, reused results)
+        self.assembler = Assembler(self.models, self.comparisons, self.drift, self.plugins)
+        self.series = self.assembler.series  # what every metric name is exported as
         # per model, the metric families with a statistic of their own: the built-ins it
         # asks for (top-k accuracy) and the plugins serving its task
         self.families: dict[int, tuple[Metric, ...]] = {
@@ -249,12 +228,9 @@ class Engine:
         # robust watermark, retention edge (clock.py); the label stream's progress (TTLs)
         self.event_clock = event_clock if event_clock is not None else EventWatermark()
         self.label_clock = label_clock if label_clock is not None else EventWatermark()
-        # window results of the last evaluation, reused while their counts do not change
-        self.result_cache = ResultCache()
         # seconds the last snapshot held the caller's lock, per section: retention, the
         # longest window-sum chunk, finishing the copy, the comparison looks
         self.lock_holds_s: tuple[float, ...] = ()
-        self._look_hold_s = 0.0
         self._base_index: dict[int, tuple[int, np.ndarray, int]] = {}  # _sum_index's, cached
         # what joined rows are counted into, in order (task statistics write the ranking
         # loss the comparisons read)
@@ -713,12 +689,23 @@ class Engine:
         now_ms: int,
         not_ready: Sequence[str] = (),
         confidence: float = 0.95,
-        sums: tuple[ArmSums, PairedSums] | None = None,
     ) -> tuple[ComparisonResult, ...]:
-        """One look of every configured comparison (mutates the sticky decision state) at
-        this engine's arm and pair sums, or at ``sums`` (merged from partition engines)."""
-        arms, pairs = sums if sums is not None else (self.arms.sums, self.pairs.sums)
-        return self.tracker.look(arms, pairs, results, now_ms, not_ready, confidence)
+        """One look of every configured comparison at this engine's arm and pair sums
+        (mutates the assembler's sticky decision state)."""
+        return self.assembler.look(results, now_ms, self._comparison_sums(), not_ready, confidence)
+
+    def _comparison_sums(self) -> tuple[ArmSums, PairedSums]:
+        return self.arms.sums, self.pairs.sums
+
+    @property
+    def tracker(self) -> ComparisonTracker:
+        """Each comparison's sticky decision state (the assembler's)."""
+        return self.assembler.tracker
+
+    @property
+    def result_cache(self) -> ResultCache:
+        """The results the last evaluation may lend the next (the assembler's)."""
+        return self.assembler.result_cache
 
     def retain(self, now_ms: int) -> int:
         """Freeze completed live drift references, retire idle versions, then drop buckets
@@ -733,6 +720,11 @@ class Engine:
         oldest = (now_ms - horizon) // self.buckets.width_ms - 1
         self.event_clock.retained_from_ms = oldest * self.buckets.width_ms
         return sum(st.drop_before(oldest) for st in self._stores())
+
+    def retention_now(self, now_ms: int) -> int:
+        """Where retention may run at wall time ``now_ms``: the earlier of it and the event
+        watermark, advanced by this call (``clock.retention_now``)."""
+        return retention_now(now_ms, self.event_clock.advance())
 
     def freeze_live_references(self) -> None:
         """A "first:<span>" reference is the sum of the model's buckets over its first span,
@@ -853,141 +845,38 @@ class Engine:
             unseen = self.drift_cells.unseen.copy()
             plugins = self.active_plugins
             holds.append(time.perf_counter() - held)
-        snap = self.evaluate_view(
-            view, ops, unseen, now_ms, at_ms=at_ms, confidence=confidence, models=models,
-            plugins=plugins, not_ready=not_ready, look_at_ms=look_at_ms, lock=lock,
-            input_ended=input_ended,
+        snap = self.assembler.evaluate(
+            view, ops, unseen, self._comparison_sums, now_ms, at_ms=at_ms, confidence=confidence,
+            models=models, plugins=plugins, not_ready=not_ready, look_at_ms=look_at_ms,
+            lock=lock, plugin_errors=self.plugin_stats.errors, input_ended=input_ended,
         )  # fmt: skip
-        self.lock_holds_s = (holds[0], max(holds[1:-1], default=0.0), holds[-1], self._look_hold_s)
+        self.lock_holds_s = (
+            holds[0], max(holds[1:-1], default=0.0), holds[-1], self.assembler.look_hold_s
+        )  # fmt: skip
         return snap
 
-    def evaluate_view(
-        self,
-        view: StoreView,
-        ops: OpsState,
-        unseen: UnseenValues,
-        now_ms: int,
-        *,
-        at_ms: int | None = None,
-        confidence: float = 0.95,
-        models: Sequence[ModelSpec] | None = None,
-        plugins: Sequence[Any] | None = None,
-        not_ready: Sequence[str] = (),
-        look_at_ms: int | None = None,
-        sums: tuple[ArmSums, PairedSums] | None = None,
-        lock: AbstractContextManager[Any] | None = None,
-        input_ended: bool = False,
-    ) -> Snapshot:
-        """The evaluation half of :meth:`snapshot`: every window, slice, fairness gap,
-        comparison look and drift test of ``view``, outside ``lock`` but for the look
-        (sticky decision state) and the plugin error counts. The partitioned global view
-        (``scale/global_view.py``) evaluates with it too: ``view``, ``ops``, ``unseen``
-        and the comparison ``sums`` merged from the partition engines, this engine
-        holding the configuration, the sticky comparison state and drift references."""
-        guard = lock if lock is not None else nullcontext()
-        errors: Counter[str] = Counter()
-        results, fairness = evaluate_all(
-            view,
-            models or self.models,
-            now_ms,
-            confidence,
-            self.active_plugins if plugins is None else plugins,
-            errors,
-            self.result_cache,
-        )
-        with guard:
-            held = time.perf_counter()
-            comparisons = self.look_comparisons(
-                results, now_ms if look_at_ms is None else look_at_ms, not_ready, confidence, sums
-            )
-            self.plugin_stats.errors.update(errors)
-            self._look_hold_s = time.perf_counter() - held
-        if errors:  # this evaluation's plugin errors beside those counted before
-            counted = Counter(dict(ops.plugin_errors)) + errors
-            ops = replace(ops, plugin_errors=tuple(sorted(counted.items())))
-        drift = self.drift.evaluate(
-            view, now_ms, models, unseen=unseen.by_feature, input_ended=input_ended
-        )
-        return Snapshot(
-            at_ms=now_ms if at_ms is None else at_ms,
-            results=results,
-            ops=ops,
-            comparisons=comparisons,
-            drift=drift,
-            fairness=fairness,
-            completeness=window_completeness(results, ops.label_delay, now_ms),
-            placed_ms=now_ms,
-            series=self.series,
-        )
+    # -- checkpoint parts (engine/state_codec.py encodes and restores them) ----------------
+    @property
+    def keeps_ranking(self) -> bool:
+        """Whether ranking lists wait in the state (ranking models only)."""
+        return bool(self.rank_layouts)
 
-    # -- state -----------------------------------------------------------------------
-    def state(self, with_results: bool = True) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """Everything needed to continue exactly where this engine is (JSON + arrays), and
-        the last evaluation's reusable results (:meth:`results_state`) unless
-        ``with_results`` is False — the daemon adds them once it released its lock."""
-        meta = {
-            "engine_format": ENGINE_FORMAT,
-            "id_hash": ID_HASH,
-            "bucket_width_ms": self.buckets.width_ms,
-            **self.registry.groups_state(),
+    def counters_state(self) -> dict[str, Any]:
+        """The engine's own scalars: label codes, counters, watermarks, clocks, tiers."""
+        return {
             "label_codes": list(self.label_codes),
             "records": [[k, o, c] for (k, o), c in sorted(self.records.items())],
             "invalid": [[k, r, c] for (k, r), c in sorted(self.invalid.items())],
             "join_events": dict(sorted(self.join_events.items())),
-            "pending": self.join.pending,
             "pred_watermark_ms": self.pred_watermark_ms,
             "tiers": self.tiers.bounds(),
             "label_watermark_ms": self.label_watermark_ms,
             "event_clock": self.event_clock.state(),
             "label_clock": self.label_clock.state(),
-            "comparisons": self.tracker.state(),
-            **self.registry.lifecycle_state(),
         }
-        arrays: dict[str, np.ndarray] = {}
-        for part in (self.join, *self._saved):
-            m, a = part.state()
-            meta.update(m)
-            arrays.update(a)
-        arrays.update({f"buckets.{k}": v for k, v in self.buckets.state().items()})
-        if self.rank_layouts:
-            arrays.update(self.ranking.arrays())
-        # per-model stores under the model's name: a reordered config still restores
-        for kind, stores in (("wide", self.wide), ("sliced", self.sliced)):
-            for m, store in stores.items():
-                if len(store):
-                    name = self.models[m].name
-                    arrays.update({f"{kind}/{name}/{k}": v for k, v in store.state().items()})
-        if with_results:
-            arrays.update(self.results_state(meta))
-        return meta, arrays
 
-    def results_state(self, meta: dict[str, Any]) -> dict[str, np.ndarray]:
-        """The result cache as a checkpoint array, bound to the state ``meta`` it is saved
-        beside (empty without results). Needs no lock: it reads a copy of the cache, whose
-        entries are pure functions of their keys, so a pass running meanwhile only adds
-        entries that are as valid."""
-        cached = self.result_cache.section(self._cache_binding(meta))
-        return {} if cached is None else {_CACHE_ARRAY: np.frombuffer(cached, np.uint8)}
-
-    def load(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
-        """Restore a state from ``state()``; StateMismatch if it cannot apply here."""
-        fmt = meta.get("engine_format", 1)
-        if not isinstance(fmt, int) or fmt > ENGINE_FORMAT:
-            raise StateMismatch(
-                f"engine state format {fmt!r} was written by a newer model-monitor (this one "
-                f"reads up to {ENGINE_FORMAT}); upgrade, or move the state directory aside"
-            )
-        if fmt == 1:
-            meta, arrays = _migrate_v1(meta, arrays, self.models)
-        check_state(meta, arrays, self.state(with_results=False)[1], self.buckets.width_ms)
-        if meta.get("id_hash") != ID_HASH:
-            raise StateMismatch(f"ids were hashed with {meta.get('id_hash')!r}, not {ID_HASH!r}")
-        if meta["bucket_width_ms"] != self.buckets.width_ms:
-            raise StateMismatch(
-                f"state has bucket_width {meta['bucket_width_ms'] / 1000:g}s but the config says "
-                f"{self.buckets.width_ms / 1000:g}s; restore with the old width or start fresh"
-            )
-        self.registry.load(meta)
+    def load_counters(self, meta: Mapping[str, Any]) -> None:
+        """Restore :meth:`counters_state` (after the groups), dropping what was derived."""
         self._base_index = {}
         self.label_codes = list(meta["label_codes"])
         self._label_index = {t: i for i, t in enumerate(self.label_codes)}
@@ -999,97 +888,25 @@ class Engine:
         self.label_watermark_ms = int(meta["label_watermark_ms"])
         self.event_clock.load(meta.get("event_clock"))
         self.label_clock.load(meta.get("label_clock"))  # absent before: rebuilt from labels
-        for acc in self._saved:
-            try:
-                acc.load(meta, arrays)
-            except ValueError as err:
-                raise StateMismatch(str(err)) from None
-        self.tracker.load(meta.get("comparisons", {}))
-        try:
-            self.ranking.load(arrays if self.rank_layouts else {})
-        except (KeyError, ValueError) as err:
-            raise StateMismatch(f"ranking lists in the state are unusable: {err}") from None
-        self.join.load(meta, arrays)
         if "tiers" in meta and self.tiers.per_hour:
             self.tiers = self.tiers.with_bounds(meta["tiers"])
         for store in self._stores():
             store.tiers = self.tiers
-        self.buckets.load({k[8:]: v for k, v in arrays.items() if k.startswith("buckets.")})
+
+    def saved_parts(self) -> tuple[Accumulator | PredictionAccumulator, ...]:
+        """The accumulators that save a part of their own, each once."""
+        return self._saved
+
+    def named_stores(self) -> dict[str, BucketStore]:
+        """Every bucket store by its checkpoint name (per model by the model's name)."""
+        out = {"buckets": self.buckets}
         for kind, stores in (("wide", self.wide), ("sliced", self.sliced)):
-            for m, store in stores.items():
-                name = self.models[m].name
-                prefix = f"{kind}/{name}/"
-                part = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
-                if kind == "wide" and name in self.drift_cells.stale:
-                    part.pop("m.drift", None)
-                if part:
-                    store.load(part)
-        n_groups = len(self.groups)
-        stores = [*self.wide.values(), *self.sliced.values()]
-        for col in (self.preds.col("group"), self.buckets.group, *(st.group for st in stores)):
-            if col.shape[0] and (col.min() < 0 or col.max() >= n_groups):
-                raise StateMismatch("state refers to groups it does not define")
-        if self.orphans.size and self.orphans.col("code").max() >= len(self.label_codes):
-            raise StateMismatch("state refers to label codes it does not define")
-        if not self.join.consistent():
-            raise StateMismatch("pending count disagrees with the join buffer")
-        cached = arrays.get(_CACHE_ARRAY)
-        if cached is not None and cached.dtype == np.uint8 and cached.ndim == 1:
-            self.result_cache.restore(cached.tobytes(), self._cache_binding(meta))
-        elif cached is not None:
-            self.result_cache.faults["result_cache_corrupt"] += 1
+            out.update({f"{kind}/{self.models[m].name}": st for m, st in stores.items()})
+        return out
 
-    def _cache_binding(self, meta: dict[str, Any]) -> bytes:
-        """What a checkpoint's result cache is valid for: this code (release and build
-        revision), this configuration and the state saved beside it (its watermarks and
-        record counts) — a section from another checkpoint or build does not match and is
-        ignored, so results computed by other code are never served."""
-        return digest(
-            app_version(), build().revision, ENGINE_FORMAT, repr(self.models),
-            meta.get("pred_watermark_ms"), meta.get("label_watermark_ms"),
-            repr(meta.get("records")), repr(meta.get("join_events")),
-        )  # fmt: skip
-
-
-def _migrate_v1(
-    meta: dict[str, Any], arrays: dict[str, np.ndarray], models: Sequence[ModelSpec]
-) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Format 1 kept one wide store (every model's matrices on every row, named with the
-    model's index) and one task store; split both per model, by the groups' models."""
-    names = [g[0] for g in meta["groups"]]
-    out = {k: v for k, v in arrays.items() if not k.startswith(("wide.", "tasks."))}
-    for kind, old in (("wide", "wide."), ("sliced", "tasks.")):
-        cols = {k[len(old) :]: v for k, v in arrays.items() if k.startswith(old)}
-        if "group" not in cols:
-            continue
-        gname = np.array([names[g] if 0 <= g < len(names) else None for g in cols["group"]],
-                         dtype=object)  # fmt: skip
-        for i, spec in enumerate(models):
-            rows = gname == spec.name
-            if not rows.any():
-                continue
-            part = {"group": cols["group"][rows], "bucket": cols["bucket"][rows]}
-            for fixed in ("predicted", "labeled", "confusion"):
-                if fixed in cols:
-                    part[fixed] = cols[fixed][rows]
-            for key, v in cols.items():
-                if not key.startswith("m."):
-                    continue
-                base = key[2:]
-                for stem in (SCORES.name, "drift", MULTICLASS.name, REGRESSION.name):
-                    if base == f"{stem}{i}":
-                        part[f"m.{stem}"] = v[rows]
-                if base.startswith("p_") and base.endswith(f"_{i}"):
-                    part[f"m.{base[: -len(f'_{i}')]}"] = v[rows]
-            out.update({f"{kind}/{spec.name}/{k}": v for k, v in part.items()})
-    meta = dict(meta)
-    meta["drift_fingerprints"] = {
-        models[int(k[5:])].name: fp
-        for k, fp in meta.get("drift_fingerprints", {}).items()
-        if k.startswith("drift") and k[5:].isdigit() and int(k[5:]) < len(models)
-    }
-    meta["engine_format"] = ENGINE_FORMAT
-    return meta, out
+    def stale_references(self) -> set[str]:
+        """Models whose configured drift reference changed since their counts were saved."""
+        return set(self.drift_cells.stale)
 
 
 def _robust_mark(maximum: int, clock: EventWatermark) -> int:

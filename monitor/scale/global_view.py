@@ -1,43 +1,49 @@
-"""Evaluate merged partition statistics: the second half of ``Engine.snapshot``.
+"""The global view: one snapshot of the statistics merged from every partition.
 
 The partition engines keep the per-event state (join buffers, statistics); evaluation
-reads only their mergeable statistics (``merge.PartitionStats``). The stateful parts of
-evaluation that are not per partition — each comparison's sticky sequential decision and
-the drift references — live in one *holder* engine built from the same configuration,
-which never receives records.
+reads only their mergeable statistics (``merge.PartitionStats``). What evaluation keeps
+that is not per partition — each comparison's sticky sequential decision, the drift
+references, the results reused between ticks — is one ``Assembler`` built from the
+configuration alone: no engine stands behind it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..engine.core import Engine
+from ..engine.assemble import Assembler
 from ..engine.snapshot import Snapshot
 from .merge import PartitionStats
 
-__all__ = ["global_snapshot"]
+__all__ = ["GlobalView"]
 
 
-def global_snapshot(
-    holder: Engine,
-    stats: PartitionStats,
-    now_ms: int,
-    *,
-    at_ms: int,
-    confidence: float,
-    not_ready: Sequence[str] = (),
-    look_at_ms: int | None = None,
-) -> Snapshot:
-    """The snapshot of the union the merged ``stats`` describe (comparisons look once:
-    the holder's sticky decision state advances)."""
-    return holder.evaluate_view(
-        stats.view,
-        stats.ops,
-        stats.unseen,
-        now_ms,
-        at_ms=at_ms,
-        confidence=confidence,
-        not_ready=not_ready,
-        look_at_ms=look_at_ms,
-        sums=(stats.arms, stats.paired),
-    )
+class GlobalView:
+    """Evaluates merged partition statistics as if one engine had counted them all."""
+
+    def __init__(self, assembler: Assembler) -> None:
+        self.assembler = assembler
+
+    def snapshot(
+        self,
+        stats: PartitionStats,
+        now_ms: int,
+        *,
+        at_ms: int,
+        confidence: float,
+        not_ready: Sequence[str] = (),
+        look_at_ms: int | None = None,
+    ) -> Snapshot:
+        """The snapshot of the union the merged ``stats`` describe (comparisons look once:
+        the sticky decision state advances; the caller serializes calls)."""
+        return self.assembler.evaluate(
+            stats.view,
+            stats.ops,
+            stats.unseen,
+            lambda: (stats.arms, stats.paired),
+            now_ms,
+            at_ms=at_ms,
+            confidence=confidence,
+            not_ready=not_ready,
+            look_at_ms=look_at_ms,
+        )

@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 
 from ..engine.comparison_stats import ArmSums, PairedSums, paired_width
-from ..engine.core import Engine
 from ..engine.delay import LabelDelay
 from ..engine.drift_cells import UnseenValues
+from ..engine.port import EnginePort
 from ..engine.snapshot import OpsState
 from ..engine.state_checks import MAX_COUNT, StateInvalid, check_columns, check_counts, check_totals
 from ..engine.view import StoreView
@@ -66,7 +66,7 @@ class PartitionStats:
     unseen: UnseenValues = field(default_factory=UnseenValues)
 
 
-def partition_stats(engine: Engine) -> PartitionStats:
+def partition_stats(engine: EnginePort) -> PartitionStats:
     """A copy of ``engine``'s statistics (call under the lock that guards the engine)."""
     arms, paired, unseen = engine.sums()
     return PartitionStats(engine.view(copy=True), engine.ops(), arms, paired, unseen)
@@ -146,13 +146,10 @@ def unpack(blob: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     return meta, arrays
 
 
-def store_layout(engine: Engine) -> Layout:
+def store_layout(engine: EnginePort) -> Layout:
     """The columns this configuration's stores have: what a reader accepts (a blob of
     another layout — score bins, classes, a plugin — would break the merged sums)."""
-    names = [m.name for m in engine.models]
-    stores = {"buckets": engine.buckets.state()}
-    for kind, by_model in (("wide", engine.wide), ("sliced", engine.sliced)):
-        stores.update({f"{kind}/{names[m]}": st.state() for m, st in by_model.items()})
+    stores = {name: st.state() for name, st in engine.named_stores().items()}
     return {
         store: {col: (a.shape[1:], "f" if a.dtype.kind == "f" else "i") for col, a in cols.items()}
         for store, cols in stores.items()

@@ -24,8 +24,8 @@ Per partition number p (co-partitioning gives an instance p of both topics):
   (``KafkaStateStore``), and partitions *lost* (the member was evicted) are dropped
   without storing, publishing or committing.
 
-The base ``Daemon``'s engine is the *holder* of the global comparison and drift state
-(it never receives records). docs/scale-out.md describes the design and its limits.
+The global comparison and drift state is the ``GlobalView``'s own assembler, built from
+the configuration. docs/scale-out.md describes the design and its limits.
 """
 
 from __future__ import annotations
@@ -49,9 +49,12 @@ from ..alerting.slo import SloStatus
 from ..app import Daemon, StartupError
 from ..collector import collector_paused
 from ..config import KafkaSettings, Settings
-from ..engine.clock import retention_now
-from ..engine.core import Engine, StateMismatch
+from ..engine import state_codec
+from ..engine.assemble import Assembler
+from ..engine.core import Engine
+from ..engine.partition import Partition
 from ..engine.snapshot import Snapshot
+from ..engine.state_codec import StateMismatch
 from ..engine.view import StoreView
 from ..export.published import Published
 from ..ingest.assignor import warn_unpaired
@@ -62,7 +65,8 @@ from ..ingest.pipeline import RawBatch, offset_key
 from ..ingest.topic_watch import TopicWatch
 from ..state.kafka_store import KafkaStateStore, StoredState
 from ..state.positions import Resume
-from .global_view import global_snapshot
+from ..wiring import build_assembler
+from .global_view import GlobalView
 from .lease import ExporterLease
 from .merge import (
     PartitionStats,
@@ -84,27 +88,6 @@ log = logging.getLogger("monitor.scale")
 STATE_FORMAT = 1
 
 
-class _Partition:
-    """One owned partition number: its engine and the next offsets it covers."""
-
-    def __init__(
-        self,
-        number: int,
-        engine: Engine,
-        offsets: dict[str, int],
-        group_generation: int = -1,
-        topic_ids: dict[str, str] | None = None,
-    ) -> None:
-        self.number = number
-        self.engine = engine
-        self.offsets = offsets
-        # the topic ids (topic_watch.py) of the logs the offsets are positions in
-        self.topic_ids = dict(topic_ids or {})
-        self.group_generation = group_generation  # the membership it was restored in
-        self.stats_published = False
-        self.lost = False  # evicted from the group with it: never store it again
-
-
 class PartitionedDaemon(Daemon):
     def __init__(self, settings: Settings, registry: CollectorRegistry | None = None) -> None:
         super().__init__(settings, registry)
@@ -121,20 +104,27 @@ class PartitionedDaemon(Daemon):
             k.group_id,
             settings.state.kafka_chunk_bytes,
         )
+        # evaluates every partition's merged statistics (comparison and drift state)
+        self.global_view = GlobalView(build_assembler(settings, settings.state.dir))
+        # what a partition engine of this configuration keeps: the bucket width and the
+        # stores' columns a statistics record must have (read off an empty engine)
+        layout_of = self._new_engine()
+        self._width_ms = layout_of.named_stores()["buckets"].width_ms
         self.stats_in = StatsReader(
             {**client, "client_id": f"{k.client_id}-stats-reader"},
             k.group_id,
-            [m.name for m in self.engine.models],
-            self.engine.buckets.width_ms,
-            store_layout(self.engine),
+            [m.name for m in self.assembler.models],
+            self._width_ms,
+            store_layout(layout_of),
         )
-        self.parts: dict[int, _Partition] = {}
+        del layout_of
+        self.parts: dict[int, Partition] = {}
         # revoked, kept in memory: an eager rebalance that gives p back to this instance
         # (the sticky assignor's aim) resumes it without a restore when nobody wrote p since
-        self.retained: dict[int, _Partition] = {}
+        self.retained: dict[int, Partition] = {}
         # hand-overs stored in the background: a revocation listener that stores blocks
         # the client's event loop and with it the heartbeats
-        self._handovers: queue.Queue[tuple[_Partition, bytes, tuple[int, int]] | None] = (
+        self._handovers: queue.Queue[tuple[Partition, bytes, tuple[int, int]] | None] = (
             queue.Queue()
         )
         self.paused: set[int] = set()  # assigned, state not restored yet
@@ -165,15 +155,15 @@ class PartitionedDaemon(Daemon):
         self.registry.register(_ScaleCollector(self))
 
     # -- state per partition --------------------------------------------------------------
-    def _blob(self, part: _Partition) -> tuple[bytes, dict[str, int]]:
+    def _blob(self, part: Partition) -> tuple[bytes, dict[str, int]]:
         """p's state and the offsets it covers, taken together under the engine lock."""
         current = self._source.topic_ids() if self._source is not None else {}
         with self.lock:
-            meta, arrays = part.engine.state(with_results=False)
+            meta, arrays = state_codec.encode(part.engine, with_results=False)
             offsets = dict(part.offsets)
             part.topic_ids.update(current)  # a recreated topic was restarted in the new log
             topic_ids = dict(part.topic_ids)
-        arrays.update(part.engine.results_state(meta))  # encoded with the lock released
+        arrays.update(state_codec.results_state(part.engine, meta))  # lock released
         blob = pack(
             {
                 "format": STATE_FORMAT,
@@ -192,7 +182,7 @@ class PartitionedDaemon(Daemon):
         """Whether this instance holds the exporter lease now."""
         return self.lease.valid()
 
-    def _store(self, part: _Partition, source: PartitionedSource | None) -> bool:
+    def _store(self, part: Partition, source: PartitionedSource | None) -> bool:
         """Store p's state, then (only then) commit p's offsets; neither once the
         membership p was restored in is gone (a zombie's write is also outranked by the
         next owner's fence in the state topic)."""
@@ -224,7 +214,7 @@ class PartitionedDaemon(Daemon):
                 )
         return True
 
-    def _restore(self, number: int, found: list[StoredState], generation: int) -> _Partition:
+    def _restore(self, number: int, found: list[StoredState], generation: int) -> Partition:
         """p from its newest usable stored state (an unusable generation is skipped and
         counted), or a fresh engine when none was ever stored (or, with
         ``scale.on_unusable_state = "reset"``, none is usable); raises StateMismatch when
@@ -249,9 +239,9 @@ class PartitionedDaemon(Daemon):
             )
         else:
             log.info("partition %d: no stored state, starting it fresh", number)
-        return _Partition(number, self._new_engine(), {}, generation)
+        return Partition(number, self._new_engine(), {}, generation)
 
-    def _restore_one(self, number: int, found: StoredState, generation: int) -> _Partition:
+    def _restore_one(self, number: int, found: StoredState, generation: int) -> Partition:
         engine = self._new_engine()
         meta, arrays = unpack(found.blob)
         if meta.get("format") != STATE_FORMAT or meta.get("partition") != number:
@@ -261,7 +251,7 @@ class PartitionedDaemon(Daemon):
             )
         if meta.get("source") != self.source_identity():
             raise StateMismatch(f"state of partition {number} was written for {meta.get('source')}")
-        engine.load(meta["engine"], arrays)
+        state_codec.decode(engine, meta["engine"], arrays)
         offsets = {str(k): int(v) for k, v in meta["offsets"].items()}
         ids = meta.get("topic_ids") or {}  # absent: stored before ids were kept
         if not isinstance(ids, dict):
@@ -271,7 +261,7 @@ class PartitionedDaemon(Daemon):
             number, found.generation, found.fence, len(found.blob), offsets,
         )  # fmt: skip
         topic_ids = {str(k): str(v) for k, v in ids.items()}
-        return _Partition(number, engine, offsets, generation, topic_ids)
+        return Partition(number, engine, offsets, generation, topic_ids)
 
     def _on_resume(self, topic: str, partition: int, was: int, resume: Resume) -> None:
         """A position outside the log (the client's own reset, ``reset_by_client``): the
@@ -409,7 +399,7 @@ class PartitionedDaemon(Daemon):
             with self._assign_lock:
                 source.pause_only(self.paused)
 
-    def _own(self, p: int, part: _Partition, source: Any) -> None:
+    def _own(self, p: int, part: Partition, source: Any) -> None:
         """Make ``p`` owned (its state in ``part``) and resume consuming it; the caller
         holds ``_assign_lock``."""
         with self.lock:
@@ -419,7 +409,7 @@ class PartitionedDaemon(Daemon):
         if source is not None:
             source.start(p, part.offsets)
 
-    def _in_current_logs(self, part: _Partition, source: Any) -> None:
+    def _in_current_logs(self, part: Partition, source: Any) -> None:
         """Offsets stored for a log that is gone (its topic was deleted and created again
         while nobody owned the partition, as the topic ids tell) restart at the new log's
         start: the new log may already be longer than the stored position, and no
@@ -466,7 +456,7 @@ class PartitionedDaemon(Daemon):
         return kept
 
     # -- stats -------------------------------------------------------------------------------
-    def _publish_stats(self, part: _Partition, refresh: bool = True) -> None:
+    def _publish_stats(self, part: Partition, refresh: bool = True) -> None:
         """Publish p's statistics (a new owner first continues the previous owner's
         generation numbers, learnt from the reader, so its publications win)."""
         try:
@@ -522,7 +512,7 @@ class PartitionedDaemon(Daemon):
             with self.lock:
                 now = wall  # evaluation.clock = "wall" (config check)
                 for part in self.parts.values():
-                    part.engine.retain(retention_now(now, part.engine.event_clock.advance()))
+                    part.engine.retain(part.engine.retention_now(now))
                 own, merged = self._merged_stats()
             st = self._published.status
             not_ready = (
@@ -530,9 +520,9 @@ class PartitionedDaemon(Daemon):
                 if st.consuming
                 else ["monitor not ready: " + (st.source_error or "no partitions assigned")]
             )
-            with self.lock:  # the holder's sticky comparison state
-                snap = global_snapshot(
-                    self.engine, merged, now, at_ms=wall, confidence=ev.confidence,
+            with self.lock:  # the global view's sticky comparison state
+                snap = self.global_view.snapshot(
+                    merged, now, at_ms=wall, confidence=ev.confidence,
                     not_ready=not_ready, look_at_ms=wall,
                 )  # fmt: skip
             ops = merge_ops([s.ops for s in own.values()])
@@ -551,7 +541,12 @@ class PartitionedDaemon(Daemon):
             own = self._own_stats()
         remote = self.stats_in.latest()
         stats = [own.get(p) or remote[p] for p in sorted(own.keys() | remote.keys())]
-        return own, merge(stats, self.engine.buckets.width_ms)
+        return own, merge(stats, self._width_ms)
+
+    @property
+    def assembler(self) -> Assembler:
+        """The global view's: it evaluates every partition's merged statistics."""
+        return self.global_view.assembler
 
     def period_view(self) -> StoreView:
         """The merged statistics of every partition (the global view)."""

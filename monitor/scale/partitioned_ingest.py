@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.core import Engine
+from ..engine.port import EnginePort
 from ..engine.records import Rejection
 from ..ingest.deadletter import DeadLetterSink
 from ..ingest.pipeline import IngestPipeline, RawBatch
@@ -63,7 +63,7 @@ class PartitionedIngest:
         self,
         kind: str,
         batches: Mapping[int, RawBatch],
-        engines: Mapping[int, tuple[Engine, dict[str, int]]],
+        engines: Mapping[int, tuple[EnginePort, dict[str, int]]],
     ) -> list[Rejection]:
         """Decode ``batches`` (partition -> records of ``kind``) and apply each
         partition's rows to its (engine, offsets); partitions without an engine are

@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from ..engine.core import Engine
+from ..engine.assemble import Assembler
 from ..engine.view import StoreView
 from ..export.report import iso
 from ..wiring import reference_fingerprint, rotated_paths
@@ -30,7 +30,7 @@ __all__ = ["rotate"]
 
 
 def rotate(
-    engine: Engine,
+    assembler: Assembler,
     lock: AbstractContextManager[Any],
     view: StoreView,
     state_dir: Path,
@@ -42,10 +42,11 @@ def rotate(
     min_samples: int,
 ) -> tuple[str, str]:
     """Swap ``model``'s reference for the traffic of [start, end) if it validates;
-    ``("ok" | "rejected", what happened)``."""
-    names = [m.name for m in engine.models]
+    ``("ok" | "rejected", what happened)``. ``assembler``: the evaluation whose drift
+    references the tests read (it holds them; the caller's ``lock`` guards them)."""
+    names = [m.name for m in assembler.models]
     m = names.index(model)
-    tracker = engine.drift
+    tracker = assembler.drift
     if m not in tracker.by_model:
         return "rejected", "the model has no drift reference in use"
     counts = tracker.reference_counts(view, m, start_ms, end_ms, version)

@@ -24,10 +24,11 @@ from typing import Any
 import pytest
 
 from monitor.config import settings_from_mapping
+from monitor.engine.partition import Partition
 from monitor.ingest.deadletter import FileDeadLetter
 from monitor.ingest.kafka import open_source
 from monitor.localbroker import LocalBroker
-from monitor.scale.partitioned import PartitionedDaemon, PartitionedSource, _Partition
+from monitor.scale.partitioned import PartitionedDaemon, PartitionedSource
 from monitor.scale.partitioned_ingest import PartitionedIngest
 from monitor.state.positions import Resume
 from monitor.wiring import build_engine, build_pipeline
@@ -121,7 +122,7 @@ def test_partitioned_client_reset_moves_the_partition_offset_back(
     )
     daemon = PartitionedDaemon(settings)
     daemon.state_store.ensure_topic(partitions=1)
-    old, _ = daemon._blob(_Partition(0, daemon._new_engine(), {"predictions:0": 500}))
+    old, _ = daemon._blob(Partition(0, daemon._new_engine(), {"predictions:0": 500}))
     daemon.state_store.store(0, old)  # the old log's state of partition 0
     sink = FileDeadLetter(tmp_path / "dl.jsonl")
     template = build_pipeline(settings, daemon.engine, sink, lock=daemon.lock)

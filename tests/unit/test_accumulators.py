@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor.config import settings_from_mapping
+from monitor.engine import state_codec
 from monitor.engine.accumulator import LabeledRows
 from monitor.engine.buckets import BucketStore
 from monitor.engine.comparison_stats import ShadowPairs, SplitArms
@@ -209,5 +210,5 @@ def test_checkpoint_parts_never_write_the_same_name() -> None:
         assert not seen_meta & meta.keys() and not seen_arrays & arrays.keys(), part
         seen_meta |= meta.keys()
         seen_arrays |= arrays.keys()
-    full_meta, full_arrays = engine.state()
+    full_meta, full_arrays = state_codec.encode(engine)
     assert seen_meta <= full_meta.keys() and seen_arrays <= full_arrays.keys()

@@ -22,6 +22,7 @@ from integration.daemon_harness import Metrics
 
 from monitor.app import Daemon
 from monitor.config import settings_from_mapping
+from monitor.engine import state_codec
 from monitor.engine.records import LabelBatch, PredictionBatch
 from monitor.metrics.catalog import SCORES
 
@@ -74,7 +75,7 @@ def scrape(daemon: Daemon) -> Metrics:
 
 
 def engine_bytes(daemon: Daemon) -> int:
-    _, arrays = daemon.engine.state()
+    _, arrays = state_codec.encode(daemon.engine)
     return sum(a.nbytes for a in arrays.values())
 
 
@@ -177,7 +178,9 @@ def test_orphan_label_flood_is_bounded_and_counted(tmp_path: Path) -> None:
     assert len(engine.orphans) == 0
     # memory: the orphan table (8-byte key, ts, code, alive flag, spare capacity) at the
     # cap, not the flood; retained Python memory flat after the table filled
-    orphan_bytes = sum(v.nbytes for k, v in engine.state()[1].items() if k.startswith("orphans."))
+    orphan_bytes = sum(
+        v.nbytes for k, v in state_codec.encode(engine)[1].items() if k.startswith("orphans.")
+    )
     assert orphan_bytes <= cap * 32 * 2.5, orphan_bytes / cap
     assert sizes[-1] - sizes[2] < 4 * 1024 * 1024, [s // 1024 for s in sizes]
 
@@ -212,7 +215,9 @@ def test_unlabeled_prediction_flood_is_bounded_and_counted(tmp_path: Path) -> No
     assert engine.join_events["evicted_prediction"] == N - cap
     # bytes per held prediction stay what docs/benchmarks.md says (≈ 45 B of columns,
     # plus the table's spare capacity), so the buffer is bounded by max_pending
-    preds_bytes = sum(v.nbytes for k, v in engine.state()[1].items() if k.startswith("preds."))
+    preds_bytes = sum(
+        v.nbytes for k, v in state_codec.encode(engine)[1].items() if k.startswith("preds.")
+    )
     assert preds_bytes <= cap * 64 * 2.5, preds_bytes / cap
     # a label watermark past ts + label_ttl expires what is left, counted
     with daemon.lock:

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.config import settings_from_mapping
+from monitor.engine import state_codec
 from monitor.engine.core import Engine
 from monitor.engine.records import PredictionBatch, hash_ids
 from monitor.engine.snapshot import Snapshot
@@ -109,10 +110,10 @@ def test_bootstrap_profile_and_checkpoint_mid_bootstrap() -> None:
     two = _engine(max_features=4)
     for i, b in enumerate(batches):
         if i == 4:
-            meta, arrays = two.state()
+            meta, arrays = state_codec.encode(two)
             assert not any(isinstance(v, dict) for v in str(meta))  # no raw records
             two = _engine(max_features=4)
-            two.load(meta, arrays)
+            state_codec.decode(two, meta, arrays)
         two.apply_predictions(b)
     p1, p2 = one.drift.by_model[0].profile, two.drift.by_model[0].profile
     assert p1.to_json() == p2.to_json()

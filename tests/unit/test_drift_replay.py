@@ -15,6 +15,7 @@ from monitor.drift.budget import drift_window_end_ms, window_alpha
 from monitor.drift.detector import DriftDetector
 from monitor.drift.reference import ReferenceProfile
 from monitor.drift.summaries import n_cells, numeric_cells
+from monitor.engine import state_codec
 from monitor.engine.snapshot import Snapshot
 from monitor.export.prometheus import MonitorCollector
 from monitor.export.published import Published
@@ -197,9 +198,9 @@ def test_live_reference_survives_a_restart(tmp_path: Path) -> None:
             pipe.process("predictions", reader.next_batch())
             done += 1
             if split_at is not None and done == split_at:
-                meta, arrays = engine.state()
+                meta, arrays = state_codec.encode(engine)
                 engine = build_engine(settings)
-                engine.load(meta, arrays)
+                state_codec.decode(engine, meta, arrays)
                 pipe = build_pipeline(settings, engine, FileDeadLetter(tmp_path / "dl.jsonl"))
         engine.freeze_live_references()
         view = engine.wide[0].state()

@@ -7,9 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitor.engine.core import Engine, StateMismatch
+from monitor.engine import state_codec
+from monitor.engine.core import Engine
 from monitor.engine.models import ModelSpec, WindowSpec
 from monitor.engine.records import LabelBatch, PredictionBatch, hash_ids
+from monitor.engine.state_codec import StateMismatch
 
 MODEL = ModelSpec("m", windows=(WindowSpec("1h", 3_600_000),))
 BASE = 1_700_000_000_000
@@ -143,9 +145,9 @@ def test_state_round_trip_mid_stream_equals_one_pass(events: list[tuple], split:
     feed(one, events, [])
     first = make_engine()
     feed(first, events[:split], [])
-    meta, arrays = first.state()
+    meta, arrays = state_codec.encode(first)
     second = make_engine()
-    second.load(meta, arrays)
+    state_codec.decode(second, meta, arrays)
     feed(second, events[split:], [])
     assert confusion_by_version(second) == confusion_by_version(one)
     assert second.join_events == one.join_events
@@ -227,22 +229,22 @@ def test_unknown_class_label_for_model_is_rejected() -> None:
 
 
 def test_load_refuses_other_bucket_width() -> None:
-    meta, arrays = make_engine().state()
+    meta, arrays = state_codec.encode(make_engine())
     with pytest.raises(StateMismatch, match="bucket_width"):
-        make_engine(bucket_width_ms=30_000).load(meta, arrays)
+        state_codec.decode(make_engine(bucket_width_ms=30_000), meta, arrays)
 
 
 def test_load_refuses_inconsistent_state() -> None:
     e = make_engine()
     e.apply_predictions(preds([("a", 0, "v1", 0.9)]))
-    meta, arrays = e.state()
+    meta, arrays = state_codec.encode(e)
     meta["pending"] = 5
     with pytest.raises(StateMismatch, match="pending"):
-        make_engine().load(meta, arrays)
-    meta, arrays = e.state()
+        state_codec.decode(make_engine(), meta, arrays)
+    meta, arrays = state_codec.encode(e)
     arrays["preds.group"] = np.array([7], np.int32)
     with pytest.raises(StateMismatch, match="groups"):
-        make_engine().load(meta, arrays)
+        state_codec.decode(make_engine(), meta, arrays)
 
 
 def test_retain_drops_only_unreachable_buckets() -> None:
@@ -282,9 +284,9 @@ def test_comparison_arms_match_sklearn_and_start_with_the_treatment() -> None:
         assert mean[2] == pytest.approx(brier_score_loss(yy, ss), abs=1e-12)
         assert mean[3] == pytest.approx(mean_absolute_error(yy, ss), abs=1e-12)
         assert e.arms.sums.predictions["c"][arm] == k
-    meta, arrays = e.state()
+    meta, arrays = state_codec.encode(e)
     again = Engine([MODEL], 60_000, 10**12, 10**12, 10**6, 10**6, comparisons=[spec])
-    again.load(meta, arrays)
+    state_codec.decode(again, meta, arrays)
     assert again.arms.sums.loss["c"].tolist() == e.arms.sums.loss["c"].tolist()
 
 

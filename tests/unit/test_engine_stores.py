@@ -13,10 +13,12 @@ import orjson
 import pytest
 
 from monitor.config import settings_from_mapping
-from monitor.engine.core import ENGINE_FORMAT, Engine, StateMismatch
+from monitor.engine import state_codec
+from monitor.engine.core import Engine
 from monitor.engine.evaluate import evaluate_all
 from monitor.engine.models import SCORE_METRICS, ModelSpec, WindowSpec
 from monitor.engine.records import LabelBatch, PredictionBatch, hash_ids
+from monitor.engine.state_codec import ENGINE_FORMAT, StateMismatch
 from monitor.ingest.deadletter import FileDeadLetter
 from monitor.ingest.pipeline import RawRecord
 from monitor.metrics.catalog import SCORES
@@ -71,7 +73,7 @@ def _fresh_and_migrated(tmp_path: Path) -> tuple[Engine, Engine]:
     loaded = CheckpointStore(V1).load()
     assert loaded is not None and "engine_format" not in loaded.meta  # really format 1
     migrated = build_engine(settings)
-    migrated.load(loaded.meta, loaded.arrays)
+    state_codec.decode(migrated, loaded.meta, loaded.arrays)
     return fresh, migrated
 
 
@@ -105,7 +107,7 @@ def test_format_1_checkpoint_migrates_to_identical_results(tmp_path: Path) -> No
     old, new = migrated.view().wide[0][SCORES.key], fresh.view().wide[0][SCORES.key]
     assert_close(old[:, :legacy], new[:, :legacy])
     assert not old[:, legacy:].any()
-    meta, _ = migrated.state()
+    meta, _ = state_codec.encode(migrated)
     assert meta["engine_format"] == ENGINE_FORMAT
 
 
@@ -156,13 +158,13 @@ def test_score_histograms_saved_before_the_within_bin_sums_load_padded() -> None
                                              (score >= 0.5).astype(np.int8)))  # fmt: skip
     y = (rng.random(n) < score).astype(int)
     engine.apply_labels(LabelBatch(keys, ts + 5, [str(v) for v in y]))
-    meta, arrays = engine.state()
+    meta, arrays = state_codec.encode(engine)
     layout = engine.score_layouts[0]
     cut = {k: v[:, : layout.legacy_widths[1]] if v.ndim == 2 and v.shape[1] == layout.width
            else v for k, v in arrays.items()}  # fmt: skip
     assert sum(v.shape != cut[k].shape for k, v in arrays.items()) >= 1
     loaded = Engine(engine.models, 60_000, 10**12, 10**12, 10**6, 10**6)
-    loaded.load(meta, cut)
+    state_codec.decode(loaded, meta, cut)
     old, new = loaded.view().wide[0][SCORES.key], engine.view().wide[0][SCORES.key]
     assert np.array_equal(old[:, : layout.legacy_widths[1]], new[:, : layout.legacy_widths[1]])
     assert not old[:, layout.legacy_widths[1] :].any()
@@ -184,11 +186,13 @@ def test_score_histograms_saved_before_the_within_bin_sums_load_padded() -> None
 
 def test_newer_format_is_refused_with_a_clear_message(tmp_path: Path) -> None:
     fresh, _ = _fresh_and_migrated(tmp_path)
-    meta, arrays = fresh.state()
+    meta, arrays = state_codec.encode(fresh)
     meta["engine_format"] = ENGINE_FORMAT + 1
     with pytest.raises(StateMismatch, match="newer model-monitor"):
-        build_engine(settings_from_mapping(json.loads((V1 / "config.json").read_text()))).load(
-            meta, arrays
+        state_codec.decode(
+            build_engine(settings_from_mapping(json.loads((V1 / "config.json").read_text()))),
+            meta,
+            arrays,
         )
 
 
@@ -209,10 +213,10 @@ def test_format_2_checkpoint_of_the_engine_before_its_split_loads_exactly(
     assert loaded is not None and loaded.meta["engine_format"] == 2
     settings = settings_from_mapping(json.loads((V2 / "config.json").read_text()))
     engine = build_engine(settings)
-    engine.load(loaded.meta, loaded.arrays)
+    state_codec.decode(engine, loaded.meta, loaded.arrays)
     # written before checkpoints carried evaluation results: none, and nothing counted
     assert len(engine.result_cache) == 0 and not engine.result_cache.faults
-    meta, arrays = engine.state()
+    meta, arrays = state_codec.encode(engine)
     assert "result_cache" not in arrays  # nothing evaluated yet: no section
     names = ["fraud", "topic", "demand"]
     assert meta.pop("delay_models") == names and meta.pop("delay_sums_s") == [0.0] * 3
@@ -248,7 +252,7 @@ def test_format_2_checkpoint_of_the_engine_before_its_split_loads_exactly(
     preds, labels = v2.records()
     pipe.process("predictions", [RawRecord(orjson.dumps(r), "predictions") for r in preds])
     pipe.process("labels", [RawRecord(orjson.dumps(r), "labels") for r in labels])
-    fresh_meta, fresh_arrays = fresh.state()
+    fresh_meta, fresh_arrays = state_codec.encode(fresh)
     # the fresh run keeps the delays per model: together, the fleet histogram of then
     assert fresh_arrays["delay_counts_by_model"].sum(axis=0).tolist() == (
         loaded.arrays.pop("delay_counts").tolist()
@@ -281,18 +285,18 @@ def test_format_2_checkpoint_evaluated_and_saved_again_carries_its_results(
     assert loaded is not None
     settings = settings_from_mapping(json.loads((V2 / "config.json").read_text()))
     engine = build_engine(settings)
-    engine.load(loaded.meta, loaded.arrays)
+    state_codec.decode(engine, loaded.meta, loaded.arrays)
     now = int(loaded.meta["pred_watermark_ms"])
     engine.snapshot(now, retain=False)
     store = CheckpointStore(tmp_path)
-    store.write(*engine.state())
+    store.write(*state_codec.encode(engine))
     again = store.load()
     assert again is not None
     section = again.arrays.pop("result_cache")
     assert section.dtype == np.uint8 and section.ndim == 1 and section.shape[0] > 32
     warm, cold = build_engine(settings), build_engine(settings)
-    warm.load(again.meta, {**again.arrays, "result_cache": section})
-    cold.load(again.meta, again.arrays)
+    state_codec.decode(warm, again.meta, {**again.arrays, "result_cache": section})
+    state_codec.decode(cold, again.meta, again.arrays)
     assert len(warm.result_cache) > 0 and len(cold.result_cache) == 0
     got, want = warm.snapshot(now, retain=False), cold.snapshot(now, retain=False)
     assert warm.result_cache.hits > 0 and not warm.result_cache.faults

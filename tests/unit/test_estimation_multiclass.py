@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from monitor.config import ConfigError, settings_from_mapping
+from monitor.engine import state_codec
 from monitor.ingest.deadletter import FileDeadLetter
 from monitor.ingest.files import JsonlReader
 from monitor.metrics.catalog import ESTIMATION, EXPECTED_CONFUSION
@@ -163,11 +164,11 @@ def test_a_checkpoint_without_the_expected_matrix_loads_with_zeros(tmp_path: Pat
     build_pipeline(settings, engine, FileDeadLetter(tmp_path / "dl.jsonl")).process(
         "predictions", reader.next_batch()
     )
-    meta, arrays = engine.state()
+    meta, arrays = state_codec.encode(engine)
     key = f"wide/m/{EXPECTED_CONFUSION.key}"
     assert arrays[key].sum() == pytest.approx(100.0)  # every vector sums to 1
     again = build_engine(settings)
-    again.load(meta, {k: v for k, v in arrays.items() if k != key})
+    state_codec.decode(again, meta, {k: v for k, v in arrays.items() if k != key})
     assert again.wide[0].state()[EXPECTED_CONFUSION.key].sum() == 0.0
     est = ESTIMATION.key
     assert again.wide[0].state()[est].tolist() == engine.wide[0].state()[est].tolist()

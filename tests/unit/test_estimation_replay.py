@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from monitor.config import settings_from_mapping
+from monitor.engine import state_codec
 from monitor.replay import replay
 from monitor.stats.estimation import LabelledBins, cbpe_split
 from monitor.stats.scores import ScoreLayout
@@ -125,9 +126,9 @@ def test_estimates_survive_a_checkpoint_round_trip() -> None:
 
     first = engine()
     first.apply_predictions(batch)
-    meta, arrays = first.state()
+    meta, arrays = state_codec.encode(first)
     second = engine()
-    second.load(meta, arrays)
+    state_codec.decode(second, meta, arrays)
 
     def estimate(e: Engine) -> float:
         (res,) = [r for r in e.snapshot(now).results if r.slice == "all"]

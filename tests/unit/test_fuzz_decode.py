@@ -36,6 +36,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from monitor.config import Settings, settings_from_mapping
+from monitor.engine import state_codec
 from monitor.engine.core import Engine
 from monitor.ingest.deadletter import FileDeadLetter
 from monitor.ingest.decode import REASONS
@@ -449,7 +450,7 @@ def test_nothing_escapes_the_ingest_path(
         assert accepted + invalid == 2 * len(preds) + len(labels)
         # the exports survive whatever was accepted: state is plain JSON, the dead-letter
         # file is readable JSON lines
-        meta, _ = h.engine.state()
+        meta, _ = state_codec.encode(h.engine)
         json.dumps(meta, ensure_ascii=False).encode("utf-8")
         assert len(h.dead_letters()) == invalid
 
@@ -512,8 +513,8 @@ def test_mixed_stream_equals_clean_stream(
         for kind in ("predictions", "labels"):
             for outcome in ("accepted", "duplicate"):
                 assert dirty.engine.records[kind, outcome] == clean.engine.records[kind, outcome]
-        dm, da = dirty.engine.state()
-        cm, ca = clean.engine.state()
+        dm, da = state_codec.encode(dirty.engine)
+        cm, ca = state_codec.encode(clean.engine)
         for key in ("records", "invalid"):
             dm.pop(key)
             cm.pop(key)

@@ -15,6 +15,7 @@ import pytest
 
 from monitor.app import Daemon, StartupError
 from monitor.config import settings_from_mapping
+from monitor.engine import state_codec
 from monitor.ingest.deadletter import FileDeadLetter
 from monitor.ingest.pipeline import RawRecord
 from monitor.scale.merge import decode, encode, pack, partition_stats, store_layout, unpack
@@ -121,7 +122,7 @@ def test_impossible_values_in_a_checkpoint_are_refused_and_prev_used(
     state = tmp_path / "state"
     good = Daemon(_settings(state))
     _fed(good, tmp_path, 40)
-    meta, arrays = good.engine.state()
+    meta, arrays = state_codec.encode(good.engine)
     good.store.write(meta, arrays)  # becomes checkpoint.prev.npz
     _tamper(meta, arrays, what)
     good.store.write(meta, arrays)  # the newest is the impossible one

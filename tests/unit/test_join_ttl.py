@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from monitor.engine import state_codec
 from monitor.engine.core import Engine
 from monitor.engine.models import ModelSpec
 from monitor.engine.records import LabelBatch, PredictionBatch, hash_ids
@@ -54,7 +55,7 @@ def test_with_few_labels_the_maximum_rules() -> None:
 def test_the_label_clock_survives_a_checkpoint() -> None:
     engine = _engine()
     _labels(engine, "x", 150, T0)
-    meta, arrays = engine.state()
+    meta, arrays = state_codec.encode(engine)
     again = _engine()
-    again.load(meta, arrays)
+    state_codec.decode(again, meta, arrays)
     assert again.label_clock.current(min_samples=100) == engine.label_clock.current(100)

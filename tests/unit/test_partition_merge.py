@@ -15,11 +15,12 @@ import orjson
 import pytest
 
 from monitor.config import Settings, settings_from_mapping
+from monitor.engine import state_codec
 from monitor.engine.core import Engine
 from monitor.engine.snapshot import Snapshot
 from monitor.ingest.deadletter import FileDeadLetter
 from monitor.ingest.pipeline import IngestPipeline, RawRecord
-from monitor.scale.global_view import global_snapshot
+from monitor.scale.global_view import GlobalView
 from monitor.scale.merge import (
     decode,
     encode,
@@ -31,7 +32,7 @@ from monitor.scale.merge import (
 )
 from monitor.state.checkpoint import CheckpointStore
 from monitor.synthetic import binary_traffic
-from monitor.wiring import build_engine, build_pipeline
+from monitor.wiring import build_assembler, build_engine, build_pipeline
 
 START = 1_700_000_000_000
 PARTITIONS = 4
@@ -183,7 +184,8 @@ def test_merged_partitions_evaluate_like_one_engine(tmp_path: Path) -> None:
         e.retain(NOW)
     stats = [partition_stats(parts[p]) for p in sorted(parts)]
     width = single.buckets.width_ms
-    got = global_snapshot(build_engine(s), merge(stats, width), NOW, at_ms=NOW, confidence=0.95)
+    view = GlobalView(build_assembler(s))
+    got = view.snapshot(merge(stats, width), NOW, at_ms=NOW, confidence=0.95)
     _assert_same(want, got)
     assert want.ops is not None and dict(want.ops.join_events).get("conflicting_label", 0) > 0
 
@@ -194,8 +196,9 @@ def test_merged_partitions_evaluate_like_one_engine(tmp_path: Path) -> None:
         decode(encode(st, names, p), names, width, p, layout)
         for p, st in reversed(list(enumerate(stats)))
     ]
-    again = global_snapshot(build_engine(s), merge(wire, width), NOW, at_ms=NOW,
-                            confidence=0.95)  # fmt: skip
+    again = GlobalView(build_assembler(s)).snapshot(
+        merge(wire, width), NOW, at_ms=NOW, confidence=0.95
+    )
     _assert_same(want, again)
 
 
@@ -285,8 +288,8 @@ def test_decode_once_ingest_equals_a_pipeline_per_partition(tmp_path: Path) -> N
             batches = {p: RawBatch.of_records(r) for p, r in by_p.items()}
             ingest.process(kind, batches, {p: (one[p], offsets[p]) for p in one})
     for p in range(PARTITIONS):
-        meta_a, arrays_a = per[p].state()
-        meta_b, arrays_b = one[p].state()
+        meta_a, arrays_a = state_codec.encode(per[p])
+        meta_b, arrays_b = state_codec.encode(one[p])
         assert meta_a == meta_b, p
         assert arrays_a.keys() == arrays_b.keys()
         assert all(np.array_equal(arrays_a[k], arrays_b[k]) for k in arrays_a), p

@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from monitor.config import ConfigError, settings_from_mapping
+from monitor.engine import state_codec
 from monitor.engine.core import Engine
 from monitor.ingest.deadletter import FileDeadLetter
 from monitor.ingest.pipeline import RawRecord
@@ -149,9 +150,9 @@ def test_plugin_loss_moments_equal_the_oracle_in_both_modes_and_across_checkpoin
     assert shadow_result.n_control == n
 
     # a checkpoint restores the plugin rows by name
-    meta, arrays = engine.state()
+    meta, arrays = state_codec.encode(engine)
     again = build_engine(settings)
-    again.load(meta, arrays)
+    state_codec.decode(again, meta, arrays)
     a2, p2, _ = again.sums()
     assert np.array_equal(a2.loss["canary"], arms.loss["canary"])
     assert np.array_equal(p2.by_name["shadow"], pairs.by_name["shadow"])
@@ -161,14 +162,14 @@ def test_plugin_loss_moments_equal_the_oracle_in_both_modes_and_across_checkpoin
     for arm in old["arms"].values():
         del arm["plugin_loss"]
     fresh = build_engine(settings)
-    fresh.load(old, arrays)
+    state_codec.decode(fresh, old, arrays)
     a3, _, _ = fresh.sums()
     assert np.array_equal(a3.loss["mae"][:, : len(LOSSES)], arms.loss["mae"][:, : len(LOSSES)])
     assert not a3.loss["canary"][:, li].any()
     # and a configuration without the plugin loss reads the state written with it
     plain = _settings([_split(name="mae", loss="absolute_error")])
     before = build_engine(plain)
-    before.load(meta, arrays)
+    state_codec.decode(before, meta, arrays)
     assert np.array_equal(before.sums()[0].loss["mae"], arms.loss["mae"][:, : len(LOSSES)])
 
 

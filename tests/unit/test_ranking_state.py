@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 from monitor.config import settings_from_mapping
+from monitor.engine import state_codec
 from monitor.engine.core import Engine
 from monitor.ingest.deadletter import FileDeadLetter
 from monitor.ingest.pipeline import IngestPipeline, RawRecord
@@ -88,10 +89,10 @@ def test_a_checkpoint_between_any_two_batches_changes_nothing(tmp_path: Path) ->
             _feed(pipe, kind, batch)
         assert len(engine.ranking) > 0  # something waits at the cut
         store = CheckpointStore(tmp_path / f"ck{cut}")
-        store.write(*engine.state())
+        store.write(*state_codec.encode(engine))
         loaded = read_checkpoint(store.path)
         fresh = build_engine(settings)
-        fresh.load(loaded.meta, loaded.arrays)
+        state_codec.decode(fresh, loaded.meta, loaded.arrays)
         assert fresh.ranking.lists.keys() == engine.ranking.lists.keys()
         assert fresh.ranking.relevance == engine.ranking.relevance
         pipe = build_pipeline(settings, fresh, FileDeadLetter(tmp_path / f"e{cut}"))
@@ -149,11 +150,11 @@ def test_a_state_from_before_the_new_losses_still_loads(tmp_path: Path) -> None:
     ]
     _feed(pipe, "predictions", preds)
     _feed(pipe, "labels", [{"id": f"i{i}", "ts": t0 + 100, "label": i % 3 == 0} for i in range(10)])
-    meta, arrays = engine.state()
+    meta, arrays = state_codec.encode(engine)
     old = np.asarray(meta["arms"]["c"]["loss"])[:, :4]
     meta["arms"]["c"]["loss"] = old.tolist()
     fresh = build_engine(settings)
-    fresh.load(meta, arrays)
+    state_codec.decode(fresh, meta, arrays)
     assert fresh.arms.sums.loss["c"][:, :4].tolist() == old.tolist()
     assert not fresh.arms.sums.loss["c"][:, 4:].any()
 

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from monitor.engine import state_codec
 from monitor.engine.evaluate import evaluate_all
 from monitor.engine.records import LabelBatch, PredictionBatch, hash_ids
 from monitor.engine.result_cache import ResultCache, digest, row_digests
@@ -156,7 +157,7 @@ def _checkpointed(engine, tmp_path):  # type: ignore[no-untyped-def]
     from monitor.state.checkpoint import CheckpointStore
 
     store = CheckpointStore(tmp_path)
-    store.write(*engine.state())
+    store.write(*state_codec.encode(engine))
     loaded = store.load()
     assert loaded is not None
     return loaded
@@ -184,12 +185,14 @@ def test_a_restarted_engine_reuses_checkpointed_results_equal_to_a_cold_recomput
 
     def restored():  # type: ignore[no-untyped-def]
         e = _engine()
-        e.load(loaded.meta, loaded.arrays)
+        state_codec.decode(e, loaded.meta, loaded.arrays)
         return e
 
     def cold():  # type: ignore[no-untyped-def]
         e = _engine()
-        e.load(loaded.meta, {k: v for k, v in loaded.arrays.items() if k != "result_cache"})
+        state_codec.decode(
+            e, loaded.meta, {k: v for k, v in loaded.arrays.items() if k != "result_cache"}
+        )
         assert len(e.result_cache) == 0
         return e
 
@@ -244,26 +247,26 @@ def test_a_damaged_or_foreign_cache_section_is_ignored_and_counted(tmp_path) -> 
     damaged = section.copy()
     damaged[len(damaged) // 2] ^= 0xFF
     e = _engine()
-    e.load(loaded.meta, {**loaded.arrays, "result_cache": damaged})
+    state_codec.decode(e, loaded.meta, {**loaded.arrays, "result_cache": damaged})
     assert len(e.result_cache) == 0 and e.result_cache.faults == {"result_cache_corrupt": 1}
     e.snapshot(NOW, lock=lock)
     assert e.result_cache.hits == 0
 
     truncated = section[:20]  # the seal cut short
     e = _engine()
-    e.load(loaded.meta, {**loaded.arrays, "result_cache": truncated})
+    state_codec.decode(e, loaded.meta, {**loaded.arrays, "result_cache": truncated})
     assert len(e.result_cache) == 0 and e.result_cache.faults == {"result_cache_corrupt": 1}
 
     wrong_type = section.astype(np.int64)  # not a byte string: refused, not cast
     e = _engine()
-    e.load(loaded.meta, {**loaded.arrays, "result_cache": wrong_type})
+    state_codec.decode(e, loaded.meta, {**loaded.arrays, "result_cache": wrong_type})
     assert len(e.result_cache) == 0 and e.result_cache.faults["result_cache_corrupt"] == 1
 
     # a well-formed section of another state (one more event since): foreign
     _new_events(engine, n=1)
     other = _checkpointed(engine, tmp_path / "b")
     e = _engine()
-    e.load(other.meta, {**other.arrays, "result_cache": section})
+    state_codec.decode(e, other.meta, {**other.arrays, "result_cache": section})
     assert len(e.result_cache) == 0 and e.result_cache.faults == {"result_cache_foreign": 1}
 
     # a body that is intact but not a section (resealed garbage): unreadable, counted

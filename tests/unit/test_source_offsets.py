@@ -10,6 +10,7 @@ import orjson
 
 from monitor.app import Daemon
 from monitor.config import settings_from_mapping
+from monitor.engine import state_codec
 from monitor.ingest.deadletter import DeadLetterSink
 from monitor.ingest.pipeline import RawRecord
 from monitor.state.checkpoint import CheckpointStore
@@ -46,7 +47,7 @@ def test_offsets_are_checkpointed_and_restored_outside_the_engine(tmp_path: Path
     daemon = _FeedingDaemon(s)
     assert daemon.run() == 0
     assert daemon.offsets == {"preds:1": 110, "preds:0": 8}
-    meta, _ = daemon.engine.state()
+    meta, _ = state_codec.encode(daemon.engine)
     assert "offsets" not in meta  # the engine knows nothing of sources
     loaded = CheckpointStore(s.state.dir).load()
     assert loaded is not None and loaded.meta["offsets"] == {"preds:1": 110, "preds:0": 8}

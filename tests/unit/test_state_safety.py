@@ -21,6 +21,7 @@ import pytest
 
 from monitor.app import Daemon, StartupError
 from monitor.config import settings_from_mapping
+from monitor.engine import state_codec
 from monitor.engine.clock import NO_TS, EventWatermark, SteadyClock, retention_now
 from monitor.engine.records import Rejection
 from monitor.engine.state_checks import StateInvalid
@@ -178,13 +179,13 @@ def test_impossible_contents_are_refused_and_prev_used(
 ) -> None:
     state = tmp_path / "state"
     good = _filled_daemon(state, 10)
-    meta, arrays = good.engine.state()
+    meta, arrays = state_codec.encode(good.engine)
     good.store.write(meta, arrays)  # becomes checkpoint.prev.npz
     bad = _filled_daemon(tmp_path / "other", 20)
-    meta, arrays = bad.engine.state()
+    meta, arrays = state_codec.encode(bad.engine)
     _tamper(meta, arrays, what)
     with pytest.raises(StateInvalid, match=reason):
-        Daemon(_settings(state)).engine.load(meta, arrays)
+        state_codec.decode(Daemon(_settings(state)).engine, meta, arrays)
     good.store.write(meta, arrays)  # the newest checkpoint is the impossible one
     daemon = Daemon(_settings(state))
     daemon.restore()
@@ -201,8 +202,8 @@ def test_state_files_are_0600_and_the_directory_0700(tmp_path: Path) -> None:
     old = os.umask(0o022)
     try:
         daemon = _filled_daemon(state)
-        daemon.store.write(*daemon.engine.state())
-        daemon.store.write(*daemon.engine.state())
+        daemon.store.write(*state_codec.encode(daemon.engine))
+        daemon.store.write(*state_codec.encode(daemon.engine))
         lock = StateDirLock(state)
         lock.acquire()
         lock.release()

@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from monitor.config import Settings, settings_from_mapping
+from monitor.engine import state_codec
 from monitor.engine.core import LOSSES, Engine
 from monitor.engine.evaluate import evaluate_all
 from monitor.ingest.deadletter import FileDeadLetter
@@ -84,10 +85,10 @@ def test_restart_from_state_equals_one_run(tmp_path: Path) -> None:
     pipe = build_pipeline(settings, first, FileDeadLetter(tmp_path / "b.jsonl"))
     _feed(pipe, "labels", labels[:500])
     _feed(pipe, "predictions", preds[:700])
-    meta, arrays = first.state()
+    meta, arrays = state_codec.encode(first)
     meta = orjson.loads(orjson.dumps(meta))  # what the checkpoint's JSON half keeps
     second = build_engine(settings)
-    second.load(meta, arrays)
+    state_codec.decode(second, meta, arrays)
     pipe = build_pipeline(settings, second, FileDeadLetter(tmp_path / "b.jsonl"))
     _feed(pipe, "predictions", preds[700:])
     _feed(pipe, "labels", labels[500:])

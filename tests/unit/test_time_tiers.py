@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import accuracy_score, log_loss, recall_score, roc_auc_score
 
+from monitor.engine import state_codec
 from monitor.engine.core import Engine
 from monitor.engine.evaluate import evaluate_all
 from monitor.engine.models import ModelSpec, SliceSpec, WindowSpec
@@ -114,9 +115,9 @@ def test_state_round_trip_keeps_tiers() -> None:
     idx = np.arange(t["ts"].shape[0])
     _feed(engine, t, idx, labels=False)
     engine.roll_up(NOW)
-    meta, arrays = engine.state()
+    meta, arrays = state_codec.encode(engine)
     again = Engine([MODEL], 60_000, 10**12, 10**12, 10**7, 10**7)
-    again.load(meta, arrays)
+    state_codec.decode(again, meta, arrays)
     assert again.tiers == engine.tiers
     _feed(engine, t, idx, labels=True)
     _feed(again, t, idx, labels=True)

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor.config import settings_from_mapping
+from monitor.engine import state_codec
 from monitor.engine.core import Engine
 from monitor.engine.evaluate import evaluate_all
 from monitor.engine.models import ModelSpec, SliceSpec, WindowSpec
@@ -87,9 +88,9 @@ def test_idle_versions_retire_after_their_windows_and_free_a_slot() -> None:
     # the retired v1 comes back as a new version: no room now
     assert engine.apply_predictions(_preds([("g", 2 * HOUR + 22, "v1", "de", 0.7)]))
     # state keeps the lifecycle
-    meta, arrays = engine.state()
+    meta, arrays = state_codec.encode(engine)
     again = _engine()
-    again.load(meta, arrays)
+    state_codec.decode(again, meta, arrays)
     assert again.apply_predictions(_preds([("h", 2 * HOUR + 30, "v2", "de", 0.7)]))
     assert again.apply_predictions(_preds([("i", 2 * HOUR + 31, "v4", "de", 0.7)])) == []
     assert again.registry.rejected["m"] == engine.registry.rejected["m"] + 1 == 4
