@@ -28,6 +28,7 @@ while a million one-off build ids stay below it.
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -49,6 +50,13 @@ Group = tuple[int, str, tuple[str, ...]]  # (model index or -1, version, segment
 BLOCKED_TRACKED = 32  # Misra-Gries counters of rejected versions per model
 BLOCKED_MIN = 100  # rejected predictions that make a version look real
 BLOCKED_RECENT_MS = 3_600_000  # ... within the last hour (event time)
+_ID_BITS = 21  # version and segment ids packed beside the model index in one int64
+_ID_LIMIT = 1 << _ID_BITS
+
+
+def _packed(model: Any, vid: Any, sid: Any) -> Any:
+    """(model, version id, segment id) as one integer (scalars or int64 arrays)."""
+    return (model << (2 * _ID_BITS)) | (vid << _ID_BITS) | sid
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +82,11 @@ class GroupRegistry:
         # group code -> (model index, version, segment); model -1 when no longer configured
         self.groups: list[Group] = []
         self._index: dict[Group, int] = {}
+        # the same index by integers (``_known_codes``): version text and segment key ->
+        # an id (those of some group), and packed (model, version id, segment id) -> code
+        self._version_ids: dict[str, int] = {}
+        self._segment_ids: dict[tuple[str, ...], int] = {}
+        self._packed: dict[int, int] = {}
         self.model = np.empty(0, np.int16)  # group -> model index
         self.mv = np.empty(0, np.int32)  # group -> index of its (model, version)
         self.base = np.empty(0, np.int32)  # group -> group of (model, version, ())
@@ -126,28 +139,53 @@ class GroupRegistry:
                     remap[j] = code
                 seg_codes[rows] = remap[codes]
         vcodes, vuniq = pd.factorize(np.asarray(version, dtype=object))
-        nv, ns = len(vuniq), len(seg_keys)
+        versions = [str(v) for v in vuniq]
+        nv, ns = len(versions), len(seg_keys)
         combined = (model.astype(np.int64) * nv + vcodes) * ns + seg_codes
         ucomb, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
-        arrival = ucomb[np.argsort(first, kind="stable")] // ns
+        umv, useg = np.divmod(ucomb, ns)
+        arrival = umv[np.argsort(first, kind="stable")]
+        _, at = np.unique(arrival, return_index=True)  # each (model, version) once
         refused = self._refused(
-            [(m, str(vuniq[v])) for m, v in (divmod(mv, nv) for mv in arrival.tolist())]
+            [(mv // nv, versions[mv % nv]) for mv in arrival[np.sort(at)].tolist()]
         )
+        ucodes = self._known_codes(umv, useg, versions, seg_keys)
+        if refused:  # over the model's max_versions: rejected by the caller
+            out = [m * nv + versions.index(v) for m, v in refused]
+            ucodes[np.isin(umv, out)] = -2
         index = self._index
-        ucodes = np.empty(ucomb.shape[0], np.int32)
-        for i, c in enumerate(ucomb.tolist()):
-            mv, seg = divmod(c, ns)
-            m, v = divmod(mv, nv)
-            key = (m, str(vuniq[v]), seg_keys[seg])
-            if (m, key[1]) in refused:
-                ucodes[i] = -1  # over the model's max_versions: rejected by the caller
-                continue
+        for i in np.flatnonzero(ucodes == -1).tolist():  # new groups, in key order
+            m, v = divmod(int(umv[i]), nv)
+            key = (m, versions[v], seg_keys[int(useg[i])])
             code = index.get(key)
-            if code is None:
-                code = self._add(key)
-            ucodes[i] = code
+            ucodes[i] = self._add(key) if code is None else code
+        ucodes[ucodes == -2] = -1
         self._sync()
-        return ucodes[inverse.reshape(-1)]
+        return ucodes.astype(np.int32)[inverse.reshape(-1)]
+
+    def _known_codes(
+        self,
+        umv: np.ndarray,
+        useg: np.ndarray,
+        versions: list[str],
+        seg_keys: list[tuple[str, ...]],
+    ) -> np.ndarray:
+        """The code of each batch key (model·nv + version, segment) that has a group, -1
+        for the rest: one dictionary look-up of a packed integer per key, so a batch
+        touching thousands of groups (a fleet of models × slices) stays C-level work."""
+        nv = len(versions)
+        vid = np.array([self._version_ids.get(v, -1) for v in versions], np.int64)
+        sid = np.array([self._segment_ids.get(k, -1) for k in seg_keys], np.int64)
+        m, v = np.divmod(umv, nv)
+        vk, sk = vid[v], sid[useg]
+        out = np.full(umv.shape[0], -1, np.int64)
+        known = np.flatnonzero((vk >= 0) & (sk >= 0))
+        if known.shape[0]:
+            keys = _packed(m[known], vk[known], sk[known]).tolist()
+            out[known] = np.fromiter(
+                map(self._packed.get, keys, itertools.repeat(-1)), np.int64, len(keys)
+            )
+        return out
 
     def _refused(self, pairs: list[tuple[int, str]]) -> set[tuple[int, str]]:
         """The (model, version) pairs of a batch that may not have groups. A live version
@@ -175,6 +213,10 @@ class GroupRegistry:
         code = len(self.groups)
         self.groups.append(key)
         self._index[key] = code
+        vid = self._version_ids.setdefault(key[1], len(self._version_ids))
+        sid = self._segment_ids.setdefault(key[2], len(self._segment_ids))
+        if key[0] >= 0 and vid < _ID_LIMIT and sid < _ID_LIMIT:
+            self._packed[int(_packed(key[0], vid, sid))] = code
         if (key[0], key[1]) not in self._versions and key[0] >= 0:
             self.live[key[0]] += 1
         self._versions.setdefault((key[0], key[1]), []).append(code)

@@ -70,6 +70,8 @@ class SegmentFolder:
                 map(code_of.__getitem__, values), np.int64, n
             )
             distinct.append(list(folded))
+        if len(distinct) == 1:  # codes already number the values as rows first show them
+            return combined, [(v,) for v in distinct[0]]
         codes, firsts = pd.factorize(combined)
         keys = []
         for c in firsts.tolist():

@@ -991,6 +991,10 @@ class ScoreLayout:
         lo, hi = int(r.min()), int(r.max()) + 1
         width = matrix.shape[1]
         if (hi - lo) * width > 4 * m * len(cols) + 65_536:  # rows far apart: sparse adds
+            if matrix.flags.c_contiguous:  # one unbuffered add into the flat matrix
+                flat = np.concatenate([r * width + c for c in cols])
+                np.add.at(matrix.reshape(-1), flat, np.concatenate(weights))
+                return
             for c, w in zip(cols, weights, strict=True):
                 np.add.at(matrix, (r, c), w)
             return

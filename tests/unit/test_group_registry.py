@@ -130,3 +130,25 @@ def test_batch_boundaries_never_change_which_groups_exist(
     assert [one.groups[w] if w >= 0 else None for w in whole] == [
         many.groups[s] if s >= 0 else None for s in split
     ]
+
+
+@settings(max_examples=50, deadline=None)
+@given(rows, rows)
+def test_known_groups_keep_their_codes_across_batches_and_a_state_round_trip(
+    first: list[tuple[int, str, str | None]], second: list[tuple[int, str, str | None]]
+) -> None:
+    reg = GroupRegistry([SLICED, PLAIN])
+    _codes(reg, first)
+    meta = {**reg.groups_state(), **reg.lifecycle_state(), "pred_watermark_ms": 0}
+    loaded = GroupRegistry([SLICED, PLAIN])
+    loaded.load(meta)
+    # the second batch meets groups both registries know (looked up by packed ids) and
+    # new ones (added in the same order), so both hand out the same codes
+    codes = _codes(reg, second)
+    assert _codes(loaded, second) == codes
+    assert loaded.groups == reg.groups
+    for (m, v, c), code in zip(second, codes, strict=True):
+        if code >= 0:
+            segment = (c if c is not None else "__none__",) if m == 0 else ()
+            assert reg.groups[code] == (m, v, segment)
+            assert reg.groups.count(reg.groups[code]) == 1

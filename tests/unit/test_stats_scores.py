@@ -82,6 +82,30 @@ def test_merge_equals_one_pass(a: list, b: list) -> None:
     np.testing.assert_allclose(np.array(fields[0]), np.array(fields[1]), atol=1e-12)
 
 
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 1), st.floats(0.0, 1.0), st.sampled_from([0, 1, 40])),
+        min_size=1,
+        max_size=40,
+    )
+)
+@settings(max_examples=40, deadline=None)
+def test_rows_far_apart_take_the_same_sums_as_each_row_alone(rows: list) -> None:
+    """A batch whose rows are far apart in the matrix takes the sparse path (one
+    unbuffered add of every cell); each row holds what its events alone would give."""
+    arr = np.array(rows, dtype=np.float64).reshape(-1, 3)
+    y, s, at = arr[:, 0].astype(int), arr[:, 1], arr[:, 2].astype(int)
+    matrix = np.zeros((41, LAYOUT.width))
+    strided = np.zeros((41, 2 * LAYOUT.width))[:, ::2]  # a view: the per-column adds
+    for out in (matrix, strided):
+        LAYOUT.add_rows(out, at, y, s)
+        for r in (0, 1, 40):
+            mine = at == r
+            want = _vec(y[mine], s[mine]) if mine.any() else LAYOUT.empty()
+            np.testing.assert_allclose(out[r], want, rtol=1e-12, atol=1e-12)
+        assert not out[2:40].any()
+
+
 tied_rows = st.lists(
     st.tuples(st.integers(0, 1), st.sampled_from([0.0, 0.003, 0.2, 0.9, 1.0])),
     min_size=1, max_size=40,
