@@ -10,6 +10,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -191,7 +192,7 @@ def _evaluate(
             versions.setdefault(groups[gid][1], []).append(gid)
         local = np.full(n_groups, -1, np.intp)  # group -> row of the model's task sums
         local[gids] = np.arange(gids.shape[0])
-        parts = _slice_parts(spec, groups, versions)  # the same for every window
+        parts = _slice_parts(spec, groups, gids, versions, cache)  # the same for every window
         # the longest window's counts: the long-run rates every window's gates read
         longest = max(spec.windows, key=lambda w: w.size_ms + w.delay_ms)
         long_lo, long_hi = view.tiers.window(now_ms, longest.size_ms, longest.delay_ms)
@@ -239,14 +240,25 @@ def _evaluate(
                 r = emit(version, "all", members, wide_sel[w_group[wide_sel] == base_gid])
                 if r is not None and fine is not None and w_index is not None and base_gid >= 0:
                     r.fine = fine[w_index[base_gid]]
-                for sl, keyed in parts[version]:
+                for sl, keyed, single in parts[version]:
                     shown: list[tuple[str, _Pending]] = []
-                    for first, label, part in keyed:
-                        if _total(lab_l, part) < sl.min_samples:
-                            continue  # too few labeled samples to say anything
-                        r = emit(version, label, part, none)
-                        if r is not None:
-                            shown.append((first, r))
+                    if single is not None:  # one group a part: its counts gathered at once
+                        # too few labeled samples to say anything: not emitted
+                        kept = np.flatnonzero(~(sums.labeled_array[single] < sl.min_samples))
+                        n_pred = sums.predicted_array[single[kept]].tolist()
+                        n_lab = sums.labeled_array[single[kept]].tolist()
+                        for i, p, q in zip(kept.tolist(), n_pred, n_lab, strict=True):
+                            first, label, part = keyed[i]
+                            r = emit(version, label, part, none, (p, q))
+                            if r is not None:
+                                shown.append((first, r))
+                    else:
+                        for first, label, part in keyed:
+                            if _total(lab_l, part) < sl.min_samples:
+                                continue  # too few labeled samples to say anything
+                            r = emit(version, label, part, none)
+                            if r is not None:
+                                shown.append((first, r))
                     if spec.task == "binary" and len(sl.dimensions) == 1 and len(shown) >= 2:
                         pending_gaps.append((version, sl.dimensions[0], shown))
             win.flush(pool)
@@ -263,6 +275,8 @@ class _GroupCounts(NamedTuple):
     predicted: list[float]
     labeled: list[float]
     confusion: np.ndarray  # (groups, 4) int64: TN, FP, FN, TP
+    predicted_array: np.ndarray  # the same counts as arrays (gathered for many parts)
+    labeled_array: np.ndarray
 
 
 class _LightSums:
@@ -285,24 +299,41 @@ class _LightSums:
             confusion = np.stack(
                 [np.bincount(g, cells[:, j], minlength=n) for j in range(4)], axis=1
             )
+            predicted = np.bincount(g, b["predicted"][sel], minlength=n)
+            labeled = np.bincount(g, b["labeled"][sel], minlength=n)
             done = _GroupCounts(
-                np.bincount(g, b["predicted"][sel], minlength=n).tolist(),
-                np.bincount(g, b["labeled"][sel], minlength=n).tolist(),
+                predicted.tolist(),
+                labeled.tolist(),
                 np.rint(confusion).astype(np.int64),
+                predicted,
+                labeled,
             )
             self._done[(lo, hi)] = done
         return done
 
 
+_Parts = dict[str, list[tuple[SliceSpec, list[tuple[str, str, list[int]]], np.ndarray | None]]]
+
+
 def _slice_parts(
     spec: ModelSpec,
     groups: Sequence[tuple[int, str, tuple[str, ...]]],
+    gids: np.ndarray,
     versions: dict[str, list[int]],
-) -> dict[str, list[tuple[SliceSpec, list[tuple[str, str, list[int]]]]]]:
+    cache: ResultCache | None = None,
+) -> _Parts:
     """Per version, per configured slice: its parts in label order, each (first dimension
-    value, slice label, the groups it merges)."""
+    value, slice label, the groups it merges), and the parts' groups as an array when
+    each part is one group (else None). The same from pass to pass while the model's
+    groups stay: kept in ``cache`` (a fleet's parts cost a few percent of a tick)."""
+    key = None
+    if cache is not None:
+        key = ("slice parts", repr(spec), tuple(groups[g] for g in gids.tolist()))
+        done = cache.get(key)
+        if done is not None:
+            return done  # type: ignore[no-any-return]
     dims = spec.slice_dimensions
-    out: dict[str, list[tuple[SliceSpec, list[tuple[str, str, list[int]]]]]] = {}
+    out: _Parts = {}
     for version, members in versions.items():
         per_slice = []
         for sl in spec.slices:
@@ -321,14 +352,21 @@ def _slice_parts(
                 )
                 for key, part in sorted(merged.items())
             ]
-            per_slice.append((sl, keyed))
+            single = None
+            if all(len(part) == 1 for _, _, part in keyed):
+                single = np.array([part[0] for _, _, part in keyed], np.intp)
+            per_slice.append((sl, keyed, single))
         out[version] = per_slice
+    if key is not None and cache is not None:
+        cache.put(key, out)
     return out
 
 
 def _total(values: list[float], members: list[int]) -> float:
-    """Sum of ``values`` over ``members`` (usually one group)."""
-    return values[members[0]] if len(members) == 1 else sum(values[g] for g in members)
+    """Sum of ``values`` over ``members`` (usually one group), in their order."""
+    if len(members) == 1:
+        return values[members[0]]
+    return sum(itemgetter(*members)(values)) if members else 0.0
 
 
 class _Pending:
@@ -398,11 +436,18 @@ class _Window:
         self._held: Any = None  # what flush computed, for finish
 
     def emit(
-        self, version: str, slice_label: str, members: list[int], wide_rows: np.ndarray
+        self,
+        version: str,
+        slice_label: str,
+        members: list[int],
+        wide_rows: np.ndarray,
+        totals: tuple[float, float] | None = None,
     ) -> _Pending | None:
-        """Queue a binary result for :meth:`flush`, or append a multiclass/regression one."""
-        n_pred = int(_total(self.pred_l, members))
-        n_lab = int(_total(self.lab_l, members))
+        """Queue a binary result for :meth:`flush`, or append a multiclass/regression one.
+        ``totals``: the members' predicted and labeled counts, if the caller has them."""
+        if totals is None:
+            totals = (_total(self.pred_l, members), _total(self.lab_l, members))
+        n_pred, n_lab = int(totals[0]), int(totals[1])
         if n_pred == 0 and n_lab == 0:
             return None
         pending = _Pending(version, slice_label, members, wide_rows, n_pred, n_lab)

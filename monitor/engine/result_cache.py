@@ -56,17 +56,20 @@ def digest(*parts: np.ndarray | bytes | str | float | tuple[Any, ...]) -> bytes:
 
 
 def row_digests(rows: np.ndarray, context: tuple[Any, ...]) -> list[bytes]:
-    """The digest of each row of a 2-D array with ``context`` (what else a row's result
-    depends on): the context hashed once, then one copy of that state per row — a tick
-    keys ~10⁴ slice rows, and five hash updates per row cost more than the hashing."""
+    """The 128-bit digest of each row of a 2-D array with ``context`` (what else a row's
+    result depends on): the context hashed once, then one copy of that state per row — a
+    tick keys ~10⁴ slice rows, and five hash updates per row cost more than the hashing.
+    SHA-256 (truncated), not BLAKE2b: the rows are tens of megabytes a tick, and SHA-256
+    runs on the CPU's SHA extensions at 2-3 times BLAKE2b's speed (measured 840 vs 320
+    MB/s); without them it is about as fast."""
     rows = np.ascontiguousarray(rows)
-    base = hashlib.blake2b(digest_size=16)
+    base = hashlib.sha256()
     base.update(f"rows{rows.dtype.str}{rows.shape[1:]}{context!r}".encode())
     out = []
     for row in rows:
         h = base.copy()
         h.update(row.data)
-        out.append(h.digest())
+        out.append(h.digest()[:16])
     return out
 
 
