@@ -39,7 +39,7 @@ from ..stats.estimation import (
     cbpe_top_label,
     recalibrate,
 )
-from ..stats.intervals import wilson_interval
+from ..stats.intervals import wilson_interval_z, z_value
 from ..stats.multiclass import MulticlassLayout
 from ..stats.ranking import RankingLayout
 from ..stats.regression import RegressionLayout
@@ -493,9 +493,7 @@ class _Window:
             if at:
                 assert self.local is not None
                 local = self.local
-                vecs = _member_sums(
-                    self.task_sums, [local[self.pending[i].members].tolist() for i in at]
-                )
+                vecs = _member_sums(self.task_sums, [self.pending[i].members for i in at], local)
                 slices = pool.add(
                     np.hstack([vecs, share[at, np.newaxis]]),
                     ("slice", layout.bins, layout.logit_range, self.confidence),
@@ -654,37 +652,53 @@ def _fairness(
     rates["ece"] = (scores[:, 0], np.isfinite(scores[:, 0]))
     rates["auc"] = (scores[:, 1], np.isfinite(scores[:, 1]))
 
-    def bounds(key: str, at: np.ndarray, tests: int) -> tuple[float, float]:
-        """The gap's simultaneous interval (NaN without counts)."""
-        if key not in counts:
-            return math.nan, math.nan
-        k, trials = counts[key]
-        level = 1.0 - (1.0 - confidence) / tests
-        lo, hi = wilson_interval(k[at], trials[at], level)
-        return max(0.0, float(lo.max() - hi.min())), float(hi.max() - lo.min())
+    both = int(rates["tpr"][1].sum() + rates["fpr"][1].sum())
+    asked = (  # (metric, rate, Bonferroni tests: 0 for one per value shown)
+        ("demographic_parity", "ppr", 0),
+        ("equal_opportunity", "tpr", 0),
+        ("ece_gap", "ece", 0),
+        ("auc_gap", "auc", 0),
+        ("tpr", "tpr", both),
+        ("fpr", "fpr", both),
+    )
+    ats = [np.flatnonzero(rates[key][1]) for _, key, _ in asked]
+    # every gap's simultaneous interval from one vectorized Wilson call: each value's
+    # interval at level 1 − α/k of its gap (NaN for the rates without counts)
+    with_counts = [
+        i for i, (_, key, _) in enumerate(asked) if key in counts and ats[i].shape[0] >= 2
+    ]
+    spans: dict[int, tuple[float, float]] = {}
+    if with_counts:
+        k = np.concatenate([counts[asked[i][1]][0][ats[i]] for i in with_counts])
+        trials = np.concatenate([counts[asked[i][1]][1][ats[i]] for i in with_counts])
+        tests = [asked[i][2] or ats[i].shape[0] for i in with_counts]
+        z = np.repeat(
+            [z_value(1.0 - (1.0 - confidence) / t) for t in tests],
+            [ats[i].shape[0] for i in with_counts],
+        )
+        lo_all, hi_all = wilson_interval_z(k, trials, z)
+        at = 0
+        for i in with_counts:
+            lo, hi = lo_all[at : at + ats[i].shape[0]], hi_all[at : at + ats[i].shape[0]]
+            spans[i] = (max(0.0, float(lo.max() - hi.min())), float(hi.max() - lo.min()))
+            at += ats[i].shape[0]
 
-    def gap(metric: str, key: str, tests: int = 0) -> FairnessGap | None:
-        rate, shown_at = rates[key]
-        at = np.flatnonzero(shown_at)
+    def gap(i: int) -> FairnessGap | None:
+        metric, key, _ = asked[i]
+        at = ats[i]
         if at.shape[0] < 2:
             return None
-        r = rate[at]
+        r = rates[key][0][at]
         lo, hi = float(r.min()), float(r.max())
         # ties go to the first value in label order at the low end, the last at the high
-        lo_v = min(values[i] for i in at[r == lo].tolist())
-        hi_v = max(values[i] for i in at[r == hi].tolist())
-        lower, upper = bounds(key, at, tests or at.shape[0])
+        lo_v = min(values[j] for j in at[r == lo].tolist())
+        hi_v = max(values[j] for j in at[r == hi].tolist())
+        lower, upper = spans.get(i, (math.nan, math.nan))
         return FairnessGap(model, version, window, dimension, metric, hi - lo, lo_v, hi_v,
                            lower, upper)  # fmt: skip
 
-    out = [
-        gap("demographic_parity", "ppr"),
-        gap("equal_opportunity", "tpr"),
-        gap("ece_gap", "ece"),
-        gap("auc_gap", "auc"),
-    ]
-    both = int(rates["tpr"][1].sum() + rates["fpr"][1].sum())
-    tpr, fpr = gap("tpr", "tpr", both), gap("fpr", "fpr", both)
+    out = [gap(0), gap(1), gap(2), gap(3)]
+    tpr, fpr = gap(4), gap(5)
     if tpr is not None and fpr is not None:
         worst = tpr if tpr.gap >= fpr.gap else fpr
         out.append(
@@ -1096,14 +1110,18 @@ def _chunked(compute: Callable[[np.ndarray], list[Any]], rows: np.ndarray) -> li
     return [x for at in range(0, rows.shape[0], step) for x in compute(rows[at : at + step])]
 
 
-def _member_sums(matrix: np.ndarray, members: Sequence[list[int]]) -> np.ndarray:
+def _member_sums(
+    matrix: np.ndarray, members: Sequence[list[int]], row_of: np.ndarray | None = None
+) -> np.ndarray:
     """(len(members), width): row i is the sum of ``matrix``'s rows ``members[i]`` (a
-    segment slice of one dimension is one group, so usually a plain gather)."""
+    segment slice of one dimension is one group, so usually a plain gather); ``row_of``
+    maps a member to its row of ``matrix`` (default: the member is the row)."""
     if all(len(m) == 1 for m in members):
-        return matrix[[m[0] for m in members]]
+        rows = np.fromiter((m[0] for m in members), np.intp, len(members))
+        return matrix[rows if row_of is None else row_of[rows]]
     flat = np.fromiter((g for m in members for g in m), np.intp)
     starts = np.cumsum([0] + [len(m) for m in members[:-1]])
-    return np.add.reduceat(matrix[flat], starts, axis=0)
+    return np.add.reduceat(matrix[flat if row_of is None else row_of[flat]], starts, axis=0)
 
 
 def _sum_rows(matrix: np.ndarray, rows: np.ndarray) -> np.ndarray:

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-__all__ = ["clopper_pearson_interval", "wilson_interval", "z_value"]
+__all__ = ["clopper_pearson_interval", "wilson_interval", "wilson_interval_z", "z_value"]
 
 
 @functools.lru_cache(maxsize=64)
@@ -37,6 +37,16 @@ def wilson_interval(
     z2 = z * z
     if np.ndim(successes) == 0 and np.ndim(trials) == 0:
         return _wilson_scalar(float(successes), float(trials), z, z2)  # type: ignore[arg-type]
+    return wilson_interval_z(successes, trials, z)
+
+
+def wilson_interval_z(
+    successes: np.ndarray | float, trials: np.ndarray | float, z: np.ndarray | float
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`wilson_interval` at normal quantile(s) ``z``, an array to give each
+    proportion its own level: many intervals at several levels in one vectorized call
+    (the fairness gaps' Bonferroni levels differ by gap)."""
+    z2 = np.multiply(z, z)
     k = np.asarray(successes, dtype=np.float64)
     n = np.asarray(trials, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
