@@ -66,7 +66,7 @@ from .result_cache import ResultCache
 from .snapshot import OpsState, Snapshot, WindowResult
 from .table import KeyedTable
 from .task_stats import ScoreHistograms, TaskStats
-from .view import StoreView, base_group_index
+from .view import StoreView, base_group_index, base_rows
 from .windows import Tiers, tier_reach
 
 __all__ = ["DELAY_BOUNDS_S", "LOSSES", "Engine", "JoinReject"]
@@ -409,8 +409,15 @@ class Engine:
         a sliced store's per group of it."""
         if store is self.wide.get(m):
             known = self._base_index.get(m)
-            if known is None or known[0] != len(self.groups):  # appended only (load clears)
-                known = self._base_index[m] = (len(self.groups), *base_group_index(self.groups, m))
+            n = len(self.groups)
+            if known is None or known[0] != n:  # appended only (load clears)
+                reg = self.registry  # its arrays, when in step: no pass over the groups
+                rows = (
+                    base_rows(reg.model, reg.base == np.arange(n), m)
+                    if reg.model.shape[0] == n
+                    else base_group_index(self.groups, m)
+                )
+                known = self._base_index[m] = (n, *rows)
             return known[1], known[2]
         return self._model_index_of_groups(m)
 

@@ -10,6 +10,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from itertools import chain
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -1116,12 +1117,12 @@ def _member_sums(
     """(len(members), width): row i is the sum of ``matrix``'s rows ``members[i]`` (a
     segment slice of one dimension is one group, so usually a plain gather); ``row_of``
     maps a member to its row of ``matrix`` (default: the member is the row)."""
-    if all(len(m) == 1 for m in members):
-        rows = np.fromiter((m[0] for m in members), np.intp, len(members))
-        return matrix[rows if row_of is None else row_of[rows]]
-    flat = np.fromiter((g for m in members for g in m), np.intp)
-    starts = np.cumsum([0] + [len(m) for m in members[:-1]])
-    return np.add.reduceat(matrix[flat if row_of is None else row_of[flat]], starts, axis=0)
+    sizes = np.fromiter(map(len, members), np.intp, len(members))
+    flat = np.fromiter(chain.from_iterable(members), np.intp, int(sizes.sum()))
+    rows = flat if row_of is None else row_of[flat]
+    if (sizes == 1).all():
+        return matrix[rows]
+    return np.add.reduceat(matrix[rows], np.cumsum(sizes) - sizes, axis=0)
 
 
 def _sum_rows(matrix: np.ndarray, rows: np.ndarray) -> np.ndarray:
