@@ -1064,8 +1064,8 @@ class _ScorePool:
 
     def run(self) -> None:
         for context, parts in self._parts.items():
-            stacked = np.vstack([rows for rows, _ in parts]) if len(parts) > 1 else parts[0][0]
-            out, keys = _cached_rows(self.cache, stacked, context, self._compute[context])
+            blocks = [rows for rows, _ in parts]  # not stacked: only the rows computed are
+            out, keys = _cached_rows(self.cache, blocks, context, self._compute[context])
             at = 0
             for rows, slot in parts:
                 n = rows.shape[0]
@@ -1076,31 +1076,51 @@ class _ScorePool:
 
 def _cached_rows(
     cache: ResultCache | None,
-    rows: np.ndarray,
+    rows: np.ndarray | list[np.ndarray],
     context: tuple[Any, ...],
     compute: Callable[[np.ndarray], list[Any]],
 ) -> tuple[list[Any], list[Any]]:
     """``compute(rows)`` (in chunks of :data:`_CHUNK_BYTES`), reusing the result of every
     row whose bytes (and ``context``: what else the result depends on) an earlier or this
-    pass already computed; and each row's cache key (None without a cache)."""
+    pass already computed; and each row's cache key (None without a cache). ``rows``:
+    one array or blocks of rows, in order (a pool's: only the rows computed are copied
+    together, not the tens of megabytes of the rows reused)."""
+    blocks = rows if isinstance(rows, list) else [rows]
     if cache is None:
-        return _chunked(compute, rows), [None] * rows.shape[0]
-    if rows.shape[1] <= 8:  # a few counts: the bytes themselves are a cheaper key
-        keys: list[Any] = [(row, context) for row in map(bytes, rows)]
-    else:
-        keys = row_digests(rows, context)
+        stacked = np.vstack(blocks) if len(blocks) > 1 else blocks[0]
+        return _chunked(compute, stacked), [None] * stacked.shape[0]
+    keys: list[Any] = []
+    for block in blocks:
+        if block.shape[1] <= 8:  # a few counts: the bytes themselves are a cheaper key
+            keys += [(row, context) for row in map(bytes, block)]
+        else:
+            keys += row_digests(block, context)
     out = [cache.get(k) for k in keys]
     todo: dict[Any, list[int]] = {}
     for i, value in enumerate(out):
         if value is None:
             todo.setdefault(keys[i], []).append(i)
     if todo:
-        fresh = _chunked(compute, rows[[at[0] for at in todo.values()]])
+        fresh = _chunked(compute, _take_rows(blocks, [at[0] for at in todo.values()]))
         for (key, at), value in zip(todo.items(), fresh, strict=True):
             cache.put(key, value)
             for i in at:
                 out[i] = value
     return out, keys
+
+
+def _take_rows(blocks: list[np.ndarray], picked: list[int]) -> np.ndarray:
+    """Rows ``picked`` (ascending indices into the blocks' rows, in order) as one array."""
+    if len(blocks) == 1:
+        return blocks[0][picked]
+    idx = np.asarray(picked, np.intp)
+    ends = np.cumsum([b.shape[0] for b in blocks])
+    owner = np.searchsorted(ends, idx, side="right")
+    pieces = []
+    for b in np.unique(owner).tolist():
+        start = ends[b] - blocks[b].shape[0]
+        pieces.append(blocks[b][idx[owner == b] - start])
+    return np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
 
 
 def _chunked(compute: Callable[[np.ndarray], list[Any]], rows: np.ndarray) -> list[Any]:
