@@ -99,11 +99,12 @@ class ResultCache:
         self._before = {}
 
     def get(self, key: Hashable) -> Any:
-        value = self._now.get(key)
-        if value is None:
-            value = self._before.pop(key, None)
-            if value is not None:
-                self._now[key] = value
+        # a key is in one generation at most: most lookups of a pass are its first
+        value = self._before.pop(key, None)
+        if value is not None:
+            self._now[key] = value
+        else:
+            value = self._now.get(key)
         if value is None:
             self.misses += 1
         else:

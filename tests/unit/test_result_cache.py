@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from monitor.engine import state_codec
-from monitor.engine.evaluate import evaluate_all
+from monitor.engine.evaluate import _cached_rows, evaluate_all
 from monitor.engine.records import LabelBatch, PredictionBatch, hash_ids
 from monitor.engine.result_cache import ResultCache, digest, row_digests
 from monitor.engine.snapshot import WindowResult
@@ -308,3 +308,27 @@ def test_the_section_round_trips_the_batch_computed_entries() -> None:
     for key, value in back._now.items():
         assert_close(value, saved[key])  # msgpack keeps doubles: far inside close.REL
         assert [type(v) for v in value] == [type(v) for v in saved[key]]  # list/tuple kept
+
+
+def test_cached_rows_of_blocks_equal_the_stacked_rows() -> None:
+    """A pool keys its windows' row blocks where they lie and computes only the rows not
+    cached, gathered across blocks: the results and keys are those of the stacked rows."""
+    rng = np.random.default_rng(4)
+    blocks = [rng.integers(0, 5, (n, 12)).astype(np.float64) for n in (3, 1, 4, 2)]
+    blocks[2][1] = blocks[0][0]  # a repeat across blocks is computed once
+    stacked = np.vstack(blocks)
+    computed: list[int] = []
+
+    def compute(rows: np.ndarray) -> list[tuple[float, ...]]:
+        computed.append(rows.shape[0])
+        return [tuple(r) for r in rows.tolist()]
+
+    cache = ResultCache()
+    cache.begin()
+    warm = _cached_rows(cache, blocks[3], ("ctx",), compute)  # the last block known already
+    got, keys = _cached_rows(cache, blocks, ("ctx",), compute)
+    assert computed == [2, 7]  # 10 rows: 2 cached, one repeat
+    assert got == [tuple(r) for r in stacked.tolist()]
+    assert keys == row_digests(stacked, ("ctx",)) and warm[1] == keys[-2:]
+    again, _ = _cached_rows(None, blocks, ("ctx",), compute)  # no cache: all of them
+    assert again == got and computed[-1] == 10

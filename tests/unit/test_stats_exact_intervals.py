@@ -18,7 +18,12 @@ from scipy import stats
 from monitor.alerting.slo import SloSpec
 from monitor.stats.binary import BinaryLayout
 from monitor.stats.common import MIN_EXPECTED_EVENTS
-from monitor.stats.intervals import clopper_pearson_interval
+from monitor.stats.intervals import (
+    clopper_pearson_interval,
+    wilson_interval,
+    wilson_interval_z,
+    z_value,
+)
 from monitor.stats.ranking import RankingLayout
 
 
@@ -110,3 +115,20 @@ def test_a_ranker_that_always_misses_gets_an_exact_interval() -> None:
     hit = m["hit_rate_at_10"]
     assert hit.value == 0.0 and hit.method == "clopper-pearson"
     assert hit.lower == 0.0 and hit.upper == pytest.approx(1 - 0.025 ** (1 / queries))
+
+
+def test_wilson_at_several_levels_in_one_call_equals_each_level() -> None:
+    """The fairness gaps' Bonferroni levels differ by gap: one call with a quantile per
+    proportion equals a call per level, bit for bit."""
+    rng = np.random.default_rng(3)
+    trials = rng.integers(0, 50, 30).astype(np.float64)
+    k = np.floor(trials * rng.random(30))
+    levels = np.repeat([0.95, 0.99, 0.9975], 10)
+    z = np.array([z_value(x) for x in levels])
+    lo, hi = wilson_interval_z(k, trials, z)
+    for level in (0.95, 0.99, 0.9975):
+        at = levels == level
+        want_lo, want_hi = wilson_interval(k[at], trials[at], level)
+        np.testing.assert_array_equal(lo[at], want_lo)
+        np.testing.assert_array_equal(hi[at], want_hi)
+    assert np.isnan(lo[trials == 0]).all()
