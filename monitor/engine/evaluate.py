@@ -327,10 +327,10 @@ def _slice_parts(
     value, slice label, the groups it merges), and the parts' groups as an array when
     each part is one group (else None). The same from pass to pass while the model's
     groups stay: kept in ``cache`` (a fleet's parts cost a few percent of a tick)."""
-    key = None
+    kept = None
     if cache is not None:
-        key = ("slice parts", repr(spec), tuple(groups[g] for g in gids.tolist()))
-        done = cache.get(key)
+        kept = ("slice parts", repr(spec), tuple(groups[g] for g in gids.tolist()))
+        done = cache.get(kept)
         if done is not None:
             return done  # type: ignore[no-any-return]
     dims = spec.slice_dimensions
@@ -358,8 +358,8 @@ def _slice_parts(
                 single = np.array([part[0] for _, _, part in keyed], np.intp)
             per_slice.append((sl, keyed, single))
         out[version] = per_slice
-    if key is not None and cache is not None:
-        cache.put(key, out)
+    if kept is not None and cache is not None:
+        cache.put(kept, out)
     return out
 
 
@@ -1064,7 +1064,7 @@ class _ScorePool:
 
     def run(self) -> None:
         for context, parts in self._parts.items():
-            blocks = [rows for rows, _ in parts]  # not stacked: only the rows computed are
+            blocks = [rows for rows, _ in parts]  # keyed in place; only the new rows copied
             out, keys = _cached_rows(self.cache, blocks, context, self._compute[context])
             at = 0
             for rows, slot in parts:

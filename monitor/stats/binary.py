@@ -300,8 +300,8 @@ def _posterior_bounds(
 
     So a row's bounds are a pure function of its four counts (and the metrics and level
     asked): they are computed once per distinct row and kept (:data:`BOUNDS_KEPT`) — a
-    fleet's slice windows share small counts all the time, within a tick (2,433 changed
-    rows held 905 distinct ones, measured) and from one tick to the next."""
+    fleet's slice windows share small counts within a tick and from one tick to the next
+    (of the ~410 rows a fleet tick after 1,000 events draws, ~260 are new, measured)."""
     wanted = {fbeta_name(b): b for b in betas}
     wanted |= dict.fromkeys(_CLASS_NAMES, 0.0)
     if names is not None:
