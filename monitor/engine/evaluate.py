@@ -466,16 +466,17 @@ class _Window:
         return pending
 
     def flush(self, pool: _ScorePool) -> None:
-        """Compute the queued binary results' confusion catalogs in one batch, and hand
-        their score rows to ``pool``; :meth:`finish` completes them once it has run."""
+        """Hand the queued binary results' confusion rows and score rows to ``pool``;
+        :meth:`finish` completes them once it has run."""
         if not self.pending:
             return
         members = [p.members for p in self.pending]
         confs = _member_sums(self.conf, members)
         longs = _member_sums(self.long_conf, members).astype(np.float64)
         catalog = self.catalog
-        binary, binary_keys = _cached_rows(
-            self.cache,
+        # the binary catalogs of the model's windows are computed together too (a call
+        # per window paid a few hundred small numpy operations for a few dozen rows)
+        binary = pool.add(
             np.hstack([confs.astype(np.float64), longs]),  # the gates read the long run
             ("binary", catalog.token, self.confidence),
             lambda rows: catalog.confusion_metrics(rows[:, :4], self.confidence, rows[:, 4:]),
@@ -513,13 +514,13 @@ class _Window:
                 ("scores", fl.bins, fl.logit_range, self.confidence),
                 lambda rows: score_results(fl, rows[:, :-1], self.confidence, rows[:, -1]),
             )
-        self._held = (confs, binary, binary_keys, coarse, at, slices, fine, fines)
+        self._held = (confs, binary, coarse, at, slices, fine, fines)
 
     def finish(self) -> None:
         """The queued results, once the pool :meth:`flush` fed has run."""
         if not self.pending:
             return
-        confs, binary, binary_keys, coarse, at, slices, fine, fines = self._held
+        confs, (binary, binary_keys), coarse, at, slices, fine, fines = self._held
         n = len(self.pending)
         scored: list[SliceScores | None] = [None] * n
         slice_keys: list[Any] = [None] * n
@@ -1040,7 +1041,9 @@ class _ScorePool:
     Why: one call per model window scored a fleet's ~60 changed slice rows and 3 fine
     rows at a time, and a call's fixed cost dominated — pooled across windows and models
     (each row's metrics are a pure function of the row, whatever the batch), a fleet
-    tick's score metrics took half the time (docs/benchmarks.md)."""
+    tick's score metrics took half the time (docs/benchmarks.md). The binary confusion
+    catalogs of a model's windows are pooled the same way (their context names the
+    model's catalog)."""
 
     def __init__(self, cache: ResultCache | None) -> None:
         self.cache = cache
