@@ -2242,18 +2242,16 @@ def _count_records(daemon: Any) -> int:
     """Records (any outcome) the daemon's engines counted: one engine, or one per owned
     partition in partitioned mode."""
     with daemon.lock:
-        parts = getattr(daemon, "parts", None)
-        engines = [p.engine for p in parts.values()] if parts is not None else [daemon.engine]
-        return sum(sum(e.records.values()) for e in engines)
+        return sum(sum(e.records.values()) for e in daemon.engines())
 
 
 def _ingest_rate(s: Settings, partitioned: bool, expected: int, timeout_s: float) -> float:
     """The daemon in-process (thread): msg/s from its first counted record to the last,
     sampled every 10 ms from outside (the same clock for both modes)."""
     from monitor.app import Daemon
-    from monitor.scale.partitioned import PartitionedDaemon
+    from monitor.scale.partitioned import GroupOwner
 
-    daemon = PartitionedDaemon(s) if partitioned else Daemon(s)
+    daemon = Daemon(s, owner=GroupOwner if partitioned else None)
     thread = threading.Thread(target=daemon.run, name="bench-daemon", daemon=True)
     thread.start()
     first = end = None

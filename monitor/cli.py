@@ -313,11 +313,12 @@ def _run(path: Path) -> int:
 
     settings = _load(path)
     register_secrets(secret_values(settings))
-    daemon = Daemon(settings)
+    owner = None  # single instance: one owner of every partition
     if settings.scale.mode == "partitioned":
-        from .scale.partitioned import PartitionedDaemon
+        from .scale.partitioned import GroupOwner
 
-        daemon = PartitionedDaemon(settings)
+        owner = GroupOwner  # the consumer group's assignment, one partition per number
+    daemon = Daemon(settings, owner=owner)
 
     def stop(signum: int, _frame: object) -> None:
         log = logging.getLogger("monitor")

@@ -78,7 +78,7 @@ def test_partitioned_daemon_evaluates_and_rotates_through_its_global_view(
     tmp_path: Path,
 ) -> None:
     from monitor.app import Daemon
-    from monitor.scale.partitioned import PartitionedDaemon
+    from monitor.scale.partitioned import GroupOwner
 
     def settings(mode: str):  # type: ignore[no-untyped-def]
         return settings_from_mapping(
@@ -91,8 +91,9 @@ def test_partitioned_daemon_evaluates_and_rotates_through_its_global_view(
             }
         )
 
-    daemon = PartitionedDaemon(settings("partitioned"))
-    assert daemon.assembler is daemon.global_view.assembler  # what rotate_reference swaps
+    daemon = Daemon(settings("partitioned"), owner=GroupOwner)
+    assert isinstance(daemon.owner, GroupOwner)
+    assert daemon.assembler is daemon.owner.global_view.assembler  # what rotate_reference swaps
     assert daemon.assembler is not daemon.engine.assembler
     single = Daemon(settings("single"))
     assert single.assembler is single.engine.assembler
