@@ -49,6 +49,7 @@ from .engine.evaluate import evaluate_all
 from .engine.models import WindowSpec
 from .engine.narrow import NarrowError
 from .engine.partition import ALL, Partition
+from .engine.rows import Rows
 from .engine.snapshot import OpsState, Snapshot
 from .engine.state_codec import StateMismatch
 from .engine.view import StoreView
@@ -168,6 +169,12 @@ class Owner(Protocol):
     def period_view(self) -> StoreView:
         """A copy of the retained statistics the snapshot is evaluated from."""
 
+    def rows(self) -> Engine | Rows:
+        """What history, trends and causes read (an engine: read under the daemon's lock)."""
+
+    def plugins(self) -> tuple[Any, ...]:
+        """The metric plugins evaluation trusts."""
+
     def ops(self) -> OpsState:
         """The operational counters of the owned partitions."""
 
@@ -259,6 +266,12 @@ class SingleOwner:
         with self.d.lock:
             return self.d.engine.view(copy=True)
 
+    def rows(self) -> Engine:
+        return self.d.engine
+
+    def plugins(self) -> tuple[Any, ...]:
+        return self.d.engine.active_plugins
+
     def ops(self) -> OpsState:
         with self.d.lock:
             return self.d.engine.ops()
@@ -344,7 +357,8 @@ class Daemon:
         self.slo_specs = slo_specs(settings)
         self.slos = SloEvaluator(self.slo_specs)
         self.timeline = Timeline()  # written by the evaluation thread only
-        self.insight = Insight(lambda: self.engine, self.lock, settings.evaluation.confidence)
+        # history, trends and causes: the owner's rows (an engine, or the merged view)
+        self.insight = Insight(lambda: self.owner.rows(), self.lock, settings.evaluation.confidence)
         self._trends: tuple[Snapshot | None, dict[str, Any]] | None = None
         self.dispatcher = build_dispatcher(settings)
         self._checkpoint_failing_since: float | None = None
@@ -795,7 +809,7 @@ class Daemon:
         window = (WindowSpec(label, size_ms, 0),)
         models = tuple(replace(m, windows=window) for m in self.assembler.models)
         results, fairness = evaluate_all(
-            view, models, end_ms, self.settings.evaluation.confidence, self.engine.active_plugins
+            view, models, end_ms, self.settings.evaluation.confidence, self.owner.plugins()
         )
         pub = self._published
         snap = pub.snapshot

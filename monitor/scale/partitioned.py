@@ -50,6 +50,7 @@ from ..engine import state_codec
 from ..engine.assemble import Assembler
 from ..engine.core import Engine
 from ..engine.partition import Partition
+from ..engine.rows import Rows
 from ..engine.snapshot import OpsState, Snapshot
 from ..engine.state_codec import StateMismatch
 from ..engine.view import StoreView
@@ -548,6 +549,18 @@ class GroupOwner:
     def period_view(self) -> StoreView:
         """The merged statistics of every partition (the global view)."""
         return self._merged_stats()[1].view
+
+    def rows(self) -> Rows:
+        """What history, trends and causes read: the statistics the latest snapshot was
+        evaluated from (merged now before the first evaluation)."""
+        stats = self.global_view.evaluated
+        if stats is None:
+            stats = self._merged_stats()[1]
+        return self.global_view.rows(stats)
+
+    def plugins(self) -> tuple[Any, ...]:
+        """The global view evaluates with every configured plugin."""
+        return self.global_view.assembler.plugins
 
     def exports(self) -> bool:
         """The exporter-lease holder exports the quality series, sends the alerts and
