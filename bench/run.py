@@ -377,12 +377,20 @@ def daemon_consume(
             source.poll = poll  # type: ignore[method-assign]
             return source
 
-        def _consume(self, pipeline: Any, sink: Any) -> Any:
-            for dec in (pipeline.predictions, pipeline.labels):
-                dec.decode = timed("decode", dec.decode)
+        def _consume(self, sink: Any) -> Any:
+            owner = self.owner
+            start = owner.start
+
+            def timed_start(sink: Any) -> None:  # the owner builds the pipeline
+                start(sink)
+                pipeline = owner.pipeline  # type: ignore[attr-defined]
+                for dec in (pipeline.predictions, pipeline.labels):
+                    dec.decode = timed("decode", dec.decode)
+
+            owner.start = timed_start  # type: ignore[method-assign]
             for name in ("apply_predictions", "apply_labels"):
                 setattr(self.engine, name, timed("apply", getattr(self.engine, name)))
-            return super()._consume(pipeline, sink)
+            return super()._consume(sink)
 
     daemon = TimedDaemon(s)
     errors: list[BaseException] = []

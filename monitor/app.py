@@ -76,7 +76,7 @@ from .ingest.deadletter import DeadLetterSink, FileDeadLetter
 from .ingest.group_members import GroupMembers
 from .ingest.kafka import KafkaSource, make_producer, open_source
 from .ingest.layout import LayoutError, check_layout, metadata_config, partition_counts
-from .ingest.pipeline import load_offsets, offset_key
+from .ingest.pipeline import IngestPipeline, load_offsets, offset_key
 from .insight import Insight, key_metrics
 from .redact import mask
 from .schedule.jobs import ScheduledJobs
@@ -138,8 +138,9 @@ class Owner(Protocol):
     def connect(self) -> Any:
         """The source to poll (None: the daemon stopped before one connected)."""
 
-    def start(self, pipeline: Any, sink: DeadLetterSink) -> None:
-        """The consume loop begins: background work may start."""
+    def start(self, sink: DeadLetterSink) -> None:
+        """The consume loop begins: the ingestion (rejects go to ``sink``) is built and
+        background work may start."""
 
     def apply(self, polled: Any) -> None:
         """Apply one poll's records to the engines of the partitions they belong to."""
@@ -210,7 +211,8 @@ class SingleOwner:
 
     def __init__(self, daemon: Daemon) -> None:
         self.d = daemon
-        self._pipeline: Any = None
+        self.unit = Partition(ALL, daemon._new_engine())
+        self.pipeline: IngestPipeline | None = None  # built when the consume loop starts
 
     def prepare(self) -> None:
         pass
@@ -221,14 +223,19 @@ class SingleOwner:
     def connect(self) -> KafkaSource | None:
         return self.d._connect()
 
-    def start(self, pipeline: Any, sink: DeadLetterSink) -> None:
-        self._pipeline = pipeline
+    def start(self, sink: DeadLetterSink) -> None:
+        d = self.d
+        self.pipeline = build_pipeline(
+            d.settings, self.unit.engine, sink, clock_ms=d.clock.now_ms, lock=d.lock,
+            offsets=self.unit.offsets,
+        )  # fmt: skip
 
     def apply(self, polled: Any) -> None:
+        assert self.pipeline is not None  # start() came first
         for kind in ("predictions", "labels"):
             batch = polled.get(kind)
             if batch is not None:
-                self._pipeline.process_batch(kind, batch)
+                self.pipeline.process_batch(kind, batch)
 
     def tick(self, now: float) -> None:
         pass
@@ -321,8 +328,6 @@ class Daemon:
         self.clock = SteadyClock(
             round(ev.max_clock_jump * 1000), round(ev.clock_jump_accept_after * 1000)
         )
-        # the daemon's unit of work: one partition, the owner of every input partition
-        self.unit = Partition(ALL, self._new_engine())
         self.store = CheckpointStore(settings.state.dir)
         self.state_lock = StateDirLock(settings.state.dir)
         self.kafka_state: KafkaStateStore | None = None
@@ -375,6 +380,15 @@ class Daemon:
             changed=self._schedule_changed,
         )
         self.owner: Owner = (owner or SingleOwner)(self)
+
+    @property
+    def unit(self) -> Partition:
+        """Single-instance mode's unit of work: the one partition that owns every input
+        partition (a partitioned daemon owns one per assigned number: ``owner.parts``)."""
+        owner = self.owner
+        if not isinstance(owner, SingleOwner):
+            raise AttributeError("a partitioned daemon owns one partition per assigned number")
+        return owner.unit
 
     @property
     def engine(self) -> Engine:
@@ -1140,9 +1154,6 @@ class Daemon:
         if self.dispatcher is not None:
             self.dispatcher.start()
         sink = self._sink = self._make_sink()
-        pipeline = build_pipeline(
-            s, self.engine, sink, clock_ms=self.clock.now_ms, lock=self.lock, offsets=self.offsets
-        )
         if self.http is None:
             self.start_http()
         evaluator = threading.Thread(target=self._evaluate_every, name="evaluation", daemon=True)
@@ -1153,7 +1164,7 @@ class Daemon:
         source: KafkaSource | None = None
         crashed = False
         try:
-            source = self._consume(pipeline, sink)
+            source = self._consume(sink)
         except StartupError:
             raise  # refused before anything was consumed: the state is unchanged
         except BaseException:
@@ -1369,14 +1380,14 @@ class Daemon:
             del polled  # freed before the collector resumes
         return True
 
-    def _consume(self, pipeline: Any, sink: DeadLetterSink) -> Any:
+    def _consume(self, sink: DeadLetterSink) -> Any:
         """The one consume loop of both modes: poll, let the owner apply the records to
         its partitions, and do the periodic work (health, operations, lag, checkpoints)."""
         owner = self.owner
         source = self._source = owner.connect()
         if source is None:
             return None
-        owner.start(pipeline, sink)
+        owner.start(sink)
         try:
             self._consume_from(source, sink)
             owner.finish(source)

@@ -63,7 +63,7 @@ from ..ingest.pipeline import RawBatch, offset_key
 from ..ingest.topic_watch import TopicWatch
 from ..state.kafka_store import KafkaStateStore, StoredState
 from ..state.positions import Resume
-from ..wiring import build_assembler
+from ..wiring import build_assembler, build_pipeline
 from .global_view import GlobalView
 from .lease import ExporterLease
 from .merge import (
@@ -110,18 +110,18 @@ class GroupOwner:
         )
         # evaluates every partition's merged statistics (comparison and drift state)
         self.global_view = GlobalView(build_assembler(settings, settings.state.dir))
-        # what a partition engine of this configuration keeps: the bucket width and the
-        # stores' columns a statistics record must have (read off an empty engine)
-        layout_of = self.d._new_engine()
-        self._width_ms = layout_of.named_stores()["buckets"].width_ms
+        # an empty engine of this configuration, never fed: what a partition engine
+        # keeps (the bucket width, the stores' columns a statistics record must have)
+        # and the decoders the partitions share are read off it
+        self._template = self.d._new_engine()
+        self._width_ms = self._template.named_stores()["buckets"].width_ms
         self.stats_in = StatsReader(
             {**client, "client_id": f"{k.client_id}-stats-reader"},
             k.group_id,
             [m.name for m in self.assembler.models],
             self._width_ms,
-            store_layout(layout_of),
+            store_layout(self._template),
         )
-        del layout_of
         self.parts: dict[int, Partition] = {}
         # revoked, kept in memory: an eager rebalance that gives p back to this instance
         # (the sticky assignor's aim) resumes it without a restore when nobody wrote p since
@@ -671,12 +671,14 @@ class GroupOwner:
             raise StartupError(str(err)) from None
         return source
 
-    def start(self, pipeline: Any, sink: DeadLetterSink) -> None:
+    def start(self, sink: DeadLetterSink) -> None:
         """The ingest of the owned partitions and the background work: the stats
         publisher, the lease (its own thread: renewals must not wait for a poll, a
         restore or a rebalance) and the hand-overs."""
+        d = self.d
         self._sink_ref = sink
-        self._ingest = PartitionedIngest(pipeline, sink, self.d.clock.now_ms, self.d.lock)
+        decoders = build_pipeline(d.settings, self._template, sink, lock=d.lock)
+        self._ingest = PartitionedIngest(decoders, sink, d.clock.now_ms, d.lock)
         self._last_retry = time.monotonic()
         stop = self.d._stop
         self._threads = {
@@ -728,7 +730,7 @@ class GroupOwner:
         return True
 
     def engines(self) -> list[Engine]:
-        """The owned partitions' engines (the holder engine ingests nothing)."""
+        """The owned partitions' engines."""
         return [part.engine for part in self.parts.values()]
 
     def not_ready(self) -> list[str]:

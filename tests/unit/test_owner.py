@@ -83,11 +83,7 @@ def _batch(values: list[bytes], topic: str, partition: int) -> RawBatch:
 def _single(tmp_path: Path, records: list[tuple[str, int, bytes]]) -> Daemon:
     daemon = Daemon(_settings(tmp_path, "single"))
     assert isinstance(daemon.owner, SingleOwner) and daemon.unit.number == ALL
-    sink = FileDeadLetter(tmp_path / "single-dl.jsonl")
-    pipeline = build_pipeline(
-        daemon.settings, daemon.engine, sink, lock=daemon.lock, offsets=daemon.offsets
-    )
-    daemon.owner.start(pipeline, sink)
+    daemon.owner.start(FileDeadLetter(tmp_path / "single-dl.jsonl"))
     polls = []
     for i in range(0, len(records), 500):  # one poll: each kind's records of 500
         chunk = records[i : i + 500]
