@@ -216,3 +216,13 @@ def _deep_close(a: Any, b: Any) -> bool:
     if hasattr(a, "__dataclass_fields__"):
         return _deep_close(astuple(a), astuple(b))
     return bool(a == b)
+
+
+def test_both_owners_answer_everything_the_daemon_asks() -> None:
+    from monitor.app import Owner
+
+    asked = [n for n in vars(Owner) if not n.startswith("_")]
+    assert "apply" in asked and "checkpoint" in asked and len(asked) > 20
+    for owner in (SingleOwner, GroupOwner):
+        assert [n for n in asked if not callable(getattr(owner, n, None)) and not isinstance(
+            getattr(owner, n, None), property)] == [], owner  # fmt: skip
