@@ -636,7 +636,7 @@ def bench_replay(n: int, reps: int, work: Path, target: float) -> Result:
     out = work / "report.json"
     ours = [sys.executable, "-m", "monitor.cli", "replay", "-c", str(cfg), "--predictions",
             str(pf), "--labels", str(lf), "--report", str(out)]  # fmt: skip
-    # the default (--decode-worker auto: workers when a CPU is idle) and the other mode
+    # the default (--decode-worker auto: workers on two or more usable CPUs) and the other mode
     other = "off" if decode_workers("auto") else "on"
     commands = {
         "replay": ours,

@@ -1,5 +1,5 @@
 """Replay's two files as decoded batches, in the order ``interleave`` gives, decoded in
-this process or by worker processes on every CPU, applied here in file order.
+this process or by worker processes on the other CPUs, applied here in file order.
 
 Why workers: replay is CPU-bound in one interpreter, and most of its time is decoding
 (msgspec's typed parse, column checks), which reads no engine state. A plain file is cut
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
 import multiprocessing
 import os
 import pickle
@@ -43,29 +44,50 @@ from ..engine.records import LabelBatch, PredictionBatch
 from .files import JsonlReader, LineOrigin, SpanReader, interleave, open_reader, read_span
 from .pipeline import IngestPipeline, RawBatch, offset_key
 
-__all__ = ["DecodeWorker", "DecodedBatch", "FileFeed", "SpanLines", "decode_workers"]
+__all__ = ["DecodeWorker", "DecodedBatch", "FileFeed", "SpanLines", "decode_workers", "usable_cpus"]
 
 DecodeWorker = Literal["auto", "on", "off"]
 BATCH_SIZE = 20_000  # records per batch (per file), about
 _AHEAD = 4  # batches received from one worker and not yet applied (a few MB each)
 _MAX_WORKERS = 8
+_CPU_MAX = "/sys/fs/cgroup/cpu.max"
 
 
 def decode_workers(mode: DecodeWorker) -> int:
-    """How many worker processes decode (0: this process does): one per CPU this process
-    may run on (``on``); ``auto`` only when there are two and one of them is idle (load
-    average below CPUs - 1): on a busy machine the processes wait for each other's turn
-    and the hand-over costs more than it saves (measured: replay 20-40 % slower at a load
-    average of 3 on 2 CPUs). None where fork is unavailable."""
+    """How many worker processes decode (0: this process does): one per usable CPU but
+    the one this process applies on, at least one (``on``); ``auto`` the same where two
+    or more CPUs are usable, none on one. Usable: the CPUs this process may run on,
+    bounded by a container's CPU quota. One CPU is left to the applying process because
+    the engine's apply costs more than the decode (per million events about 6 CPU-s
+    against 5): a second worker would only take turns with it. None where fork is
+    unavailable.
+
+    Why not the load average: with one worker the parallel path costs about 5 % more CPU
+    than decoding here and is not slower when other processes share the CPUs (measured
+    on 2 CPUs at load averages 2-6, docs/benchmarks.md); the hand-over's cost only
+    outweighs its gain on a single CPU."""
     if mode == "off" or "fork" not in multiprocessing.get_all_start_methods():
         return 0
+    cpus = usable_cpus()
+    if mode == "auto" and cpus < 2:
+        return 0
+    return max(1, min(cpus - 1, _MAX_WORKERS))
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity), at most a cgroup v2 quota's worth
+    (``cpu.max``: a container limited to 1.5 CPUs counts 2)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # (not on Linux)
         cpus = os.cpu_count() or 1
-    if mode == "auto" and (cpus < 2 or os.getloadavg()[0] > cpus - 1):
-        return 0
-    return max(1, min(cpus, _MAX_WORKERS))
+    try:
+        quota, period = Path(_CPU_MAX).read_text().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):  # no cgroup v2 file, or one not as documented
+        pass
+    return cpus
 
 
 class SpanLines(Sequence[bytes]):
