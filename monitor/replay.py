@@ -90,7 +90,7 @@ def replay(
     total = sum(Path(p).stat().st_size for p, _ in files.values())
     sink = FileDeadLetter(dl_path)
     pipeline = build_pipeline(settings, engine, sink, clock_ms=clock_ms)
-    feed = FileFeed(pipeline, files, decode_workers(decode_worker))
+    feed = FileFeed(pipeline, files, decode_workers(decode_worker), engine.drift.with_cells)
     started = last_report = time.monotonic()
     tty = progress is not None and progress.isatty()  # "\r" redraws only on a terminal
     cr, nl, every = ("\r", "", 1.0) if tty else ("", "\n", 10.0)
