@@ -18,11 +18,15 @@ from hypothesis import strategies as st
 
 from monitor.config import settings_from_mapping
 from monitor.drift.reference import ReferenceProfile
+from monitor.drift.summaries import numeric_cells
 from monitor.ingest import file_feed
+from monitor.ingest.deadletter import FileDeadLetter
 from monitor.ingest.file_feed import SpanLines, decode_workers, usable_cpus
 from monitor.ingest.files import SpanReader, read_span
+from monitor.ingest.pipeline import RawBatch
 from monitor.replay import replay
 from monitor.synthetic import binary_traffic
+from monitor.wiring import build_engine, build_pipeline
 
 from .test_decode import BAD_PREDICTIONS, NOW
 
@@ -283,3 +287,59 @@ def test_workers_give_the_serial_report_stepping_with_drift_and_many_slices(
     assert {b"not json", b"{}", b"{oops", b"[]"} <= {v for _, v in bad}
     for x in parallel_letters:
         assert base64.b64decode(x["value_b64"]) == lines[x["topic"]][x["offset"]]
+
+
+def test_drift_cells_ahead_only_for_fixed_references(tmp_path: Path) -> None:
+    """``DriftTracker.with_cells``: a model with a fixed reference gets its numeric
+    features' cells (those the apply would compute), a model with a live reference none
+    (-1: its bins change as data arrives), and the apply uses them only while the
+    reference's fingerprint is the one they were computed against."""
+    rng = np.random.default_rng(4)
+    ref = tmp_path / "ref.json"
+    profile = ReferenceProfile.from_columns(
+        numeric={"x": rng.normal(0, 1, 5000)}, categorical={"c": ["a", "b"] * 2500}
+    )
+    ref.write_bytes(orjson.dumps(profile.to_json()))
+    s = settings_from_mapping(
+        {
+            "state": {"dir": str(tmp_path / "state")},
+            "models": [
+                {"name": "fixed", "drift": {"reference": str(ref)}},
+                {"name": "live", "drift": {"reference_window": "first:1h", "bootstrap": 100}},
+            ],
+        }
+    )
+    engine = build_engine(s)
+    pipeline = build_pipeline(s, engine, FileDeadLetter(tmp_path / "dl.jsonl"), lambda: NOW)
+    x = np.round(rng.normal(0, 2, 300), 3)
+    x[::7] = np.nan
+    values = [
+        orjson.dumps({"id": f"p{i}", "ts": NOW - 1000 + i, "model": ("fixed", "live")[i % 2],
+                      "version": "v1", "score": 0.5,
+                      "features": {"x": None if np.isnan(v) else float(v), "c": "a"}})
+        for i, v in enumerate(x.tolist())
+    ]  # fmt: skip
+    batch, rejects = pipeline.decode("predictions", values)
+    assert not rejects and batch.numeric is not None and batch.numeric_cells is None
+    ahead = engine.drift.with_cells(batch)
+    (m, fingerprint), *more = ahead.cells_of
+    assert not more and m == 0 and fingerprint == engine.drift.by_model[0].spec.fingerprint
+    assert ahead.numeric_cells is not None
+    j = batch.numeric_names.index("x")
+    fixed = batch.model == 0
+    (x_ref,) = [r for r in profile.features if r.name == "x"]
+    want = numeric_cells(x_ref, batch.numeric[fixed, j])
+    np.testing.assert_array_equal(ahead.numeric_cells[fixed, j], want)
+    assert (ahead.numeric_cells[~fixed] == -1).all()
+    assert set(want.tolist()) >= {0, 1}  # missing and below the range both met
+    taken = ahead.take(np.flatnonzero(fixed)[:5])
+    np.testing.assert_array_equal(taken.numeric_cells[:, j], want[:5])  # type: ignore[index]
+    # applied with and without the cells ahead: the same drift counts
+    twin = build_engine(s)
+    twin_pipeline = build_pipeline(s, twin, FileDeadLetter(tmp_path / "dl2.jsonl"), lambda: NOW)
+    pipeline.apply("predictions", ahead, [], RawBatch.of_records([]))
+    twin_pipeline.apply("predictions", batch, [], RawBatch.of_records([]))
+    got, want_rows = engine.view().wide_matrix(0, "drift"), twin.view().wide_matrix(0, "drift")
+    assert got is not None and want_rows is not None and int(got[2].sum()) > 0
+    for ours, theirs in zip(got, want_rows, strict=True):
+        np.testing.assert_array_equal(ours, theirs)
