@@ -653,7 +653,7 @@ def bench_replay(n: int, reps: int, work: Path, target: float) -> Result:
     split = work / "cpu-split.txt"
     ours = [sys.executable, "-c", _CPU_SPLIT, str(split), "replay", "-c", str(cfg),
             "--predictions", str(pf), "--labels", str(lf), "--report", str(out)]  # fmt: skip
-    # the default (--decode-worker auto: workers on two or more usable CPUs) and the other mode
+    # the default (--decode-worker auto: workers when a usable CPU is idle) and the other mode
     other = "off" if decode_workers("auto") else "on"
     commands = {
         "replay": ours,
@@ -666,9 +666,10 @@ def bench_replay(n: int, reps: int, work: Path, target: float) -> Result:
     cpu: dict[str, list[float]] = {side: [] for side in commands}
     loads: list[float] = []
     oracle: dict[str, float] = {}
-    applying: list[float] = []  # CPU s of the default replay's applying process
-    decoding: list[float] = []  # and of its decoding workers
+    applying: list[float] = []  # CPU s of the replay with workers: its applying process
+    decoding: list[float] = []  # and its decoding workers
     sides = list(commands)
+    with_workers = sides[0] if other == "off" else sides[1]
     for rep in range(reps):
         for side in sides[rep % 3 :] + sides[: rep % 3]:  # each side first once
             wall, secs, stdout = _timed_process(commands[side])
@@ -677,7 +678,7 @@ def bench_replay(n: int, reps: int, work: Path, target: float) -> Result:
             loads.append(os.getloadavg()[0])
             if side == "notebook":
                 oracle = orjson.loads(stdout)
-            if side == "replay":
+            if side == with_workers:
                 own, kids = map(float, split.read_text().split())
                 applying.append(own)
                 decoding.append(kids)
@@ -712,8 +713,8 @@ def bench_replay(n: int, reps: int, work: Path, target: float) -> Result:
             f"seconds replay {median(cpu['replay']):.2f} (all its processes), notebook "
             f"{median(cpu['notebook']):.2f}; load average {min(loads):.1f}-{max(loads):.1f} "
             f"on {os.cpu_count()} CPUs",
-            f"{n:,}: replay's CPU s split: applying process {median(applying):.2f}, decoding "
-            f"workers {median(decoding):.2f}; the longer ÷ the notebook's CPU s = "
+            f"{n:,}: {with_workers}, CPU s: applying process {median(applying):.2f}, "
+            f"decoding workers {median(decoding):.2f}; the longer ÷ the notebook's CPU s = "
             f"{max(median(applying), median(decoding)) / median(cpu['notebook']):.2f} (the "
             "wall ratio idle CPUs would give, the two overlapping fully)",
             f"{n:,}: replay --decode-worker {other}: {median(times[sides[1]]):.2f} s "

@@ -80,10 +80,10 @@ def replay(
     would look like a clean bill of health. (An empty labels file is fine: drift needs
     no labels.) ``decode_worker``: decode in worker processes, one per usable CPU but
     the one this process applies on (they also bin numeric drift features against fixed
-    references), while this process applies (ingest/file_feed.py; ``auto``: when two
-    or more CPUs are usable) — the report is the same either way. ``max_steps``: with SLOs, comparisons or drift, about
-    how many evaluation steps at most (0: one every ``evaluation.interval`` however long
-    the input)."""
+    references), while this process applies (ingest/file_feed.py; ``auto``: when two or
+    more CPUs are usable and one is idle) — the report is the same either way.
+    ``max_steps``: with SLOs, comparisons or drift, about how many evaluation steps at
+    most (0: one every ``evaluation.interval`` however long the input)."""
     engine = build_engine(settings)
     dl_path = dead_letter or Path(settings.state.dir) / "replay-dead-letter.jsonl"
     k = settings.kafka

@@ -61,20 +61,23 @@ _CPU_MAX = "/sys/fs/cgroup/cpu.max"
 def decode_workers(mode: DecodeWorker) -> int:
     """How many worker processes decode (0: this process does): one per usable CPU but
     the one this process applies on, at least one (``on``); ``auto`` the same where two
-    or more CPUs are usable, none on one. Usable: the CPUs this process may run on,
-    bounded by a container's CPU quota. One CPU is left to the applying process because
-    the engine's apply costs more than the decode (per million events about 6 CPU-s
-    against 5): a second worker would only take turns with it. None where fork is
-    unavailable.
+    or more CPUs are usable and the load average leaves one of them idle, else none.
+    Usable: the CPUs this process may run on, bounded by a container's CPU quota. None
+    where fork is unavailable.
 
-    Why not the load average: with one worker the parallel path costs about 5 % more CPU
-    than decoding here and is not slower when other processes share the CPUs (measured
-    on 2 CPUs at load averages 2-6, docs/benchmarks.md); the hand-over's cost only
-    outweighs its gain on a single CPU."""
+    One CPU is left to the applying process: with the drift cells binned in the
+    workers, applying and decoding cost about the same (per million events about 7
+    CPU-s each), so a worker per other CPU keeps it fed and a further one would only
+    take turns with it. The split costs no CPU in total (14.2 against 14.1 CPU-s for a
+    million events on 2 CPUs), but the two processes wait on each other: on a busy
+    machine, where each waits its turn behind other work too, it was up to a third
+    slower than one process (measured at load averages 8-16 on 2 CPUs,
+    docs/benchmarks.md) — hence ``auto`` wants an idle CPU. On one CPU the processes
+    could only take turns: decoded here."""
     if mode == "off" or "fork" not in multiprocessing.get_all_start_methods():
         return 0
     cpus = usable_cpus()
-    if mode == "auto" and cpus < 2:
+    if mode == "auto" and (cpus < 2 or os.getloadavg()[0] > cpus - 1):
         return 0
     return max(1, min(cpus - 1, _MAX_WORKERS))
 

@@ -189,22 +189,25 @@ def test_a_worker_failure_on_plain_input_is_raised_as_in_process(
 def test_workers_one_per_usable_cpu_but_the_applying_one(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """A worker per usable CPU but one (the applying process's), whatever the load; none
-    by default on one CPU, one when forced; a CPU quota bounds the usable CPUs."""
+    """A worker per usable CPU but one (the applying process's); by default only when
+    the load leaves a CPU idle, never on one CPU; forced, at least one; a CPU quota
+    bounds the usable CPUs."""
     quota = tmp_path / "cpu.max"
     quota.write_text("max 100000\n")
     monkeypatch.setattr(file_feed, "_CPU_MAX", str(quota))
     monkeypatch.setattr(file_feed.os, "sched_getaffinity", lambda _pid: {0, 1, 2}, raising=False)
-    for load in (0.4, 9.0):  # the load average plays no part
-        monkeypatch.setattr(file_feed.os, "getloadavg", lambda load=load: (load, 0.0, 0.0))
-        assert decode_workers("on") == decode_workers("auto") == 2
-        assert decode_workers("off") == 0
+    monkeypatch.setattr(file_feed.os, "getloadavg", lambda: (0.4, 0.0, 0.0))
+    assert decode_workers("on") == decode_workers("auto") == 2 and decode_workers("off") == 0
+    monkeypatch.setattr(file_feed.os, "getloadavg", lambda: (2.5, 0.0, 0.0))
+    assert decode_workers("auto") == 0 and decode_workers("on") == 2
+    monkeypatch.setattr(file_feed.os, "getloadavg", lambda: (0.4, 0.0, 0.0))
     quota.write_text("150000 100000\n")  # 1.5 CPUs: two usable
     assert usable_cpus() == 2 and decode_workers("auto") == 1
     quota.write_text("50000 100000\n")  # half a CPU: one
     assert usable_cpus() == 1 and decode_workers("auto") == 0 and decode_workers("on") == 1
     quota.write_text("max 100000\n")
     monkeypatch.setattr(file_feed.os, "sched_getaffinity", lambda _pid: {0}, raising=False)
+    monkeypatch.setattr(file_feed.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     assert decode_workers("auto") == 0 and decode_workers("on") == 1
     monkeypatch.setattr(file_feed.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
     assert decode_workers("auto") == decode_workers("on") == 1
