@@ -13,14 +13,20 @@ that share the row index and every merge, retention and checkpoint rule.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
 
 import numpy as np
 from scipy.sparse import csr_matrix
 
 from .windows import Tiers
 
-__all__ = ["BucketStore", "CopyPlan", "MatrixSpec", "RunningSums", "SumPlan", "window_group_sums"]
+__all__ = [
+    "BucketStore", "CopyPlan", "CopyRound", "MatrixSpec", "RunningSums", "SumPlan",
+    "copy_in_rounds", "window_group_sums",
+]  # fmt: skip
 
 MatrixSpec = int | tuple[int, type] | tuple[int, type, tuple[int, ...]]
 """A named matrix: its width (int32 counts), (width, dtype), or (width, dtype, the widths
@@ -38,13 +44,15 @@ _FIXED = {"group": ((), np.int32), "bucket": ((), np.int64), "tier": ((), np.int
 class CopyPlan:
     """A copy of a store's rows in progress (:meth:`BucketStore.begin_copy`)."""
 
-    __slots__ = ("copied", "generation", "n", "patched", "skip", "source")
+    __slots__ = ("copied", "generation", "n", "patched", "rounds", "since", "skip", "source")
 
     def __init__(self, n: int, generation: int, source: dict[str, np.ndarray]) -> None:
         self.n, self.generation, self.source = n, generation, source
         self.skip = frozenset[str]()  # columns the store has and the copy leaves out
         self.copied: dict[str, np.ndarray] | None = None
-        self.patched = 0
+        self.since = 0  # rows stamped from this epoch on changed after they were copied
+        self.patched = 0  # rows the lock-held finish copied
+        self.rounds = 0  # re-copy rounds made outside the lock
 
     def copy(self) -> None:
         """The bulk copy, outside the lock (NumPy copies without holding the GIL, so the
@@ -58,6 +66,71 @@ class CopyPlan:
             out[: arr.shape[0]] = arr
             self.copied[name] = out
         self.source = {}
+
+
+class CopyRound:
+    """Rows of a copy to copy again outside the lock (:meth:`BucketStore.take_round`):
+    the rows changed since they were copied and the rows added since, with the store's
+    columns as they were when taken (a column the writer grows meanwhile is re-allocated,
+    never changed under this reference)."""
+
+    __slots__ = ("added", "changed", "plan", "source")
+
+    def __init__(
+        self, plan: CopyPlan, changed: np.ndarray, added: tuple[int, int], source: dict
+    ) -> None:
+        self.plan, self.changed, self.added, self.source = plan, changed, added, source
+
+    def copy(self) -> None:
+        """Copy the rows, outside the lock. A row the writer writes meanwhile may be
+        copied half-written; it was stamped again before that write, so a later round or
+        the finish copies it again."""
+        lo, hi = self.added
+        for name, live in self.source.items():
+            out = self.plan.copied[name] if self.plan.copied is not None else None
+            if out is None:
+                return
+            if self.changed.shape[0]:
+                out[self.changed] = live[self.changed]
+            out[lo:hi] = live[lo:hi]
+        self.source = {}
+
+
+# a copy's rows written since the bulk copy are copied again in rounds outside the lock
+# until at most this much is left for the final hold (~1-2 ms of copying) or the rounds
+# run out (a writer faster than the copier: the final hold then copies what is left)
+_FINAL_COPY_BYTES = 2 << 20
+_COPY_ROUNDS = 8
+
+
+def copy_in_rounds(
+    plans: Sequence[tuple[BucketStore, CopyPlan]],
+    lock: AbstractContextManager[Any],
+    holds: list[float] | None = None,
+) -> None:
+    """Copy again, outside ``lock``, the rows the writer changed or added since the bulk
+    copy of each plan, round after round, so that the final hold (:meth:`~BucketStore.
+    finish_copy`) copies at most :data:`_FINAL_COPY_BYTES`: each round takes the rows
+    written since the last one under a short hold (their stamps then count from a new
+    epoch, so a row written while it is being copied is taken again), as a live
+    migration's iterative pre-copy does (Clark et al. 2005). Stops when little is left,
+    after :data:`_COPY_ROUNDS`, or when a round found no less to copy than the one
+    before (a writer outrunning the copier): the final hold is correct either way, only
+    longer. ``holds`` gets the seconds each hold took."""
+    last = None
+    for _ in range(_COPY_ROUNDS if plans else 0):
+        with lock:
+            held = time.perf_counter()
+            left = sum(st.pending_bytes(plan) for st, plan in plans)
+            done = left <= _FINAL_COPY_BYTES or (last is not None and left >= last)
+            taken = [] if done else [r for st, p in plans if (r := st.take_round(p)) is not None]
+            if holds is not None:
+                holds.append(time.perf_counter() - held)
+        if done:
+            return
+        for r in taken:
+            r.copy()
+        last = left
 
 
 def window_group_sums(
@@ -222,11 +295,13 @@ class BucketStore:
         self._n = 0
         self._cap = _MIN_ROWS  # grows by doubling, then by a quarter: an idle store stays small
         self._cols = {k: np.zeros((self._cap, *sh), dt) for k, (sh, dt) in self._shapes.items()}
-        # copy-out bookkeeping (:meth:`begin_copy`): rows written since the copy began, and
-        # a counter of changes that move or drop rows (the copy then starts over)
-        self._dirty = np.zeros(self._cap, bool)
+        # copy-out bookkeeping (:meth:`begin_copy`): the epoch each row was last written
+        # in (a copy takes a new epoch each time it copies rows, so a row written after
+        # its copy has a later stamp), and a counter of changes that move or drop rows
+        # (a copy then starts over)
+        self._stamp = np.zeros(self._cap, np.int64)
+        self._epoch = 0
         self.generation = 0
-        self._open_copies = 0
         self._sum_plans: list[SumPlan] = []
         self._running: dict[str, RunningSums] = {}  # matrix -> the last pass's window sums
         self._rolled_to: Tiers | None = None  # the tiers every row is rolled up to
@@ -269,7 +344,7 @@ class BucketStore:
         new = np.flatnonzero(urows < 0)
         if new.shape[0]:
             urows[new] = self._new_rows(uniq[new])
-        self._dirty[urows] = True  # every write to a row comes through here first
+        self._stamp[urows] = self._epoch  # every write to a row comes through here first
         for plan in self._sum_plans:  # keep the old value of rows already summed
             self._save_undo(plan, urows)
         for name, run in list(self._running.items()):  # and of rows in the running sums
@@ -428,7 +503,7 @@ class BucketStore:
     def _shrink(self, cap: int) -> None:
         for name in list(self._cols):  # one column's copy alive at a time
             self._cols[name] = self._cols[name][:cap].copy()
-        self._dirty = self._dirty[:cap].copy()
+        self._stamp = self._stamp[:cap].copy()
         self._cap = cap
 
     def _grow(self, cap: int) -> None:
@@ -438,9 +513,9 @@ class BucketStore:
                 new = np.zeros((cap, *old.shape[1:]), old.dtype)
                 new[: self._n] = old[: self._n]
                 self._cols[name] = new
-        dirty = np.zeros(cap, bool)
-        dirty[: self._n] = self._dirty[: self._n]
-        self._dirty = dirty
+        stamp = np.zeros(cap, np.int64)
+        stamp[: self._n] = self._stamp[: self._n]
+        self._stamp = stamp
         self._cap = cap
 
     def add_predictions(self, group: np.ndarray, ts_ms: np.ndarray) -> None:
@@ -504,34 +579,69 @@ class BucketStore:
 
     def begin_copy(self, skip: tuple[str, ...] = ()) -> CopyPlan:
         """Start a copy of the rows in use that the caller makes *without* holding the
-        writer's lock (:meth:`CopyPlan.copy`), then completes under it
-        (:meth:`finish_copy`). Call under the lock.
+        writer's lock (:meth:`CopyPlan.copy`), refreshes in rounds outside it
+        (:meth:`take_round`), then completes under it (:meth:`finish_copy`). Call under
+        the lock.
 
         Why: a fleet's stores are hundreds of MB; copying them under the engine lock
         stalled ingestion for the whole copy. The writer keeps writing meanwhile; every
-        row it touches is marked (:meth:`rows_for`), and :meth:`finish_copy` re-copies
-        just those rows and the new ones — the read-copy-update pattern with a dirty map
-        instead of versions (McKenney & Slingwine 1998). ``skip``: columns left out (read
-        as window sums instead)."""
-        if self._open_copies == 0:  # another copy in progress needs its marks kept
-            self._dirty[:] = False
-        self._open_copies += 1
+        row it touches is stamped with the current epoch (:meth:`rows_for`), and the
+        rounds and the finish re-copy just the rows stamped since they were copied and
+        the new ones — the read-copy-update pattern with write stamps instead of
+        versions (McKenney & Slingwine 1998), refreshed in rounds as a live migration's
+        pre-copy is (Clark et al. 2005). Copies may overlap: each keeps its own epoch.
+        ``skip``: columns left out (read as window sums instead)."""
         view = {k: v for k, v in self.view().items() if k not in skip}
         plan = CopyPlan(self._n, self.generation, view)
         plan.skip = frozenset(skip)
+        plan.since = self._next_epoch()
         return plan
 
+    def _next_epoch(self) -> int:
+        """A new epoch: rows written from now on are stamped with it."""
+        self._epoch += 1
+        return self._epoch
+
+    def _copy_row_bytes(self, plan: CopyPlan) -> int:
+        return int(
+            sum(a.itemsize * int(np.prod(a.shape[1:])) for k, a in self._cols.items()
+                if k not in plan.skip)
+        )  # fmt: skip
+
+    def pending_bytes(self, plan: CopyPlan) -> int:
+        """Bytes the lock-held finish of ``plan`` would copy now (rows written since they
+        were copied, rows added since); 0 when it would copy everything afresh (rows
+        moved), as no round can help then."""
+        if plan.copied is None or plan.generation != self.generation:
+            return 0
+        rows = int(np.count_nonzero(self._stamp[: plan.n] >= plan.since)) + self._n - plan.n
+        return rows * self._copy_row_bytes(plan)
+
+    def take_round(self, plan: CopyPlan) -> CopyRound | None:
+        """The rows of a bulk-copied plan to copy again outside the lock (call under it):
+        those written since they were copied and those added since (as far as the copy
+        has room); they count as copied from now on. None when rows moved (the finish
+        then copies everything)."""
+        if plan.copied is None or plan.generation != self.generation:
+            return None
+        changed = np.flatnonzero(self._stamp[: plan.n] >= plan.since)
+        room = next(iter(plan.copied.values())).shape[0] if plan.copied else plan.n
+        hi = max(plan.n, min(self._n, room))
+        source = {k: v for k, v in self._cols.items() if k not in plan.skip}
+        taken = CopyRound(plan, changed, (plan.n, hi), source)
+        plan.n, plan.since = hi, self._next_epoch()
+        plan.rounds += 1
+        return taken
+
     def finish_copy(self, plan: CopyPlan) -> dict[str, np.ndarray]:
-        """The copy as of now (call under the lock): rows written since
-        :meth:`begin_copy` re-copied, rows added appended; a plain copy if rows moved or
-        were dropped meanwhile (roll-up, retention, restore: none run in the writer's
-        normal path). Every plan must be finished (or :meth:`abandon_copy`-ed)."""
-        self._open_copies = max(0, self._open_copies - 1)
+        """The copy as of now (call under the lock): rows written since they were copied
+        re-copied, rows added appended; a plain copy if rows moved or were dropped
+        meanwhile (roll-up, retention, restore: none run in the writer's normal path)."""
         live_cols = {k: v for k, v in self.view().items() if k not in plan.skip}
         if plan.copied is None or plan.generation != self.generation:
             return {k: v.copy() for k, v in live_cols.items()}
         n0 = plan.n
-        rows = np.flatnonzero(self._dirty[:n0])
+        rows = np.flatnonzero(self._stamp[:n0] >= plan.since)
         out: dict[str, np.ndarray] = {}
         for name, live in live_cols.items():
             if name not in plan.copied:  # a matrix registered meanwhile (generation moved)
@@ -723,10 +833,6 @@ class BucketStore:
             return
         _save_old(plan.undo, self._cols[plan.matrix], rows[rows < plan.done])
 
-    def abandon_copy(self) -> None:
-        """A plan that will not be finished (its pass failed)."""
-        self._open_copies = max(0, self._open_copies - 1)
-
     def load(self, state: Mapping[str, np.ndarray]) -> None:
         n = np.asarray(state["group"]).shape[0]
         cols = {}
@@ -762,7 +868,7 @@ class BucketStore:
         self._cap = max(_MIN_ROWS, n)
         self._n = n
         self._rolled_to = None  # restored rows may predate the tiers
-        self._dirty = np.zeros(self._cap, bool)
+        self._stamp = np.zeros(self._cap, np.int64)
         self.generation += 1
         self._cols = {}
         for name, arr in cols.items():

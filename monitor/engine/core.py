@@ -38,7 +38,7 @@ from ..stats.regression import RegressionLayout
 from ..stats.scores import ScoreLayout
 from .accumulator import Accumulator, LabeledRows, NewPredictions, PredictionAccumulator
 from .assemble import Assembler
-from .buckets import BucketStore, MatrixSpec, SumPlan, window_group_sums
+from .buckets import BucketStore, MatrixSpec, SumPlan, copy_in_rounds, window_group_sums
 from .clock import EventWatermark, retention_now
 from .comparison_stats import (
     ArmSums,
@@ -229,7 +229,8 @@ class Engine:
         self.event_clock = event_clock if event_clock is not None else EventWatermark()
         self.label_clock = label_clock if label_clock is not None else EventWatermark()
         # seconds the last snapshot held the caller's lock, per section: retention, the
-        # longest window-sum chunk, finishing the copy, the comparison looks
+        # longest hold between (a window-sum chunk, a copy round), finishing the copy,
+        # the comparison looks
         self.lock_holds_s: tuple[float, ...] = ()
         self._base_index: dict[int, tuple[int, np.ndarray, int]] = {}  # _sum_index's, cached
         # what joined rows are counted into, in order (task statistics write the ranking
@@ -781,8 +782,9 @@ class Engine:
         Under ``lock`` (the daemon's; none in replay): retention (or, with
         ``retain=False``, only freezing and roll-up, as replay keeps everything). Outside
         it: the bulk copy of the stores, ingestion going on (:meth:`BucketStore.begin_copy`),
-        and the window sums, a chunk of rows copied per short hold and summed outside.
-        Under it again: the rows written meanwhile re-copied, and the counters. Outside:
+        the window sums, a chunk of rows copied per short hold and summed outside, and
+        the rows written meanwhile copied again in rounds (``copy_in_rounds``). Under
+        it again: the few rows written since re-copied, and the counters. Outside:
         every window, slice, fairness gap and drift test. Under it once more: one look of
         each comparison (sticky state) and the plugin error counts; ``lock_holds_s``
         keeps how long each section held the lock. ``models`` may add windows (replay's
@@ -821,9 +823,8 @@ class Engine:
                         holds.append(time.perf_counter() - held)
                     store.add_chunk(sum_plan)  # ... summed with the lock released
                     rounds += 1
+            copy_in_rounds(plans, guard, holds)
         except BaseException:
-            for st, _ in plans:
-                st.abandon_copy()
             for _, store, sum_plan, _ in sums:
                 store.abandon_sums(sum_plan)
             raise

@@ -5,8 +5,11 @@ rows moved by a roll-up)."""
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from monitor.engine.buckets import BucketStore
+import monitor.engine.buckets as buckets
+from monitor.engine.buckets import BucketStore, CopyPlan
 from monitor.metrics.protocol import Stat
 
 WIDTH = 60_000
@@ -107,6 +110,118 @@ def test_two_overlapping_copies_both_see_every_write() -> None:
     _same(store.finish_copy(second), store.state())
 
 
+def test_rounds_leave_the_finish_only_what_was_written_after_them() -> None:
+    """Rows written after the bulk copy are copied again in a round outside the lock; a
+    writer that then stops leaves the lock-held finish nothing to copy."""
+    rng = np.random.default_rng(10)
+    store = _store()
+    for _ in range(20):
+        _write(store, rng, 30, 40)
+    plan = store.begin_copy()
+    plan.copy()
+    for _ in range(5):  # old rows and new ones
+        _write(store, rng, 60, 80)
+    assert store.pending_bytes(plan) > 0
+    taken = store.take_round(plan)
+    assert taken is not None and taken.changed.shape[0] > 0 and taken.added[1] > taken.added[0]
+    taken.copy()
+    assert store.pending_bytes(plan) == 0
+    _same(store.finish_copy(plan), store.state())
+    assert plan.patched == 0
+
+
+def test_a_row_written_while_its_round_copies_it_is_copied_again() -> None:
+    """A round copies outside the lock, so it may read a row half-written: every row
+    written after the round was taken is stamped again and re-copied by the finish,
+    whatever the round read (here: garbage in its place)."""
+    rng = np.random.default_rng(11)
+    store = _store()
+    for _ in range(20):
+        _write(store, rng, 30, 40)
+    plan = store.begin_copy()
+    plan.copy()
+    _write(store, rng, 30, 40)
+    taken = store.take_round(plan)
+    assert taken is not None
+    g = rng.integers(0, 30, 50)  # the writer, between the take and the round's copy
+    rows = np.unique(store.rows_for(g, rng.integers(0, 40, 50) * WIDTH))
+    store.matrix(CELLS.name)[rows] += 1.0
+    taken.copy()
+    assert plan.copied is not None
+    plan.copied[CELLS.key][rows] = np.nan  # as if torn
+    assert store.pending_bytes(plan) > 0
+    _same(store.finish_copy(plan), store.state())
+    assert plan.patched == rows.shape[0]
+
+
+def _concurrent_copy(
+    seed: int, groups: int, n_buckets: int, budget: int, stop_after: int | None
+) -> tuple[CopyPlan, dict[str, np.ndarray], dict[str, np.ndarray], int]:
+    """A copy made by the engine's path (bulk copy, rounds, finish) while a writer thread
+    writes under the same lock: the finished copy and a stop-the-world copy taken in the
+    same hold as the finish, the plan, and the writes made while copying."""
+    import threading
+
+    rng = np.random.default_rng(seed)
+    store, lock = _store(), threading.Lock()
+    for _ in range(10):
+        _write(store, rng, groups, n_buckets)
+    stop, wrote, writes = threading.Event(), threading.Event(), [0]
+
+    def writer() -> None:
+        wrng = np.random.default_rng(seed + 1)
+        while not stop.is_set() and (stop_after is None or writes[0] < stop_after):
+            with lock:
+                _write(store, wrng, groups + 5, n_buckets + 5)  # old rows and new ones
+                writes[0] += 1
+            wrote.set()
+
+    thread = threading.Thread(target=writer)
+    with lock:
+        plan = store.begin_copy()
+    thread.start()
+    try:
+        plan.copy()
+        wrote.wait()  # the writer has written since the copy began
+        holds: list[float] = []
+        saved = buckets._FINAL_COPY_BYTES
+        buckets._FINAL_COPY_BYTES = budget
+        try:
+            buckets.copy_in_rounds([(store, plan)], lock, holds)
+        finally:
+            buckets._FINAL_COPY_BYTES = saved
+        assert 1 <= len(holds) <= buckets._COPY_ROUNDS  # the rounds end, writer or not
+        with lock:
+            done, world = store.finish_copy(plan), store.state()
+    finally:
+        stop.set()
+        thread.join()
+    return plan, done, world, writes[0]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    groups=st.integers(1, 40),
+    n_buckets=st.integers(1, 60),
+    budget=st.sampled_from([0, 500, 50_000]),
+)
+def test_a_copy_beside_a_concurrent_writer_is_exactly_the_lock_held_state(
+    seed: int, groups: int, n_buckets: int, budget: int
+) -> None:
+    plan, done, world, _ = _concurrent_copy(seed, groups, n_buckets, budget, stop_after=200)
+    _same(done, world)
+    assert plan.rounds <= buckets._COPY_ROUNDS
+
+
+def test_rounds_end_under_a_writer_that_writes_all_the_time() -> None:
+    """A writer that never stops rewriting every row: the rounds still end (round limit,
+    or no progress) and the finish copies what is left, exactly."""
+    plan, done, world, writes = _concurrent_copy(12, 5, 5, 0, stop_after=None)
+    assert writes > 0 and 1 <= plan.rounds <= buckets._COPY_ROUNDS
+    _same(done, world)
+
+
 def test_engine_snapshot_under_a_lock_equals_one_without() -> None:
     import threading
 
@@ -148,7 +263,6 @@ def _fresh_sums(store: BucketStore, bounds: list[tuple[int, int]], n_groups: int
 def test_window_sums_by_chunks_equal_sums_of_the_final_rows(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Chunks summed between writes: rows written after their chunk was summed, rows
     written before, new rows and new groups all end up exactly as a fresh sum."""
-    import monitor.engine.buckets as buckets
 
     monkeypatch.setattr(buckets, "_SUM_CHUNK_BYTES", 48 * 20)  # 20 rows per chunk
     rng = np.random.default_rng(5)
@@ -341,7 +455,6 @@ def test_chunks_taken_under_the_lock_and_added_after_writes_equal_fresh_sums(
     """A chunk is copied under the lock and added with it released: the writer changing
     the chunk's rows (or adding rows and groups) between the copy and the addition still
     ends in exactly a fresh sum of the final rows."""
-    import monitor.engine.buckets as buckets
 
     monkeypatch.setattr(buckets, "_SUM_CHUNK_BYTES", 48 * 20)  # 20 rows per chunk
     rng = np.random.default_rng(8)
@@ -370,7 +483,6 @@ def test_window_sums_are_added_with_the_lock_released(monkeypatch) -> None:  # t
     the caller's lock: under it they are only copied."""
     import threading
 
-    import monitor.engine.buckets as buckets
     from tests.unit.test_slice_scores import NOW, _data, _engine, _feed
 
     class Flagged:
