@@ -25,7 +25,7 @@ from .windows import Tiers
 
 __all__ = [
     "BucketStore", "CopyPlan", "CopyRound", "MatrixSpec", "RunningSums", "SumPlan",
-    "copy_in_rounds", "window_group_sums",
+    "copy_in_rounds", "finish_copies", "settle_copies", "window_group_sums",
 ]  # fmt: skip
 
 MatrixSpec = int | tuple[int, type] | tuple[int, type, tuple[int, ...]]
@@ -44,7 +44,10 @@ _FIXED = {"group": ((), np.int32), "bucket": ((), np.int64), "tier": ((), np.int
 class CopyPlan:
     """A copy of a store's rows in progress (:meth:`BucketStore.begin_copy`)."""
 
-    __slots__ = ("copied", "generation", "n", "patched", "rounds", "since", "skip", "source")
+    __slots__ = (
+        "copied", "generation", "n", "owed", "owed_at", "owed_rows", "patched", "rounds",
+        "since", "skip", "source",
+    )  # fmt: skip
 
     def __init__(self, n: int, generation: int, source: dict[str, np.ndarray]) -> None:
         self.n, self.generation, self.source = n, generation, source
@@ -53,6 +56,11 @@ class CopyPlan:
         self.since = 0  # rows stamped from this epoch on changed after they were copied
         self.patched = 0  # rows the lock-held finish copied
         self.rounds = 0  # re-copy rounds made outside the lock
+        # rows the finish left to copy (:meth:`BucketStore.settle_copy`): which are still
+        # owed, all of them in order, and how far the settling has got through them
+        self.owed: np.ndarray | None = None
+        self.owed_rows = np.zeros(0, np.int64)
+        self.owed_at = 0
 
     def copy(self) -> None:
         """The bulk copy, outside the lock (NumPy copies without holding the GIL, so the
@@ -131,6 +139,32 @@ def copy_in_rounds(
         for r in taken:
             r.copy()
         last = left
+
+
+def finish_copies(
+    plans: Sequence[tuple[BucketStore, CopyPlan]],
+) -> dict[int, dict[str, np.ndarray]]:
+    """Each plan's copy as of now by ``id(store)`` (call under the lock), at most
+    :data:`_FINAL_COPY_BYTES` of rows copied per store: more are left owed, for
+    :func:`settle_copies` to complete after the lock is released."""
+    return {id(st): st.finish_copy(plan, _FINAL_COPY_BYTES) for st, plan in plans}
+
+
+def settle_copies(
+    plans: Sequence[tuple[BucketStore, CopyPlan]],
+    lock: AbstractContextManager[Any],
+    holds: list[float] | None = None,
+) -> None:
+    """Complete the copies whose finish left rows owed (:meth:`BucketStore.finish_copy`),
+    :data:`_FINAL_COPY_BYTES` per short hold of ``lock``; ``holds`` gets their seconds."""
+    for st, plan in plans:
+        done = plan.owed is None
+        while not done:
+            with lock:
+                held = time.perf_counter()
+                done = st.settle_copy(plan, _FINAL_COPY_BYTES)
+                if holds is not None:
+                    holds.append(time.perf_counter() - held)
 
 
 def window_group_sums(
@@ -301,6 +335,7 @@ class BucketStore:
         # (a copy then starts over)
         self._stamp = np.zeros(self._cap, np.int64)
         self._epoch = 0
+        self._owing: list[CopyPlan] = []  # finished copies with rows still owed
         self.generation = 0
         self._sum_plans: list[SumPlan] = []
         self._running: dict[str, RunningSums] = {}  # matrix -> the last pass's window sums
@@ -322,6 +357,7 @@ class BucketStore:
         key = f"m.{name}"
         if key in self._shapes:
             return
+        self._settle_all()
         self._shapes[key] = ((int(width),), dtype)
         self._cols[key] = np.zeros((self._cap, int(width)), dtype)
         self.generation += 1
@@ -344,6 +380,8 @@ class BucketStore:
         new = np.flatnonzero(urows < 0)
         if new.shape[0]:
             urows[new] = self._new_rows(uniq[new])
+        for plan in self._owing:  # copy-before-write of rows a finished copy still owes
+            self._pay(plan, urows)
         self._stamp[urows] = self._epoch  # every write to a row comes through here first
         for plan in self._sum_plans:  # keep the old value of rows already summed
             self._save_undo(plan, urows)
@@ -405,6 +443,7 @@ class BucketStore:
         roll-up costs the rows that move plus one in-place compaction, not a copy."""
         if tiers == self._rolled_to:  # rows are made in their tier: nothing new to move
             return 0
+        self._settle_all()
         self.tiers = tiers
         n = self._n
         if not tiers.per_hour or n == 0:
@@ -481,6 +520,7 @@ class BucketStore:
     def _remove_rows(self, gone: np.ndarray) -> None:
         """Forget rows: the last rows move into the holes (O(removed) rows touched, not a
         rewrite of the store — this runs under the engine lock), freed rows are zeroed."""
+        self._settle_all()
         n = self._n
         gone = np.unique(gone)
         for key in self._keys(gone).tolist():
@@ -633,15 +673,36 @@ class BucketStore:
         plan.rounds += 1
         return taken
 
-    def finish_copy(self, plan: CopyPlan) -> dict[str, np.ndarray]:
+    def finish_copy(self, plan: CopyPlan, budget_bytes: int | None = None) -> dict[str, np.ndarray]:
         """The copy as of now (call under the lock): rows written since they were copied
         re-copied, rows added appended; a plain copy if rows moved or were dropped
-        meanwhile (roll-up, retention, restore: none run in the writer's normal path)."""
+        meanwhile (roll-up, retention, restore: none run in the writer's normal path).
+
+        With ``budget_bytes``: if the rows to re-copy are more than that, they are left
+        *owed* instead — the arrays returned are complete only after :meth:`settle_copy`
+        returned True. Until then the writer copies an owed row into the copy before it
+        writes it (copy-before-write, :meth:`rows_for`), and each :meth:`settle_copy`
+        copies a budget's worth of the rest under a short hold; either way a row is
+        copied once, with its value as of this call, so the copy is exactly the state
+        this call saw while no hold copies more than the budget."""
         live_cols = {k: v for k, v in self.view().items() if k not in plan.skip}
         if plan.copied is None or plan.generation != self.generation:
             return {k: v.copy() for k, v in live_cols.items()}
         n0 = plan.n
         rows = np.flatnonzero(self._stamp[:n0] >= plan.since)
+        room = next(iter(plan.copied.values())).shape[0] if plan.copied else 0
+        owe = (
+            budget_bytes is not None
+            and self._n <= room
+            and plan.copied.keys() == live_cols.keys()
+            and rows.shape[0] * self._copy_row_bytes(plan) > budget_bytes
+        )
+        if owe:
+            plan.owed = np.zeros(n0, bool)
+            plan.owed[rows] = True
+            plan.owed_rows, plan.owed_at = rows, 0
+            self._owing.append(plan)
+            rows = rows[:0]
         out: dict[str, np.ndarray] = {}
         for name, live in live_cols.items():
             if name not in plan.copied:  # a matrix registered meanwhile (generation moved)
@@ -656,6 +717,49 @@ class BucketStore:
                 out[name] = np.concatenate([copied[:n0], live[n0:]])
         plan.patched = int(rows.shape[0]) + (self._n - n0)
         return out
+
+    def settle_copy(self, plan: CopyPlan, budget_bytes: int) -> bool:
+        """Copy up to ``budget_bytes`` of the rows :meth:`finish_copy` left owed (call
+        under the lock); True when none is owed any more (the copy is complete)."""
+        if plan.owed is None:
+            return True
+        step = max(1, budget_bytes // max(1, self._copy_row_bytes(plan)))
+        rows = plan.owed_rows[plan.owed_at :]
+        rows = rows[plan.owed[rows]][:step]  # those the writer has not copied itself
+        if rows.shape[0]:
+            plan.owed_at = int(np.searchsorted(plan.owed_rows, rows[-1], "right"))
+            self._pay(plan, rows)
+        else:
+            plan.owed_at = plan.owed_rows.shape[0]
+        if plan.owed_at < plan.owed_rows.shape[0]:
+            return False
+        self.drop_copy(plan)
+        return True
+
+    def drop_copy(self, plan: CopyPlan) -> None:
+        """No row of ``plan`` is owed any more (settled, or its pass failed)."""
+        plan.owed = None
+        if plan in self._owing:
+            self._owing.remove(plan)
+
+    def _pay(self, plan: CopyPlan, rows: np.ndarray) -> None:
+        """Copy the owed ones of ``rows`` into the plan's copy (their values now)."""
+        owed = plan.owed
+        if owed is None or plan.copied is None:
+            return
+        rows = rows[rows < owed.shape[0]]
+        rows = rows[owed[rows]]
+        if rows.shape[0]:
+            for name, out in plan.copied.items():
+                out[rows] = self._cols[name][rows]
+            owed[rows] = False
+
+    def _settle_all(self) -> None:
+        """Copy every owed row now: rows are about to move or change layout."""
+        for plan in list(self._owing):
+            if plan.owed is not None:
+                self._pay(plan, plan.owed_rows)
+            self.drop_copy(plan)
 
     # -- window sums outside one long lock hold ------------------------------------------
     def begin_sums(
@@ -834,6 +938,7 @@ class BucketStore:
         _save_old(plan.undo, self._cols[plan.matrix], rows[rows < plan.done])
 
     def load(self, state: Mapping[str, np.ndarray]) -> None:
+        self._settle_all()
         n = np.asarray(state["group"]).shape[0]
         cols = {}
         for name, (shape, dtype) in self._shapes.items():

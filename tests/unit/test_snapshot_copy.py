@@ -157,9 +157,9 @@ def test_a_row_written_while_its_round_copies_it_is_copied_again() -> None:
 def _concurrent_copy(
     seed: int, groups: int, n_buckets: int, budget: int, stop_after: int | None
 ) -> tuple[CopyPlan, dict[str, np.ndarray], dict[str, np.ndarray], int]:
-    """A copy made by the engine's path (bulk copy, rounds, finish) while a writer thread
-    writes under the same lock: the finished copy and a stop-the-world copy taken in the
-    same hold as the finish, the plan, and the writes made while copying."""
+    """A copy made by the engine's path (bulk copy, rounds, finish, owed rows settled)
+    while a writer thread writes under the same lock: the plan, the finished copy and a
+    stop-the-world copy taken in the same hold as the finish, and the writes made."""
     import threading
 
     rng = np.random.default_rng(seed)
@@ -188,11 +188,12 @@ def _concurrent_copy(
         buckets._FINAL_COPY_BYTES = budget
         try:
             buckets.copy_in_rounds([(store, plan)], lock, holds)
+            assert 1 <= len(holds) <= buckets._COPY_ROUNDS  # the rounds end, writer or not
+            with lock:  # the final section: the copy must equal the state it holds
+                done, world = buckets.finish_copies([(store, plan)])[id(store)], store.state()
+            buckets.settle_copies([(store, plan)], lock)  # the writer goes on meanwhile
         finally:
             buckets._FINAL_COPY_BYTES = saved
-        assert 1 <= len(holds) <= buckets._COPY_ROUNDS  # the rounds end, writer or not
-        with lock:
-            done, world = store.finish_copy(plan), store.state()
     finally:
         stop.set()
         thread.join()
@@ -222,6 +223,63 @@ def test_rounds_end_under_a_writer_that_writes_all_the_time() -> None:
     _same(done, world)
 
 
+def _owing_copy(
+    seed: int, buckets_used: int = 40
+) -> tuple[BucketStore, CopyPlan, dict, dict, np.random.Generator]:
+    """A store whose copy was finished with a budget too small for the rows written
+    since the bulk copy: (store, plan, the copy, the state at the finish, rng)."""
+    rng = np.random.default_rng(seed)
+    store = _store()
+    for _ in range(20):
+        _write(store, rng, 30, buckets_used)
+    plan = store.begin_copy()
+    plan.copy()
+    for _ in range(5):
+        _write(store, rng, 30, buckets_used)
+    done, world = store.finish_copy(plan, budget_bytes=0), store.state()
+    assert plan.owed is not None and plan.owed.sum() > 10
+    assert plan.patched == len(store) - plan.n  # only the new rows were copied
+    return store, plan, done, world, rng
+
+
+def test_rows_a_finish_left_owed_are_copied_before_the_writer_writes_them() -> None:
+    """Past its budget the finish leaves rows owed: the writer copies each owed row it is
+    about to write (its value at the finish), the settling copies the rest a budget per
+    call, and the copy ends exactly as the state the finish saw."""
+    store, plan, done, world, rng = _owing_copy(14)
+    assert plan.owed is not None
+    owed = int(plan.owed.sum())
+    for _ in range(3):  # writes to owed rows, old rows and new ones
+        _write(store, rng, 40, 50)
+    paid = owed - int(plan.owed.sum())
+    assert paid > 0  # the writer copied some owed rows itself
+    calls = 0
+    row_bytes = 8 * 6 + 4 + 8 + 1 + 8 + 8 + 32  # cells, group, bucket, tier, counts
+    while not store.settle_copy(plan, 3 * row_bytes):  # three rows per hold
+        calls += 1
+    assert calls >= (owed - paid) // 3 - 1 and plan.owed is None and not store._owing
+    _same(done, world)
+    with np.testing.assert_raises(AssertionError):  # the store itself moved on
+        _same(store.state(), world)
+
+
+def test_a_roll_up_while_rows_are_owed_settles_them_first() -> None:
+    store, plan, done, world, _ = _owing_copy(15, buckets_used=200)
+    moved = store.roll_up(
+        store.tiers.advanced(200 * WIDTH, 2 * 3_600_000, 8 * 86_400_000, 9 * 86_400_000)
+    )
+    assert moved > 0 and plan.owed is None
+    assert store.settle_copy(plan, 1)
+    _same(done, world)
+
+
+def test_a_failed_pass_drops_its_owed_rows() -> None:
+    store, plan, _, _, rng = _owing_copy(16)
+    store.drop_copy(plan)
+    assert plan.owed is None and not store._owing
+    _write(store, rng, 30, 40)  # the writer no longer copies for it
+
+
 def test_engine_snapshot_under_a_lock_equals_one_without() -> None:
     import threading
 
@@ -246,6 +304,55 @@ def test_engine_snapshot_under_a_lock_equals_one_without() -> None:
         for x, y in zip(a.metrics, b.metrics, strict=True):
             np.testing.assert_allclose(
                 [x.value, x.lower, x.upper], [y.value, y.lower, y.upper], rtol=1e-9, atol=1e-12
+            )
+
+
+def test_engine_snapshot_with_rows_owed_equals_one_without(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Rows written after the bulk copy and left owed by the final section (no rounds, no
+    budget) are settled before evaluation: the results equal a snapshot without a lock."""
+    import threading
+
+    from monitor.engine.records import LabelBatch, PredictionBatch, hash_ids
+    from tests.unit.test_slice_scores import BASE, NOW, _data, _engine, _feed
+
+    engine = _engine()
+    country, y, score = _data(3_000, seed=4)
+    _feed(engine, country, y, score)
+    monkeypatch.setattr(buckets, "_FINAL_COPY_BYTES", 0)
+    monkeypatch.setattr(buckets, "_COPY_ROUNDS", 0)
+    bulk, settle = buckets.CopyPlan.copy, BucketStore.settle_copy
+    owed: list[int] = []
+
+    def copy_then_write(plan: CopyPlan) -> None:  # the writer, after each bulk copy
+        bulk(plan)
+        n = 300
+        ts = BASE + np.arange(120_000, 3_500_000, (3_500_000 - 120_000) // n)[:n]
+        keys = hash_ids([f"late{len(owed)}-{i}" for i in range(n)])
+        s = np.linspace(0.01, 0.99, n)
+        engine.apply_predictions(
+            PredictionBatch(keys, ts, np.zeros(n, np.int16), ["v1"] * n, s,
+                            (s >= 0.5).astype(np.int8),
+                            segments=[{"country": "de"} for _ in range(n)])
+        )  # fmt: skip
+        engine.apply_labels(LabelBatch(keys[::2], ts[::2] + 10, ["1"] * (n // 2)))
+
+    def counted(store: BucketStore, plan: CopyPlan, budget: int) -> bool:
+        owed.append(0 if plan.owed is None else int(plan.owed.sum()))
+        return settle(store, plan, budget)
+
+    monkeypatch.setattr(buckets.CopyPlan, "copy", copy_then_write)
+    monkeypatch.setattr(BucketStore, "settle_copy", counted)
+    locked = engine.snapshot(NOW, lock=threading.RLock(), retain=False)
+    assert max(owed) > 1  # rows were owed, and settled a row per hold
+    free = engine.snapshot(NOW, retain=False)
+    assert len(locked.results) == len(free.results) > 0
+    for a, b in zip(locked.results, free.results, strict=True):
+        assert (a.slice, a.window, a.predictions, a.labeled, a.confusion) == (
+            b.slice, b.window, b.predictions, b.labeled, b.confusion
+        )  # fmt: skip
+        for x, z in zip(a.metrics, b.metrics, strict=True):
+            np.testing.assert_allclose(
+                [x.value, x.lower, x.upper], [z.value, z.lower, z.upper], rtol=1e-9, atol=1e-12
             )
 
 
