@@ -94,19 +94,17 @@ class CopyRound:
         copied half-written; it was stamped again before that write, so a later round or
         the finish copies it again."""
         lo, hi = self.added
+        copied = self.plan.copied or {}
         for name, live in self.source.items():
-            out = self.plan.copied[name] if self.plan.copied is not None else None
-            if out is None:
-                return
+            out = copied[name]
             if self.changed.shape[0]:
                 out[self.changed] = live[self.changed]
             out[lo:hi] = live[lo:hi]
         self.source = {}
 
 
-# a copy's rows written since the bulk copy are copied again in rounds outside the lock
-# until at most this much is left for the final hold (~1-2 ms of copying) or the rounds
-# run out (a writer faster than the copier: the final hold then copies what is left)
+# the most a copy's hold copies (~1-2 ms): rounds outside the lock run until at most this
+# much is left for the final hold, which leaves any more owed, settled this much per hold
 _FINAL_COPY_BYTES = 2 << 20
 _COPY_ROUNDS = 8
 
@@ -123,8 +121,8 @@ def copy_in_rounds(
     epoch, so a row written while it is being copied is taken again), as a live
     migration's iterative pre-copy does (Clark et al. 2005). Stops when little is left,
     after :data:`_COPY_ROUNDS`, or when a round found no less to copy than the one
-    before (a writer outrunning the copier): the final hold is correct either way, only
-    longer. ``holds`` gets the seconds each hold took."""
+    before (a writer outrunning the copier): the final hold then leaves the rest owed
+    (:meth:`BucketStore.finish_copy`). ``holds`` gets the seconds each hold took."""
     last = None
     for _ in range(_COPY_ROUNDS if plans else 0):
         with lock:
@@ -423,8 +421,9 @@ class BucketStore:
         self._cols["tier"][rows] = (keys >> _BUCKET_BITS) & 3
         return rows
 
-    def _row_bytes(self) -> int:
-        return int(sum(a.nbytes // a.shape[0] for a in self._cols.values()))
+    def _row_bytes(self, skip: frozenset[str] = frozenset()) -> int:
+        """Bytes of one row (of the columns not in ``skip``)."""
+        return int(sum(a.nbytes // a.shape[0] for k, a in self._cols.items() if k not in skip))
 
     def span(self) -> np.ndarray:
         """Base buckets each row in use covers (1, or an hour's, 12 hours' or a day's worth)."""
@@ -642,12 +641,6 @@ class BucketStore:
         self._epoch += 1
         return self._epoch
 
-    def _copy_row_bytes(self, plan: CopyPlan) -> int:
-        return int(
-            sum(a.itemsize * int(np.prod(a.shape[1:])) for k, a in self._cols.items()
-                if k not in plan.skip)
-        )  # fmt: skip
-
     def pending_bytes(self, plan: CopyPlan) -> int:
         """Bytes the lock-held finish of ``plan`` would copy now (rows written since they
         were copied, rows added since); 0 when it would copy everything afresh (rows
@@ -655,7 +648,7 @@ class BucketStore:
         if plan.copied is None or plan.generation != self.generation:
             return 0
         rows = int(np.count_nonzero(self._stamp[: plan.n] >= plan.since)) + self._n - plan.n
-        return rows * self._copy_row_bytes(plan)
+        return rows * self._row_bytes(plan.skip)
 
     def take_round(self, plan: CopyPlan) -> CopyRound | None:
         """The rows of a bulk-copied plan to copy again outside the lock (call under it):
@@ -695,7 +688,7 @@ class BucketStore:
             budget_bytes is not None
             and self._n <= room
             and plan.copied.keys() == live_cols.keys()
-            and rows.shape[0] * self._copy_row_bytes(plan) > budget_bytes
+            and rows.shape[0] * self._row_bytes(plan.skip) > budget_bytes
         )
         if owe:
             plan.owed = np.zeros(n0, bool)
@@ -723,7 +716,7 @@ class BucketStore:
         under the lock); True when none is owed any more (the copy is complete)."""
         if plan.owed is None:
             return True
-        step = max(1, budget_bytes // max(1, self._copy_row_bytes(plan)))
+        step = max(1, budget_bytes // max(1, self._row_bytes(plan.skip)))
         rows = plan.owed_rows[plan.owed_at :]
         rows = rows[plan.owed[rows]][:step]  # those the writer has not copied itself
         if rows.shape[0]:

@@ -254,8 +254,7 @@ def test_rows_a_finish_left_owed_are_copied_before_the_writer_writes_them() -> N
     paid = owed - int(plan.owed.sum())
     assert paid > 0  # the writer copied some owed rows itself
     calls = 0
-    row_bytes = 8 * 6 + 4 + 8 + 1 + 8 + 8 + 32  # cells, group, bucket, tier, counts
-    while not store.settle_copy(plan, 3 * row_bytes):  # three rows per hold
+    while not store.settle_copy(plan, 3 * store._row_bytes()):  # three rows per hold
         calls += 1
     assert calls >= (owed - paid) // 3 - 1 and plan.owed is None and not store._owing
     _same(done, world)
