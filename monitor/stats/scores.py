@@ -435,7 +435,9 @@ def calibration_test_many(
 
     def close(mask: np.ndarray) -> None:  # the previous last group is final
         fin = mask & has_last & (last[:, 1] > 0)
-        with np.errstate(divide="ignore", invalid="ignore"):
+        # a subnormal V (scores of exactly 0 or 1 but one) gives χ² = inf, p = 0: certainty
+        # contradicted by an outcome is evidence against calibration, not a numeric fault
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             chi2[:] = np.where(fin, chi2 + last[:, 0] ** 2 / last[:, 1], chi2)
         usable[:] += fin
 

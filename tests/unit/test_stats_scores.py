@@ -240,3 +240,23 @@ def test_threshold_economics(kind: str) -> None:
 def test_bins_resolve_concentrated_scores() -> None:
     bins = LAYOUT.bin_of(np.linspace(0.001, 0.01, 10000))
     assert len(np.unique(bins)) > 100
+
+
+def test_calibration_test_rejects_certainty_contradicted_without_a_float_warning() -> None:
+    """A group whose only variance is subnormal (scores exactly 1 and one score of 1e-310)
+    and whose outcomes contradict it: χ² overflows to inf, p = 0, and no warning escapes
+    (the daemon runs with warnings as log lines; this was one on every such window)."""
+    import warnings
+
+    from monitor.stats.scores import calibration_test_many
+
+    count = np.array([[10.0, 10.0], [10.0, 10.0]])
+    sum_p = np.array([[10.0, 1e-310], [10.0, 1e-310]])
+    sum_y = np.array([[10.0, 1.0], [10.0, 0.0]])  # row 0: a positive the model ruled out
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        p, testable, n = calibration_test_many(count, sum_p, sum_y)
+    assert testable.tolist() == [True, True]
+    assert p[0] == 0.0
+    assert p[1] > 0.99  # outcomes exactly as predicted: χ² = 0
+    assert n.tolist() == [20.0, 20.0]
