@@ -25,7 +25,8 @@ from .windows import Tiers
 
 __all__ = [
     "BucketStore", "CopyPlan", "CopyRound", "MatrixSpec", "RunningSums", "SumPlan",
-    "copy_in_rounds", "finish_copies", "settle_copies", "window_group_sums",
+    "copy_in_rounds", "finish_copies", "finish_sums_bounded", "settle_copies", "settle_sums",
+    "window_group_sums",
 ]  # fmt: skip
 
 MatrixSpec = int | tuple[int, type] | tuple[int, type, tuple[int, ...]]
@@ -165,6 +166,33 @@ def settle_copies(
                     holds.append(time.perf_counter() - held)
 
 
+def finish_sums_bounded(
+    store: BucketStore, plan: SumPlan, index: np.ndarray, size: int
+) -> list[np.ndarray]:
+    """:meth:`BucketStore.finish_sums` adding at most :data:`_FINAL_COPY_BYTES` of rows
+    under the lock: more are left owed, for :func:`settle_sums` to add."""
+    return store.finish_sums(plan, index, size, _FINAL_COPY_BYTES)
+
+
+def settle_sums(
+    plans: Sequence[tuple[BucketStore, SumPlan]],
+    lock: AbstractContextManager[Any],
+    holds: list[float] | None = None,
+) -> None:
+    """Complete the window sums whose finish left rows owed: the rows taken
+    :data:`_FINAL_COPY_BYTES` per short hold of ``lock``, added with it released."""
+    for st, plan in plans:
+        more = plan.owed is not None
+        while more:
+            with lock:
+                held = time.perf_counter()
+                more = st.settle_sums(plan, _FINAL_COPY_BYTES)
+                if holds is not None:
+                    holds.append(time.perf_counter() - held)
+            st.add_chunk(plan)
+        st.add_chunk(plan)  # what a roll-up or new matrix took for it meanwhile
+
+
 def window_group_sums(
     group: np.ndarray,
     bucket: np.ndarray,
@@ -235,8 +263,8 @@ class SumPlan:
     value, as in a database's undo log); rows added meanwhile are added then."""
 
     __slots__ = (
-        "base", "bounds", "done", "generation", "index", "matrix", "n", "pending", "prior",
-        "size", "sums", "undo",
+        "base", "bounds", "done", "generation", "index", "matrix", "n", "owed", "owed_at",
+        "owed_old", "owed_rows", "pending", "prior", "saved", "size", "sums", "undo",
     )  # fmt: skip
 
     def __init__(
@@ -260,6 +288,14 @@ class SumPlan:
         # a chunk taken under the lock, summed outside it (:meth:`BucketStore.add_chunk`):
         # (row of the sums, bucket, values) of changed rows' deltas and of new rows
         self.pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        # rows the finish left owed (:meth:`BucketStore.settle_sums`): which are not taken
+        # yet, all of them in order, how far the settling got, the summed (old) value of
+        # those that had been summed, and the values the writer saved before writing
+        self.owed: np.ndarray | None = None
+        self.owed_rows = np.zeros(0, np.int64)
+        self.owed_at = 0
+        self.owed_old: dict[int, np.ndarray] = {}
+        self.saved: dict[int, np.ndarray] = {}
 
 
 class RunningSums:
@@ -334,6 +370,7 @@ class BucketStore:
         self._stamp = np.zeros(self._cap, np.int64)
         self._epoch = 0
         self._owing: list[CopyPlan] = []  # finished copies with rows still owed
+        self._settling: list[SumPlan] = []  # finished sums with rows still owed
         self.generation = 0
         self._sum_plans: list[SumPlan] = []
         self._running: dict[str, RunningSums] = {}  # matrix -> the last pass's window sums
@@ -380,6 +417,8 @@ class BucketStore:
             urows[new] = self._new_rows(uniq[new])
         for plan in self._owing:  # copy-before-write of rows a finished copy still owes
             self._pay(plan, urows)
+        for summed in self._settling:  # and of rows finished sums still owe
+            self._save_owed(summed, urows)
         self._stamp[urows] = self._epoch  # every write to a row comes through here first
         for plan in self._sum_plans:  # keep the old value of rows already summed
             self._save_undo(plan, urows)
@@ -748,11 +787,15 @@ class BucketStore:
             owed[rows] = False
 
     def _settle_all(self) -> None:
-        """Copy every owed row now: rows are about to move or change layout."""
+        """Copy every owed row now, and take every row finished sums owe: rows are about
+        to move or change layout."""
         for plan in list(self._owing):
             if plan.owed is not None:
                 self._pay(plan, plan.owed_rows)
             self.drop_copy(plan)
+        for summed in list(self._settling):  # taken now, added by the settling pass
+            while self.settle_sums(summed, 1 << 62):
+                pass
 
     # -- window sums outside one long lock hold ------------------------------------------
     def begin_sums(
@@ -881,10 +924,19 @@ class BucketStore:
             for x, (lo, hi) in zip(plan.sums or (), plan.bounds, strict=False):
                 _scatter(x, at, values, (bucket >= lo) & (bucket <= hi))
 
-    def finish_sums(self, plan: SumPlan, index: np.ndarray, size: int) -> list[np.ndarray]:
+    def finish_sums(
+        self, plan: SumPlan, index: np.ndarray, size: int, budget_bytes: int | None = None
+    ) -> list[np.ndarray]:
         """The plan's window sums as of now (call under the lock), group g in row
         ``index[g]`` of ``size`` — the plan's ``index`` extended by the groups added
-        meanwhile (appended rows)."""
+        meanwhile (appended rows).
+
+        With ``budget_bytes``: if the rows still to add (changed since summed, or not
+        summed yet) are more than that, they are left *owed* — the sums returned are
+        complete only after :meth:`settle_sums` returned False and :meth:`add_chunk`
+        ran. Until then the writer saves an owed row's value before it writes it
+        (copy-before-write, :meth:`rows_for`), so each row adds its value as of this
+        call and the sums are exactly those of the rows this call saw."""
         if plan in self._sum_plans:
             self._sum_plans.remove(plan)
         self.add_chunk(plan)
@@ -900,8 +952,21 @@ class BucketStore:
         # rows changed after their chunk was summed: swap the summed (old) value for the
         # current one; rows not yet summed when the plan ended and new rows: add them
         changed = np.fromiter(plan.undo, np.int64, len(plan.undo))
-        old = np.stack(list(plan.undo.values())) if plan.undo else np.zeros((0, col.shape[1]))
         rest = np.arange(plan.done, self._n)
+        owe = (
+            budget_bytes is not None
+            and (changed.shape[0] + rest.shape[0]) * col.itemsize * col.shape[1] > budget_bytes
+        )
+        if owe:
+            plan.sums, plan.index, plan.size = sums, index, size
+            plan.owed_old, plan.undo = plan.undo, {}
+            plan.owed_rows, plan.owed_at = np.union1d(changed, rest), 0
+            plan.owed = np.zeros(self._n, bool)
+            plan.owed[plan.owed_rows] = True
+            self._settling.append(plan)
+            self._keep_running(plan, sums, index, plan.base.passes + 1 if plan.base else 0)
+            return sums
+        old = np.stack(list(plan.undo.values())) if plan.undo else np.zeros((0, col.shape[1]))
         for x, (lo, hi) in zip(sums, plan.bounds, strict=True):
             if changed.shape[0]:
                 inside = (bucket[changed] >= lo) & (bucket[changed] <= hi)
@@ -911,6 +976,61 @@ class BucketStore:
                 window_group_sums(group[rest], bucket[rest], col[rest], (lo, hi), index, size, x)
         self._keep_running(plan, sums, index, plan.base.passes + 1 if plan.base else 0)
         return sums
+
+    def settle_sums(self, plan: SumPlan, budget_bytes: int) -> bool:
+        """Take up to ``budget_bytes`` of the rows :meth:`finish_sums` left owed (call
+        under the lock; :meth:`add_chunk` adds them, with the lock released): each row's
+        value as the finish saw it — the writer's saved copy, or the row itself if not
+        written since — less its summed value if it had one. True while more is owed."""
+        if plan.owed is None:
+            return False
+        col = self._cols[plan.matrix]
+        step = max(1, budget_bytes // max(1, col.itemsize * col.shape[1]))
+        rows = plan.owed_rows[plan.owed_at : plan.owed_at + step]
+        plan.owed_at += rows.shape[0]
+        if rows.shape[0]:
+            vals = col[rows].astype(np.float64)
+            for i, r in enumerate(rows.tolist()):
+                kept = plan.saved.pop(r, None)
+                if kept is not None:
+                    vals[i] = kept
+                old = plan.owed_old.pop(r, None)
+                if old is not None:
+                    vals[i] -= old
+            plan.owed[rows] = False
+            at = plan.index[self._cols["group"][rows]]
+            plan.pending.append((at, self._cols["bucket"][rows].copy(), vals))
+        if plan.owed_at < plan.owed_rows.shape[0]:
+            return True
+        self._drop_settling(plan)
+        return False
+
+    def drop_sums(self, plan: SumPlan) -> None:
+        """A plan whose owed rows will not be settled (its pass failed): its sums are
+        not kept for the next pass."""
+        if plan.owed is not None:
+            self._drop_settling(plan)
+            run = self._running.get(plan.matrix)
+            if run is not None and run.sums is plan.sums:
+                del self._running[plan.matrix]
+
+    def _drop_settling(self, plan: SumPlan) -> None:
+        plan.owed, plan.saved, plan.owed_old = None, {}, {}
+        if plan in self._settling:
+            self._settling.remove(plan)
+
+    def _save_owed(self, plan: SumPlan, rows: np.ndarray) -> None:
+        """Keep the value of each owed row of ``rows`` before it is written."""
+        owed = plan.owed
+        if owed is None:
+            return
+        rows = rows[rows < owed.shape[0]]
+        rows = rows[owed[rows]]
+        if rows.shape[0]:
+            col = self._cols[plan.matrix]
+            for r in rows.tolist():
+                plan.saved[r] = col[r].copy()
+            owed[rows] = False
 
     def _keep_running(
         self, plan: SumPlan, sums: list[np.ndarray], index: np.ndarray, passes: int

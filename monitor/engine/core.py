@@ -44,7 +44,9 @@ from .buckets import (
     SumPlan,
     copy_in_rounds,
     finish_copies,
+    finish_sums_bounded,
     settle_copies,
+    settle_sums,
     window_group_sums,
 )
 from .clock import EventWatermark, retention_now
@@ -446,7 +448,7 @@ class Engine:
         wide: dict[tuple[int, int, int], np.ndarray] = {}
         for m, store, plan, bounds in sums:
             index, size = self._sum_index(m, store)
-            done = store.finish_sums(plan, index, size)
+            done = finish_sums_bounded(store, plan, index, size)  # may leave rows owed
             if self._window_bounds(models, m, now_ms) != bounds:  # the tiers moved meanwhile
                 bounds = self._window_bounds(models, m, now_ms)
                 col = store.matrix(plan.matrix[2:])
@@ -858,10 +860,13 @@ class Engine:
                 plugins = self.active_plugins
                 final = time.perf_counter() - held
             settle_copies(plans, guard, holds)  # rows the final section left owed
+            settle_sums([(store, plan) for _, store, plan, _ in sums], guard, holds)
         except BaseException:
             with guard:
                 for st, plan in plans:
                     st.drop_copy(plan)
+                for _, store, sum_plan, _ in sums:
+                    store.drop_sums(sum_plan)
             raise
         snap = self.assembler.evaluate(
             view, ops, unseen, self._comparison_sums, now_ms, at_ms=at_ms, confidence=confidence,

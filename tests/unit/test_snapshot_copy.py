@@ -4,6 +4,8 @@ rows moved by a roll-up)."""
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -488,6 +490,68 @@ def test_running_window_sums_equal_fresh_sums_pass_after_pass() -> None:
             np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9)
         _write(store, rng, n_groups, 80)  # between passes
     assert incremental == 11  # every pass after the first was incremental
+
+
+def _sums_of(state: dict[str, np.ndarray], bounds: list, n_groups: int) -> list:
+    from monitor.engine.buckets import window_group_sums
+
+    idx = np.arange(n_groups)
+    return [
+        window_group_sums(state["group"], state["bucket"], state[CELLS.key], b, idx, n_groups)
+        for b in bounds
+    ]
+
+
+def test_window_sums_left_owed_end_as_the_sums_the_finish_saw() -> None:
+    """Past its budget the sums' finish leaves rows owed: the writer keeps an owed row's
+    value before writing it, the settling adds each row's value as of the finish, and the
+    sums equal fresh sums of the state the finish saw — pass after pass (running sums),
+    with writes between the finish and the settling."""
+    rng = np.random.default_rng(17)
+    store = _store()
+    for _ in range(10):
+        _write(store, rng, 30, 60)
+    n_groups, owed_passes = 30, 0
+    for step in range(6):
+        bounds = [(step, step + 40), (0, 80), (50, 59)]
+        plan = store.begin_sums(CELLS.name, bounds, np.arange(n_groups), n_groups)
+        store.advance_sums(plan)
+        _write(store, rng, n_groups + 2, 70)  # after the plan began: changed and new rows
+        n_groups += 2
+        while store.sum_chunk(plan, np.arange(n_groups), n_groups):
+            store.add_chunk(plan)
+        _write(store, rng, n_groups, 70)  # rows the finish will owe
+        got = store.finish_sums(plan, np.arange(n_groups), n_groups, budget_bytes=0)
+        seen = store.state()
+        owed_passes += plan.owed is not None
+        for _ in range(3):  # the writer between the finish and the settling
+            _write(store, rng, n_groups, 75)
+            if store.settle_sums(plan, 2 * 48):  # two rows per hold
+                store.add_chunk(plan)
+        buckets.settle_sums([(store, plan)], contextlib.nullcontext())
+        assert plan.owed is None and not store._settling
+        for a, b in zip(got, _sums_of(seen, bounds, n_groups), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9)
+    assert owed_passes >= 5
+
+
+def test_a_roll_up_while_sums_are_owed_takes_them_first() -> None:
+    rng = np.random.default_rng(18)
+    store = _store()
+    for _ in range(10):
+        _write(store, rng, 5, 200)
+    bounds = [(0, 199)]
+    plan = store.begin_sums(CELLS.name, bounds, np.arange(5), 5)
+    while store.sum_chunk(plan, np.arange(5), 5):
+        pass
+    _write(store, rng, 5, 200)
+    got = store.finish_sums(plan, np.arange(5), 5, budget_bytes=0)
+    seen = store.state()
+    assert plan.owed is not None
+    store.roll_up(store.tiers.advanced(200 * WIDTH, 2 * 3_600_000, 8 * 86_400_000, 9 * 86_400_000))
+    assert plan.owed is None and plan.pending  # taken, to be added by the settling pass
+    buckets.settle_sums([(store, plan)], contextlib.nullcontext())
+    np.testing.assert_allclose(got[0], _sums_of(seen, bounds, 5)[0], rtol=1e-12)
 
 
 def test_running_window_sums_start_afresh_after_rows_move() -> None:
