@@ -169,9 +169,9 @@ def settle_copies(
 def finish_sums_bounded(
     store: BucketStore, plan: SumPlan, index: np.ndarray, size: int
 ) -> list[np.ndarray]:
-    """:meth:`BucketStore.finish_sums` adding at most :data:`_FINAL_COPY_BYTES` of rows
-    under the lock: more are left owed, for :func:`settle_sums` to add."""
-    return store.finish_sums(plan, index, size, _FINAL_COPY_BYTES)
+    """:meth:`BucketStore.finish_sums` adding no row under the lock: the rows still to
+    add are left owed, for :func:`settle_sums` to add a budget per hold."""
+    return store.finish_sums(plan, index, size, defer=True)
 
 
 def settle_sums(
@@ -925,18 +925,19 @@ class BucketStore:
                 _scatter(x, at, values, (bucket >= lo) & (bucket <= hi))
 
     def finish_sums(
-        self, plan: SumPlan, index: np.ndarray, size: int, budget_bytes: int | None = None
+        self, plan: SumPlan, index: np.ndarray, size: int, defer: bool = False
     ) -> list[np.ndarray]:
         """The plan's window sums as of now (call under the lock), group g in row
         ``index[g]`` of ``size`` — the plan's ``index`` extended by the groups added
         meanwhile (appended rows).
 
-        With ``budget_bytes``: if the rows still to add (changed since summed, or not
-        summed yet) are more than that, they are left *owed* — the sums returned are
-        complete only after :meth:`settle_sums` returned False and :meth:`add_chunk`
-        ran. Until then the writer saves an owed row's value before it writes it
-        (copy-before-write, :meth:`rows_for`), so each row adds its value as of this
-        call and the sums are exactly those of the rows this call saw."""
+        With ``defer``: the rows still to add (changed since summed, or not summed yet)
+        are left *owed* — the sums returned are complete only after :meth:`settle_sums`
+        returned False and :meth:`add_chunk` ran (adding even a few hundred wide rows
+        here took tens of ms per store, so none is added under this hold). Until then
+        the writer saves an owed row's value before it writes it (copy-before-write,
+        :meth:`rows_for`), so each row adds its value as of this call and the sums are
+        exactly those of the rows this call saw."""
         if plan in self._sum_plans:
             self._sum_plans.remove(plan)
         self.add_chunk(plan)
@@ -953,11 +954,7 @@ class BucketStore:
         # current one; rows not yet summed when the plan ended and new rows: add them
         changed = np.fromiter(plan.undo, np.int64, len(plan.undo))
         rest = np.arange(plan.done, self._n)
-        owe = (
-            budget_bytes is not None
-            and (changed.shape[0] + rest.shape[0]) * col.itemsize * col.shape[1] > budget_bytes
-        )
-        if owe:
+        if defer and changed.shape[0] + rest.shape[0]:
             plan.sums, plan.index, plan.size = sums, index, size
             plan.owed_old, plan.undo = plan.undo, {}
             plan.owed_rows, plan.owed_at = np.union1d(changed, rest), 0

@@ -521,7 +521,7 @@ def test_window_sums_left_owed_end_as_the_sums_the_finish_saw() -> None:
         while store.sum_chunk(plan, np.arange(n_groups), n_groups):
             store.add_chunk(plan)
         _write(store, rng, n_groups, 70)  # rows the finish will owe
-        got = store.finish_sums(plan, np.arange(n_groups), n_groups, budget_bytes=0)
+        got = store.finish_sums(plan, np.arange(n_groups), n_groups, defer=True)
         seen = store.state()
         owed_passes += plan.owed is not None
         for _ in range(3):  # the writer between the finish and the settling
@@ -545,7 +545,7 @@ def test_a_roll_up_while_sums_are_owed_takes_them_first() -> None:
     while store.sum_chunk(plan, np.arange(5), 5):
         pass
     _write(store, rng, 5, 200)
-    got = store.finish_sums(plan, np.arange(5), 5, budget_bytes=0)
+    got = store.finish_sums(plan, np.arange(5), 5, defer=True)
     seen = store.state()
     assert plan.owed is not None
     store.roll_up(store.tiers.advanced(200 * WIDTH, 2 * 3_600_000, 8 * 86_400_000, 9 * 86_400_000))
