@@ -38,15 +38,24 @@ def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
-def test_rows_written_during_the_copy_are_recopied() -> None:
-    rng = np.random.default_rng(1)
+def _bulk_copied(
+    seed: int, buckets_used: int = 40, after: tuple[int, int] = (60, 80)
+) -> tuple[BucketStore, CopyPlan, np.random.Generator]:
+    """A store bulk-copied, then written: ``after`` (groups, buckets) reach old rows and
+    new ones (by default enough new ones to grow the arrays)."""
+    rng = np.random.default_rng(seed)
     store = _store()
     for _ in range(20):
-        _write(store, rng, 30, 40)
+        _write(store, rng, 30, buckets_used)
     plan = store.begin_copy()
     plan.copy()
-    for _ in range(5):  # old rows and new ones, enough new ones to grow the arrays
-        _write(store, rng, 60, 80)
+    for _ in range(5):
+        _write(store, rng, *after)
+    return store, plan, rng
+
+
+def test_rows_written_during_the_copy_are_recopied() -> None:
+    store, plan, _ = _bulk_copied(1)
     _same(store.finish_copy(plan), store.state())
     assert 0 < plan.patched <= len(store)
 
@@ -115,14 +124,7 @@ def test_two_overlapping_copies_both_see_every_write() -> None:
 def test_rounds_leave_the_finish_only_what_was_written_after_them() -> None:
     """Rows written after the bulk copy are copied again in a round outside the lock; a
     writer that then stops leaves the lock-held finish nothing to copy."""
-    rng = np.random.default_rng(10)
-    store = _store()
-    for _ in range(20):
-        _write(store, rng, 30, 40)
-    plan = store.begin_copy()
-    plan.copy()
-    for _ in range(5):  # old rows and new ones
-        _write(store, rng, 60, 80)
+    store, plan, _ = _bulk_copied(10)
     assert store.pending_bytes(plan) > 0
     taken = store.take_round(plan)
     assert taken is not None and taken.changed.shape[0] > 0 and taken.added[1] > taken.added[0]
@@ -230,14 +232,7 @@ def _owing_copy(
 ) -> tuple[BucketStore, CopyPlan, dict, dict, np.random.Generator]:
     """A store whose copy was finished with a budget too small for the rows written
     since the bulk copy: (store, plan, the copy, the state at the finish, rng)."""
-    rng = np.random.default_rng(seed)
-    store = _store()
-    for _ in range(20):
-        _write(store, rng, 30, buckets_used)
-    plan = store.begin_copy()
-    plan.copy()
-    for _ in range(5):
-        _write(store, rng, 30, buckets_used)
+    store, plan, rng = _bulk_copied(seed, buckets_used, (30, buckets_used))
     done, world = store.finish_copy(plan, budget_bytes=0), store.state()
     assert plan.owed is not None and plan.owed.sum() > 10
     assert plan.patched == len(store) - plan.n  # only the new rows were copied
