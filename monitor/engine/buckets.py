@@ -25,7 +25,7 @@ from .windows import Tiers
 
 __all__ = [
     "BucketStore", "CopyPlan", "CopyRound", "MatrixSpec", "RunningSums", "SumPlan",
-    "copy_in_rounds", "finish_copies", "finish_sums_bounded", "settle_copies", "settle_sums",
+    "copy_in_rounds", "finish_copies", "finish_sums_deferred", "settle_copies", "settle_sums",
     "window_group_sums",
 ]  # fmt: skip
 
@@ -166,7 +166,7 @@ def settle_copies(
                     holds.append(time.perf_counter() - held)
 
 
-def finish_sums_bounded(
+def finish_sums_deferred(
     store: BucketStore, plan: SumPlan, index: np.ndarray, size: int
 ) -> list[np.ndarray]:
     """:meth:`BucketStore.finish_sums` adding no row under the lock: the rows still to

@@ -44,7 +44,7 @@ from .buckets import (
     SumPlan,
     copy_in_rounds,
     finish_copies,
-    finish_sums_bounded,
+    finish_sums_deferred,
     settle_copies,
     settle_sums,
     window_group_sums,
@@ -239,8 +239,8 @@ class Engine:
         self.event_clock = event_clock if event_clock is not None else EventWatermark()
         self.label_clock = label_clock if label_clock is not None else EventWatermark()
         # seconds the last snapshot held the caller's lock, per section: retention, the
-        # longest other hold (a window-sum chunk, a copy round, settling the copy's owed
-        # rows), finishing the copy, the comparison looks
+        # longest other hold (a window-sum chunk, a copy round, settling the rows the copy
+        # or the sums owe), the final section, the comparison looks
         self.lock_holds_s: tuple[float, ...] = ()
         self._base_index: dict[int, tuple[int, np.ndarray, int]] = {}  # _sum_index's, cached
         # what joined rows are counted into, in order (task statistics write the ranking
@@ -448,7 +448,7 @@ class Engine:
         wide: dict[tuple[int, int, int], np.ndarray] = {}
         for m, store, plan, bounds in sums:
             index, size = self._sum_index(m, store)
-            done = finish_sums_bounded(store, plan, index, size)  # may leave rows owed
+            done = finish_sums_deferred(store, plan, index, size)  # may leave rows owed
             if self._window_bounds(models, m, now_ms) != bounds:  # the tiers moved meanwhile
                 bounds = self._window_bounds(models, m, now_ms)
                 col = store.matrix(plan.matrix[2:])
@@ -796,7 +796,8 @@ class Engine:
         the rows written meanwhile copied again in rounds (``copy_in_rounds``). Under
         it again: the rows written since re-copied (past a budget, left owed: the writer
         copies an owed row before writing it, and ``settle_copies`` copies the rest in
-        short holds), and the counters. Outside:
+        short holds), the window sums' finish (the rows they still need left owed the
+        same way, ``settle_sums``), and the counters. Outside:
         every window, slice, fairness gap and drift test. Under it once more: one look of
         each comparison (sticky state) and the plugin error counts; ``lock_holds_s``
         keeps how long each section held the lock. ``models`` may add windows (replay's
