@@ -615,6 +615,22 @@ def _timed_process(argv: list[str]) -> tuple[float, float, bytes]:
     return wall, cpu, done.stdout
 
 
+# ``python -c _CPU_SPLIT FILE replay ...``: ``monitor replay ...``, then the CPU seconds of
+# the process itself (the applying one) and of its children (the decoding workers) in FILE
+_CPU_SPLIT = """
+import atexit, resource, runpy, sys
+out = sys.argv.pop(1)
+def cpu():
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with open(out, "w") as fh:
+        fh.write(f"{own.ru_utime + own.ru_stime} {kids.ru_utime + kids.ru_stime}")
+atexit.register(cpu)
+sys.argv[0] = "monitor"
+runpy.run_module("monitor.cli", run_name="__main__", alter_sys=True)
+"""
+
+
 def bench_replay(n: int, reps: int, work: Path, target: float) -> Result:
     """(r) ``monitor replay`` as a command, start-up included, vs the notebook pipeline
     (bench/notebook_replay.py: orjson, pandas join, scikit-learn metrics, SciPy KS) as a
@@ -634,9 +650,10 @@ def bench_replay(n: int, reps: int, work: Path, target: float) -> Result:
     from monitor.ingest.file_feed import decode_workers
 
     out = work / "report.json"
-    ours = [sys.executable, "-m", "monitor.cli", "replay", "-c", str(cfg), "--predictions",
-            str(pf), "--labels", str(lf), "--report", str(out)]  # fmt: skip
-    # the default (--decode-worker auto: workers when a CPU is idle) and the other mode
+    split = work / "cpu-split.txt"
+    ours = [sys.executable, "-c", _CPU_SPLIT, str(split), "replay", "-c", str(cfg),
+            "--predictions", str(pf), "--labels", str(lf), "--report", str(out)]  # fmt: skip
+    # the default (--decode-worker auto: workers when a usable CPU is idle) and the other mode
     other = "off" if decode_workers("auto") else "on"
     commands = {
         "replay": ours,
@@ -649,7 +666,10 @@ def bench_replay(n: int, reps: int, work: Path, target: float) -> Result:
     cpu: dict[str, list[float]] = {side: [] for side in commands}
     loads: list[float] = []
     oracle: dict[str, float] = {}
+    applying: list[float] = []  # CPU s of the replay with workers: its applying process
+    decoding: list[float] = []  # and its decoding workers
     sides = list(commands)
+    with_workers = sides[0] if other == "off" else sides[1]
     for rep in range(reps):
         for side in sides[rep % 3 :] + sides[: rep % 3]:  # each side first once
             wall, secs, stdout = _timed_process(commands[side])
@@ -658,6 +678,10 @@ def bench_replay(n: int, reps: int, work: Path, target: float) -> Result:
             loads.append(os.getloadavg()[0])
             if side == "notebook":
                 oracle = orjson.loads(stdout)
+            if side == with_workers:
+                own, kids = map(float, split.read_text().split())
+                applying.append(own)
+                decoding.append(kids)
             log(f"(r) {n:,}: rep {rep + 1}/{reps} {side}: {wall:.2f}s")
     report = orjson.loads(out.read_bytes())
     same = _without_config(report) == _without_config(
@@ -689,6 +713,10 @@ def bench_replay(n: int, reps: int, work: Path, target: float) -> Result:
             f"seconds replay {median(cpu['replay']):.2f} (all its processes), notebook "
             f"{median(cpu['notebook']):.2f}; load average {min(loads):.1f}-{max(loads):.1f} "
             f"on {os.cpu_count()} CPUs",
+            f"{n:,}: {with_workers}, CPU s: applying process {median(applying):.2f}, "
+            f"decoding workers {median(decoding):.2f}; the longer ÷ the notebook's CPU s = "
+            f"{max(median(applying), median(decoding)) / median(cpu['notebook']):.2f} (the "
+            "wall ratio idle CPUs would give, the two overlapping fully)",
             f"{n:,}: replay --decode-worker {other}: {median(times[sides[1]]):.2f} s "
             f"({median(times[sides[1]]) / median(times['notebook']):.2f}× the notebook), CPU "
             f"{median(cpu[sides[1]]):.2f} s; same report: " + ("yes" if same else "NO"),

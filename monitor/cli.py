@@ -136,7 +136,7 @@ def _parser() -> argparse.ArgumentParser:
         "--decode-worker",
         choices=("auto", "on", "off"),
         default="auto",
-        help="decode in a second process (auto: when a second CPU is idle); same report",
+        help="decode in worker processes (auto: when a second CPU is usable and idle); same report",
     )
     rp.add_argument(
         "--max-steps",
