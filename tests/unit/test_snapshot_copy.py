@@ -138,13 +138,7 @@ def test_a_row_written_while_its_round_copies_it_is_copied_again() -> None:
     """A round copies outside the lock, so it may read a row half-written: every row
     written after the round was taken is stamped again and re-copied by the finish,
     whatever the round read (here: garbage in its place)."""
-    rng = np.random.default_rng(11)
-    store = _store()
-    for _ in range(20):
-        _write(store, rng, 30, 40)
-    plan = store.begin_copy()
-    plan.copy()
-    _write(store, rng, 30, 40)
+    store, plan, rng = _bulk_copied(11, after=(30, 40))
     taken = store.take_round(plan)
     assert taken is not None
     g = rng.integers(0, 30, 50)  # the writer, between the take and the round's copy
