@@ -1946,11 +1946,13 @@ def fleet_child(
     ]
     stop = threading.Event()
     tick_holds: list[float] = []
+    sections: list[tuple[float, ...]] = []  # per tick: Engine.lock_holds_s
 
     def evaluator() -> None:
         while not stop.wait(INGEST_TICK_S):
             engine.snapshot(now, lock=lock)
             tick_holds.extend(engine.lock_holds_s)
+            sections.append(engine.lock_holds_s)
 
     alone_a, waits_a = _ingest(engine, lock, *streams[0])
     thread = threading.Thread(target=evaluator, daemon=True)
@@ -1966,6 +1968,8 @@ def fleet_child(
         ingest_wait_alone_max_s=max(waits_a + waits_b),
         ingest_hold_max_s=max(tick_holds, default=0.0), stream_events=float(n_stream),
     )  # fmt: skip
+    for i, name in enumerate(("retain", "between", "final", "look")):  # longest per section
+        out[f"ingest_hold_{name}_s"] = max((s[i] for s in sections), default=0.0)
     return out
 
 
@@ -2076,7 +2080,11 @@ def bench_fleet(
         f"{fleet['ingest_with_eval_eps']:,.0f} ev/s vs {fleet['ingest_alone_eps']:,.0f} ev/s "
         f"alone; longest wait for the lock {fleet['ingest_wait_max_s'] * 1e3:.1f} ms "
         f"(alone {fleet['ingest_wait_alone_max_s'] * 1e3:.1f} ms), longest evaluation hold "
-        f"{fleet['ingest_hold_max_s'] * 1e3:.1f} ms",
+        f"{fleet['ingest_hold_max_s'] * 1e3:.1f} ms (retention and planning "
+        f"{fleet['ingest_hold_retain_s'] * 1e3:.1f} ms, between "
+        f"{fleet['ingest_hold_between_s'] * 1e3:.1f} ms, final "
+        f"{fleet['ingest_hold_final_s'] * 1e3:.1f} ms, comparisons' look "
+        f"{fleet['ingest_hold_look_s'] * 1e3:.1f} ms)",
         f"  history: the page's trends ({fleet['history_series']:.0f} series of every model "
         f"version) in {fleet['history_trends_s']:.2f} s, one /api/v1/history series "
         f"({fleet['history_points']:.0f} points) in {fleet['history_api_s'] * 1e3:.0f} ms; "
@@ -2121,6 +2129,8 @@ def bench_fleet(
                fleet["render_s"], "rendering every result", 0.05, "ratio", False),
         Result("g", "ingestion while evaluating", "ev/s", fleet["ingest_with_eval_eps"],
                fleet["ingest_alone_eps"], "no evaluation", 0.9, "ratio", True),
+        Result("g", "longest evaluation hold while ingesting", "s", fleet["ingest_hold_max_s"],
+               fleet["lock_max_s"], "the ticks' own, no ingestion", 0.01, "absolute", False),
         Result("g", "state per model-version-day", "MB", fleet["per_model_version_day_mb"],
                one["per_model_version_day_mb"], "1 model", 5.0, "absolute", False),
         *(
