@@ -377,12 +377,20 @@ def daemon_consume(
             source.poll = poll  # type: ignore[method-assign]
             return source
 
-        def _consume(self, pipeline: Any, sink: Any) -> Any:
-            for dec in (pipeline.predictions, pipeline.labels):
-                dec.decode = timed("decode", dec.decode)
+        def _consume(self, sink: Any) -> Any:
+            owner = self.owner
+            start = owner.start
+
+            def timed_start(sink: Any) -> None:  # the owner builds the pipeline
+                start(sink)
+                pipeline = owner.pipeline  # type: ignore[attr-defined]
+                for dec in (pipeline.predictions, pipeline.labels):
+                    dec.decode = timed("decode", dec.decode)
+
+            owner.start = timed_start  # type: ignore[method-assign]
             for name in ("apply_predictions", "apply_labels"):
                 setattr(self.engine, name, timed("apply", getattr(self.engine, name)))
-            return super()._consume(pipeline, sink)
+            return super()._consume(sink)
 
     daemon = TimedDaemon(s)
     errors: list[BaseException] = []
@@ -615,6 +623,22 @@ def _timed_process(argv: list[str]) -> tuple[float, float, bytes]:
     return wall, cpu, done.stdout
 
 
+# ``python -c _CPU_SPLIT FILE replay ...``: ``monitor replay ...``, then the CPU seconds of
+# the process itself (the applying one) and of its children (the decoding workers) in FILE
+_CPU_SPLIT = """
+import atexit, resource, runpy, sys
+out = sys.argv.pop(1)
+def cpu():
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with open(out, "w") as fh:
+        fh.write(f"{own.ru_utime + own.ru_stime} {kids.ru_utime + kids.ru_stime}")
+atexit.register(cpu)
+sys.argv[0] = "monitor"
+runpy.run_module("monitor.cli", run_name="__main__", alter_sys=True)
+"""
+
+
 def bench_replay(n: int, reps: int, work: Path, target: float) -> Result:
     """(r) ``monitor replay`` as a command, start-up included, vs the notebook pipeline
     (bench/notebook_replay.py: orjson, pandas join, scikit-learn metrics, SciPy KS) as a
@@ -634,9 +658,10 @@ def bench_replay(n: int, reps: int, work: Path, target: float) -> Result:
     from monitor.ingest.file_feed import decode_workers
 
     out = work / "report.json"
-    ours = [sys.executable, "-m", "monitor.cli", "replay", "-c", str(cfg), "--predictions",
-            str(pf), "--labels", str(lf), "--report", str(out)]  # fmt: skip
-    # the default (--decode-worker auto: workers when a CPU is idle) and the other mode
+    split = work / "cpu-split.txt"
+    ours = [sys.executable, "-c", _CPU_SPLIT, str(split), "replay", "-c", str(cfg),
+            "--predictions", str(pf), "--labels", str(lf), "--report", str(out)]  # fmt: skip
+    # the default (--decode-worker auto: workers when a usable CPU is idle) and the other mode
     other = "off" if decode_workers("auto") else "on"
     commands = {
         "replay": ours,
@@ -649,7 +674,10 @@ def bench_replay(n: int, reps: int, work: Path, target: float) -> Result:
     cpu: dict[str, list[float]] = {side: [] for side in commands}
     loads: list[float] = []
     oracle: dict[str, float] = {}
+    applying: list[float] = []  # CPU s of the replay with workers: its applying process
+    decoding: list[float] = []  # and its decoding workers
     sides = list(commands)
+    with_workers = sides[0] if other == "off" else sides[1]
     for rep in range(reps):
         for side in sides[rep % 3 :] + sides[: rep % 3]:  # each side first once
             wall, secs, stdout = _timed_process(commands[side])
@@ -658,6 +686,10 @@ def bench_replay(n: int, reps: int, work: Path, target: float) -> Result:
             loads.append(os.getloadavg()[0])
             if side == "notebook":
                 oracle = orjson.loads(stdout)
+            if side == with_workers:
+                own, kids = map(float, split.read_text().split())
+                applying.append(own)
+                decoding.append(kids)
             log(f"(r) {n:,}: rep {rep + 1}/{reps} {side}: {wall:.2f}s")
     report = orjson.loads(out.read_bytes())
     same = _without_config(report) == _without_config(
@@ -689,6 +721,10 @@ def bench_replay(n: int, reps: int, work: Path, target: float) -> Result:
             f"seconds replay {median(cpu['replay']):.2f} (all its processes), notebook "
             f"{median(cpu['notebook']):.2f}; load average {min(loads):.1f}-{max(loads):.1f} "
             f"on {os.cpu_count()} CPUs",
+            f"{n:,}: {with_workers}, CPU s: applying process {median(applying):.2f}, "
+            f"decoding workers {median(decoding):.2f}; the longer ÷ the notebook's CPU s = "
+            f"{max(median(applying), median(decoding)) / median(cpu['notebook']):.2f} (the "
+            "wall ratio idle CPUs would give, the two overlapping fully)",
             f"{n:,}: replay --decode-worker {other}: {median(times[sides[1]]):.2f} s "
             f"({median(times[sides[1]]) / median(times['notebook']):.2f}× the notebook), CPU "
             f"{median(cpu[sides[1]]):.2f} s; same report: " + ("yes" if same else "NO"),
@@ -1910,11 +1946,13 @@ def fleet_child(
     ]
     stop = threading.Event()
     tick_holds: list[float] = []
+    sections: list[tuple[float, ...]] = []  # per tick: Engine.lock_holds_s
 
     def evaluator() -> None:
         while not stop.wait(INGEST_TICK_S):
             engine.snapshot(now, lock=lock)
             tick_holds.extend(engine.lock_holds_s)
+            sections.append(engine.lock_holds_s)
 
     alone_a, waits_a = _ingest(engine, lock, *streams[0])
     thread = threading.Thread(target=evaluator, daemon=True)
@@ -1930,6 +1968,8 @@ def fleet_child(
         ingest_wait_alone_max_s=max(waits_a + waits_b),
         ingest_hold_max_s=max(tick_holds, default=0.0), stream_events=float(n_stream),
     )  # fmt: skip
+    for i, name in enumerate(("retain", "between", "final", "look")):  # longest per section
+        out[f"ingest_hold_{name}_s"] = max((s[i] for s in sections), default=0.0)
     return out
 
 
@@ -2040,7 +2080,11 @@ def bench_fleet(
         f"{fleet['ingest_with_eval_eps']:,.0f} ev/s vs {fleet['ingest_alone_eps']:,.0f} ev/s "
         f"alone; longest wait for the lock {fleet['ingest_wait_max_s'] * 1e3:.1f} ms "
         f"(alone {fleet['ingest_wait_alone_max_s'] * 1e3:.1f} ms), longest evaluation hold "
-        f"{fleet['ingest_hold_max_s'] * 1e3:.1f} ms",
+        f"{fleet['ingest_hold_max_s'] * 1e3:.1f} ms (retention and planning "
+        f"{fleet['ingest_hold_retain_s'] * 1e3:.1f} ms, between "
+        f"{fleet['ingest_hold_between_s'] * 1e3:.1f} ms, final "
+        f"{fleet['ingest_hold_final_s'] * 1e3:.1f} ms, comparisons' look "
+        f"{fleet['ingest_hold_look_s'] * 1e3:.1f} ms)",
         f"  history: the page's trends ({fleet['history_series']:.0f} series of every model "
         f"version) in {fleet['history_trends_s']:.2f} s, one /api/v1/history series "
         f"({fleet['history_points']:.0f} points) in {fleet['history_api_s'] * 1e3:.0f} ms; "
@@ -2085,6 +2129,8 @@ def bench_fleet(
                fleet["render_s"], "rendering every result", 0.05, "ratio", False),
         Result("g", "ingestion while evaluating", "ev/s", fleet["ingest_with_eval_eps"],
                fleet["ingest_alone_eps"], "no evaluation", 0.9, "ratio", True),
+        Result("g", "longest evaluation hold while ingesting", "s", fleet["ingest_hold_max_s"],
+               fleet["lock_max_s"], "the ticks' own, no ingestion", 0.01, "absolute", False),
         Result("g", "state per model-version-day", "MB", fleet["per_model_version_day_mb"],
                one["per_model_version_day_mb"], "1 model", 5.0, "absolute", False),
         *(
@@ -2242,18 +2288,16 @@ def _count_records(daemon: Any) -> int:
     """Records (any outcome) the daemon's engines counted: one engine, or one per owned
     partition in partitioned mode."""
     with daemon.lock:
-        parts = getattr(daemon, "parts", None)
-        engines = [p.engine for p in parts.values()] if parts is not None else [daemon.engine]
-        return sum(sum(e.records.values()) for e in engines)
+        return sum(sum(e.records.values()) for e in daemon.engines())
 
 
 def _ingest_rate(s: Settings, partitioned: bool, expected: int, timeout_s: float) -> float:
     """The daemon in-process (thread): msg/s from its first counted record to the last,
     sampled every 10 ms from outside (the same clock for both modes)."""
     from monitor.app import Daemon
-    from monitor.scale.partitioned import PartitionedDaemon
+    from monitor.scale.partitioned import GroupOwner
 
-    daemon = PartitionedDaemon(s) if partitioned else Daemon(s)
+    daemon = Daemon(s, owner=GroupOwner if partitioned else None)
     thread = threading.Thread(target=daemon.run, name="bench-daemon", daemon=True)
     thread.start()
     first = end = None

@@ -20,9 +20,10 @@ import ssl
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry
@@ -48,6 +49,7 @@ from .engine.evaluate import evaluate_all
 from .engine.models import WindowSpec
 from .engine.narrow import NarrowError
 from .engine.partition import ALL, Partition
+from .engine.rows import Rows
 from .engine.snapshot import OpsState, Snapshot
 from .engine.state_codec import StateMismatch
 from .engine.view import StoreView
@@ -74,7 +76,7 @@ from .ingest.deadletter import DeadLetterSink, FileDeadLetter
 from .ingest.group_members import GroupMembers
 from .ingest.kafka import KafkaSource, make_producer, open_source
 from .ingest.layout import LayoutError, check_layout, metadata_config, partition_counts
-from .ingest.pipeline import load_offsets, offset_key
+from .ingest.pipeline import IngestPipeline, load_offsets, offset_key
 from .insight import Insight, key_metrics
 from .redact import mask
 from .schedule.jobs import ScheduledJobs
@@ -87,7 +89,7 @@ from .state.positions import Resume
 from .versions import api_routes
 from .wiring import build_engine, build_pipeline
 
-__all__ = ["Daemon", "StartupError"]
+__all__ = ["Daemon", "Owner", "SingleOwner", "StartupError"]
 
 log = logging.getLogger("monitor")
 
@@ -121,8 +123,203 @@ class StartupError(Exception):
     """The daemon cannot start; the message says why and what to do."""
 
 
+class Owner(Protocol):
+    """How a daemon owns its input partitions: the strategy its one consume loop and its
+    checkpoints, evaluation and readers ask. :class:`SingleOwner` owns all of them as one
+    partition; ``scale.mode = "partitioned"`` plugs in a consumer-group owner
+    (``monitor/scale/partitioned.py``) with one partition per assigned number."""
+
+    def prepare(self) -> None:
+        """Before anything is restored: make the topics the strategy needs."""
+
+    def restore(self) -> None:
+        """Bring back the state kept over a restart."""
+
+    def connect(self) -> Any:
+        """The source to poll (None: the daemon stopped before one connected)."""
+
+    def start(self, sink: DeadLetterSink) -> None:
+        """The consume loop begins: the ingestion (rejects go to ``sink``) is built and
+        background work may start."""
+
+    def apply(self, polled: Any) -> None:
+        """Apply one poll's records to the engines of the partitions they belong to."""
+
+    def tick(self, now: float) -> None:
+        """Between polls (monotonic ``now``): work due on the consumer thread."""
+
+    def finish(self, source: Any) -> None:
+        """The consume loop stopped cleanly: last publications before the final checkpoint."""
+
+    def close(self) -> None:
+        """The consume loop ended (cleanly or not): release what :meth:`start` took."""
+
+    def checkpoint(self, sink: DeadLetterSink | None, source: Any) -> bool:
+        """Keep the owned state and its offsets, then commit the offsets."""
+
+    def evaluate(self, wall_ms: int) -> tuple[Snapshot, OpsState | None]:
+        """The snapshot of everything the instance serves, evaluated at ``wall_ms``."""
+
+    def engines(self) -> list[Engine]:
+        """The engines holding ingested state (read or changed under the daemon's lock)."""
+
+    @property
+    def assembler(self) -> Assembler:
+        """What evaluates the published snapshot."""
+
+    def period_view(self) -> StoreView:
+        """A copy of the retained statistics the snapshot is evaluated from."""
+
+    def rows(self) -> Engine | Rows:
+        """What history, trends and causes read (an engine: read under the daemon's lock)."""
+
+    def plugins(self) -> tuple[Any, ...]:
+        """The metric plugins evaluation trusts."""
+
+    def ops(self) -> OpsState:
+        """The operational counters of the owned partitions."""
+
+    def exports(self) -> bool:
+        """Whether this instance exports quality series, sends alerts and runs schedules."""
+
+    def schedule_changed(self) -> None:
+        """A schedule ran: keep its last run over a restart."""
+
+    def on_resume(self, topic: str, partition: int, was: int, resume: Resume) -> None:
+        """A position outside the partition's log: the owned offsets follow the reset."""
+
+    def not_ready(self) -> list[str]:
+        """Reasons the strategy adds to the daemon's readiness."""
+
+    def status(self) -> dict[str, Any] | None:
+        """The strategy's part of ``/api/v1/status`` (``scale``), if any."""
+
+    def fault_sources(self) -> list[Any]:
+        """The strategy's components that count their own handled faults."""
+
+    def shares_group(self) -> bool:
+        """Whether other members in the consumer group are this deployment's purpose."""
+
+    def published(self, pub: Published) -> Published:
+        """What readers and /metrics see of ``pub``."""
+
+
+class SingleOwner:
+    """Single-instance mode: one :class:`Partition` numbered :data:`ALL` owns every input
+    partition; its state and offsets are one checkpoint in ``state.dir`` (and the state
+    topic with ``state.kafka_store``), committed to the group after it is written."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.d = daemon
+        self.unit = Partition(ALL, daemon._new_engine())
+        self.pipeline: IngestPipeline | None = None  # built when the consume loop starts
+
+    def prepare(self) -> None:
+        pass
+
+    def restore(self) -> None:
+        self.d.restore_checkpoint()
+
+    def connect(self) -> KafkaSource | None:
+        return self.d._connect()
+
+    def start(self, sink: DeadLetterSink) -> None:
+        d = self.d
+        self.pipeline = build_pipeline(
+            d.settings, self.unit.engine, sink, clock_ms=d.clock.now_ms, lock=d.lock,
+            offsets=self.unit.offsets,
+        )  # fmt: skip
+
+    def apply(self, polled: Any) -> None:
+        assert self.pipeline is not None  # start() came first
+        for kind in ("predictions", "labels"):
+            batch = polled.get(kind)
+            if batch is not None:
+                self.pipeline.process_batch(kind, batch)
+
+    def tick(self, now: float) -> None:
+        pass
+
+    def finish(self, source: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def checkpoint(self, sink: DeadLetterSink | None, source: Any) -> bool:
+        return self.d.write_checkpoint(sink, source)
+
+    def evaluate(self, wall_ms: int) -> tuple[Snapshot, OpsState | None]:
+        d = self.d
+        ev = d.settings.evaluation
+        with d.lock:
+            mark = d.engine.event_clock.advance()
+        now = wall_ms if ev.clock == "wall" else max(mark, 0)
+        snap = d.engine.snapshot(
+            now, at_ms=wall_ms, confidence=ev.confidence, lock=d.lock,
+            not_ready=d.not_ready_notice(), look_at_ms=wall_ms,
+            retain_at_ms=retention_now(now, mark),
+        )  # fmt: skip
+        return snap, snap.ops
+
+    def engines(self) -> list[Engine]:
+        return [self.d.engine]
+
+    @property
+    def assembler(self) -> Assembler:
+        return self.d.engine.assembler
+
+    def period_view(self) -> StoreView:
+        with self.d.lock:
+            return self.d.engine.view(copy=True)
+
+    def rows(self) -> Engine:
+        return self.d.engine
+
+    def plugins(self) -> tuple[Any, ...]:
+        return self.d.engine.active_plugins
+
+    def ops(self) -> OpsState:
+        with self.d.lock:
+            return self.d.engine.ops()
+
+    def exports(self) -> bool:
+        return True
+
+    def schedule_changed(self) -> None:
+        self.d._checkpoint_due.set()  # the checkpoint keeps the last runs
+
+    def on_resume(self, topic: str, partition: int, was: int, resume: Resume) -> None:
+        with self.d.lock:
+            self.d.offsets[offset_key(topic, partition)] = resume.offset
+
+    def not_ready(self) -> list[str]:
+        return []
+
+    def status(self) -> dict[str, Any] | None:
+        return None
+
+    def fault_sources(self) -> list[Any]:
+        return []
+
+    def shares_group(self) -> bool:
+        return False
+
+    def published(self, pub: Published) -> Published:
+        return pub
+
+
 class Daemon:
-    def __init__(self, settings: Settings, registry: CollectorRegistry | None = None) -> None:
+    """The monitor process: one consume loop, evaluation, readers and schedules, composed
+    with an :class:`Owner` strategy (``owner``: built from the daemon; default
+    :class:`SingleOwner`) that says which partitions it owns and how their state is kept."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        registry: CollectorRegistry | None = None,
+        owner: Callable[[Daemon], Owner] | None = None,
+    ) -> None:
         self.settings = settings
         self.lock = threading.RLock()
         ev = settings.evaluation
@@ -131,8 +328,6 @@ class Daemon:
         self.clock = SteadyClock(
             round(ev.max_clock_jump * 1000), round(ev.clock_jump_accept_after * 1000)
         )
-        # the daemon's unit of work: one partition, the owner of every input partition
-        self.unit = Partition(ALL, self._new_engine())
         self.store = CheckpointStore(settings.state.dir)
         self.state_lock = StateDirLock(settings.state.dir)
         self.kafka_state: KafkaStateStore | None = None
@@ -167,7 +362,8 @@ class Daemon:
         self.slo_specs = slo_specs(settings)
         self.slos = SloEvaluator(self.slo_specs)
         self.timeline = Timeline()  # written by the evaluation thread only
-        self.insight = Insight(lambda: self.engine, self.lock, settings.evaluation.confidence)
+        # history, trends and causes: the owner's rows (an engine, or the merged view)
+        self.insight = Insight(lambda: self.owner.rows(), self.lock, settings.evaluation.confidence)
         self._trends: tuple[Snapshot | None, dict[str, Any]] | None = None
         self.dispatcher = build_dispatcher(settings)
         self._checkpoint_failing_since: float | None = None
@@ -183,6 +379,16 @@ class Daemon:
             may_run=self._runs_schedules,
             changed=self._schedule_changed,
         )
+        self.owner: Owner = (owner or SingleOwner)(self)
+
+    @property
+    def unit(self) -> Partition:
+        """Single-instance mode's unit of work: the one partition that owns every input
+        partition (a partitioned daemon owns one per assigned number: ``owner.parts``)."""
+        owner = self.owner
+        if not isinstance(owner, SingleOwner):
+            raise AttributeError("a partitioned daemon owns one partition per assigned number")
+        return owner.unit
 
     @property
     def engine(self) -> Engine:
@@ -213,7 +419,8 @@ class Daemon:
 
     # -- published state (readers) ---------------------------------------------------
     def published(self) -> Published:
-        return self._published
+        """What readers and /metrics see (the owner may withhold the quality series)."""
+        return self.owner.published(self._published)
 
     def _set_status(self, **changes: Any) -> None:
         with self._pub_lock:
@@ -242,6 +449,7 @@ class Daemon:
         sink = self._sink
         if isinstance(sink, TopicDeadLetter) and sink.error is not None:
             reasons.append(f"{sink.error} ({sink.spooled} record(s) spooled to disk)")
+        reasons += self.owner.not_ready()
         return not reasons, reasons
 
     def status_json(self) -> dict[str, Any]:
@@ -249,7 +457,7 @@ class Daemon:
         st = pub.status
         ready, reasons = self.readiness()
         topics = dict(st.topics)
-        return {
+        out = {
             "ready": ready,
             "not_ready_reasons": [mask(r) for r in reasons],
             "started_at": st.started_at,
@@ -269,6 +477,10 @@ class Daemon:
             "schedules": self.schedules_json(),
             "series_budget": self.series_budget_json(),
         }
+        scale = self.owner.status()
+        if scale is not None:
+            out["scale"] = scale
+        return out
 
     def series_budget_json(self) -> dict[str, Any]:
         """What /metrics withheld at its latest rendering ([http] max_series)."""
@@ -356,24 +568,16 @@ class Daemon:
         return None
 
     # -- evaluation ------------------------------------------------------------------
+    def not_ready_notice(self) -> list[str]:
+        """What a snapshot taken now says about readiness (comparisons withhold promote)."""
+        st = self._published.status
+        if st.consuming:
+            return []
+        return ["monitor not ready: " + (st.source_error or "no partitions assigned")]
+
     def evaluate_now(self) -> Snapshot | None:
-        ev = self.settings.evaluation
         try:
-            wall = self.clock.now_ms()
-            with self.lock:
-                mark = self.engine.event_clock.advance()
-            now = wall if ev.clock == "wall" else max(mark, 0)
-            st = self._published.status
-            not_ready = (
-                []
-                if st.consuming
-                else ["monitor not ready: " + (st.source_error or "no partitions assigned")]
-            )
-            snap = self.engine.snapshot(
-                now, at_ms=wall, confidence=ev.confidence, lock=self.lock,
-                not_ready=not_ready, look_at_ms=wall, retain_at_ms=retention_now(now, mark),
-            )  # fmt: skip
-            ops = snap.ops
+            snap, ops = self.owner.evaluate(self.clock.now_ms())
         except Exception as err:  # keep serving the last good snapshot
             log.exception("evaluation failed")
             self._set_status(last_evaluation_ok=False, last_evaluation_error=repr(err))
@@ -425,6 +629,12 @@ class Daemon:
         """SLO states from the new snapshot, and the alerts that follow from it
         (``causes``: the slices behind each comparison in rollback). Alerting never
         breaks evaluation: a failure here is logged and the statuses kept."""
+        if not self.owner.exports():
+            try:  # states for /api/v1/slos everywhere; alerts only from the exporter
+                return self.slos.evaluate(snap, snap.at_ms / 1000.0)
+            except Exception:
+                log.exception("SLO evaluation failed")
+                return self._published.slos
         try:
             now = snap.at_ms / 1000.0
             statuses = self.slos.evaluate(snap, now, self._explain(snap))
@@ -588,23 +798,22 @@ class Daemon:
 
     # -- scheduled work (monitor/schedule/jobs.py's Monitor) ----------------------------
     def _runs_schedules(self) -> bool:
-        """Whether this instance runs the [[schedules]] now (one instance: always)."""
-        return True
+        """Whether this instance runs the [[schedules]] now (the owner says)."""
+        return self.owner.exports()
 
     def _schedule_changed(self) -> None:
         self._set_status(schedule_runs=self.schedules.counts())
-        self._checkpoint_due.set()
+        self.owner.schedule_changed()
 
     @property
     def assembler(self) -> Assembler:
         """What evaluates the published snapshot: the configuration's models, series and
-        drift references, each comparison's sticky decision (here: the engine's)."""
-        return self.engine.assembler
+        drift references, each comparison's sticky decision."""
+        return self.owner.assembler
 
     def period_view(self) -> StoreView:
         """A copy of the retained statistics (read while ingestion goes on)."""
-        with self.lock:
-            return self.engine.view(copy=True)
+        return self.owner.period_view()
 
     def period_snapshot(self, end_ms: int, size_ms: int, label: str) -> Snapshot:
         """Every model's results over [end - size, end) — one window named ``label`` —
@@ -614,7 +823,7 @@ class Daemon:
         window = (WindowSpec(label, size_ms, 0),)
         models = tuple(replace(m, windows=window) for m in self.assembler.models)
         results, fairness = evaluate_all(
-            view, models, end_ms, self.settings.evaluation.confidence, self.engine.active_plugins
+            view, models, end_ms, self.settings.evaluation.confidence, self.owner.plugins()
         )
         pub = self._published
         snap = pub.snapshot
@@ -666,8 +875,7 @@ class Daemon:
         )  # fmt: skip
 
     def _publish_ops(self) -> None:
-        with self.lock:
-            ops = self.engine.ops()
+        ops = self.owner.ops()
         alerts = self._delivery_stats()
         with self._pub_lock:
             self._published = replace(self._published, ops=ops, alerts=alerts)
@@ -676,7 +884,7 @@ class Daemon:
     # -- state -----------------------------------------------------------------------
     def engines(self) -> list[Engine]:
         """The engines holding ingested state (read or changed under ``lock``)."""
-        return [self.engine]
+        return self.owner.engines()
 
     def source_identity(self) -> dict[str, Any]:
         """What the checkpointed offsets are offsets *of*: restoring them under another
@@ -722,6 +930,11 @@ class Daemon:
             )
 
     def restore(self) -> None:
+        """Bring back what the owner keeps over restarts."""
+        self.owner.restore()
+
+    def restore_checkpoint(self) -> None:
+        """Single-instance mode: the whole state from the checkpoint in ``state.dir``."""
         if self.kafka_state is not None:
             self._fetch_kafka_state()
 
@@ -822,9 +1035,16 @@ class Daemon:
 
     def _fault_sources(self) -> list[Any]:
         """Components that count their own handled faults (a ``faults`` Counter)."""
-        return [c for c in (self._sink, self._source) if c is not None and hasattr(c, "faults")]
+        mine = [c for c in (self._sink, self._source) if c is not None and hasattr(c, "faults")]
+        return [*mine, *self.owner.fault_sources()]
 
-    def checkpoint(self, sink: DeadLetterSink | None, source: KafkaSource | None) -> bool:
+    def checkpoint(self, sink: DeadLetterSink | None, source: Any) -> bool:
+        """Keep the owned state with the offsets it covers (the owner says how)."""
+        return self.owner.checkpoint(sink, source)
+
+    def write_checkpoint(self, sink: DeadLetterSink | None, source: KafkaSource | None) -> bool:
+        """Single-instance mode: the whole state and its offsets to ``state.dir`` (and the
+        state topic), then the offsets committed."""
         try:
             if sink is not None:
                 sink.flush()
@@ -929,24 +1149,22 @@ class Daemon:
 
     def _run_locked(self) -> int:
         s = self.settings
+        self.owner.prepare()
         self.restore()
         if self.dispatcher is not None:
             self.dispatcher.start()
         sink = self._sink = self._make_sink()
-        pipeline = build_pipeline(
-            s, self.engine, sink, clock_ms=self.clock.now_ms, lock=self.lock, offsets=self.offsets
-        )
         if self.http is None:
             self.start_http()
         evaluator = threading.Thread(target=self._evaluate_every, name="evaluation", daemon=True)
         evaluator.start()
         self.schedules.start()
-        group_check = threading.Thread(target=self._check_group, name="group-check", daemon=True)
-        group_check.start()
+        if not self.owner.shares_group():  # several members are the other mode's purpose
+            threading.Thread(target=self._check_group, name="group-check", daemon=True).start()
         source: KafkaSource | None = None
         crashed = False
         try:
-            source = self._consume(pipeline, sink)
+            source = self._consume(sink)
         except StartupError:
             raise  # refused before anything was consumed: the state is unchanged
         except BaseException:
@@ -1063,8 +1281,7 @@ class Daemon:
     def _on_resume(self, topic: str, partition: int, was: int, resume: Resume) -> None:
         """A position outside the partition's log (state/positions.py): the engine's
         offset follows the reset, so the next checkpoint records where reading resumed."""
-        with self.lock:
-            self.offsets[offset_key(topic, partition)] = resume.offset
+        self.owner.on_resume(topic, partition, was, resume)
         self._report_resume(topic, partition, was, resume)
 
     def _report_resume(self, topic: str, partition: int, was: int, resume: Resume) -> None:
@@ -1148,11 +1365,39 @@ class Daemon:
         self._poll_failing_since = None
         return polled
 
-    def _consume(self, pipeline: Any, sink: DeadLetterSink) -> KafkaSource | None:
-        s = self.settings
-        source = self._source = self._connect()
+    def _poll_and_apply(self, source: Any) -> bool:
+        """One poll, applied by the owner; False when it failed.
+
+        A poll's messages (confluent's are collector-tracked objects) live until the
+        batch is applied; with the collector on, each poll's thousands of them were
+        promoted and set off full collections over the engines' whole heap. They form
+        no cycles: reference counting frees them before the collector resumes."""
+        with collector_paused():
+            polled = self._poll(source)
+            if polled is None:
+                return False
+            self.owner.apply(polled)
+            del polled  # freed before the collector resumes
+        return True
+
+    def _consume(self, sink: DeadLetterSink) -> Any:
+        """The one consume loop of both modes: poll, let the owner apply the records to
+        its partitions, and do the periodic work (health, operations, lag, checkpoints)."""
+        owner = self.owner
+        source = self._source = owner.connect()
         if source is None:
             return None
+        owner.start(sink)
+        try:
+            self._consume_from(source, sink)
+            owner.finish(source)
+        finally:
+            owner.close()
+        return source
+
+    def _consume_from(self, source: Any, sink: DeadLetterSink) -> None:
+        s = self.settings
+        owner = self.owner
         last_ckpt = last_lag = last_ops = last_health = time.monotonic()
         self._poll_failing_since = None
         self._update_source_health(source)
@@ -1162,22 +1407,11 @@ class Daemon:
                 self._set_status(consuming=False, source_error="paused: dead-letter spool is full")
                 self._stop.wait(1.0)
                 continue
-            # A poll's messages (confluent's are collector-tracked objects) live until
-            # the batch is applied; with the collector on, each poll's thousands of them
-            # were promoted and set off full collections over the engine's whole heap.
-            # They form no cycles: reference counting frees them before it resumes.
-            with collector_paused():
-                polled = self._poll(source)
-                for kind in ("predictions", "labels"):
-                    batch = polled.get(kind) if polled is not None else None
-                    if batch is not None:
-                        pipeline.process_batch(kind, batch)
-                failed = polled is None
-                del polled, batch  # freed before the collector resumes
-            if failed:
+            if not self._poll_and_apply(source):
                 self._stop.wait(1.0)
                 continue
             now = time.monotonic()
+            owner.tick(now)
             if now - last_health >= _HEALTH_EVERY_S:
                 self._update_source_health(source)
                 last_health = now
@@ -1194,4 +1428,3 @@ class Daemon:
                 self._checkpoint_due.clear()
                 self.checkpoint(sink, source)
                 last_ckpt = now
-        return source

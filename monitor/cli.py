@@ -136,7 +136,7 @@ def _parser() -> argparse.ArgumentParser:
         "--decode-worker",
         choices=("auto", "on", "off"),
         default="auto",
-        help="decode in a second process (auto: when a second CPU is idle); same report",
+        help="decode in worker processes (auto: when a second CPU is usable and idle); same report",
     )
     rp.add_argument(
         "--max-steps",
@@ -313,11 +313,12 @@ def _run(path: Path) -> int:
 
     settings = _load(path)
     register_secrets(secret_values(settings))
-    daemon = Daemon(settings)
+    owner = None  # single instance: one owner of every partition
     if settings.scale.mode == "partitioned":
-        from .scale.partitioned import PartitionedDaemon
+        from .scale.partitioned import GroupOwner
 
-        daemon = PartitionedDaemon(settings)
+        owner = GroupOwner  # the consumer group's assignment, one partition per number
+    daemon = Daemon(settings, owner=owner)
 
     def stop(signum: int, _frame: object) -> None:
         log = logging.getLogger("monitor")

@@ -1,9 +1,11 @@
-"""History and causes from the engine's rows, for the daemon and replay.
+"""History and causes from the retained rows, for the daemon and replay.
 
-Each question copies the rows it reads under the engine's lock (a few thousand at most)
-and evaluates them outside it (``engine/narrow.py``): ``/api/v1/history`` and the status
-page's trends (``engine/history.py``), the slices behind an SLO that starts firing or a
-comparison that rolls back (``engine/cause.py``).
+The rows are one engine's, or in partitioned mode the global view's merge of every
+partition's statistics (``engine/rows.py``). Each question copies the rows it reads
+under the daemon's lock (a few thousand at most) and evaluates them outside it
+(``engine/narrow.py``): ``/api/v1/history`` and the status page's trends
+(``engine/history.py``), the slices behind an SLO that starts firing or a comparison
+that rolls back (``engine/cause.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from .engine.core import Engine
 from .engine.history import Series, series, take, versions_series
 from .engine.models import ModelSpec, WindowSpec
 from .engine.narrow import NarrowError, copy_rows, exported, slice_groups
+from .engine.rows import Rows
 from .engine.snapshot import ComparisonResult, Snapshot
 from .export.status_page import KEY_METRIC
 
@@ -40,24 +43,35 @@ def key_metrics(spec: ModelSpec, slo_metrics: Sequence[str] = (), k: int = 2) ->
 
 
 class Insight:
-    """Questions about the past of one engine; ``lock``: the daemon's engine lock."""
+    """Questions about the past of the retained rows: ``rows`` gives an engine (its rows
+    are read under ``lock``, the daemon's engine lock) or :class:`Rows` (merged
+    statistics)."""
 
     def __init__(
         self,
-        engine: Callable[[], Engine],
+        rows: Callable[[], Engine | Rows],
         lock: AbstractContextManager[Any] | None = None,
         confidence: float = 0.95,
     ) -> None:
-        self._engine = engine
+        self._source = rows
         self._lock = lock if lock is not None else nullcontext()
         self.confidence = confidence
+
+    def _rows(self) -> Rows:
+        """The rows to read now (call under ``lock``)."""
+        found = self._source()
+        return found if isinstance(found, Rows) else Rows.of(found)
+
+    def _models(self) -> Sequence[ModelSpec]:
+        with self._lock:
+            return self._rows().models
 
     def point_width(self, model: str, window: str | None) -> int | None:
         """A ``window`` parameter as a point width in ms: a window of the model (its
         size) or a duration ("15m"); None for the tiers' own rows."""
         if not window:
             return None
-        for spec in self._engine().models:
+        for spec in self._models():
             if spec.name == model:
                 for w in spec.windows:
                     if w.label == window:
@@ -82,25 +96,25 @@ class Insight:
     ) -> dict[str, Series]:
         """The series of each metric (``engine.history.series``); NarrowError names a
         bad parameter."""
-        engine = self._engine()
         with self._lock:
-            view, spec = take(engine, model, version, slice_label)
-            delay = engine.delay.histograms().of(model)
-            plugins = engine.active_plugins
+            rows = self._rows()
+            view, spec = take(rows.models, rows.view, model, version, slice_label)
+        delay = rows.delays.of(model)
         return series(
             view, spec, version, slice_label, metrics, delay, now_ms, self.confidence,
-            plugins, point_ms, from_ms, to_ms,
+            rows.plugins, point_ms, from_ms, to_ms,
         )  # fmt: skip
 
     def trend_point_ms(self, now_ms: int) -> int | None:
         """The trends' point width: the finest of :data:`POINT_WIDTHS_S` (a multiple of
         the bucket width) keeping the retained range within :data:`MAX_POINTS` points."""
-        engine = self._engine()
         with self._lock:
-            if not len(engine.buckets):
+            stores = self._rows().view
+            buckets = stores.buckets.get("bucket")
+            if buckets is None or not len(buckets):
                 return None
-            first = int(engine.buckets.bucket.min())
-        width = engine.buckets.width_ms
+            first = int(buckets.min())
+        width = stores.width_ms
         span = now_ms - first * width + width
         return next(
             (
@@ -116,28 +130,31 @@ class Insight:
         ``metrics_of(model)`` each, at the finest point width (a multiple of the bucket
         width) that keeps at most :data:`MAX_POINTS` points — what
         ``/api/v1/history?window=<width>`` gives. Series without any sample are left out."""
-        engine = self._engine()
         point = self.trend_point_ms(now_ms)
         with self._lock:
-            if not len(engine.buckets):
+            rows = self._rows()
+            light = rows.view.buckets.get("bucket")
+            if light is None or not len(light):
                 return []
-            versions = sorted({(m, v) for m, v, _ in engine.groups if m >= 0})
+            models = rows.models
+            versions = sorted({(m, v) for m, v, _ in rows.view.groups if m >= 0})
         by_model: dict[int, list[str]] = {}
         for m, version in versions:
             by_model.setdefault(m, []).append(version)
         out: list[Series] = []
         for m, names in by_model.items():  # a model's versions in one evaluation
-            spec = engine.models[m]
+            spec = models[m]
             metrics = list(metrics_of(spec))
             if not metrics:
                 continue
             with self._lock:
-                view, spec = take(engine, spec.name, names, "all")
-                delay = engine.delay.histograms().of(spec.name)
-                plugins = engine.active_plugins
+                rows = self._rows()
+                view, spec = take(rows.models, rows.view, spec.name, names, "all")
+            delay = rows.delays.of(spec.name)
             found = versions_series(
-                view, spec, names, "all", metrics, delay, now_ms, self.confidence, plugins, point
-            )
+                view, spec, names, "all", metrics, delay, now_ms, self.confidence,
+                rows.plugins, point,
+            )  # fmt: skip
             for version in names:
                 out.extend(s for s in found[version].values() if any(p.n for p in s.points))
         return out
@@ -153,24 +170,26 @@ class Insight:
         """The slices behind the change of ``metric`` from ``before`` to ``after`` (each
         a version and window of ``model_name``): rows copied from the earlier window's
         start under the lock, evaluated outside it."""
-        engine = self._engine()
-        names = [m.name for m in engine.models]
-        if model_name not in names:
-            return None
-        m = names.index(model_name)
-        model = engine.models[m]
         first = min(before[1], after[1], key=lambda w: -(w.size_ms + w.delay_ms))
         with self._lock:
-            lo, _ = engine.tiers.window(now_ms, first.size_ms, first.delay_ms)
+            rows = self._rows()
+            names = [m.name for m in rows.models]
+            if model_name not in names:
+                return None
+            m = names.index(model_name)
+            model = rows.models[m]
+            stores = rows.view
+            lo, _ = stores.tiers.window(now_ms, first.size_ms, first.delay_ms)
             versions = dict.fromkeys((before[0], after[0]))
-            gids = [g for v in versions for g in slice_groups(engine.groups, model, m, v, "all")]
-            view = copy_rows(engine, m, gids, lo=lo)
-            plugins = engine.active_plugins
-        return change_cause(view, model, now_ms, metric, before, after, self.confidence, plugins)
+            gids = [g for v in versions for g in slice_groups(stores.groups, model, m, v, "all")]
+            view = copy_rows(stores, m, gids, lo=lo)
+        return change_cause(
+            view, model, now_ms, metric, before, after, self.confidence, rows.plugins
+        )
 
     def slo_cause(self, spec: SloSpec, version: str, now_ms: int) -> Cause | None:
         """The slices behind an SLO instance's change: its window against the one before."""
-        model = next((m for m in self._engine().models if m.name == spec.model), None)
+        model = next((m for m in self._models() if m.name == spec.model), None)
         window = next((w for w in model.windows if w.label == spec.window), None) if model else None
         if spec.slice != "all" or window is None:
             return None
@@ -180,7 +199,7 @@ class Insight:
     def comparison_cause(self, c: ComparisonResult, now_ms: int) -> Cause | None:
         """The slices behind a comparison's difference: treatment against control over
         the model's longest window."""
-        model = next((m for m in self._engine().models if m.name == c.model), None)
+        model = next((m for m in self._models() if m.name == c.model), None)
         metric = comparison_metric(model, c.loss) if model is not None else None
         if model is None or metric is None or not model.windows:
             return None

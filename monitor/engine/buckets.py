@@ -13,14 +13,21 @@ that share the row index and every merge, retention and checkpoint rule.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
 
 import numpy as np
 from scipy.sparse import csr_matrix
 
 from .windows import Tiers
 
-__all__ = ["BucketStore", "CopyPlan", "MatrixSpec", "RunningSums", "SumPlan", "window_group_sums"]
+__all__ = [
+    "BucketStore", "CopyPlan", "CopyRound", "MatrixSpec", "RunningSums", "SumPlan",
+    "copy_in_rounds", "finish_copies", "finish_sums_deferred", "settle_copies", "settle_sums",
+    "window_group_sums",
+]  # fmt: skip
 
 MatrixSpec = int | tuple[int, type] | tuple[int, type, tuple[int, ...]]
 """A named matrix: its width (int32 counts), (width, dtype), or (width, dtype, the widths
@@ -38,13 +45,23 @@ _FIXED = {"group": ((), np.int32), "bucket": ((), np.int64), "tier": ((), np.int
 class CopyPlan:
     """A copy of a store's rows in progress (:meth:`BucketStore.begin_copy`)."""
 
-    __slots__ = ("copied", "generation", "n", "patched", "skip", "source")
+    __slots__ = (
+        "copied", "generation", "n", "owed", "owed_at", "owed_rows", "patched", "rounds",
+        "since", "skip", "source",
+    )  # fmt: skip
 
     def __init__(self, n: int, generation: int, source: dict[str, np.ndarray]) -> None:
         self.n, self.generation, self.source = n, generation, source
         self.skip = frozenset[str]()  # columns the store has and the copy leaves out
         self.copied: dict[str, np.ndarray] | None = None
-        self.patched = 0
+        self.since = 0  # rows stamped from this epoch on changed after they were copied
+        self.patched = 0  # rows the lock-held finish copied
+        self.rounds = 0  # re-copy rounds made outside the lock
+        # rows the finish left to copy (:meth:`BucketStore.settle_copy`): which are still
+        # owed, all of them in order, and how far the settling has got through them
+        self.owed: np.ndarray | None = None
+        self.owed_rows = np.zeros(0, np.int64)
+        self.owed_at = 0
 
     def copy(self) -> None:
         """The bulk copy, outside the lock (NumPy copies without holding the GIL, so the
@@ -58,6 +75,122 @@ class CopyPlan:
             out[: arr.shape[0]] = arr
             self.copied[name] = out
         self.source = {}
+
+
+class CopyRound:
+    """Rows of a copy to copy again outside the lock (:meth:`BucketStore.take_round`):
+    the rows changed since they were copied and the rows added since, with the store's
+    columns as they were when taken (a column the writer grows meanwhile is re-allocated,
+    never changed under this reference)."""
+
+    __slots__ = ("added", "changed", "plan", "source")
+
+    def __init__(
+        self, plan: CopyPlan, changed: np.ndarray, added: tuple[int, int], source: dict
+    ) -> None:
+        self.plan, self.changed, self.added, self.source = plan, changed, added, source
+
+    def copy(self) -> None:
+        """Copy the rows, outside the lock. A row the writer writes meanwhile may be
+        copied half-written; it was stamped again before that write, so a later round or
+        the finish copies it again."""
+        lo, hi = self.added
+        copied = self.plan.copied or {}
+        for name, live in self.source.items():
+            out = copied[name]
+            if self.changed.shape[0]:
+                out[self.changed] = live[self.changed]
+            out[lo:hi] = live[lo:hi]
+        self.source = {}
+
+
+# the most a copy's hold copies (~1-2 ms): rounds outside the lock run until at most this
+# much is left for the final hold, which leaves any more owed, settled this much per hold
+_FINAL_COPY_BYTES = 2 << 20
+_COPY_ROUNDS = 8
+
+
+def copy_in_rounds(
+    plans: Sequence[tuple[BucketStore, CopyPlan]],
+    lock: AbstractContextManager[Any],
+    holds: list[float] | None = None,
+) -> None:
+    """Copy again, outside ``lock``, the rows the writer changed or added since the bulk
+    copy of each plan, round after round, so that the final hold (:meth:`~BucketStore.
+    finish_copy`) copies at most :data:`_FINAL_COPY_BYTES`: each round takes the rows
+    written since the last one under a short hold (their stamps then count from a new
+    epoch, so a row written while it is being copied is taken again), as a live
+    migration's iterative pre-copy does (Clark et al. 2005). Stops when little is left,
+    after :data:`_COPY_ROUNDS`, or when a round found no less to copy than the one
+    before (a writer outrunning the copier): the final hold then leaves the rest owed
+    (:meth:`BucketStore.finish_copy`). ``holds`` gets the seconds each hold took."""
+    last = None
+    for _ in range(_COPY_ROUNDS if plans else 0):
+        with lock:
+            held = time.perf_counter()
+            left = sum(st.pending_bytes(plan) for st, plan in plans)
+            done = left <= _FINAL_COPY_BYTES or (last is not None and left >= last)
+            taken = [] if done else [r for st, p in plans if (r := st.take_round(p)) is not None]
+            if holds is not None:
+                holds.append(time.perf_counter() - held)
+        if done:
+            return
+        for r in taken:
+            r.copy()
+        last = left
+
+
+def finish_copies(
+    plans: Sequence[tuple[BucketStore, CopyPlan]],
+) -> dict[int, dict[str, np.ndarray]]:
+    """Each plan's copy as of now by ``id(store)`` (call under the lock), at most
+    :data:`_FINAL_COPY_BYTES` of rows copied per store: more are left owed, for
+    :func:`settle_copies` to complete after the lock is released."""
+    return {id(st): st.finish_copy(plan, _FINAL_COPY_BYTES) for st, plan in plans}
+
+
+def settle_copies(
+    plans: Sequence[tuple[BucketStore, CopyPlan]],
+    lock: AbstractContextManager[Any],
+    holds: list[float] | None = None,
+) -> None:
+    """Complete the copies whose finish left rows owed (:meth:`BucketStore.finish_copy`),
+    :data:`_FINAL_COPY_BYTES` per short hold of ``lock``; ``holds`` gets their seconds."""
+    for st, plan in plans:
+        done = plan.owed is None
+        while not done:
+            with lock:
+                held = time.perf_counter()
+                done = st.settle_copy(plan, _FINAL_COPY_BYTES)
+                if holds is not None:
+                    holds.append(time.perf_counter() - held)
+
+
+def finish_sums_deferred(
+    store: BucketStore, plan: SumPlan, index: np.ndarray, size: int
+) -> list[np.ndarray]:
+    """:meth:`BucketStore.finish_sums` adding no row under the lock: the rows still to
+    add are left owed, for :func:`settle_sums` to add a budget per hold."""
+    return store.finish_sums(plan, index, size, defer=True)
+
+
+def settle_sums(
+    plans: Sequence[tuple[BucketStore, SumPlan]],
+    lock: AbstractContextManager[Any],
+    holds: list[float] | None = None,
+) -> None:
+    """Complete the window sums whose finish left rows owed: the rows taken
+    :data:`_FINAL_COPY_BYTES` per short hold of ``lock``, added with it released."""
+    for st, plan in plans:
+        more = plan.owed is not None
+        while more:
+            with lock:
+                held = time.perf_counter()
+                more = st.settle_sums(plan, _FINAL_COPY_BYTES)
+                if holds is not None:
+                    holds.append(time.perf_counter() - held)
+            st.add_chunk(plan)
+        st.add_chunk(plan)  # what a roll-up or new matrix took for it meanwhile
 
 
 def window_group_sums(
@@ -130,8 +263,8 @@ class SumPlan:
     value, as in a database's undo log); rows added meanwhile are added then."""
 
     __slots__ = (
-        "base", "bounds", "done", "generation", "index", "matrix", "n", "pending", "prior",
-        "size", "sums", "undo",
+        "base", "bounds", "done", "generation", "index", "matrix", "n", "owed", "owed_at",
+        "owed_old", "owed_rows", "pending", "prior", "saved", "size", "sums", "undo",
     )  # fmt: skip
 
     def __init__(
@@ -155,6 +288,14 @@ class SumPlan:
         # a chunk taken under the lock, summed outside it (:meth:`BucketStore.add_chunk`):
         # (row of the sums, bucket, values) of changed rows' deltas and of new rows
         self.pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        # rows the finish left owed (:meth:`BucketStore.settle_sums`): which are not taken
+        # yet, all of them in order, how far the settling got, the summed (old) value of
+        # those that had been summed, and the values the writer saved before writing
+        self.owed: np.ndarray | None = None
+        self.owed_rows = np.zeros(0, np.int64)
+        self.owed_at = 0
+        self.owed_old: dict[int, np.ndarray] = {}
+        self.saved: dict[int, np.ndarray] = {}
 
 
 class RunningSums:
@@ -222,11 +363,15 @@ class BucketStore:
         self._n = 0
         self._cap = _MIN_ROWS  # grows by doubling, then by a quarter: an idle store stays small
         self._cols = {k: np.zeros((self._cap, *sh), dt) for k, (sh, dt) in self._shapes.items()}
-        # copy-out bookkeeping (:meth:`begin_copy`): rows written since the copy began, and
-        # a counter of changes that move or drop rows (the copy then starts over)
-        self._dirty = np.zeros(self._cap, bool)
+        # copy-out bookkeeping (:meth:`begin_copy`): the epoch each row was last written
+        # in (a copy takes a new epoch each time it copies rows, so a row written after
+        # its copy has a later stamp), and a counter of changes that move or drop rows
+        # (a copy then starts over)
+        self._stamp = np.zeros(self._cap, np.int64)
+        self._epoch = 0
+        self._owing: list[CopyPlan] = []  # finished copies with rows still owed
+        self._settling: list[SumPlan] = []  # finished sums with rows still owed
         self.generation = 0
-        self._open_copies = 0
         self._sum_plans: list[SumPlan] = []
         self._running: dict[str, RunningSums] = {}  # matrix -> the last pass's window sums
         self._rolled_to: Tiers | None = None  # the tiers every row is rolled up to
@@ -247,6 +392,7 @@ class BucketStore:
         key = f"m.{name}"
         if key in self._shapes:
             return
+        self._settle_all()
         self._shapes[key] = ((int(width),), dtype)
         self._cols[key] = np.zeros((self._cap, int(width)), dtype)
         self.generation += 1
@@ -269,7 +415,11 @@ class BucketStore:
         new = np.flatnonzero(urows < 0)
         if new.shape[0]:
             urows[new] = self._new_rows(uniq[new])
-        self._dirty[urows] = True  # every write to a row comes through here first
+        for plan in self._owing:  # copy-before-write of rows a finished copy still owes
+            self._pay(plan, urows)
+        for summed in self._settling:  # and of rows finished sums still owe
+            self._save_owed(summed, urows)
+        self._stamp[urows] = self._epoch  # every write to a row comes through here first
         for plan in self._sum_plans:  # keep the old value of rows already summed
             self._save_undo(plan, urows)
         for name, run in list(self._running.items()):  # and of rows in the running sums
@@ -310,8 +460,9 @@ class BucketStore:
         self._cols["tier"][rows] = (keys >> _BUCKET_BITS) & 3
         return rows
 
-    def _row_bytes(self) -> int:
-        return int(sum(a.nbytes // a.shape[0] for a in self._cols.values()))
+    def _row_bytes(self, skip: frozenset[str] = frozenset()) -> int:
+        """Bytes of one row (of the columns not in ``skip``)."""
+        return int(sum(a.nbytes // a.shape[0] for k, a in self._cols.items() if k not in skip))
 
     def span(self) -> np.ndarray:
         """Base buckets each row in use covers (1, or an hour's, 12 hours' or a day's worth)."""
@@ -330,6 +481,7 @@ class BucketStore:
         roll-up costs the rows that move plus one in-place compaction, not a copy."""
         if tiers == self._rolled_to:  # rows are made in their tier: nothing new to move
             return 0
+        self._settle_all()
         self.tiers = tiers
         n = self._n
         if not tiers.per_hour or n == 0:
@@ -406,6 +558,7 @@ class BucketStore:
     def _remove_rows(self, gone: np.ndarray) -> None:
         """Forget rows: the last rows move into the holes (O(removed) rows touched, not a
         rewrite of the store — this runs under the engine lock), freed rows are zeroed."""
+        self._settle_all()
         n = self._n
         gone = np.unique(gone)
         for key in self._keys(gone).tolist():
@@ -428,7 +581,7 @@ class BucketStore:
     def _shrink(self, cap: int) -> None:
         for name in list(self._cols):  # one column's copy alive at a time
             self._cols[name] = self._cols[name][:cap].copy()
-        self._dirty = self._dirty[:cap].copy()
+        self._stamp = self._stamp[:cap].copy()
         self._cap = cap
 
     def _grow(self, cap: int) -> None:
@@ -438,9 +591,9 @@ class BucketStore:
                 new = np.zeros((cap, *old.shape[1:]), old.dtype)
                 new[: self._n] = old[: self._n]
                 self._cols[name] = new
-        dirty = np.zeros(cap, bool)
-        dirty[: self._n] = self._dirty[: self._n]
-        self._dirty = dirty
+        stamp = np.zeros(cap, np.int64)
+        stamp[: self._n] = self._stamp[: self._n]
+        self._stamp = stamp
         self._cap = cap
 
     def add_predictions(self, group: np.ndarray, ts_ms: np.ndarray) -> None:
@@ -504,34 +657,84 @@ class BucketStore:
 
     def begin_copy(self, skip: tuple[str, ...] = ()) -> CopyPlan:
         """Start a copy of the rows in use that the caller makes *without* holding the
-        writer's lock (:meth:`CopyPlan.copy`), then completes under it
-        (:meth:`finish_copy`). Call under the lock.
+        writer's lock (:meth:`CopyPlan.copy`), refreshes in rounds outside it
+        (:meth:`take_round`), then completes under it (:meth:`finish_copy`). Call under
+        the lock.
 
         Why: a fleet's stores are hundreds of MB; copying them under the engine lock
         stalled ingestion for the whole copy. The writer keeps writing meanwhile; every
-        row it touches is marked (:meth:`rows_for`), and :meth:`finish_copy` re-copies
-        just those rows and the new ones — the read-copy-update pattern with a dirty map
-        instead of versions (McKenney & Slingwine 1998). ``skip``: columns left out (read
-        as window sums instead)."""
-        if self._open_copies == 0:  # another copy in progress needs its marks kept
-            self._dirty[:] = False
-        self._open_copies += 1
+        row it touches is stamped with the current epoch (:meth:`rows_for`), and the
+        rounds and the finish re-copy just the rows stamped since they were copied and
+        the new ones — the read-copy-update pattern with write stamps instead of
+        versions (McKenney & Slingwine 1998), refreshed in rounds as a live migration's
+        pre-copy is (Clark et al. 2005). Copies may overlap: each keeps its own epoch.
+        ``skip``: columns left out (read as window sums instead)."""
         view = {k: v for k, v in self.view().items() if k not in skip}
         plan = CopyPlan(self._n, self.generation, view)
         plan.skip = frozenset(skip)
+        plan.since = self._next_epoch()
         return plan
 
-    def finish_copy(self, plan: CopyPlan) -> dict[str, np.ndarray]:
-        """The copy as of now (call under the lock): rows written since
-        :meth:`begin_copy` re-copied, rows added appended; a plain copy if rows moved or
-        were dropped meanwhile (roll-up, retention, restore: none run in the writer's
-        normal path). Every plan must be finished (or :meth:`abandon_copy`-ed)."""
-        self._open_copies = max(0, self._open_copies - 1)
+    def _next_epoch(self) -> int:
+        """A new epoch: rows written from now on are stamped with it."""
+        self._epoch += 1
+        return self._epoch
+
+    def pending_bytes(self, plan: CopyPlan) -> int:
+        """Bytes the lock-held finish of ``plan`` would copy now (rows written since they
+        were copied, rows added since); 0 when it would copy everything afresh (rows
+        moved), as no round can help then."""
+        if plan.copied is None or plan.generation != self.generation:
+            return 0
+        rows = int(np.count_nonzero(self._stamp[: plan.n] >= plan.since)) + self._n - plan.n
+        return rows * self._row_bytes(plan.skip)
+
+    def take_round(self, plan: CopyPlan) -> CopyRound | None:
+        """The rows of a bulk-copied plan to copy again outside the lock (call under it):
+        those written since they were copied and those added since (as far as the copy
+        has room); they count as copied from now on. None when rows moved (the finish
+        then copies everything)."""
+        if plan.copied is None or plan.generation != self.generation:
+            return None
+        changed = np.flatnonzero(self._stamp[: plan.n] >= plan.since)
+        room = next(iter(plan.copied.values())).shape[0] if plan.copied else plan.n
+        hi = max(plan.n, min(self._n, room))
+        source = {k: v for k, v in self._cols.items() if k not in plan.skip}
+        taken = CopyRound(plan, changed, (plan.n, hi), source)
+        plan.n, plan.since = hi, self._next_epoch()
+        plan.rounds += 1
+        return taken
+
+    def finish_copy(self, plan: CopyPlan, budget_bytes: int | None = None) -> dict[str, np.ndarray]:
+        """The copy as of now (call under the lock): rows written since they were copied
+        re-copied, rows added appended; a plain copy if rows moved or were dropped
+        meanwhile (roll-up, retention, restore: none run in the writer's normal path).
+
+        With ``budget_bytes``: if the rows to re-copy are more than that, they are left
+        *owed* instead — the arrays returned are complete only after :meth:`settle_copy`
+        returned True. Until then the writer copies an owed row into the copy before it
+        writes it (copy-before-write, :meth:`rows_for`), and each :meth:`settle_copy`
+        copies a budget's worth of the rest under a short hold; either way a row is
+        copied once, with its value as of this call, so the copy is exactly the state
+        this call saw while no hold copies more than the budget."""
         live_cols = {k: v for k, v in self.view().items() if k not in plan.skip}
         if plan.copied is None or plan.generation != self.generation:
             return {k: v.copy() for k, v in live_cols.items()}
         n0 = plan.n
-        rows = np.flatnonzero(self._dirty[:n0])
+        rows = np.flatnonzero(self._stamp[:n0] >= plan.since)
+        room = next(iter(plan.copied.values())).shape[0] if plan.copied else 0
+        owe = (
+            budget_bytes is not None
+            and self._n <= room
+            and plan.copied.keys() == live_cols.keys()
+            and rows.shape[0] * self._row_bytes(plan.skip) > budget_bytes
+        )
+        if owe:
+            plan.owed = np.zeros(n0, bool)
+            plan.owed[rows] = True
+            plan.owed_rows, plan.owed_at = rows, 0
+            self._owing.append(plan)
+            rows = rows[:0]
         out: dict[str, np.ndarray] = {}
         for name, live in live_cols.items():
             if name not in plan.copied:  # a matrix registered meanwhile (generation moved)
@@ -546,6 +749,53 @@ class BucketStore:
                 out[name] = np.concatenate([copied[:n0], live[n0:]])
         plan.patched = int(rows.shape[0]) + (self._n - n0)
         return out
+
+    def settle_copy(self, plan: CopyPlan, budget_bytes: int) -> bool:
+        """Copy up to ``budget_bytes`` of the rows :meth:`finish_copy` left owed (call
+        under the lock); True when none is owed any more (the copy is complete)."""
+        if plan.owed is None:
+            return True
+        step = max(1, budget_bytes // max(1, self._row_bytes(plan.skip)))
+        rows = plan.owed_rows[plan.owed_at :]
+        rows = rows[plan.owed[rows]][:step]  # those the writer has not copied itself
+        if rows.shape[0]:
+            plan.owed_at = int(np.searchsorted(plan.owed_rows, rows[-1], "right"))
+            self._pay(plan, rows)
+        else:
+            plan.owed_at = plan.owed_rows.shape[0]
+        if plan.owed_at < plan.owed_rows.shape[0]:
+            return False
+        self.drop_copy(plan)
+        return True
+
+    def drop_copy(self, plan: CopyPlan) -> None:
+        """No row of ``plan`` is owed any more (settled, or its pass failed)."""
+        plan.owed = None
+        if plan in self._owing:
+            self._owing.remove(plan)
+
+    def _pay(self, plan: CopyPlan, rows: np.ndarray) -> None:
+        """Copy the owed ones of ``rows`` into the plan's copy (their values now)."""
+        owed = plan.owed
+        if owed is None or plan.copied is None:
+            return
+        rows = rows[rows < owed.shape[0]]
+        rows = rows[owed[rows]]
+        if rows.shape[0]:
+            for name, out in plan.copied.items():
+                out[rows] = self._cols[name][rows]
+            owed[rows] = False
+
+    def _settle_all(self) -> None:
+        """Copy every owed row now, and take every row finished sums owe: rows are about
+        to move or change layout."""
+        for plan in list(self._owing):
+            if plan.owed is not None:
+                self._pay(plan, plan.owed_rows)
+            self.drop_copy(plan)
+        for summed in list(self._settling):  # taken now, added by the settling pass
+            while self.settle_sums(summed, 1 << 62):
+                pass
 
     # -- window sums outside one long lock hold ------------------------------------------
     def begin_sums(
@@ -674,10 +924,20 @@ class BucketStore:
             for x, (lo, hi) in zip(plan.sums or (), plan.bounds, strict=False):
                 _scatter(x, at, values, (bucket >= lo) & (bucket <= hi))
 
-    def finish_sums(self, plan: SumPlan, index: np.ndarray, size: int) -> list[np.ndarray]:
+    def finish_sums(
+        self, plan: SumPlan, index: np.ndarray, size: int, defer: bool = False
+    ) -> list[np.ndarray]:
         """The plan's window sums as of now (call under the lock), group g in row
         ``index[g]`` of ``size`` — the plan's ``index`` extended by the groups added
-        meanwhile (appended rows)."""
+        meanwhile (appended rows).
+
+        With ``defer``: the rows still to add (changed since summed, or not summed yet)
+        are left *owed* — the sums returned are complete only after :meth:`settle_sums`
+        returned False and :meth:`add_chunk` ran (adding even a few hundred wide rows
+        here took tens of ms per store, so none is added under this hold). Until then
+        the writer saves an owed row's value before it writes it (copy-before-write,
+        :meth:`rows_for`), so each row adds its value as of this call and the sums are
+        exactly those of the rows this call saw."""
         if plan in self._sum_plans:
             self._sum_plans.remove(plan)
         self.add_chunk(plan)
@@ -693,8 +953,17 @@ class BucketStore:
         # rows changed after their chunk was summed: swap the summed (old) value for the
         # current one; rows not yet summed when the plan ended and new rows: add them
         changed = np.fromiter(plan.undo, np.int64, len(plan.undo))
-        old = np.stack(list(plan.undo.values())) if plan.undo else np.zeros((0, col.shape[1]))
         rest = np.arange(plan.done, self._n)
+        if defer and changed.shape[0] + rest.shape[0]:
+            plan.sums, plan.index, plan.size = sums, index, size
+            plan.owed_old, plan.undo = plan.undo, {}
+            plan.owed_rows, plan.owed_at = np.union1d(changed, rest), 0
+            plan.owed = np.zeros(self._n, bool)
+            plan.owed[plan.owed_rows] = True
+            self._settling.append(plan)
+            self._keep_running(plan, sums, index, plan.base.passes + 1 if plan.base else 0)
+            return sums
+        old = np.stack(list(plan.undo.values())) if plan.undo else np.zeros((0, col.shape[1]))
         for x, (lo, hi) in zip(sums, plan.bounds, strict=True):
             if changed.shape[0]:
                 inside = (bucket[changed] >= lo) & (bucket[changed] <= hi)
@@ -704,6 +973,61 @@ class BucketStore:
                 window_group_sums(group[rest], bucket[rest], col[rest], (lo, hi), index, size, x)
         self._keep_running(plan, sums, index, plan.base.passes + 1 if plan.base else 0)
         return sums
+
+    def settle_sums(self, plan: SumPlan, budget_bytes: int) -> bool:
+        """Take up to ``budget_bytes`` of the rows :meth:`finish_sums` left owed (call
+        under the lock; :meth:`add_chunk` adds them, with the lock released): each row's
+        value as the finish saw it — the writer's saved copy, or the row itself if not
+        written since — less its summed value if it had one. True while more is owed."""
+        if plan.owed is None:
+            return False
+        col = self._cols[plan.matrix]
+        step = max(1, budget_bytes // max(1, col.itemsize * col.shape[1]))
+        rows = plan.owed_rows[plan.owed_at : plan.owed_at + step]
+        plan.owed_at += rows.shape[0]
+        if rows.shape[0]:
+            vals = col[rows].astype(np.float64)
+            for i, r in enumerate(rows.tolist()):
+                kept = plan.saved.pop(r, None)
+                if kept is not None:
+                    vals[i] = kept
+                old = plan.owed_old.pop(r, None)
+                if old is not None:
+                    vals[i] -= old
+            plan.owed[rows] = False
+            at = plan.index[self._cols["group"][rows]]
+            plan.pending.append((at, self._cols["bucket"][rows].copy(), vals))
+        if plan.owed_at < plan.owed_rows.shape[0]:
+            return True
+        self._drop_settling(plan)
+        return False
+
+    def drop_sums(self, plan: SumPlan) -> None:
+        """A plan whose owed rows will not be settled (its pass failed): its sums are
+        not kept for the next pass."""
+        if plan.owed is not None:
+            self._drop_settling(plan)
+            run = self._running.get(plan.matrix)
+            if run is not None and run.sums is plan.sums:
+                del self._running[plan.matrix]
+
+    def _drop_settling(self, plan: SumPlan) -> None:
+        plan.owed, plan.saved, plan.owed_old = None, {}, {}
+        if plan in self._settling:
+            self._settling.remove(plan)
+
+    def _save_owed(self, plan: SumPlan, rows: np.ndarray) -> None:
+        """Keep the value of each owed row of ``rows`` before it is written."""
+        owed = plan.owed
+        if owed is None:
+            return
+        rows = rows[rows < owed.shape[0]]
+        rows = rows[owed[rows]]
+        if rows.shape[0]:
+            col = self._cols[plan.matrix]
+            for r in rows.tolist():
+                plan.saved[r] = col[r].copy()
+            owed[rows] = False
 
     def _keep_running(
         self, plan: SumPlan, sums: list[np.ndarray], index: np.ndarray, passes: int
@@ -723,11 +1047,8 @@ class BucketStore:
             return
         _save_old(plan.undo, self._cols[plan.matrix], rows[rows < plan.done])
 
-    def abandon_copy(self) -> None:
-        """A plan that will not be finished (its pass failed)."""
-        self._open_copies = max(0, self._open_copies - 1)
-
     def load(self, state: Mapping[str, np.ndarray]) -> None:
+        self._settle_all()
         n = np.asarray(state["group"]).shape[0]
         cols = {}
         for name, (shape, dtype) in self._shapes.items():
@@ -762,7 +1083,7 @@ class BucketStore:
         self._cap = max(_MIN_ROWS, n)
         self._n = n
         self._rolled_to = None  # restored rows may predate the tiers
-        self._dirty = np.zeros(self._cap, bool)
+        self._stamp = np.zeros(self._cap, np.int64)
         self.generation += 1
         self._cols = {}
         for name, arr in cols.items():

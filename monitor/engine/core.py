@@ -38,7 +38,17 @@ from ..stats.regression import RegressionLayout
 from ..stats.scores import ScoreLayout
 from .accumulator import Accumulator, LabeledRows, NewPredictions, PredictionAccumulator
 from .assemble import Assembler
-from .buckets import BucketStore, MatrixSpec, SumPlan, window_group_sums
+from .buckets import (
+    BucketStore,
+    MatrixSpec,
+    SumPlan,
+    copy_in_rounds,
+    finish_copies,
+    finish_sums_deferred,
+    settle_copies,
+    settle_sums,
+    window_group_sums,
+)
 from .clock import EventWatermark, retention_now
 from .comparison_stats import (
     ArmSums,
@@ -229,7 +239,8 @@ class Engine:
         self.event_clock = event_clock if event_clock is not None else EventWatermark()
         self.label_clock = label_clock if label_clock is not None else EventWatermark()
         # seconds the last snapshot held the caller's lock, per section: retention, the
-        # longest window-sum chunk, finishing the copy, the comparison looks
+        # longest other hold (a window-sum chunk, a copy round, settling the rows the copy
+        # or the sums owe), the final section, the comparison looks
         self.lock_holds_s: tuple[float, ...] = ()
         self._base_index: dict[int, tuple[int, np.ndarray, int]] = {}  # _sum_index's, cached
         # what joined rows are counted into, in order (task statistics write the ranking
@@ -444,7 +455,7 @@ class Engine:
         wide: dict[tuple[int, int, int], np.ndarray] = {}
         for m, store, plan, bounds in sums:
             index, size = self._sum_index(m, store)
-            done = store.finish_sums(plan, index, size)
+            done = finish_sums_deferred(store, plan, index, size)  # may leave rows owed
             if self._window_bounds(models, m, now_ms) != bounds:  # the tiers moved meanwhile
                 bounds = self._window_bounds(models, m, now_ms)
                 col = store.matrix(plan.matrix[2:])
@@ -788,8 +799,12 @@ class Engine:
         Under ``lock`` (the daemon's; none in replay): retention (or, with
         ``retain=False``, only freezing and roll-up, as replay keeps everything). Outside
         it: the bulk copy of the stores, ingestion going on (:meth:`BucketStore.begin_copy`),
-        and the window sums, a chunk of rows copied per short hold and summed outside.
-        Under it again: the rows written meanwhile re-copied, and the counters. Outside:
+        the window sums, a chunk of rows copied per short hold and summed outside, and
+        the rows written meanwhile copied again in rounds (``copy_in_rounds``). Under
+        it again: the rows written since re-copied (past a budget, left owed: the writer
+        copies an owed row before writing it, and ``settle_copies`` copies the rest in
+        short holds), the window sums' finish (the rows they still need left owed the
+        same way, ``settle_sums``), and the counters. Outside:
         every window, slice, fairness gap and drift test. Under it once more: one look of
         each comparison (sticky state) and the plugin error counts; ``lock_holds_s``
         keeps how long each section held the lock. ``models`` may add windows (replay's
@@ -828,37 +843,46 @@ class Engine:
                         holds.append(time.perf_counter() - held)
                     store.add_chunk(sum_plan)  # ... summed with the lock released
                     rounds += 1
+            copy_in_rounds(plans, guard, holds)
         except BaseException:
-            for st, _ in plans:
-                st.abandon_copy()
             for _, store, sum_plan, _ in sums:
                 store.abandon_sums(sum_plan)
             raise
-        with guard:
-            held = time.perf_counter()
-            copies = {id(st): st.finish_copy(plan) for st, plan in plans}
-            window_sums, wide_sums = (
-                self._finish_window_sums(sums, models or self.models, now_ms)
-                if sums
-                else (None, None)
-            )
-            view = self.view(
-                copy=False,
-                copies=copies if plans else None,
-                window_sums=window_sums,
-                wide_sums=wide_sums,
-            )
-            ops = self.ops()
-            unseen = self.drift_cells.unseen.copy()
-            plugins = self.active_plugins
-            holds.append(time.perf_counter() - held)
+        try:
+            with guard:
+                held = time.perf_counter()
+                copies = finish_copies(plans)  # rows past a budget left owed: settled below
+                window_sums, wide_sums = (
+                    self._finish_window_sums(sums, models or self.models, now_ms)
+                    if sums
+                    else (None, None)
+                )
+                view = self.view(
+                    copy=False,
+                    copies=copies if plans else None,
+                    window_sums=window_sums,
+                    wide_sums=wide_sums,
+                )
+                ops = self.ops()
+                unseen = self.drift_cells.unseen.copy()
+                plugins = self.active_plugins
+                final = time.perf_counter() - held
+            settle_copies(plans, guard, holds)  # rows the final section left owed
+            settle_sums([(store, plan) for _, store, plan, _ in sums], guard, holds)
+        except BaseException:
+            with guard:
+                for st, plan in plans:
+                    st.drop_copy(plan)
+                for _, store, sum_plan, _ in sums:
+                    store.drop_sums(sum_plan)
+            raise
         snap = self.assembler.evaluate(
             view, ops, unseen, self._comparison_sums, now_ms, at_ms=at_ms, confidence=confidence,
             models=models, plugins=plugins, not_ready=not_ready, look_at_ms=look_at_ms,
             lock=lock, plugin_errors=self.plugin_stats.errors, input_ended=input_ended,
         )  # fmt: skip
         self.lock_holds_s = (
-            holds[0], max(holds[1:-1], default=0.0), holds[-1], self.assembler.look_hold_s
+            holds[0], max(holds[1:], default=0.0), final, self.assembler.look_hold_s
         )  # fmt: skip
         return snap
 

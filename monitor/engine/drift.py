@@ -23,6 +23,7 @@ from ..drift.detector import DriftDetector, DriftReport, LabelPriorDrift, label_
 from ..drift.reference import OTHER, CategoricalReference, NumericReference, ReferenceProfile
 from ..drift.summaries import categorical_cells, n_cells, numeric_cells
 from .models import DriftSpec, ModelSpec, WindowSpec
+from .records import PredictionBatch
 from .snapshot import DriftResult
 from .view import StoreView
 
@@ -97,10 +98,12 @@ class _ModelDrift:
         features: Sequence[dict[str, Any] | None],
         score: np.ndarray,
         numeric: Mapping[str, np.ndarray] | None = None,
+        ready: Mapping[str, np.ndarray] | None = None,
     ) -> tuple[np.ndarray, np.ndarray, list[tuple[str, str]]]:
         """(event index, column) pairs for a batch of this model's predictions, and the
         (feature, value) pairs of unseen categorical values met. ``numeric`` holds the
-        numeric features the decoder already put in columns (monitor.ingest.decode)."""
+        numeric features the decoder already put in columns (monitor.ingest.decode),
+        ``ready`` numeric features' cells computed ahead (:meth:`DriftTracker.with_cells`)."""
         n = len(features)
         ev: list[np.ndarray] = []
         cols: list[np.ndarray] = []
@@ -108,6 +111,10 @@ class _ModelDrift:
         idx = np.arange(n)
         for ref, off in zip(self.refs, self.offsets, strict=True):
             name = ref.name
+            if isinstance(ref, NumericReference) and ready is not None and name in ready:
+                ev.append(idx)
+                cols.append(ready[name].astype(np.int64) + off)
+                continue
             if isinstance(ref, NumericReference) and numeric is not None and name in numeric:
                 c = numeric_cells(ref, numeric[name])
                 ev.append(idx)
@@ -413,6 +420,32 @@ class DriftTracker:
         for m, boot in self.bootstrap.items():
             counts[m] = counts.get(m, 0) + boot.untracked
         return {self.models[m].name: c for m, c in sorted(counts.items()) if c}
+
+    def with_cells(self, batch: PredictionBatch) -> PredictionBatch:
+        """``batch`` with its numeric block's drift cells (``numeric_cells``) against each
+        model's fixed reference: work that reads no engine state, done where the batch is
+        decoded (replay's decoding processes) so the applying process only adds the cells
+        up. A live reference changes as data arrives: its model's rows are left to the
+        applying process (-1), as are rows of a reference swapped since (the fingerprint
+        is checked there)."""
+        block = batch.numeric
+        if block is None or not len(batch):
+            return batch
+        column = {name: j for j, name in enumerate(batch.numeric_names)}
+        out = np.full(block.shape, -1, np.int32)
+        done: list[tuple[int, str]] = []
+        for m, d in self.by_model.items():
+            rows = np.flatnonzero(batch.model == m)
+            if d.spec.live is not None or rows.shape[0] == 0:
+                continue
+            for ref in d.refs:
+                j = column.get(ref.name)
+                if isinstance(ref, NumericReference) and j is not None:
+                    out[rows, j] = numeric_cells(ref, block[rows, j])
+            done.append((m, d.spec.fingerprint))
+        if not done:
+            return batch
+        return replace(batch, numeric_cells=out, cells_of=tuple(done))
 
     def fingerprints(self) -> dict[str, str]:
         """Reference fingerprint per model name."""

@@ -89,13 +89,18 @@ class DriftCells:
             sel = np.flatnonzero(model == m)[counted.get(m, 0) :]
             if sel.shape[0] == 0:
                 continue
-            numeric = None
-            if batch.numeric is not None:  # decoded in columns (monitor.ingest.decode)
+            numeric = ready = None
+            names = batch.numeric_names
+            if batch.numeric_cells is not None and (m, d.spec.fingerprint) in batch.cells_of:
+                cells = batch.numeric_cells[new[sel]]  # computed ahead (DriftTracker.with_cells)
+                ready = {name: cells[:, j] for j, name in enumerate(names)}
+            elif batch.numeric is not None:  # decoded in columns (monitor.ingest.decode)
                 block = batch.numeric[new[sel]]
-                numeric = {name: block[:, j] for j, name in enumerate(batch.numeric_names)}
+                numeric = {name: block[:, j] for j, name in enumerate(names)}
             self._add(
-                d, m, features(sel), batch.score[new[sel]], rows.base[sel], rows.ts[sel], numeric
-            )
+                d, m, features(sel), batch.score[new[sel]], rows.base[sel], rows.ts[sel],
+                numeric, ready,
+            )  # fmt: skip
 
     def _add(
         self,
@@ -106,8 +111,9 @@ class DriftCells:
         base: np.ndarray,
         ts: np.ndarray,
         numeric: dict[str, np.ndarray] | None = None,
+        ready: dict[str, np.ndarray] | None = None,
     ) -> None:
-        ev, cols, unseen = d.cells(feats, score, numeric)
+        ev, cols, unseen = d.cells(feats, score, numeric, ready)
         at = self.wide[m].rows_for(base, ts)
         self.wide[m].add_cells(d.matrix, at[ev], cols)
         for feature, value in unseen:

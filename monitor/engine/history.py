@@ -236,22 +236,26 @@ def _configured(spec: ModelSpec, metric: str) -> bool:
 
 
 def take(
-    engine: Any, model: str, version: str | Sequence[str], slice_label: str
+    models: Sequence[ModelSpec],
+    stores: StoreView,
+    model: str,
+    version: str | Sequence[str],
+    slice_label: str,
 ) -> tuple[StoreView, ModelSpec]:
     """The rows a :func:`series` of ``model``'s ``version`` (or a :func:`versions_series`
-    of several) and slice reads, copied out of ``engine`` (call under its lock).
-    NarrowError names an unknown model or version."""
-    names = [m.name for m in engine.models]
+    of several) and slice reads, copied out of ``stores`` (an engine's view: call under
+    its lock). NarrowError names an unknown model or version."""
+    names = [m.name for m in models]
     if model not in names:
         raise NarrowError("model", f"no model {model!r} is configured (models: {', '.join(names)})")
     m = names.index(model)
-    spec = engine.models[m]
-    known = sorted({v for mi, v, _ in engine.groups if mi == m})
+    spec = models[m]
+    known = sorted({v for mi, v, _ in stores.groups if mi == m})
     asked = [version] if isinstance(version, str) else list(version)
     for v in asked:
         if v not in known:
             have = ", ".join(known) or "none yet"
             raise NarrowError("version", f"model {model} has no version {v!r} (versions: {have})")
-    gids = [g for v in asked for g in slice_groups(engine.groups, spec, m, v, slice_label)]
+    gids = [g for v in asked for g in slice_groups(stores.groups, spec, m, v, slice_label)]
     dims, _ = parse_slice(slice_label)  # (slice "all" reads no per-slice row)
-    return copy_rows(engine, m, gids, sliced=bool(dims)), spec
+    return copy_rows(stores, m, gids, sliced=bool(dims)), spec

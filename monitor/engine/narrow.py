@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -21,11 +21,8 @@ from ..metrics.registry import exported_names
 from .evaluate import evaluate_all
 from .models import ModelSpec, SliceSpec, WindowSpec
 from .snapshot import WindowResult
-from .view import StoreView
+from .view import Arrays, StoreView
 from .windows import Tiers
-
-if TYPE_CHECKING:
-    from .core import Engine
 
 __all__ = [
     "NarrowError",
@@ -89,7 +86,7 @@ def slice_groups(
 
 
 def copy_rows(
-    engine: Engine,
+    stores: StoreView,
     m: int,
     gids: Iterable[int],
     lo: int | None = None,
@@ -98,17 +95,17 @@ def copy_rows(
 ) -> StoreView:
     """A copy of the rows of groups ``gids`` of model ``m`` (their buckets in ``[lo, hi]``
     when given) from every store, the groups re-coded as model 0's only ones, so
-    :func:`evaluate_narrow` reads them alone. Call under the engine's lock.
+    :func:`evaluate_narrow` reads them alone. ``stores``: an engine's view (call under
+    its lock) or merged statistics.
     ``sliced=False``: not the per-slice store (an evaluation of slice ``all`` only)."""
     wanted = sorted(set(gids))
-    versions = {engine.groups[g][1] for g in wanted}
+    groups = stores.groups
+    versions = {groups[g][1] for g in wanted}
     bases = [
-        g
-        for g, (model, v, seg) in enumerate(engine.groups)
-        if model == m and v in versions and not seg
+        g for g, (model, v, seg) in enumerate(groups) if model == m and v in versions and not seg
     ]
     keep = sorted(set(wanted) | set(bases))
-    code = np.full(len(engine.groups), -1, np.int64)
+    code = np.full(len(groups), -1, np.int64)
     code[keep] = np.arange(len(keep))
 
     def take(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -123,23 +120,25 @@ def copy_rows(
         out["group"] = code[group[rows]].astype(np.int32)
         return out
 
-    light = take(engine.buckets.view())
+    light = take(dict(stores.buckets))
     # base groups not asked for keep their wide rows (slice "all" reads them) but no
     # light rows: their counts would enter the version's sums
     asked = np.isin(light["group"], code[wanted])
     light = {k: v[asked] for k, v in light.items()}
-    wide = engine.wide.get(m)
-    per_slice = engine.sliced.get(m) if sliced else None
+    wide = stores.wide.get(m)
+    per_slice = stores.sliced.get(m) if sliced else None
     return StoreView(
-        width_ms=engine.buckets.width_ms,
-        tiers=engine.tiers,
-        groups=tuple((0, engine.groups[g][1], engine.groups[g][2]) for g in keep),
+        width_ms=stores.width_ms,
+        tiers=stores.tiers,
+        groups=tuple((0, groups[g][1], groups[g][2]) for g in keep),
         buckets=light,
-        wide={0: take(wide.view())} if wide is not None and len(wide) else {},
-        sliced={0: _only(take(per_slice.view()), code[wanted])}
-        if per_slice is not None and len(per_slice)
-        else {},
+        wide={0: take(dict(wide))} if _has_rows(wide) else {},
+        sliced={0: _only(take(dict(per_slice)), code[wanted])} if _has_rows(per_slice) else {},
     )
+
+
+def _has_rows(arrays: Arrays | None) -> bool:
+    return arrays is not None and "group" in arrays and len(arrays["group"]) > 0
 
 
 def _only(arrays: dict[str, np.ndarray], codes: np.ndarray) -> dict[str, np.ndarray]:

@@ -77,6 +77,11 @@ class PredictionBatch:
     # ranking: each row's ranked list (monitor.stats.ranking.RankedList; None for rows of
     # other tasks); None without ranking rows in the batch
     ranked: list[Any] | None = None
+    # the numeric block's drift cells, (n, F) int32, computed ahead of applying (replay's
+    # decoding processes) against the fixed references named in ``cells_of`` ((model
+    # index, reference fingerprint) pairs; rows of other models hold -1); None: not done
+    numeric_cells: np.ndarray | None = None
+    cells_of: tuple[tuple[int, str], ...] = ()
 
     def __len__(self) -> int:
         return int(self.keys.shape[0])
@@ -95,7 +100,8 @@ class PredictionBatch:
             self.keys[rows], self.ts_ms[rows], self.model[rows], [self.version[i] for i in picked],
             self.score[rows], self.decision[rows], some(self.features) or [],
             some(self.segments) or [], arr(self.proba), arr(self.lower), arr(self.upper),
-            arr(self.numeric), self.numeric_names, some(self.ranked),
+            arr(self.numeric), self.numeric_names, some(self.ranked), arr(self.numeric_cells),
+            self.cells_of,
         )  # fmt: skip
 
     @staticmethod

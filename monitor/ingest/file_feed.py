@@ -1,5 +1,5 @@
 """Replay's two files as decoded batches, in the order ``interleave`` gives, decoded in
-this process or by worker processes on every CPU, applied here in file order.
+this process or by worker processes on the other CPUs, applied here in file order.
 
 Why workers: replay is CPU-bound in one interpreter, and most of its time is decoding
 (msgspec's typed parse, column checks), which reads no engine state. A plain file is cut
@@ -10,6 +10,11 @@ process applies the decoded spans to the engine in the planned order — the ord
 in-process path applies them in — so the report is the same byte for byte. A span's
 records are not sent back: a rejected or late record's bytes and line number are read
 from the file again, here, when the dead-letter sink asks for them.
+
+A worker also does the part of applying a prediction batch that reads no changing
+engine state (``ahead``: each numeric drift feature's cell against a fixed reference,
+about a fifth of applying a batch with 20 drift features), which leaves this process
+only the adding up.
 
 What crosses the pipe is the decoded columns (numpy arrays as out-of-band buffers of
 pickle protocol 5) with the text columns coded (versions, segments and labels repeat:
@@ -25,13 +30,14 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
 import multiprocessing
 import os
 import pickle
 import queue
 import threading
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from itertools import count
 from pathlib import Path
@@ -43,29 +49,53 @@ from ..engine.records import LabelBatch, PredictionBatch
 from .files import JsonlReader, LineOrigin, SpanReader, interleave, open_reader, read_span
 from .pipeline import IngestPipeline, RawBatch, offset_key
 
-__all__ = ["DecodeWorker", "DecodedBatch", "FileFeed", "SpanLines", "decode_workers"]
+__all__ = ["DecodeWorker", "DecodedBatch", "FileFeed", "SpanLines", "decode_workers", "usable_cpus"]
 
 DecodeWorker = Literal["auto", "on", "off"]
 BATCH_SIZE = 20_000  # records per batch (per file), about
 _AHEAD = 4  # batches received from one worker and not yet applied (a few MB each)
 _MAX_WORKERS = 8
+_CPU_MAX = "/sys/fs/cgroup/cpu.max"
 
 
 def decode_workers(mode: DecodeWorker) -> int:
-    """How many worker processes decode (0: this process does): one per CPU this process
-    may run on (``on``); ``auto`` only when there are two and one of them is idle (load
-    average below CPUs - 1): on a busy machine the processes wait for each other's turn
-    and the hand-over costs more than it saves (measured: replay 20-40 % slower at a load
-    average of 3 on 2 CPUs). None where fork is unavailable."""
+    """How many worker processes decode (0: this process does): one per usable CPU but
+    the one this process applies on, at least one (``on``); ``auto`` the same where two
+    or more CPUs are usable and the load average leaves one of them idle, else none.
+    Usable: the CPUs this process may run on, bounded by a container's CPU quota. None
+    where fork is unavailable.
+
+    One CPU is left to the applying process: with the drift cells binned in the
+    workers, applying and decoding cost about the same (per million events about 7
+    CPU-s each), so a worker per other CPU keeps it fed and a further one would only
+    take turns with it. The split costs no CPU in total (14.2 against 14.1 CPU-s for a
+    million events on 2 CPUs), but the two processes wait on each other: on a busy
+    machine, where each waits its turn behind other work too, it was up to a third
+    slower than one process (measured at load averages 8-16 on 2 CPUs,
+    docs/benchmarks.md) — hence ``auto`` wants an idle CPU. On one CPU the processes
+    could only take turns: decoded here."""
     if mode == "off" or "fork" not in multiprocessing.get_all_start_methods():
         return 0
+    cpus = usable_cpus()
+    if mode == "auto" and (cpus < 2 or os.getloadavg()[0] > cpus - 1):
+        return 0
+    return max(1, min(cpus - 1, _MAX_WORKERS))
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity), at most a cgroup v2 quota's worth
+    (``cpu.max``: a container limited to 1.5 CPUs counts 2)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # (not on Linux)
         cpus = os.cpu_count() or 1
-    if mode == "auto" and (cpus < 2 or os.getloadavg()[0] > cpus - 1):
-        return 0
-    return max(1, min(cpus, _MAX_WORKERS))
+    try:
+        quota, period = Path(_CPU_MAX).read_text().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):  # no cgroup v2 file, or one not as documented
+        pass
+    return cpus
 
 
 class SpanLines(Sequence[bytes]):
@@ -136,13 +166,21 @@ class FileFeed:
     order; once iterated, ``lines`` holds each kind's count of non-blank lines."""
 
     def __init__(
-        self, pipeline: IngestPipeline, files: dict[str, tuple[Path, str]], workers: int
+        self,
+        pipeline: IngestPipeline,
+        files: dict[str, tuple[Path, str]],
+        workers: int,
+        ahead: Callable[[PredictionBatch], PredictionBatch] | None = None,
     ) -> None:
         """``files``: kind ("predictions", "labels") -> (path, topic); ``workers``: decoding
-        processes (0: decode here; gzip input is always decoded here)."""
+        processes (0: decode here; gzip input is always decoded here); ``ahead``: work on
+        each decoded prediction batch that reads no changing engine state, done by the
+        workers so this process's apply skips it (the drift cells of fixed references;
+        in process the apply does it)."""
         self.pipeline = pipeline
         self.files = files
         self.workers = workers
+        self.ahead = ahead
         self.lines: dict[str, int] = {}
 
     def __iter__(self) -> Iterator[DecodedBatch]:
@@ -278,6 +316,8 @@ def _work(conn: Any, feed: FileFeed, k: int, n: int) -> None:
             path, topic = feed.files[span.kind]
             batch, lines = read_span(Path(path), topic, span.start, span.end, 0)
             decoded, rejects = feed.pipeline.decode(span.kind, batch.values)
+            if feed.ahead is not None and isinstance(decoded, PredictionBatch):
+                decoded = feed.ahead(decoded)
             plain, coded = _coded(decoded)
             numbers = batch.origin.numbers  # type: ignore[attr-defined]
             d = _Decoded(

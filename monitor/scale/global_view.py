@@ -4,7 +4,8 @@ The partition engines keep the per-event state (join buffers, statistics); evalu
 reads only their mergeable statistics (``merge.PartitionStats``). What evaluation keeps
 that is not per partition — each comparison's sticky sequential decision, the drift
 references, the results reused between ticks — is one ``Assembler`` built from the
-configuration alone: no engine stands behind it.
+configuration alone: no engine stands behind it. History, trends and the causes in
+alerts read the merged statistics of the latest evaluation (``rows``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..engine.assemble import Assembler
+from ..engine.rows import Rows
 from ..engine.snapshot import Snapshot
 from .merge import PartitionStats
 
@@ -23,6 +25,7 @@ class GlobalView:
 
     def __init__(self, assembler: Assembler) -> None:
         self.assembler = assembler
+        self.evaluated: PartitionStats | None = None  # the latest snapshot's statistics
 
     def snapshot(
         self,
@@ -36,6 +39,7 @@ class GlobalView:
     ) -> Snapshot:
         """The snapshot of the union the merged ``stats`` describe (comparisons look once:
         the sticky decision state advances; the caller serializes calls)."""
+        self.evaluated = stats
         return self.assembler.evaluate(
             stats.view,
             stats.ops,
@@ -47,3 +51,9 @@ class GlobalView:
             not_ready=not_ready,
             look_at_ms=look_at_ms,
         )
+
+    def rows(self, stats: PartitionStats) -> Rows:
+        """``stats`` as the rows history, trends and causes read, with the plugins the
+        view evaluates with (every configured one)."""
+        a = self.assembler
+        return Rows(a.models, stats.view, stats.ops.label_delay, a.plugins)

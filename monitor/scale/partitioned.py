@@ -42,18 +42,16 @@ from pathlib import Path
 from typing import Any
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
-from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from ..alerting.slo import SloStatus
 from ..app import Daemon, StartupError
-from ..collector import collector_paused
-from ..config import KafkaSettings, Settings
+from ..config import KafkaSettings
 from ..engine import state_codec
 from ..engine.assemble import Assembler
 from ..engine.core import Engine
 from ..engine.partition import Partition
-from ..engine.snapshot import Snapshot
+from ..engine.rows import Rows
+from ..engine.snapshot import OpsState, Snapshot
 from ..engine.state_codec import StateMismatch
 from ..engine.view import StoreView
 from ..export.published import Published
@@ -65,7 +63,7 @@ from ..ingest.pipeline import RawBatch, offset_key
 from ..ingest.topic_watch import TopicWatch
 from ..state.kafka_store import KafkaStateStore, StoredState
 from ..state.positions import Resume
-from ..wiring import build_assembler
+from ..wiring import build_assembler, build_pipeline
 from .global_view import GlobalView
 from .lease import ExporterLease
 from .merge import (
@@ -81,16 +79,22 @@ from .merge import (
 from .partitioned_ingest import PartitionedIngest
 from .stats_topic import StatsReader, stats_store
 
-__all__ = ["PartitionedDaemon"]
+__all__ = ["GroupOwner", "PartitionedSource"]
 
 log = logging.getLogger("monitor.scale")
 
 STATE_FORMAT = 1
 
 
-class PartitionedDaemon(Daemon):
-    def __init__(self, settings: Settings, registry: CollectorRegistry | None = None) -> None:
-        super().__init__(settings, registry)
+class GroupOwner:
+    """The daemon's owner strategy in ``scale.mode = "partitioned"``: the consumer group
+    assigns partition numbers; each is one :class:`Partition`, restored on assignment,
+    stored on each checkpoint and handed over on revocation; the evaluated snapshot is the
+    :class:`GlobalView` of every partition's merged statistics."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.d = daemon
+        settings = daemon.settings
         k = settings.kafka
         client = metadata_config(k)
         self.state_store = KafkaStateStore(
@@ -106,18 +110,18 @@ class PartitionedDaemon(Daemon):
         )
         # evaluates every partition's merged statistics (comparison and drift state)
         self.global_view = GlobalView(build_assembler(settings, settings.state.dir))
-        # what a partition engine of this configuration keeps: the bucket width and the
-        # stores' columns a statistics record must have (read off an empty engine)
-        layout_of = self._new_engine()
-        self._width_ms = layout_of.named_stores()["buckets"].width_ms
+        # an empty engine of this configuration, never fed: what a partition engine
+        # keeps (the bucket width, the stores' columns a statistics record must have)
+        # and the decoders the partitions share are read off it
+        self._template = self.d._new_engine()
+        self._width_ms = self._template.named_stores()["buckets"].width_ms
         self.stats_in = StatsReader(
             {**client, "client_id": f"{k.client_id}-stats-reader"},
             k.group_id,
             [m.name for m in self.assembler.models],
             self._width_ms,
-            store_layout(layout_of),
+            store_layout(self._template),
         )
-        del layout_of
         self.parts: dict[int, Partition] = {}
         # revoked, kept in memory: an eager rebalance that gives p back to this instance
         # (the sticky assignor's aim) resumes it without a restore when nobody wrote p since
@@ -138,6 +142,9 @@ class PartitionedDaemon(Daemon):
         self._assign_lock = threading.Lock()
         self._stats_lock = threading.Lock()  # the stats publisher's generation numbers
         self._sink_ref: DeadLetterSink | None = None
+        self._ingest: PartitionedIngest | None = None  # built when the consume loop starts
+        self._threads: dict[str, threading.Thread] = {}  # stats publisher, lease, hand-over
+        self._last_retry = 0.0  # monotonic: the last restore of paused partitions
         self._source: PartitionedSource | None = None
         self.lease = ExporterLease(
             {**client, "client_id": f"{k.client_id}-lease"},
@@ -145,20 +152,20 @@ class PartitionedDaemon(Daemon):
             settings.scale.exporter_lease,
             eligible=lambda: self._view_complete,
         )
-        if self.dispatcher is not None:  # only the exporter sends alerts
-            self.dispatcher.holding = self.lease.valid
+        if self.d.dispatcher is not None:  # only the exporter sends alerts
+            self.d.dispatcher.holding = self.lease.valid
         self.handovers = 0
         self.fenced = 0  # stores refused: the membership they were owned in is gone
         # (published snapshot, its operational part): what a non-exporter's /metrics
         # renders, made once per evaluation so the page's cache holds between scrapes
         self._ops_only: tuple[Snapshot, Snapshot] | None = None
-        self.registry.register(_ScaleCollector(self))
+        self.d.registry.register(_ScaleCollector(self))
 
     # -- state per partition --------------------------------------------------------------
     def _blob(self, part: Partition) -> tuple[bytes, dict[str, int]]:
         """p's state and the offsets it covers, taken together under the engine lock."""
         current = self._source.topic_ids() if self._source is not None else {}
-        with self.lock:
+        with self.d.lock:
             meta, arrays = state_codec.encode(part.engine, with_results=False)
             offsets = dict(part.offsets)
             part.topic_ids.update(current)  # a recreated topic was restarted in the new log
@@ -168,7 +175,7 @@ class PartitionedDaemon(Daemon):
             {
                 "format": STATE_FORMAT,
                 "partition": part.number,
-                "source": self.source_identity(),
+                "source": self.d.source_identity(),
                 "offsets": offsets,
                 "topic_ids": topic_ids,
                 "engine": meta,
@@ -189,7 +196,7 @@ class PartitionedDaemon(Daemon):
         current = self._source.generation() if self._source is not None else None
         if current is not None and current != part.group_generation:
             self.fenced += 1
-            self.count_fault("partition_fenced")
+            self.d.count_fault("partition_fenced")
             log.warning(
                 "partition %d: not stored, its membership (generation %d) is gone (now %d)",
                 part.number, part.group_generation, current,
@@ -199,9 +206,9 @@ class PartitionedDaemon(Daemon):
             blob, offsets = self._blob(part)
             self.state_store.store(part.number, blob)
         except Exception as err:
-            st = self._published.status
+            st = self.d._published.status
             log.error("storing the state of partition %d failed: %s", part.number, err)
-            self._set_status(
+            self.d._set_status(
                 checkpoint_failures=st.checkpoint_failures + 1, last_checkpoint_error=repr(err)
             )
             return False
@@ -225,13 +232,13 @@ class PartitionedDaemon(Daemon):
                 return self._restore_one(number, state, generation)
             except (StateMismatch, KeyError, TypeError, ValueError, AttributeError) as err:
                 problems.append(f"generation {state.generation} of fence {state.fence}: {err}")
-                self.count_fault("partition_state_skipped")
+                self.d.count_fault("partition_state_skipped")
                 log.error("partition %d: stored generation %d (fence %d) skipped: %s",
                           number, state.generation, state.fence, err)  # fmt: skip
-        if problems and self.settings.scale.on_unusable_state == "pause":
+        if problems and self.d.settings.scale.on_unusable_state == "pause":
             raise StateMismatch("no usable stored state: " + "; ".join(problems))
         if problems:
-            self.count_fault("partition_state_reset")
+            self.d.count_fault("partition_state_reset")
             log.error(
                 "partition %d: no usable stored state, starting it fresh from the group's "
                 "committed offsets (scale.on_unusable_state = reset)",
@@ -239,17 +246,17 @@ class PartitionedDaemon(Daemon):
             )
         else:
             log.info("partition %d: no stored state, starting it fresh", number)
-        return Partition(number, self._new_engine(), {}, generation)
+        return Partition(number, self.d._new_engine(), {}, generation)
 
     def _restore_one(self, number: int, found: StoredState, generation: int) -> Partition:
-        engine = self._new_engine()
+        engine = self.d._new_engine()
         meta, arrays = unpack(found.blob)
         if meta.get("format") != STATE_FORMAT or meta.get("partition") != number:
             raise StateMismatch(
                 f"state of partition {number} has format {meta.get('format')!r} and "
                 f"partition {meta.get('partition')!r}"
             )
-        if meta.get("source") != self.source_identity():
+        if meta.get("source") != self.d.source_identity():
             raise StateMismatch(f"state of partition {number} was written for {meta.get('source')}")
         state_codec.decode(engine, meta["engine"], arrays)
         offsets = {str(k): int(v) for k, v in meta["offsets"].items()}
@@ -263,15 +270,14 @@ class PartitionedDaemon(Daemon):
         topic_ids = {str(k): str(v) for k, v in ids.items()}
         return Partition(number, engine, offsets, generation, topic_ids)
 
-    def _on_resume(self, topic: str, partition: int, was: int, resume: Resume) -> None:
+    def on_resume(self, topic: str, partition: int, was: int, resume: Resume) -> None:
         """A position outside the log (the client's own reset, ``reset_by_client``): the
         partition's offsets follow it back, so its next store records where reading
         resumed (they otherwise only move forward)."""
-        with self.lock:
+        with self.d.lock:
             part = self.parts.get(partition)
             if part is not None:
                 part.offsets[offset_key(topic, partition)] = resume.offset
-        self._report_resume(topic, partition, was, resume)
 
     # -- rebalance hooks (called inside poll, on the consumer thread) ----------------------
     def on_revoked(self, numbers: set[int]) -> None:
@@ -281,7 +287,7 @@ class PartitionedDaemon(Daemon):
             except Exception as err:
                 log.warning("dead-letter flush before hand-over: %s", err)
         for p in sorted(numbers):
-            with self._assign_lock, self.lock:
+            with self._assign_lock, self.d.lock:
                 part = self.parts.pop(p, None)
                 self.paused.discard(p)
             if part is None:
@@ -311,10 +317,10 @@ class PartitionedDaemon(Daemon):
                 self.handovers += 1
                 log.info("partition %d: state stored, handed over", part.number)
             except Exception as err:
-                st = self._published.status
+                st = self.d._published.status
                 log.error("storing the state of partition %d at hand-over failed: %s",
                           part.number, err)  # fmt: skip
-                self._set_status(checkpoint_failures=st.checkpoint_failures + 1,
+                self.d._set_status(checkpoint_failures=st.checkpoint_failures + 1,
                                  last_checkpoint_error=repr(err))  # fmt: skip
             finally:
                 self._handovers.task_done()
@@ -324,7 +330,7 @@ class PartitionedDaemon(Daemon):
         may already own these partitions, so drop them without storing, publishing or
         committing; their records since the last store are the new owner's to apply."""
         for p in sorted(numbers):
-            with self._assign_lock, self.lock:
+            with self._assign_lock, self.d.lock:
                 part = self.parts.pop(p, None) or self.retained.pop(p, None)
                 self.paused.discard(p)
             if part is not None:
@@ -333,7 +339,7 @@ class PartitionedDaemon(Daemon):
             self.stats_out.forget(p)
             if part is not None:
                 self.fenced += 1
-                self.count_fault("partition_fenced")
+                self.d.count_fault("partition_fenced")
                 log.warning("partition %d: lost with the group membership, dropped unstored", p)
 
     def on_assigned(self, numbers: set[int]) -> None:
@@ -381,7 +387,7 @@ class PartitionedDaemon(Daemon):
                     log.critical("partition %d paused: stored state cannot be restored (attempt "
                                  "%d): %s", p, attempt, err)  # fmt: skip
                 self.unusable[p] = (str(err), attempt)
-                self.count_fault("partition_state_mismatch")
+                self.d.count_fault("partition_state_mismatch")
                 continue
             self.unusable.pop(p, None)
             if source is not None:
@@ -402,7 +408,7 @@ class PartitionedDaemon(Daemon):
     def _own(self, p: int, part: Partition, source: Any) -> None:
         """Make ``p`` owned (its state in ``part``) and resume consuming it; the caller
         holds ``_assign_lock``."""
-        with self.lock:
+        with self.d.lock:
             self.parts[p] = part
         self.stats_out.set_owner(p, *self.state_store.owner(p))
         self.paused.discard(p)
@@ -425,10 +431,10 @@ class PartitionedDaemon(Daemon):
             elif current != stored:
                 was = part.offsets[key]
                 resume = Resume(source.new_log_start(topic, part.number), "topic_recreated")
-                with self.lock:
+                with self.d.lock:
                     part.offsets[key] = resume.offset
                     part.topic_ids[topic] = current
-                self._report_resume(topic, part.number, was, resume)
+                self.d._report_resume(topic, part.number, was, resume)
 
     def _keep_retained(self, waiting: list[int], generation: int) -> set[int]:
         """Resume the partitions given back to this instance from memory, when the state
@@ -467,7 +473,7 @@ class PartitionedDaemon(Daemon):
                     self.stats_out.advance_generation(
                         part.number, self.stats_in.newest_generation(part.number)
                     )
-                with self.lock:
+                with self.d.lock:
                     stats = partition_stats(part.engine)
                 names = [m.name for m in part.engine.models]
                 self.stats_out.store(part.number, encode(stats, names, part.number))
@@ -476,7 +482,7 @@ class PartitionedDaemon(Daemon):
             log.warning("publishing the statistics of partition %d failed: %s", part.number, err)
 
     def _publish_all(self) -> None:
-        with self.lock:
+        with self.d.lock:
             owned = list(self.parts.values())
         if any(not part.stats_published for part in owned):
             try:  # one read of the stats topic for every newly owned partition
@@ -484,15 +490,15 @@ class PartitionedDaemon(Daemon):
             except Exception as err:
                 log.warning("reading the stats topic failed: %s", err)
         for part in owned:
-            with self.lock:
+            with self.d.lock:
                 if self.parts.get(part.number) is not part:
                     continue  # revoked meanwhile: its hand-over published it
             self._publish_stats(part, refresh=False)
 
     def _publish_every(self) -> None:
         """The publisher thread: encoding and sending stay off the consumer loop."""
-        interval = self.settings.scale.stats_interval
-        while not self._stop.wait(interval):
+        interval = self.d.settings.scale.stats_interval
+        while not self.d._stop.wait(interval):
             if self._source is None or self._source.connected():  # else: 10 s per partition
                 self._publish_all()
 
@@ -500,44 +506,36 @@ class PartitionedDaemon(Daemon):
         return {p: partition_stats(part.engine) for p, part in self.parts.items()}
 
     # -- evaluation ----------------------------------------------------------------------------
-    def evaluate_now(self) -> Snapshot | None:
-        ev = self.settings.evaluation
+    def evaluate(self, wall_ms: int) -> tuple[Snapshot, OpsState | None]:
+        """Every partition's statistics merged (this instance's live ones, the others'
+        latest publications) and evaluated by the global view. The view counts as
+        complete (the exporter lease may be claimed) once the stats topic was read to
+        its end before this evaluation."""
+        ev = self.d.settings.evaluation
         try:
-            wall = self.clock.now_ms()
-            try:
-                self.stats_in.refresh()
-            except Exception as err:
-                log.debug("stats topic not readable yet: %s", err)
-            complete = self.stats_in.caught_up
-            with self.lock:
-                now = wall  # evaluation.clock = "wall" (config check)
-                for part in self.parts.values():
-                    part.engine.retain(part.engine.retention_now(now))
-                own, merged = self._merged_stats()
-            st = self._published.status
-            not_ready = (
-                []
-                if st.consuming
-                else ["monitor not ready: " + (st.source_error or "no partitions assigned")]
-            )
-            with self.lock:  # the global view's sticky comparison state
-                snap = self.global_view.snapshot(
-                    merged, now, at_ms=wall, confidence=ev.confidence,
-                    not_ready=not_ready, look_at_ms=wall,
-                )  # fmt: skip
-            ops = merge_ops([s.ops for s in own.values()])
+            self.stats_in.refresh()
         except Exception as err:
-            log.exception("evaluation failed")
-            self._set_status(last_evaluation_ok=False, last_evaluation_error=repr(err))
-            return None
-        self._publish_snapshot(snap, ops)
+            log.debug("stats topic not readable yet: %s", err)
+        complete = self.stats_in.caught_up
+        with self.d.lock:
+            now = wall_ms  # evaluation.clock = "wall" (config check)
+            for part in self.parts.values():
+                part.engine.retain(part.engine.retention_now(now))
+            own, merged = self._merged_stats()
+        not_ready = self.d.not_ready_notice()
+        with self.d.lock:  # the global view's sticky comparison state
+            snap = self.global_view.snapshot(
+                merged, now, at_ms=wall_ms, confidence=ev.confidence,
+                not_ready=not_ready, look_at_ms=wall_ms,
+            )  # fmt: skip
+        ops = merge_ops([s.ops for s in own.values()])
         self._view_complete = complete
-        return snap
+        return snap, ops
 
     def _merged_stats(self) -> tuple[dict[int, PartitionStats], PartitionStats]:
         """This instance's partitions' statistics, and every partition's merged (the
         others' from the stats topic)."""
-        with self.lock:
+        with self.d.lock:
             own = self._own_stats()
         remote = self.stats_in.latest()
         stats = [own.get(p) or remote[p] for p in sorted(own.keys() | remote.keys())]
@@ -552,31 +550,42 @@ class PartitionedDaemon(Daemon):
         """The merged statistics of every partition (the global view)."""
         return self._merged_stats()[1].view
 
-    def _runs_schedules(self) -> bool:
-        """Scheduled work runs on the exporter-lease holder only."""
+    def rows(self) -> Rows:
+        """What history, trends and causes read: the statistics the latest snapshot was
+        evaluated from (merged now before the first evaluation)."""
+        stats = self.global_view.evaluated
+        if stats is None:
+            stats = self._merged_stats()[1]
+        return self.global_view.rows(stats)
+
+    def plugins(self) -> tuple[Any, ...]:
+        """The global view evaluates with every configured plugin."""
+        return self.global_view.assembler.plugins
+
+    def exports(self) -> bool:
+        """The exporter-lease holder exports the quality series, sends the alerts and
+        runs the scheduled work."""
         return self.exporter
 
     @property
     def _schedules_path(self) -> Path:
-        return self.settings.state.dir / "schedules.json"
+        return self.d.settings.state.dir / "schedules.json"
 
-    def _schedule_changed(self) -> None:
+    def schedule_changed(self) -> None:
         """No whole-instance checkpoint here: the last runs go to the state dir at once."""
-        self._set_status(schedule_runs=self.schedules.counts())
         path = self._schedules_path
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f".{path.name}.tmp")
-            tmp.write_bytes(json.dumps(self.schedules.state()).encode())
+            tmp.write_bytes(json.dumps(self.d.schedules.state()).encode())
             os.replace(tmp, path)
         except OSError as err:
             log.error("cannot keep the schedules' last runs in %s: %s", path, err)
 
-    def published(self) -> Published:
+    def published(self, pub: Published) -> Published:
         """What /metrics renders: the global quality series only on the exporter. The
         others' operational snapshot is one object per evaluation: the exposition renders
         again only when the snapshot it is given is another object."""
-        pub = self._published
         full = pub.snapshot
         if self.exporter or full is None:
             return pub
@@ -585,37 +594,22 @@ class PartitionedDaemon(Daemon):
             cached = self._ops_only = (full, Snapshot(at_ms=full.at_ms, ops=full.ops))
         return replace(pub, snapshot=cached[1], slos=())
 
-    def _evaluate_slos(
-        self, snap: Snapshot, causes: dict[str, Any] | None = None
-    ) -> tuple[SloStatus, ...]:
-        if self.exporter:
-            return super()._evaluate_slos(snap, causes)
-        try:  # states for /api/v1/slos everywhere; alerts only from the exporter
-            return self.slos.evaluate(snap, snap.at_ms / 1000.0)
-        except Exception:
-            log.exception("SLO evaluation failed")
-            return self._published.slos
-
-    def _publish_ops(self) -> None:
-        with self.lock:
-            ops = merge_ops([part.engine.ops() for part in self.parts.values()])
-        alerts = self._delivery_stats()
-        with self._pub_lock:
-            self._published = replace(self._published, ops=ops, alerts=alerts)
-        self._publish_faults()
+    def ops(self) -> OpsState:
+        with self.d.lock:
+            return merge_ops([part.engine.ops() for part in self.parts.values()])
 
     # -- lifecycle -----------------------------------------------------------------------------
     def restore(self) -> None:
         """No whole-instance checkpoint: partitions are restored on assignment; the
         schedules' last runs come from the state dir."""
         try:
-            self.schedules.load(json.loads(self._schedules_path.read_bytes()))
+            self.d.schedules.load(json.loads(self._schedules_path.read_bytes()))
         except FileNotFoundError:
             return
         except (OSError, ValueError, TypeError) as err:
             log.error("schedules' last runs in %s unreadable (%s): starting from now",
                       self._schedules_path, err)  # fmt: skip
-        self._set_status(schedule_runs=self.schedules.counts())
+        self.d._set_status(schedule_runs=self.d.schedules.counts())
 
     def checkpoint(self, sink: DeadLetterSink | None, source: Any) -> bool:
         if sink is not None:
@@ -625,27 +619,28 @@ class PartitionedDaemon(Daemon):
                 log.error("checkpoint failed (dead-letter flush): %s", err)
                 return False
         if source is not None and not source.connected():  # each store would wait 10 s
-            st = self._published.status
+            st = self.d._published.status
             error = "no broker connection: partition states not stored (the last stored stand)"
             log.error("checkpoint failed: %s", error)
-            self._set_status(
+            self.d._set_status(
                 checkpoint_failures=st.checkpoint_failures + 1, last_checkpoint_error=error
             )
             return False
-        with self.lock:
+        with self.d.lock:
             owned = list(self.parts.values())
         ok = True
         for part in owned:
-            with self.lock:
+            with self.d.lock:
                 if self.parts.get(part.number) is not part:
                     continue  # revoked meanwhile: its hand-over stored it
             ok = self._store(part, source) and ok
         if ok:
-            self._set_status(last_checkpoint_at=time.time(), last_checkpoint_error=None)
+            self.d._set_status(last_checkpoint_at=time.time(), last_checkpoint_error=None)
         return ok
 
-    def _run_locked(self) -> int:
-        s = self.settings
+    def prepare(self) -> None:
+        """The state, stats and lease topics, sized for the input's partitions."""
+        s = self.d.settings
         try:
             counts = self._partition_count()
             self.stats_in.partitions = counts  # a stats record of another number is refused
@@ -659,117 +654,104 @@ class PartitionedDaemon(Daemon):
                 f"scale.mode = partitioned: cannot prepare the state and stats topics at "
                 f"{s.kafka.bootstrap_servers}: {err}"
             ) from None
-        return super()._run_locked()
 
     def _partition_count(self) -> int:
-        k = self.settings.kafka
+        k = self.d.settings.kafka
         from ..ingest.layout import check_layout, partition_counts
 
         counts = partition_counts(k, [k.predictions_topic, k.labels_topic])
         check_layout(k.predictions_topic, k.labels_topic, counts)
         return max([c for c in counts.values() if c] or [1])
 
-    def _consume(self, pipeline: Any, sink: DeadLetterSink) -> Any:
-        s = self.settings
-        self._sink_ref = sink
-        ingest = PartitionedIngest(pipeline, sink, self.clock.now_ms, self.lock)
+    def connect(self) -> PartitionedSource:
         try:
-            self._check_layout()
-            source = self._source = _source(s.kafka, self)
+            self.d._check_layout()
+            source = self._source = _source(self.d.settings.kafka, self)
         except LayoutError as err:
             raise StartupError(str(err)) from None
-        last_ckpt = last_health = last_ops = last_retry = last_lag = time.monotonic()
-        publisher = threading.Thread(target=self._publish_every, name="stats", daemon=True)
-        publisher.start()
-        # its own thread: renewals must not wait for a poll, a restore or a rebalance
-        leaser = threading.Thread(target=self.lease.run, args=(self._stop,), name="lease",
-                                  daemon=True)  # fmt: skip
-        leaser.start()
-        handover = threading.Thread(target=self._hand_over_every, name="handover", daemon=True)
-        handover.start()
-        try:
-            while not self._stop.is_set():
-                if not self._poll_and_apply(source, ingest):
-                    self._stop.wait(1.0)
-                    continue
-                now = time.monotonic()
-                if self.paused and (self._restore_due or now - last_retry >= 1.0):
-                    self._restore_due = False
-                    self._restore_paused()
-                    last_retry = now
-                if now - last_health >= 1.0:
-                    self._update_source_health(source)  # type: ignore[arg-type]
-                    last_health = now
-                if now - last_lag >= 5.0:
-                    try:
-                        self._set_status(consumer_lag=tuple(source.lag()))
-                    except Exception as err:
-                        log.debug("lag unavailable: %s", err)
-                    last_lag = now
-                if now - last_ops >= 0.25:
-                    self._publish_ops()
-                    last_ops = now
-                if now - last_ckpt >= s.state.checkpoint_interval:
-                    self.checkpoint(sink, source)
-                    last_ckpt = now
-            wait = 30 if source.connected() else 2  # a send in flight waits for no broker
-            publisher.join(timeout=wait)
-            leaser.join(timeout=wait)
-            self._handovers.put(None)
-            handover.join(timeout=60)
-            if source.connected():  # else each publication would wait 10 s for nothing
-                self._publish_all()
-        finally:
-            self.lease.release()
-            self.lease.close()
-            self.stats_in.close()
         return source
 
-    def _poll_and_apply(self, source: PartitionedSource, ingest: PartitionedIngest) -> bool:
-        """One poll applied to the owned partitions' engines; False when it failed. With
-        the cycle collector paused, as in the single daemon's loop (``app.py``): a poll's
-        records form no cycles and are freed by reference counting before it resumes."""
-        with collector_paused():
-            polled = self._poll(source)
-            if polled is None:
-                return False
-            owned = {p: (part.engine, part.offsets) for p, part in self.parts.items()}
-            for kind in ("predictions", "labels"):
-                batches = {p: b for (k, p), b in polled.items() if k == kind}
-                if batches:
-                    ingest.process(kind, batches, owned)
-            del polled, batches  # freed before the collector resumes
+    def start(self, sink: DeadLetterSink) -> None:
+        """The ingest of the owned partitions and the background work: the stats
+        publisher, the lease (its own thread: renewals must not wait for a poll, a
+        restore or a rebalance) and the hand-overs."""
+        d = self.d
+        self._sink_ref = sink
+        decoders = build_pipeline(d.settings, self._template, sink, lock=d.lock)
+        self._ingest = PartitionedIngest(decoders, sink, d.clock.now_ms, d.lock)
+        self._last_retry = time.monotonic()
+        stop = self.d._stop
+        self._threads = {
+            "stats": threading.Thread(target=self._publish_every, name="stats", daemon=True),
+            "lease": threading.Thread(
+                target=self.lease.run, args=(stop,), name="lease", daemon=True
+            ),
+            "handover": threading.Thread(
+                target=self._hand_over_every, name="handover", daemon=True
+            ),
+        }
+        for thread in self._threads.values():
+            thread.start()
+
+    def apply(self, polled: dict[tuple[str, int], RawBatch]) -> None:
+        """One poll applied to the owned partitions' engines."""
+        assert self._ingest is not None  # start() came first
+        owned = {p: (part.engine, part.offsets) for p, part in self.parts.items()}
+        for kind in ("predictions", "labels"):
+            batches = {p: b for (k, p), b in polled.items() if k == kind}
+            if batches:
+                self._ingest.process(kind, batches, owned)
+
+    def tick(self, now: float) -> None:
+        """Restore what was assigned (at once after an assignment, else retried every
+        second while a partition waits)."""
+        if self.paused and (self._restore_due or now - self._last_retry >= 1.0):
+            self._restore_due = False
+            self._restore_paused()
+            self._last_retry = now
+
+    def finish(self, source: Any) -> None:
+        """The background work ends; every owned partition's statistics go out last."""
+        wait = 30 if source.connected() else 2  # a send in flight waits for no broker
+        self._threads["stats"].join(timeout=wait)
+        self._threads["lease"].join(timeout=wait)
+        self._handovers.put(None)
+        self._threads["handover"].join(timeout=60)
+        if source.connected():  # else each publication would wait 10 s for nothing
+            self._publish_all()
+
+    def close(self) -> None:
+        self.lease.release()
+        self.lease.close()
+        self.stats_in.close()
+
+    def shares_group(self) -> bool:
+        """Several members are this mode's purpose: no single-instance warning."""
         return True
 
-    def _check_group(self) -> None:
-        """Several members are this mode's purpose: no single-instance warning."""
-
     def engines(self) -> list[Engine]:
-        """The owned partitions' engines (the holder engine ingests nothing)."""
+        """The owned partitions' engines."""
         return [part.engine for part in self.parts.values()]
 
-    def readiness(self) -> tuple[bool, list[str]]:
+    def not_ready(self) -> list[str]:
         """Not ready while a partition is paused for want of a usable stored state: its
         records are not consumed, whatever the lag says (docs/operations.md)."""
-        _, reasons = super().readiness()
         with self._assign_lock:
             stuck = {p: why for p, (why, _) in self.unusable.items() if p in self.paused}
-        reasons += [
+        return [
             f"partition {p} paused: {why} (scale.on_unusable_state)"
             for p, why in sorted(stuck.items())
         ]
-        return not reasons, reasons
 
-    def _fault_sources(self) -> list[Any]:
-        return [*super()._fault_sources(), self.stats_in]
+    def fault_sources(self) -> list[Any]:
+        return [self.stats_in]
 
-    def status_json(self) -> dict[str, Any]:
-        out = super().status_json()
-        with self.lock:
+    def status(self) -> dict[str, Any]:
+        with self.d.lock:
             owned = sorted(self.parts)
         with self._assign_lock:
             waiting = sorted(self.paused)
-        out["scale"] = {
+        return {
             "mode": "partitioned",
             "owned_partitions": owned,
             "restoring_partitions": waiting,
@@ -778,27 +760,26 @@ class PartitionedDaemon(Daemon):
             "handovers": self.handovers,
             "fenced": self.fenced,
         }
-        return out
 
 
-def _source(k: KafkaSettings, daemon: PartitionedDaemon) -> PartitionedSource:
+def _source(k: KafkaSettings, owner: GroupOwner) -> PartitionedSource:
     """The configured client's partitioned source (both split polls per (kind, partition)
-    and hand partitions over through the daemon)."""
+    and hand partitions over through the owner)."""
     if k.client == "confluent":
         from .partitioned_confluent import PartitionedConfluentSource
 
-        return PartitionedConfluentSource(k, daemon)  # type: ignore[return-value]
-    return PartitionedSource(k, daemon)
+        return PartitionedConfluentSource(k, owner)  # type: ignore[return-value]
+    return PartitionedSource(k, owner)
 
 
 class _ScaleCollector:
     """This instance's part in the group, with every scrape (operational series)."""
 
-    def __init__(self, daemon: PartitionedDaemon) -> None:
-        self.daemon = daemon
+    def __init__(self, owner: GroupOwner) -> None:
+        self.owner = owner
 
     def collect(self) -> Iterator[Metric]:
-        d = self.daemon
+        d = self.owner
         yield GaugeMetricFamily(
             "mlmon_exporter",
             "1 on the instance that exports the global quality series and sends SLO alerts "
@@ -819,17 +800,17 @@ class _ScaleCollector:
 
 class PartitionedSource(KafkaPythonSource):
     """kafka-python source whose batches are split per (kind, partition number) and whose
-    rebalance listener hands partitions over through the daemon."""
+    rebalance listener hands partitions over through the owner."""
 
-    def __init__(self, k: KafkaSettings, daemon: PartitionedDaemon) -> None:
+    def __init__(self, k: KafkaSettings, owner: GroupOwner) -> None:
         self.settings = k
-        self.on_resume = daemon._on_resume
+        self.on_resume = owner.d._on_resume
         self.unchecked: dict[TopicPartition, int] = {}
         # each owned partition's next expected offset (KafkaPythonSource._handed_out)
         self._position: dict[TopicPartition, int] = {}
         self.kinds = {k.predictions_topic: "predictions", k.labels_topic: "labels"}
         self._stored_offsets: Callable[[], dict[str, int]] = self._offsets
-        self.daemon = daemon
+        self.owner = owner
         self.watch = TopicWatch()  # recreated topics seen while running (topic_watch.py)
         self.faults = self.watch.faults
         self.consumer = KafkaConsumer(**consumer_config(k))
@@ -838,7 +819,7 @@ class PartitionedSource(KafkaPythonSource):
 
     def _offsets(self) -> dict[str, int]:
         out: dict[str, int] = {}
-        for part in list(self.daemon.parts.values()):
+        for part in list(self.owner.parts.values()):
             out.update(part.offsets)
         return out
 
@@ -899,13 +880,13 @@ class _HandOver(ConsumerRebalanceListener):
         log.info("revoked %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in revoked))
         for tp in revoked:
             self.source._position.pop(tp, None)
-        self.source.daemon.on_revoked({tp.partition for tp in revoked})
+        self.source.owner.on_revoked({tp.partition for tp in revoked})
 
     def on_partitions_lost(self, lost: Any) -> None:
         log.warning("lost %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in lost))
         for tp in lost:
             self.source._position.pop(tp, None)
-        self.source.daemon.on_lost({tp.partition for tp in lost})
+        self.source.owner.on_lost({tp.partition for tp in lost})
 
     def on_partitions_assigned(self, assigned: Any) -> None:
         log.info("assigned %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in assigned))
@@ -913,4 +894,4 @@ class _HandOver(ConsumerRebalanceListener):
             {(tp.topic, tp.partition) for tp in self.source.consumer.assignment()},
             self.source.kinds,
         )
-        self.source.daemon.on_assigned({tp.partition for tp in assigned})
+        self.source.owner.on_assigned({tp.partition for tp in assigned})

@@ -10,7 +10,7 @@ kafka-python (docs/scale-out.md):
   may move every partition, and each moved partition is stored and restored;
 - hand-over: librdkafka calls the rebalance callbacks inside ``consume``, on the consumer
   loop's thread, while its own threads keep heartbeating; a revocation hands the
-  partitions to the daemon (taken under the lock, stored by its hand-over thread), an
+  partitions to the group owner (taken under the lock, stored by its hand-over thread), an
   eviction (``on_lost``) drops them unstored, an assignment pauses what must be restored;
 - the group generation of the membership (zombie fencing): read from the consumer group
   metadata librdkafka serialises for transactional producers;
@@ -34,7 +34,7 @@ from ..ingest.confluent import ConfluentSource, _offset, _Origin, _partition, _t
 from ..ingest.pipeline import RawBatch, offset_key
 
 if TYPE_CHECKING:
-    from .partitioned import PartitionedDaemon
+    from .partitioned import GroupOwner
 
 __all__ = ["PartitionedConfluentSource", "group_generation"]
 
@@ -55,13 +55,13 @@ def group_generation(metadata: bytes) -> int:
 
 class PartitionedConfluentSource(ConfluentSource):
     """The confluent source whose batches are split per (kind, partition number) and whose
-    rebalance callbacks hand partitions over through the daemon."""
+    rebalance callbacks hand partitions over through the owner."""
 
-    def __init__(self, k: KafkaSettings, daemon: PartitionedDaemon) -> None:
-        self.daemon = daemon
+    def __init__(self, k: KafkaSettings, owner: GroupOwner) -> None:
+        self.owner = owner
         # (topic, partition) -> the first offset dropped while the partition was paused
         self._dropped: dict[tuple[str, int], int] = {}
-        super().__init__(k, self._offsets, daemon._on_resume)
+        super().__init__(k, self._offsets, owner.d._on_resume)
 
     def _subscribe(self) -> None:
         self.consumer.subscribe(
@@ -73,7 +73,7 @@ class PartitionedConfluentSource(ConfluentSource):
 
     def _offsets(self) -> dict[str, int]:
         out: dict[str, int] = {}
-        for part in list(self.daemon.parts.values()):
+        for part in list(self.owner.parts.values()):
             out.update(part.offsets)
         return out
 
@@ -84,20 +84,20 @@ class PartitionedConfluentSource(ConfluentSource):
             self._forget(tp.topic, tp.partition)
         consumer.assign(partitions)
         warn_unpaired({(tp.topic, tp.partition) for tp in partitions}, self.kinds)
-        self.daemon.on_assigned({tp.partition for tp in partitions})
+        self.owner.on_assigned({tp.partition for tp in partitions})
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         log.info("revoked %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in partitions))
         for tp in partitions:
             self._forget(tp.topic, tp.partition)
-        self.daemon.on_revoked({tp.partition for tp in partitions})
+        self.owner.on_revoked({tp.partition for tp in partitions})
         consumer.unassign()
 
     def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         log.warning("lost %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in partitions))
         for tp in partitions:
             self._forget(tp.topic, tp.partition)
-        self.daemon.on_lost({tp.partition for tp in partitions})
+        self.owner.on_lost({tp.partition for tp in partitions})
         consumer.unassign()
 
     def _forget(self, topic: str, partition: int) -> None:
@@ -115,7 +115,7 @@ class PartitionedConfluentSource(ConfluentSource):
         if not msgs:
             return {}
         keys = list(zip(map(_topic, msgs), map(_partition, msgs), strict=True))
-        paused = self.daemon.paused
+        paused = self.owner.paused
         out: dict[tuple[str, int], RawBatch] = {}
         for topic, part in dict.fromkeys(keys):
             mine = list(compress(msgs, map((topic, part).__eq__, keys)))

@@ -23,12 +23,13 @@ from typing import Any
 
 import pytest
 
+from monitor.app import Daemon
 from monitor.config import settings_from_mapping
 from monitor.engine.partition import Partition
 from monitor.ingest.deadletter import FileDeadLetter
 from monitor.ingest.kafka import open_source
 from monitor.localbroker import LocalBroker
-from monitor.scale.partitioned import PartitionedDaemon, PartitionedSource
+from monitor.scale.partitioned import GroupOwner, PartitionedSource
 from monitor.scale.partitioned_ingest import PartitionedIngest
 from monitor.state.positions import Resume
 from monitor.wiring import build_engine, build_pipeline
@@ -120,14 +121,16 @@ def test_partitioned_client_reset_moves_the_partition_offset_back(
             "models": [{"name": "fraud", "threshold": 0.5, "windows": [{"size": "30d"}]}],
         }
     )
-    daemon = PartitionedDaemon(settings)
-    daemon.state_store.ensure_topic(partitions=1)
-    old, _ = daemon._blob(Partition(0, daemon._new_engine(), {"predictions:0": 500}))
-    daemon.state_store.store(0, old)  # the old log's state of partition 0
+    daemon = Daemon(settings, owner=GroupOwner)
+    owner = daemon.owner
+    assert isinstance(owner, GroupOwner)
+    owner.state_store.ensure_topic(partitions=1)
+    old, _ = owner._blob(Partition(0, daemon._new_engine(), {"predictions:0": 500}))
+    owner.state_store.store(0, old)  # the old log's state of partition 0
     sink = FileDeadLetter(tmp_path / "dl.jsonl")
-    template = build_pipeline(settings, daemon.engine, sink, lock=daemon.lock)
-    ingest = PartitionedIngest(template, sink, daemon.clock.now_ms, daemon.lock)
-    source = daemon._source = PartitionedSource(settings.kafka, daemon)
+    template = build_pipeline(settings, daemon._new_engine(), sink, lock=daemon.lock)
+    owner._ingest = PartitionedIngest(template, sink, daemon.clock.now_ms, daemon.lock)
+    source = owner._source = PartitionedSource(settings.kafka, owner)
     collector_on: list[bool] = []
     poll = source.poll
 
@@ -139,20 +142,20 @@ def test_partitioned_client_reset_moves_the_partition_offset_back(
     reset = False
     try:
         deadline = time.monotonic() + 60
-        while not (0 in daemon.parts and daemon.parts[0].offsets.get("predictions:0") == 300):
-            offsets = daemon.parts[0].offsets if 0 in daemon.parts else None
+        while not (0 in owner.parts and owner.parts[0].offsets.get("predictions:0") == 300):
+            offsets = owner.parts[0].offsets if 0 in owner.parts else None
             assert time.monotonic() < deadline, (offsets, dict(daemon._faults))
-            assert daemon._poll_and_apply(source, ingest)
-            if daemon.paused:
-                daemon._restore_paused()
-            if not reset and 0 in daemon.parts:
-                assert daemon.parts[0].offsets == {"predictions:0": 500}  # restored
+            assert daemon._poll_and_apply(source)
+            if owner.paused:
+                owner._restore_paused()
+            if not reset and 0 in owner.parts:
+                assert owner.parts[0].offsets == {"predictions:0": 500}  # restored
                 reset = _client_seek(source, "kafka-python", "predictions", 0, 0)
-        part = daemon.parts[0]
+        part = owner.parts[0]
     finally:
         source.close()  # (its revocation hands partition 0 over)
         sink.close()
-        daemon.state_store.close()
+        owner.state_store.close()
     assert part.offsets == {"predictions:0": 300}
     assert part.engine.records["predictions", "accepted"] == 300
     assert daemon._faults["offset_beyond_end"] == 1

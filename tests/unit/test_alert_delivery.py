@@ -240,25 +240,40 @@ def test_retries_with_backoff_until_the_receiver_recovers(receiver: Receiver) ->
 
 
 def test_a_slow_receiver_never_blocks_sync(receiver: Receiver) -> None:
+    """While one send hangs in the receiver, thousands of syncs complete: none waits for
+    it. Judged by the send's outcome, not a wall-clock budget (a loaded machine stretches
+    every sync alike): had any sync waited for the send, the send would have ended (timed
+    out) before the syncs did."""
+    receiver.delay = 120.0  # hangs past the client timeout and the whole loop
+    d = Dispatcher([WebhookNotifier(receiver.url, timeout=60)], retry_initial=5, max_queue=50)
+    d.start()
+    try:
+        d.sync("slo", [alert(0)])
+        assert receiver.in_request.wait(5)  # a send is stuck in the receiver now
+        t0 = time.monotonic()
+        for i in range(2000):
+            d.sync("slo", [alert(j) for j in range(i % 100)])
+        looped = time.monotonic() - t0
+        stats = d.stats().receivers[0]
+        assert looped < 60, f"the syncs took {looped:.1f}s: past the client timeout"
+        assert (stats.sent, stats.failed) == (0, 0), "a sync waited for the hung send"
+        assert stats.queued <= 50  # the queue stays bounded meanwhile
+    finally:
+        t0 = time.monotonic()
+        d.stop(0.5)
+        assert time.monotonic() - t0 < 10  # waiting for the send would take its 60 s
+
+
+def test_a_hung_receiver_times_out_and_says_so(receiver: Receiver) -> None:
     receiver.delay = 1.5  # well past the client timeout
     d = Dispatcher([WebhookNotifier(receiver.url, timeout=0.3)], retry_initial=5, max_queue=50)
     d.start()
     try:
         d.sync("slo", [alert(0)])
-        assert receiver.in_request.wait(5)  # a send is stuck in the receiver now
-        worst = 0.0
-        for i in range(2000):
-            t0 = time.perf_counter()
-            d.sync("slo", [alert(j) for j in range(i % 100)])
-            worst = max(worst, time.perf_counter() - t0)
-        assert worst < 0.25, f"sync took {worst:.3f}s while the receiver hung"
         wait_for(lambda: d.stats().receivers[0].failed >= 1)
         assert "timed out" in (d.stats().receivers[0].last_error or "")
-        assert d.stats().receivers[0].queued <= 50
     finally:
-        t0 = time.monotonic()
         d.stop(0.5)
-        assert time.monotonic() - t0 < 1.0
 
 
 def test_firing_alerts_are_resent_and_keep_their_start(receiver: Receiver) -> None:

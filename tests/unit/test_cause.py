@@ -78,7 +78,7 @@ def test_the_engine_names_the_slice_whose_recall_dropped() -> None:
     _traffic(engine, rng, NOW + 1 - HOUR, {**base, "BR": 0.3}, 4000, "b")
     engine.roll_up(NOW)
     spec = engine.models[0]
-    view = copy_rows(engine, 0, slice_groups(engine.groups, spec, 0, "v1", "all"))
+    view = copy_rows(engine.view(copy=False), 0, slice_groups(engine.groups, spec, 0, "v1", "all"))
     w = WindowSpec("1h", HOUR)
     cause = change_cause(view, spec, NOW, "recall", ("v1", WindowSpec("previous", HOUR, HOUR)),
                          ("v1", w), 0.95)  # fmt: skip

@@ -8,7 +8,6 @@ offsets) count part of it twice.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
@@ -23,7 +22,10 @@ from monitor.state.checkpoint import CheckpointStore
 class _CrashingDaemon(Daemon):
     """Applies some predictions, checkpoints, applies more, then fails like a bug would."""
 
-    def _consume(self, pipeline: Any, sink: DeadLetterSink) -> None:
+    def _consume(self, sink: DeadLetterSink) -> None:
+        self.owner.start(sink)
+        pipeline = self.owner.pipeline  # type: ignore[attr-defined]
+
         def batch(lo: int, hi: int) -> list[RawRecord]:
             return [
                 RawRecord(

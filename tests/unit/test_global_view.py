@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import orjson
+import pytest
 
 from monitor.config import settings_from_mapping
 from monitor.drift.reference import ReferenceProfile
@@ -78,7 +79,7 @@ def test_partitioned_daemon_evaluates_and_rotates_through_its_global_view(
     tmp_path: Path,
 ) -> None:
     from monitor.app import Daemon
-    from monitor.scale.partitioned import PartitionedDaemon
+    from monitor.scale.partitioned import GroupOwner
 
     def settings(mode: str):  # type: ignore[no-untyped-def]
         return settings_from_mapping(
@@ -91,9 +92,11 @@ def test_partitioned_daemon_evaluates_and_rotates_through_its_global_view(
             }
         )
 
-    daemon = PartitionedDaemon(settings("partitioned"))
-    assert daemon.assembler is daemon.global_view.assembler  # what rotate_reference swaps
-    assert daemon.assembler is not daemon.engine.assembler
+    daemon = Daemon(settings("partitioned"), owner=GroupOwner)
+    assert isinstance(daemon.owner, GroupOwner)
+    assert daemon.assembler is daemon.owner.global_view.assembler  # what rotate_reference swaps
+    with pytest.raises(AttributeError):  # no engine besides the partitions' own
+        daemon.engine  # noqa: B018
     single = Daemon(settings("single"))
     assert single.assembler is single.engine.assembler
     assert single.unit.engine is single.engine and single.unit.offsets is single.offsets

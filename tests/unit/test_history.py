@@ -93,7 +93,7 @@ def _oracle(recs, start: int, end: int, slice_country: str | None):
 
 
 def _check(engine, recs, slice_label: str = "all", point_ms: int | None = None) -> set[int]:
-    view, spec = take(engine, "fraud", "v1", slice_label)
+    view, spec = take(engine.models, engine.view(copy=False), "fraud", "v1", slice_label)
     got = series(view, spec, "v1", slice_label, METRICS, engine.delay.histograms().of("fraud"), NOW,
                  point_ms=point_ms)  # fmt: skip
     points = got["accuracy"].points
@@ -138,7 +138,7 @@ def test_late_labels_land_in_old_points() -> None:
     ts, y, score, country, label_ts, labeled = recs
     early = labeled & (label_ts <= NOW - DAY)
     _feed(engine, (ts, y, score, country, label_ts, early), np.empty(0, np.int64), 20)
-    view, spec = take(engine, "fraud", "v1", "all")
+    view, spec = take(engine.models, engine.view(copy=False), "fraud", "v1", "all")
     before = series(
         view, spec, "v1", "all", ["accuracy"], engine.delay.histograms().of("fraud"), NOW
     )
@@ -177,9 +177,9 @@ def test_bad_parameters_name_themselves() -> None:
            (("fraud", "v1", "device=ios"), "slice"), (("fraud", "v1", "x"), "slice")]  # fmt: skip
     for args, param in bad:
         with pytest.raises(NarrowError) as err:
-            take(engine, *args)
+            take(engine.models, engine.view(copy=False), *args)
         assert err.value.param == param
-    view, spec = take(engine, "fraud", "v1", "all")
+    view, spec = take(engine.models, engine.view(copy=False), "fraud", "v1", "all")
     with pytest.raises(NarrowError) as err:
         series(view, spec, "v1", "all", ["nonsense"], engine.delay.histograms().of("fraud"), NOW)
     assert err.value.param == "metric"
@@ -239,17 +239,18 @@ def test_versions_evaluated_together_equal_each_version_alone() -> None:
     engine.apply_labels(LabelBatch(keys, ts + MIN, [str(v) for v in y]))
     engine.roll_up(NOW)
     delay = engine.delay.histograms().of("fraud")
+    stores = engine.view(copy=False)
     for slice_label in ("all", "country=BR"):
         for point in (None, HOUR, 6 * HOUR):
-            view, spec = take(engine, "fraud", ["v1", "v2"], slice_label)
+            view, spec = take(engine.models, stores, "fraud", ["v1", "v2"], slice_label)
             together = versions_series(view, spec, ["v1", "v2"], slice_label, METRICS, delay,
                                        NOW, point_ms=point)  # fmt: skip
             for v in ("v1", "v2"):
-                alone = series(*take(engine, "fraud", v, slice_label), v, slice_label, METRICS,
-                               delay, NOW, point_ms=point)  # fmt: skip
+                alone = series(*take(engine.models, stores, "fraud", v, slice_label), v,
+                               slice_label, METRICS, delay, NOW, point_ms=point)  # fmt: skip
                 assert _fields(together[v]) == _fields(alone), (slice_label, point, v)
                 gids = slice_groups(engine.groups, spec, 0, v, slice_label)
-                every_store = series(copy_rows(engine, 0, gids), spec, v, slice_label,
+                every_store = series(copy_rows(stores, 0, gids), spec, v, slice_label,
                                      METRICS, delay, NOW, point_ms=point)  # fmt: skip
                 assert _fields(every_store) == _fields(alone), (slice_label, point, v)
             v1, v2 = (len(together[v]["accuracy"].points) for v in ("v1", "v2"))

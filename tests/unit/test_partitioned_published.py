@@ -13,7 +13,7 @@ from monitor.app import Daemon
 from monitor.config import settings_from_mapping
 from monitor.ingest.deadletter import FileDeadLetter
 from monitor.ingest.pipeline import RawRecord
-from monitor.scale.partitioned import PartitionedDaemon
+from monitor.scale.partitioned import GroupOwner
 from monitor.wiring import build_pipeline
 
 
@@ -43,8 +43,8 @@ def test_non_exporter_renders_metrics_once_per_evaluation(tmp_path: Path) -> Non
     first = single.evaluate_now()
     assert first is not None and first.results
 
-    daemon = PartitionedDaemon(_settings(tmp_path, "partitioned"))
-    assert not daemon.exporter
+    daemon = Daemon(_settings(tmp_path, "partitioned"), owner=GroupOwner)
+    assert not daemon.owner.exports()
     daemon._publish_snapshot(first, first.ops)
     exp = daemon.exposition
     renders = exp.renders

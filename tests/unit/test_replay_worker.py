@@ -17,11 +17,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor.config import settings_from_mapping
+from monitor.drift.reference import ReferenceProfile
+from monitor.drift.summaries import numeric_cells
 from monitor.ingest import file_feed
-from monitor.ingest.file_feed import SpanLines, decode_workers
+from monitor.ingest.deadletter import FileDeadLetter
+from monitor.ingest.file_feed import SpanLines, decode_workers, usable_cpus
 from monitor.ingest.files import SpanReader, read_span
+from monitor.ingest.pipeline import RawBatch
 from monitor.replay import replay
 from monitor.synthetic import binary_traffic
+from monitor.wiring import build_engine, build_pipeline
 
 from .test_decode import BAD_PREDICTIONS, NOW
 
@@ -113,13 +118,14 @@ def _run(tmp_path: Path, pf: Path, lf: Path, mode: str) -> tuple[dict[str, Any],
     return report, letters
 
 
-@pytest.mark.parametrize(("gz", "cpus"), [(False, 1), (False, 3), (True, 2)])
+@pytest.mark.parametrize(("gz", "cpus"), [(False, 1), (False, 4), (True, 2)])
 def test_workers_give_the_in_process_report_and_dead_letters(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gz: bool, cpus: int
 ) -> None:
     """One worker, or three (more than the spans' two kinds), or gzip input (decoded in
     process): the report and dead letters are those of decoding in process."""
     monkeypatch.setattr(file_feed, "BATCH_SIZE", 700)  # many batches, interleaved
+    monkeypatch.setattr(file_feed, "_CPU_MAX", str(tmp_path / "no-quota"))
     monkeypatch.setattr(file_feed.os, "sched_getaffinity", lambda _pid: set(range(cpus)),
                         raising=False)  # fmt: skip
     pf, lf = _files(tmp_path, gz)
@@ -180,12 +186,163 @@ def test_a_worker_failure_on_plain_input_is_raised_as_in_process(
     assert errors == ["decoder broke on the batch of p00000800"] * 2
 
 
-def test_workers_one_per_usable_cpu_auto_when_one_is_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_workers_one_per_usable_cpu_but_the_applying_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A worker per usable CPU but one (the applying process's); by default only when
+    the load leaves a CPU idle, never on one CPU; forced, at least one; a CPU quota
+    bounds the usable CPUs."""
+    quota = tmp_path / "cpu.max"
+    quota.write_text("max 100000\n")
+    monkeypatch.setattr(file_feed, "_CPU_MAX", str(quota))
     monkeypatch.setattr(file_feed.os, "sched_getaffinity", lambda _pid: {0, 1, 2}, raising=False)
     monkeypatch.setattr(file_feed.os, "getloadavg", lambda: (0.4, 0.0, 0.0))
-    assert decode_workers("on") == decode_workers("auto") == 3 and decode_workers("off") == 0
+    assert decode_workers("on") == decode_workers("auto") == 2 and decode_workers("off") == 0
     monkeypatch.setattr(file_feed.os, "getloadavg", lambda: (2.5, 0.0, 0.0))
-    assert decode_workers("auto") == 0 and decode_workers("on") == 3
+    assert decode_workers("auto") == 0 and decode_workers("on") == 2
+    monkeypatch.setattr(file_feed.os, "getloadavg", lambda: (0.4, 0.0, 0.0))
+    quota.write_text("150000 100000\n")  # 1.5 CPUs: two usable
+    assert usable_cpus() == 2 and decode_workers("auto") == 1
+    quota.write_text("50000 100000\n")  # half a CPU: one
+    assert usable_cpus() == 1 and decode_workers("auto") == 0 and decode_workers("on") == 1
+    quota.write_text("max 100000\n")
     monkeypatch.setattr(file_feed.os, "sched_getaffinity", lambda _pid: {0}, raising=False)
     monkeypatch.setattr(file_feed.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     assert decode_workers("auto") == 0 and decode_workers("on") == 1
+    monkeypatch.setattr(file_feed.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    assert decode_workers("auto") == decode_workers("on") == 1
+
+
+def _messy_files(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """Three hours of traffic over many slice values (country x shop x device), labels
+    out of order and some hours late, a label before its prediction in file order, and
+    bad lines of both kinds; plus a drift reference (numeric and categorical)."""
+    rng = np.random.default_rng(21)
+    t = binary_traffic(6000, seed=13, start_ms=NOW - 4 * 3_600_000, rate_per_s=0.55)
+    preds = []
+    for i, p in enumerate(t.predictions):
+        seg = {**p["segments"], "shop": f"s{i % 37}", "device": ("ios", "web", "tv")[i % 3]}
+        preds.append(orjson.dumps({**p, "segments": seg}))
+    labels = [orjson.dumps(x) for x in t.labels]
+    order = np.arange(len(labels))
+    for lo in range(0, len(labels), 97):  # shuffled within runs of 97
+        rng.shuffle(order[lo : lo + 97])
+    labels = [labels[i] for i in order.tolist()]
+    late = [orjson.loads(x) for x in labels[:200]]  # arriving hours after their prediction
+    labels = labels[200:] + [orjson.dumps({**x, "ts": x["ts"] + 3 * 3_600_000}) for x in late]
+    labels.insert(10, labels.pop(-1))  # one label ahead of its prediction's whole file
+    for raw in (b"{oops", b'{"id": "p00000004", "ts": "x", "label": 1}', b"[]"):
+        labels.insert(int(rng.integers(0, len(labels))), raw)
+    for raw in (b"not json", b'{"id": "z", "ts": 1, "model": "fraud"}', b"{}"):
+        preds.insert(int(rng.integers(0, len(preds))), raw)
+    pf, lf, ref = tmp_path / "p.jsonl", tmp_path / "l.jsonl", tmp_path / "ref.json"
+    pf.write_bytes(b"\n".join(preds) + b"\n\n")
+    lf.write_bytes(b"\n".join(labels) + b"\n")
+    profile = ReferenceProfile.from_columns(
+        numeric={"x": rng.normal(0.2, 1, 20_000), "amount": rng.lognormal(3, 1, 20_000)},
+        categorical={"country": list(rng.choice(["US", "DE", "BR"], 20_000))},
+    )
+    ref.write_bytes(orjson.dumps(profile.to_json()))
+    return pf, lf, ref
+
+
+@pytest.mark.parametrize("cpus", [2, 3])  # one worker, two
+def test_workers_give_the_serial_report_stepping_with_drift_and_many_slices(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cpus: int
+) -> None:
+    """Stepped in event time (drift configured), many slice values, labels out of order
+    and late, bad lines in both files: the workers' report and dead letters are the
+    serial path's, byte for byte, each bad line dead-lettered at its own line number."""
+    monkeypatch.setattr(file_feed, "BATCH_SIZE", 400)  # many spans, interleaved
+    monkeypatch.setattr(file_feed, "_CPU_MAX", str(tmp_path / "no-quota"))
+    monkeypatch.setattr(file_feed.os, "sched_getaffinity", lambda _pid: set(range(cpus)),
+                        raising=False)  # fmt: skip
+    pf, lf, ref = _messy_files(tmp_path)
+    s = settings_from_mapping(
+        {
+            "state": {"dir": str(tmp_path / "state")},
+            "evaluation": {"interval": "5m"},
+            "models": [
+                {"name": "fraud", "windows": [{"size": "1h"}],
+                 "slices": [{"dimensions": ["country"]}, {"dimensions": ["shop"]},
+                            {"dimensions": ["country", "device"]}],
+                 "drift": {"reference": str(ref), "min_samples": 200}}
+            ],
+        }
+    )  # fmt: skip
+    runs = []
+    for mode in ("off", "on"):
+        dl = tmp_path / f"dl-{mode}.jsonl"
+        report = replay(s, pf, lf, dead_letter=dl, progress=None, clock_ms=lambda: NOW,
+                        decode_worker=mode)  # type: ignore[arg-type]  # fmt: skip
+        report.pop("dead_letter")
+        letters = [orjson.loads(line) for line in dl.read_bytes().splitlines()]
+        for x in letters:
+            x.pop("rejected_at")
+        runs.append((orjson.dumps(report), letters, report))
+    (serial, serial_letters, report), (parallel, parallel_letters, _) = runs
+    assert parallel == serial and parallel_letters == serial_letters
+    assert report["replay_steps"]["steps"] >= 30
+    assert len({r["slice"] for r in report["results"]}) > 30  # many slice values
+    assert any(d["window"] == "1h" for d in report["drift"])
+    lines = {"predictions": pf.read_bytes().split(b"\n"), "labels": lf.read_bytes().split(b"\n")}
+    bad = {(x["topic"], base64.b64decode(x["value_b64"])) for x in parallel_letters}
+    assert {b"not json", b"{}", b"{oops", b"[]"} <= {v for _, v in bad}
+    for x in parallel_letters:
+        assert base64.b64decode(x["value_b64"]) == lines[x["topic"]][x["offset"]]
+
+
+def test_drift_cells_ahead_only_for_fixed_references(tmp_path: Path) -> None:
+    """``DriftTracker.with_cells``: a model with a fixed reference gets its numeric
+    features' cells (those the apply would compute), a model with a live reference none
+    (-1: its bins change as data arrives), and the apply uses them only while the
+    reference's fingerprint is the one they were computed against."""
+    rng = np.random.default_rng(4)
+    ref = tmp_path / "ref.json"
+    profile = ReferenceProfile.from_columns(
+        numeric={"x": rng.normal(0, 1, 5000)}, categorical={"c": ["a", "b"] * 2500}
+    )
+    ref.write_bytes(orjson.dumps(profile.to_json()))
+    s = settings_from_mapping(
+        {
+            "state": {"dir": str(tmp_path / "state")},
+            "models": [
+                {"name": "fixed", "drift": {"reference": str(ref)}},
+                {"name": "live", "drift": {"reference_window": "first:1h", "bootstrap": 100}},
+            ],
+        }
+    )
+    engine = build_engine(s)
+    pipeline = build_pipeline(s, engine, FileDeadLetter(tmp_path / "dl.jsonl"), lambda: NOW)
+    x = np.round(rng.normal(0, 2, 300), 3)
+    x[::7] = np.nan
+    values = [
+        orjson.dumps({"id": f"p{i}", "ts": NOW - 1000 + i, "model": ("fixed", "live")[i % 2],
+                      "version": "v1", "score": 0.5,
+                      "features": {"x": None if np.isnan(v) else float(v), "c": "a"}})
+        for i, v in enumerate(x.tolist())
+    ]  # fmt: skip
+    batch, rejects = pipeline.decode("predictions", values)
+    assert not rejects and batch.numeric is not None and batch.numeric_cells is None
+    ahead = engine.drift.with_cells(batch)
+    (m, fingerprint), *more = ahead.cells_of
+    assert not more and m == 0 and fingerprint == engine.drift.by_model[0].spec.fingerprint
+    assert ahead.numeric_cells is not None
+    j = batch.numeric_names.index("x")
+    fixed = batch.model == 0
+    (x_ref,) = [r for r in profile.features if r.name == "x"]
+    want = numeric_cells(x_ref, batch.numeric[fixed, j])
+    np.testing.assert_array_equal(ahead.numeric_cells[fixed, j], want)
+    assert (ahead.numeric_cells[~fixed] == -1).all()
+    assert set(want.tolist()) >= {0, 1}  # missing and below the range both met
+    taken = ahead.take(np.flatnonzero(fixed)[:5])
+    np.testing.assert_array_equal(taken.numeric_cells[:, j], want[:5])  # type: ignore[index]
+    # applied with and without the cells ahead: the same drift counts
+    twin = build_engine(s)
+    twin_pipeline = build_pipeline(s, twin, FileDeadLetter(tmp_path / "dl2.jsonl"), lambda: NOW)
+    pipeline.apply("predictions", ahead, [], RawBatch.of_records([]))
+    twin_pipeline.apply("predictions", batch, [], RawBatch.of_records([]))
+    got, want_rows = engine.view().wide_matrix(0, "drift"), twin.view().wide_matrix(0, "drift")
+    assert got is not None and want_rows is not None and int(got[2].sum()) > 0
+    for ours, theirs in zip(got, want_rows, strict=True):
+        np.testing.assert_array_equal(ours, theirs)

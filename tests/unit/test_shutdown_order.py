@@ -27,7 +27,7 @@ class _RecordingDaemon(Daemon):
         self.events: list[str] = []
         self.evaluated = threading.Event()
 
-    def _consume(self, pipeline: Any, sink: DeadLetterSink) -> KafkaSource | None:
+    def _consume(self, sink: DeadLetterSink) -> KafkaSource | None:
         self._stop.wait()
         return None
 

@@ -4,9 +4,14 @@ rows moved by a roll-up)."""
 
 from __future__ import annotations
 
-import numpy as np
+import contextlib
 
-from monitor.engine.buckets import BucketStore
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import monitor.engine.buckets as buckets
+from monitor.engine.buckets import BucketStore, CopyPlan
 from monitor.metrics.protocol import Stat
 
 WIDTH = 60_000
@@ -33,15 +38,24 @@ def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
-def test_rows_written_during_the_copy_are_recopied() -> None:
-    rng = np.random.default_rng(1)
+def _bulk_copied(
+    seed: int, buckets_used: int = 40, after: tuple[int, int] = (60, 80)
+) -> tuple[BucketStore, CopyPlan, np.random.Generator]:
+    """A store bulk-copied, then written: ``after`` (groups, buckets) reach old rows and
+    new ones (by default enough new ones to grow the arrays)."""
+    rng = np.random.default_rng(seed)
     store = _store()
     for _ in range(20):
-        _write(store, rng, 30, 40)
+        _write(store, rng, 30, buckets_used)
     plan = store.begin_copy()
     plan.copy()
-    for _ in range(5):  # old rows and new ones, enough new ones to grow the arrays
-        _write(store, rng, 60, 80)
+    for _ in range(5):
+        _write(store, rng, *after)
+    return store, plan, rng
+
+
+def test_rows_written_during_the_copy_are_recopied() -> None:
+    store, plan, _ = _bulk_copied(1)
     _same(store.finish_copy(plan), store.state())
     assert 0 < plan.patched <= len(store)
 
@@ -107,6 +121,155 @@ def test_two_overlapping_copies_both_see_every_write() -> None:
     _same(store.finish_copy(second), store.state())
 
 
+def test_rounds_leave_the_finish_only_what_was_written_after_them() -> None:
+    """Rows written after the bulk copy are copied again in a round outside the lock; a
+    writer that then stops leaves the lock-held finish nothing to copy."""
+    store, plan, _ = _bulk_copied(10)
+    assert store.pending_bytes(plan) > 0
+    taken = store.take_round(plan)
+    assert taken is not None and taken.changed.shape[0] > 0 and taken.added[1] > taken.added[0]
+    taken.copy()
+    assert store.pending_bytes(plan) == 0
+    _same(store.finish_copy(plan), store.state())
+    assert plan.patched == 0
+
+
+def test_a_row_written_while_its_round_copies_it_is_copied_again() -> None:
+    """A round copies outside the lock, so it may read a row half-written: every row
+    written after the round was taken is stamped again and re-copied by the finish,
+    whatever the round read (here: garbage in its place)."""
+    store, plan, rng = _bulk_copied(11, after=(30, 40))
+    taken = store.take_round(plan)
+    assert taken is not None
+    g = rng.integers(0, 30, 50)  # the writer, between the take and the round's copy
+    rows = np.unique(store.rows_for(g, rng.integers(0, 40, 50) * WIDTH))
+    store.matrix(CELLS.name)[rows] += 1.0
+    taken.copy()
+    assert plan.copied is not None
+    plan.copied[CELLS.key][rows] = np.nan  # as if torn
+    assert store.pending_bytes(plan) > 0
+    _same(store.finish_copy(plan), store.state())
+    assert plan.patched == rows.shape[0]
+
+
+def _concurrent_copy(
+    seed: int, groups: int, n_buckets: int, budget: int, stop_after: int | None
+) -> tuple[CopyPlan, dict[str, np.ndarray], dict[str, np.ndarray], int]:
+    """A copy made by the engine's path (bulk copy, rounds, finish, owed rows settled)
+    while a writer thread writes under the same lock: the plan, the finished copy and a
+    stop-the-world copy taken in the same hold as the finish, and the writes made."""
+    import threading
+
+    rng = np.random.default_rng(seed)
+    store, lock = _store(), threading.Lock()
+    for _ in range(10):
+        _write(store, rng, groups, n_buckets)
+    stop, wrote, writes = threading.Event(), threading.Event(), [0]
+
+    def writer() -> None:
+        wrng = np.random.default_rng(seed + 1)
+        while not stop.is_set() and (stop_after is None or writes[0] < stop_after):
+            with lock:
+                _write(store, wrng, groups + 5, n_buckets + 5)  # old rows and new ones
+                writes[0] += 1
+            wrote.set()
+
+    thread = threading.Thread(target=writer)
+    with lock:
+        plan = store.begin_copy()
+    thread.start()
+    try:
+        plan.copy()
+        wrote.wait()  # the writer has written since the copy began
+        holds: list[float] = []
+        saved = buckets._FINAL_COPY_BYTES
+        buckets._FINAL_COPY_BYTES = budget
+        try:
+            buckets.copy_in_rounds([(store, plan)], lock, holds)
+            assert 1 <= len(holds) <= buckets._COPY_ROUNDS  # the rounds end, writer or not
+            with lock:  # the final section: the copy must equal the state it holds
+                done, world = buckets.finish_copies([(store, plan)])[id(store)], store.state()
+            buckets.settle_copies([(store, plan)], lock)  # the writer goes on meanwhile
+        finally:
+            buckets._FINAL_COPY_BYTES = saved
+    finally:
+        stop.set()
+        thread.join()
+    return plan, done, world, writes[0]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    groups=st.integers(1, 40),
+    n_buckets=st.integers(1, 60),
+    budget=st.sampled_from([0, 500, 50_000]),
+)
+def test_a_copy_beside_a_concurrent_writer_is_exactly_the_lock_held_state(
+    seed: int, groups: int, n_buckets: int, budget: int
+) -> None:
+    plan, done, world, _ = _concurrent_copy(seed, groups, n_buckets, budget, stop_after=200)
+    _same(done, world)
+    assert plan.rounds <= buckets._COPY_ROUNDS
+
+
+def test_rounds_end_under_a_writer_that_writes_all_the_time() -> None:
+    """A writer that never stops rewriting every row: the rounds still end (round limit,
+    or no progress) and the finish copies what is left, exactly."""
+    plan, done, world, writes = _concurrent_copy(12, 5, 5, 0, stop_after=None)
+    assert writes > 0 and 1 <= plan.rounds <= buckets._COPY_ROUNDS
+    _same(done, world)
+
+
+def _owing_copy(
+    seed: int, buckets_used: int = 40
+) -> tuple[BucketStore, CopyPlan, dict, dict, np.random.Generator]:
+    """A store whose copy was finished with a budget too small for the rows written
+    since the bulk copy: (store, plan, the copy, the state at the finish, rng)."""
+    store, plan, rng = _bulk_copied(seed, buckets_used, (30, buckets_used))
+    done, world = store.finish_copy(plan, budget_bytes=0), store.state()
+    assert plan.owed is not None and plan.owed.sum() > 10
+    assert plan.patched == len(store) - plan.n  # only the new rows were copied
+    return store, plan, done, world, rng
+
+
+def test_rows_a_finish_left_owed_are_copied_before_the_writer_writes_them() -> None:
+    """Past its budget the finish leaves rows owed: the writer copies each owed row it is
+    about to write (its value at the finish), the settling copies the rest a budget per
+    call, and the copy ends exactly as the state the finish saw."""
+    store, plan, done, world, rng = _owing_copy(14)
+    assert plan.owed is not None
+    owed = int(plan.owed.sum())
+    for _ in range(3):  # writes to owed rows, old rows and new ones
+        _write(store, rng, 40, 50)
+    paid = owed - int(plan.owed.sum())
+    assert paid > 0  # the writer copied some owed rows itself
+    calls = 0
+    while not store.settle_copy(plan, 3 * store._row_bytes()):  # three rows per hold
+        calls += 1
+    assert calls >= (owed - paid) // 3 - 1 and plan.owed is None and not store._owing
+    _same(done, world)
+    with np.testing.assert_raises(AssertionError):  # the store itself moved on
+        _same(store.state(), world)
+
+
+def test_a_roll_up_while_rows_are_owed_settles_them_first() -> None:
+    store, plan, done, world, _ = _owing_copy(15, buckets_used=200)
+    moved = store.roll_up(
+        store.tiers.advanced(200 * WIDTH, 2 * 3_600_000, 8 * 86_400_000, 9 * 86_400_000)
+    )
+    assert moved > 0 and plan.owed is None
+    assert store.settle_copy(plan, 1)
+    _same(done, world)
+
+
+def test_a_failed_pass_drops_its_owed_rows() -> None:
+    store, plan, _, _, rng = _owing_copy(16)
+    store.drop_copy(plan)
+    assert plan.owed is None and not store._owing
+    _write(store, rng, 30, 40)  # the writer no longer copies for it
+
+
 def test_engine_snapshot_under_a_lock_equals_one_without() -> None:
     import threading
 
@@ -134,6 +297,55 @@ def test_engine_snapshot_under_a_lock_equals_one_without() -> None:
             )
 
 
+def test_engine_snapshot_with_rows_owed_equals_one_without(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Rows written after the bulk copy and left owed by the final section (no rounds, no
+    budget) are settled before evaluation: the results equal a snapshot without a lock."""
+    import threading
+
+    from monitor.engine.records import LabelBatch, PredictionBatch, hash_ids
+    from tests.unit.test_slice_scores import BASE, NOW, _data, _engine, _feed
+
+    engine = _engine()
+    country, y, score = _data(3_000, seed=4)
+    _feed(engine, country, y, score)
+    monkeypatch.setattr(buckets, "_FINAL_COPY_BYTES", 0)
+    monkeypatch.setattr(buckets, "_COPY_ROUNDS", 0)
+    bulk, settle = buckets.CopyPlan.copy, BucketStore.settle_copy
+    owed: list[int] = []
+
+    def copy_then_write(plan: CopyPlan) -> None:  # the writer, after each bulk copy
+        bulk(plan)
+        n = 300
+        ts = BASE + np.arange(120_000, 3_500_000, (3_500_000 - 120_000) // n)[:n]
+        keys = hash_ids([f"late{len(owed)}-{i}" for i in range(n)])
+        s = np.linspace(0.01, 0.99, n)
+        engine.apply_predictions(
+            PredictionBatch(keys, ts, np.zeros(n, np.int16), ["v1"] * n, s,
+                            (s >= 0.5).astype(np.int8),
+                            segments=[{"country": "de"} for _ in range(n)])
+        )  # fmt: skip
+        engine.apply_labels(LabelBatch(keys[::2], ts[::2] + 10, ["1"] * (n // 2)))
+
+    def counted(store: BucketStore, plan: CopyPlan, budget: int) -> bool:
+        owed.append(0 if plan.owed is None else int(plan.owed.sum()))
+        return settle(store, plan, budget)
+
+    monkeypatch.setattr(buckets.CopyPlan, "copy", copy_then_write)
+    monkeypatch.setattr(BucketStore, "settle_copy", counted)
+    locked = engine.snapshot(NOW, lock=threading.RLock(), retain=False)
+    assert max(owed) > 1  # rows were owed, and settled a row per hold
+    free = engine.snapshot(NOW, retain=False)
+    assert len(locked.results) == len(free.results) > 0
+    for a, b in zip(locked.results, free.results, strict=True):
+        assert (a.slice, a.window, a.predictions, a.labeled, a.confusion) == (
+            b.slice, b.window, b.predictions, b.labeled, b.confusion
+        )  # fmt: skip
+        for x, z in zip(a.metrics, b.metrics, strict=True):
+            np.testing.assert_allclose(
+                [x.value, x.lower, x.upper], [z.value, z.lower, z.upper], rtol=1e-9, atol=1e-12
+            )
+
+
 def _fresh_sums(store: BucketStore, bounds: list[tuple[int, int]], n_groups: int) -> list:
     from monitor.engine.buckets import window_group_sums
 
@@ -148,7 +360,6 @@ def _fresh_sums(store: BucketStore, bounds: list[tuple[int, int]], n_groups: int
 def test_window_sums_by_chunks_equal_sums_of_the_final_rows(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Chunks summed between writes: rows written after their chunk was summed, rows
     written before, new rows and new groups all end up exactly as a fresh sum."""
-    import monitor.engine.buckets as buckets
 
     monkeypatch.setattr(buckets, "_SUM_CHUNK_BYTES", 48 * 20)  # 20 rows per chunk
     rng = np.random.default_rng(5)
@@ -270,6 +481,68 @@ def test_running_window_sums_equal_fresh_sums_pass_after_pass() -> None:
     assert incremental == 11  # every pass after the first was incremental
 
 
+def _sums_of(state: dict[str, np.ndarray], bounds: list, n_groups: int) -> list:
+    from monitor.engine.buckets import window_group_sums
+
+    idx = np.arange(n_groups)
+    return [
+        window_group_sums(state["group"], state["bucket"], state[CELLS.key], b, idx, n_groups)
+        for b in bounds
+    ]
+
+
+def test_window_sums_left_owed_end_as_the_sums_the_finish_saw() -> None:
+    """Past its budget the sums' finish leaves rows owed: the writer keeps an owed row's
+    value before writing it, the settling adds each row's value as of the finish, and the
+    sums equal fresh sums of the state the finish saw — pass after pass (running sums),
+    with writes between the finish and the settling."""
+    rng = np.random.default_rng(17)
+    store = _store()
+    for _ in range(10):
+        _write(store, rng, 30, 60)
+    n_groups, owed_passes = 30, 0
+    for step in range(6):
+        bounds = [(step, step + 40), (0, 80), (50, 59)]
+        plan = store.begin_sums(CELLS.name, bounds, np.arange(n_groups), n_groups)
+        store.advance_sums(plan)
+        _write(store, rng, n_groups + 2, 70)  # after the plan began: changed and new rows
+        n_groups += 2
+        while store.sum_chunk(plan, np.arange(n_groups), n_groups):
+            store.add_chunk(plan)
+        _write(store, rng, n_groups, 70)  # rows the finish will owe
+        got = store.finish_sums(plan, np.arange(n_groups), n_groups, defer=True)
+        seen = store.state()
+        owed_passes += plan.owed is not None
+        for _ in range(3):  # the writer between the finish and the settling
+            _write(store, rng, n_groups, 75)
+            if store.settle_sums(plan, 2 * 48):  # two rows per hold
+                store.add_chunk(plan)
+        buckets.settle_sums([(store, plan)], contextlib.nullcontext())
+        assert plan.owed is None and not store._settling
+        for a, b in zip(got, _sums_of(seen, bounds, n_groups), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9)
+    assert owed_passes >= 5
+
+
+def test_a_roll_up_while_sums_are_owed_takes_them_first() -> None:
+    rng = np.random.default_rng(18)
+    store = _store()
+    for _ in range(10):
+        _write(store, rng, 5, 200)
+    bounds = [(0, 199)]
+    plan = store.begin_sums(CELLS.name, bounds, np.arange(5), 5)
+    while store.sum_chunk(plan, np.arange(5), 5):
+        pass
+    _write(store, rng, 5, 200)
+    got = store.finish_sums(plan, np.arange(5), 5, defer=True)
+    seen = store.state()
+    assert plan.owed is not None
+    store.roll_up(store.tiers.advanced(200 * WIDTH, 2 * 3_600_000, 8 * 86_400_000, 9 * 86_400_000))
+    assert plan.owed is None and plan.pending  # taken, to be added by the settling pass
+    buckets.settle_sums([(store, plan)], contextlib.nullcontext())
+    np.testing.assert_allclose(got[0], _sums_of(seen, bounds, 5)[0], rtol=1e-12)
+
+
 def test_running_window_sums_start_afresh_after_rows_move() -> None:
     rng = np.random.default_rng(9)
     store, bounds, plan = _rolled_up_while_summing(rng, finish=True)
@@ -341,7 +614,6 @@ def test_chunks_taken_under_the_lock_and_added_after_writes_equal_fresh_sums(
     """A chunk is copied under the lock and added with it released: the writer changing
     the chunk's rows (or adding rows and groups) between the copy and the addition still
     ends in exactly a fresh sum of the final rows."""
-    import monitor.engine.buckets as buckets
 
     monkeypatch.setattr(buckets, "_SUM_CHUNK_BYTES", 48 * 20)  # 20 rows per chunk
     rng = np.random.default_rng(8)
@@ -370,7 +642,6 @@ def test_window_sums_are_added_with_the_lock_released(monkeypatch) -> None:  # t
     the caller's lock: under it they are only copied."""
     import threading
 
-    import monitor.engine.buckets as buckets
     from tests.unit.test_slice_scores import NOW, _data, _engine, _feed
 
     class Flagged:

@@ -24,7 +24,9 @@ def _pred(i: int) -> bytes:
 
 
 class _FeedingDaemon(Daemon):
-    def _consume(self, pipeline: Any, sink: DeadLetterSink) -> None:
+    def _consume(self, sink: DeadLetterSink) -> None:
+        self.owner.start(sink)
+        pipeline = self.owner.pipeline  # type: ignore[attr-defined]
         assert pipeline.offsets is self.offsets
         pipeline.process(
             "predictions", [RawRecord(_pred(i), "preds", 1, 100 + i) for i in range(10)]
