@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import chain, compress, repeat
-from operator import attrgetter
+from operator import attrgetter, is_
 from typing import Any
 
 import numpy as np
@@ -92,20 +92,24 @@ class RankingState:
         lists = list(map(self.lists.pop, zip(key_list, groups.tolist(), strict=True),
                          repeat(None)))  # fmt: skip
         grades = list(map(self.relevance.get, zip(key_list, digests.tolist(), strict=True)))
-        known = [i for i, (r, g) in enumerate(zip(lists, grades, strict=True))
-                 if r is not None and g is not None]  # fmt: skip
-        ranked = [lists[i] for i in known]
-        maps = [grades[i] for i in known]
-        lengths = np.fromiter(map(len, map(_items, ranked)), np.int64, len(known))
+        known: list[int] | slice
+        if any(map(is_, lists, repeat(None))) or None in grades:  # (consistent: none)
+            known = [i for i, (r, g) in enumerate(zip(lists, grades, strict=True))
+                     if r is not None and g is not None]  # fmt: skip
+            ranked, maps = [lists[i] for i in known], [grades[i] for i in known]
+        else:
+            known, ranked, maps = slice(None), lists, grades
+        nk = len(ranked)
+        lengths = np.fromiter(map(len, map(_items, ranked)), np.int64, nk)
         gains = np.fromiter(
             chain.from_iterable(map(_gains, ranked, maps)), np.float64, int(lengths.sum())
         )
-        judged_lengths = np.fromiter(map(len, maps), np.int64, len(known))
+        judged_lengths = np.fromiter(map(len, maps), np.int64, nk)
         judged = np.fromiter(
             chain.from_iterable(map(dict.values, maps)), np.float64, int(judged_lengths.sum())
         )
-        if known:
-            scores = np.concatenate([np.asarray(r.scores, np.float64) for r in ranked])
+        if nk:
+            scores = np.concatenate(list(map(_scores, ranked)), dtype=np.float64)
             out[known] = batch_query_metrics(
                 scores, gains, lengths, judged, judged_lengths, layout.ks, all_judged=True
             )
@@ -200,6 +204,7 @@ def _is_map(grades: dict[str, float] | None) -> bool:
 
 
 _items = attrgetter("items")
+_scores = attrgetter("scores")
 
 
 def _gains(ranked: RankedList, grades: dict[str, float]) -> Iterator[float]:

@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from itertools import chain, compress
+from itertools import chain, compress, repeat
 from typing import Annotated, Any, ClassVar
 
 import msgspec
@@ -40,6 +40,7 @@ from .ranking import (
     parse_ranked_items,
     parse_relevance,
     relevance_digest,
+    relevance_digests,
 )
 
 __all__ = [
@@ -586,7 +587,7 @@ class PredictionDecoder:
         ranked = None
         if self._items[0] is not None:  # ranking models (the typed parse is all of one task)
             ranked = parse_ranked_batch(list(map(_get_items, rows)), self._max_items, _RankedItem)
-            checks &= np.fromiter(map(_is_not_none, ranked), bool, n)
+            checks &= np.fromiter(map(operator.is_not, ranked, repeat(None)), bool, n)
             if len({m.max_items for m in self.models}) > 1:  # each model's own bound
                 bound = np.array([m.max_items for m in self.models] + [0])[model]
                 sizes = np.fromiter((len(r.items) if r else 0 for r in ranked), np.int64, n)
@@ -837,7 +838,7 @@ def _kept(
         feats = [feats[i] for i in take] if feats else feats
         segs = [segs[i] for i in take] if segs else segs
         ranked = [ranked[i] for i in take] if ranked is not None else None
-    if ranked is not None and ranked.count(None) == len(ranked):
+    if ranked is not None and all(map(operator.is_, ranked, repeat(None))):
         ranked = None  # no ranking row: as the per-record path has it
     cols = {
         "ids": ids,
@@ -1379,7 +1380,7 @@ class LabelDecoder:
         if not checks.any():
             return None, grades
         n = len(rows)
-        values = np.fromiter(map(relevance_digest, grades), np.float64, n)
+        values = relevance_digests(grades)
         labels = [RANKING_LABEL] * n
         return ((None if checks.all() else checks), ids, ts, labels, values), grades
 

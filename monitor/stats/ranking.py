@@ -200,6 +200,8 @@ def _padded_metrics(
     gain_g = np.bincount(flat, weights=gains.ravel(), minlength=nq * width)[group] / size
     first = np.maximum.accumulate(np.where(new, col, 0), axis=1)  # each group's first slot
     q = r / size  # E[rel_i] at each sorted position
+    cum_rel = np.zeros((nq, width + 1))  # relevant items before each sorted position
+    np.cumsum(relevant, axis=1, out=cum_rel[:, 1:])
     judged = extra if all_judged else np.concatenate([gains, extra], axis=1)
     n_rel = (judged > 0).sum(axis=1).astype(np.float64)
     scored = n_rel > 0
@@ -234,7 +236,7 @@ def _padded_metrics(
         ap = ap_terms[:, :cut].sum(axis=1) / np.minimum(n_rel_safe, k)
         hits = q[:, :cut].sum(axis=1)
         precision, recall = hits / k, hits / n_rel_safe
-        hit = _expected_hit(nq, g_q, size_g, rel_g, g_pos, top)
+        hit = _expected_hit(top, first, size, r, cum_rel)
         b = _BASE + 10 * j
         for i, v in enumerate((ndcg, ap, precision, recall, hit)):
             out[:, b + 2 * i] = v
@@ -269,27 +271,29 @@ def _expected_reciprocal_rank(
 
 
 def _expected_hit(
-    nq: int,
-    g_q: np.ndarray,
+    top: np.ndarray,
+    first: np.ndarray,
     size: np.ndarray,
     rel: np.ndarray,
-    start: np.ndarray,
-    top: np.ndarray,
+    cum_rel: np.ndarray,
 ) -> np.ndarray:
     """P(at least one relevant item in the first ``top`` positions) per query under random
-    tie orders: 1 if a group wholly inside holds one, else the chance that the group cut
-    by ``top`` puts one of its r relevant among its m slots inside, 1 − C(g − r, m)/C(g, m)."""
+    tie orders: 1 if the groups wholly before the cut hold one, else the chance that the
+    group cut by ``top`` puts one of its r relevant among its m slots inside,
+    1 − C(g − r, m)/C(g, m) (1 or 0 when the group is wholly inside). Read at each
+    query's last position inside (``first``, ``size``, ``rel``: that position's group's
+    first slot, size and relevant count; ``cum_rel``: relevant items before a slot)."""
     from scipy.special import comb
 
-    t = top[g_q]
-    end = start + size
-    whole = (end <= t) & (rel > 0)
-    certain = np.bincount(g_q, weights=whole.astype(np.float64), minlength=nq) > 0
-    cut = np.flatnonzero((start < t) & (end > t) & (rel > 0))  # at most one group a query
-    g, r, m = size[cut], rel[cut], (t - start)[cut]
-    p = np.zeros(nq)
-    p[g_q[cut]] = 1.0 - comb(g - r, m) / comb(g, m)
-    return np.where(certain, 1.0, p)
+    nq = top.shape[0]
+    rows = np.arange(nq)
+    last = np.maximum(top - 1, 0)
+    start = first[rows, last]
+    g, r = size[rows, last], rel[rows, last]
+    m = top - start  # the cut group's slots inside the first top positions
+    p = 1.0 - comb(g - r, m) / comb(g, m)
+    p = np.where(cum_rel[rows, start] > 0, 1.0, p)
+    return np.where(top > 0, p, 0.0)
 
 
 MIN_QUERIES = 30
