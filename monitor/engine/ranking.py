@@ -17,7 +17,7 @@ Checkpointed as flat arrays (UTF-8 item bytes, lengths, scores, grades): no pick
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import chain, compress, repeat
 from operator import attrgetter, is_
 from typing import Any
@@ -82,10 +82,11 @@ class RankingState:
         in ranked order (what metric families of ranking models read; an unknown query
         has none).
 
-        The batch's queries are scored together (``batch_query_metrics``): each list's
-        grades are looked up with one C-level ``map`` over its items, and the items, scores
-        and grades of all queries are concatenated once, as are the judged grades of each
-        query (``all_judged``: no per-query split into ranked and unranked items)."""
+        The batch's queries are scored together (``batch_query_metrics``): the grades of
+        every ranked item of the batch are looked up in one C-level ``map`` (each item in
+        its query's map), and the scores and grades of all queries are concatenated once,
+        as are the judged grades of each query (``all_judged``: no per-query split into
+        ranked and unranked items)."""
         n = keys.shape[0]
         out = np.zeros((n, layout.width))
         key_list = keys.tolist()
@@ -101,9 +102,11 @@ class RankingState:
             known, ranked, maps = slice(None), lists, grades
         nk = len(ranked)
         lengths = np.fromiter(map(len, map(_items, ranked)), np.int64, nk)
-        gains = np.fromiter(
-            chain.from_iterable(map(_gains, ranked, maps)), np.float64, int(lengths.sum())
-        )
+        # each ranked item's grade (0: unjudged), all queries' items in one C-level map
+        each_map = chain.from_iterable(map(repeat, maps, lengths.tolist()))
+        items = chain.from_iterable(map(_items, ranked))
+        total = int(lengths.sum())
+        gains = np.fromiter(map(dict.get, each_map, items, repeat(0.0)), np.float64, total)
         judged_lengths = np.fromiter(map(len, maps), np.int64, nk)
         judged = np.fromiter(
             chain.from_iterable(map(dict.values, maps)), np.float64, int(judged_lengths.sum())
@@ -205,11 +208,6 @@ def _is_map(grades: dict[str, float] | None) -> bool:
 
 _items = attrgetter("items")
 _scores = attrgetter("scores")
-
-
-def _gains(ranked: RankedList, grades: dict[str, float]) -> Iterator[float]:
-    """The grade of each ranked item (0: unjudged)."""
-    return map(grades.get, ranked.items, repeat(0.0))
 
 
 def _per_query_positive(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
