@@ -196,31 +196,31 @@ def _uniform_lists(
     float array checked finite by numpy. A typed parse's entries (``entry`` not dict) were
     type-checked by msgspec as it built them (ids non-empty strings, scores numbers), so
     only finiteness is left to check. What remains per list is a tuple slice, a set for
-    the duplicate check and a copy of its scores."""
+    the duplicate check and a copy of its scores, each in a C-level ``map``."""
     entries = list(chain.from_iterable(values))
-    kinds = set(map(type, entries))
     counts = np.array(lengths, np.int64)
     ends = np.cumsum(counts)
     starts = ends - counts
-    if kinds and kinds == {entry}:
-        if entry is dict:
+    ids = _typed_ids(entries) if entry is not dict else None
+    if ids is not None:  # typed entries, all scored
+        scores = np.fromiter(map(_attr_score, entries), np.float64, len(entries))
+        if not np.isfinite(scores).all():  # (a number beyond a float's range)
+            return None
+    else:
+        kinds = set(map(type, entries))
+        if kinds and kinds == {dict} == {entry}:
             scored = _scored(entries, entry)
             if scored is None or set(map(type, scored[0])) != {str} or "" in scored[0]:
                 return None  # (a reason, or integer ids)
             ids, scores = scored
-        else:
-            ids = list(map(_attr_item, entries))
-            scores = np.fromiter(map(_attr_score, entries), np.float64, len(entries))
-            if not np.isfinite(scores).all():  # (a number beyond a float's range)
+        elif kinds <= {str}:  # already ranked: n, n - 1, ..., 1 within each list
+            ids = entries
+            at = np.arange(len(entries)) - np.repeat(starts, counts)
+            scores = (np.repeat(counts, counts) - at).astype(np.float64)
+            if "" in ids:
                 return None
-    elif kinds <= {str}:  # already ranked: n, n - 1, ..., 1 within each list
-        ids = entries
-        at = np.arange(len(entries)) - np.repeat(starts, counts)
-        scores = (np.repeat(counts, counts) - at).astype(np.float64)
-        if "" in ids:
+        else:
             return None
-    else:
-        return None
     bounds = list(zip(starts.tolist(), ends.tolist(), strict=True))
     items = [tuple(ids[a:b]) for a, b in bounds]
     distinct = list(map(len, map(set, items)))
@@ -229,10 +229,22 @@ def _uniform_lists(
         own = list(map(np.ndarray.copy, scores.reshape(len(lengths), lengths[0])))
     else:
         own = [scores[a:b].copy() for a, b in bounds]
+    if distinct == lengths:  # (the common case: no list names an item twice)
+        return list(map(RankedList, items, own))
     return [
         RankedList(t, s) if d == len(t) else None
         for t, d, s in zip(items, distinct, own, strict=True)
     ]
+
+
+def _typed_ids(entries: list[Any]) -> list[str] | None:
+    """The ids of a typed parse's entries when every one is a scored entry (msgspec
+    checked each id a non-empty string); None when one is a bare id (a ``str``, which has
+    no ``item``). One pass, no separate check of the entries' types."""
+    try:
+        return list(map(_attr_item, entries))
+    except AttributeError:
+        return None
 
 
 def parse_relevance(obj: dict[str, Any], max_items: int) -> dict[str, float]:
