@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from itertools import chain, compress, repeat
-from operator import attrgetter, is_
+from operator import attrgetter, is_, is_not
 from typing import Any
 
 import numpy as np
@@ -56,7 +56,7 @@ class RankingState:
     ) -> np.ndarray:
         """Keep each ranking label's grades (the first of equal digests); returns the mask
         of rows that are ranking labels."""
-        mask = np.fromiter(map(_is_map, relevance), bool, len(relevance))
+        mask = np.fromiter(map(is_not, relevance, repeat(None)), bool, len(relevance))
         if not mask.any():
             return mask
         pairs = list(compress(zip(keys.tolist(), digests.tolist(), strict=True), mask))
@@ -200,10 +200,6 @@ class RankingState:
             self.relevance[(int(key), float(digest))] = dict(
                 zip(names[start:end], grades[start:end].tolist(), strict=True)
             )
-
-
-def _is_map(grades: dict[str, float] | None) -> bool:
-    return grades is not None
 
 
 _items = attrgetter("items")
