@@ -188,7 +188,6 @@ def _padded_metrics(
     s = np.take_along_axis(scores, order, axis=1)
     gains = np.take_along_axis(grades, order, axis=1)
     col = np.arange(width)
-    valid = col < lengths[:, None]
     relevant = (gains > 0).astype(np.float64)
     # tie groups: a new group where the score changes (the padding is a group of its own)
     new = np.ones((nq, width), bool)
@@ -217,14 +216,11 @@ def _padded_metrics(
     np.cumsum(q, axis=1, out=cum_q[:, 1:])
     before = np.take_along_axis(cum_q, first, axis=1)  # Σ q_j over the earlier groups
     ap_terms = (q * before + (col - first) * within + q) / (col + 1.0)
-    # the groups themselves, query by query in rank order (the tie-aware RR and hit rate)
-    g_q, g_pos = np.nonzero(new & valid)
-    size_g, rel_g = size[g_q, g_pos], r[g_q, g_pos]
 
     out = np.zeros((nq, _BASE + 10 * len(ks)))
     out[:, 0] = 1.0
     out[:, 1] = ~scored
-    rr = _expected_reciprocal_rank(nq, g_q, size_g, rel_g, g_pos)
+    rr = _expected_reciprocal_rank(first, size, r)
     out[:, 2], out[:, 3] = rr, rr * rr
     dcg_terms = gain_g * discount[:width]
     for j, k in enumerate(ks):
@@ -245,28 +241,31 @@ def _padded_metrics(
     return out
 
 
-def _expected_reciprocal_rank(
-    nq: int, g_q: np.ndarray, size: np.ndarray, rel: np.ndarray, start: np.ndarray
-) -> np.ndarray:
+def _expected_reciprocal_rank(first: np.ndarray, size: np.ndarray, rel: np.ndarray) -> np.ndarray:
     """E[1/rank of the first relevant item] per query: it lies in the query's first group
     holding one; with g items and r relevant there, it is at the group's j-th slot with
-    probability C(g − j, r − 1)/C(g, r) (hypergeometric waiting time)."""
+    probability C(g − j, r − 1)/C(g, r) (hypergeometric waiting time). Read from padded
+    rows in rank order (``first``, ``size``, ``rel``: each position's group's first slot,
+    size and relevant count)."""
+    nq = first.shape[0]
     out = np.zeros(nq)
-    holding = np.flatnonzero(rel > 0)
-    if holding.size == 0:
+    holding = rel > 0
+    at = holding.argmax(axis=1)  # the first position of a group holding one
+    queries = np.flatnonzero(holding[np.arange(nq), at])
+    if queries.size == 0:
         return out
-    # the first such group of each query (groups are in query, then rank order)
-    first = holding[np.concatenate([[True], g_q[holding][1:] != g_q[holding][:-1]])]
-    g, r, s = size[first], rel[first], start[first]
+    at = at[queries]
+    g, r = size[queries, at], rel[queries, at]
+    s = first[queries, at].astype(np.float64)
     slots = (g - r + 1).astype(np.int64)  # the first relevant item's possible slots
-    owner = np.repeat(np.arange(first.size), slots)
+    owner = np.repeat(np.arange(queries.size), slots)
     jj = np.arange(owner.size) - np.repeat(np.cumsum(slots) - slots, slots) + 1.0
     from scipy.special import comb  # here: `monitor check-config` imports this module
 
     prob = comb(g[owner] - jj, r[owner] - 1) / comb(g[owner], r[owner])
-    value = np.bincount(owner, weights=prob / (s[owner] + jj), minlength=first.size)
+    value = np.bincount(owner, weights=prob / (s[owner] + jj), minlength=queries.size)
     # every item of the group relevant: the first slot, exactly
-    out[g_q[first]] = np.where(r == g, 1.0 / (s + 1.0), value)
+    out[queries] = np.where(r == g, 1.0 / (s + 1.0), value)
     return out
 
 
