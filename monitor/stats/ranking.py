@@ -199,8 +199,9 @@ def _padded_metrics(
     gain_g = np.bincount(flat, weights=gains.ravel(), minlength=nq * width)[group] / size
     first = np.maximum.accumulate(np.where(new, col, 0), axis=1)  # each group's first slot
     q = r / size  # E[rel_i] at each sorted position
-    cum_rel = np.zeros((nq, width + 1))  # relevant items before each sorted position
-    np.cumsum(relevant, axis=1, out=cum_rel[:, 1:])
+    top_k = min(max(ks), width)  # the positions any metric reads
+    cum_rel = np.zeros((nq, top_k + 1))  # relevant items before each sorted position
+    np.cumsum(relevant[:, :top_k], axis=1, out=cum_rel[:, 1:])
     judged = extra if all_judged else np.concatenate([gains, extra], axis=1)
     n_rel = (judged > 0).sum(axis=1).astype(np.float64)
     scored = n_rel > 0
@@ -210,19 +211,21 @@ def _padded_metrics(
     discount = 1.0 / np.log2(np.arange(max(ideal.shape[1], width)) + 2.0)
     # Σ_{j<=i} E[rel_i rel_j]: q_i·q_j for j in earlier groups (independent), the
     # without-replacement r(r − 1)/(g(g − 1)) for earlier slots of i's group, q_i for j = i
+    g_k, r_k, q_k = size[:, :top_k], r[:, :top_k], q[:, :top_k]
+    first_k, col_k = first[:, :top_k], col[:top_k]
     with np.errstate(divide="ignore", invalid="ignore"):
-        within = np.where(size > 1, r * (r - 1) / (size * (size - 1)), 0.0)
-    cum_q = np.zeros((nq, width + 1))
-    np.cumsum(q, axis=1, out=cum_q[:, 1:])
-    before = np.take_along_axis(cum_q, first, axis=1)  # Σ q_j over the earlier groups
-    ap_terms = (q * before + (col - first) * within + q) / (col + 1.0)
+        within = np.where(g_k > 1, r_k * (r_k - 1) / (g_k * (g_k - 1)), 0.0)
+    cum_q = np.zeros((nq, top_k + 1))
+    np.cumsum(q_k, axis=1, out=cum_q[:, 1:])
+    before = np.take_along_axis(cum_q, first_k, axis=1)  # Σ q_j over the earlier groups
+    ap_terms = (q_k * before + (col_k - first_k) * within + q_k) / (col_k + 1.0)
 
     out = np.zeros((nq, _BASE + 10 * len(ks)))
     out[:, 0] = 1.0
     out[:, 1] = ~scored
     rr = _expected_reciprocal_rank(first, size, r)
     out[:, 2], out[:, 3] = rr, rr * rr
-    dcg_terms = gain_g * discount[:width]
+    dcg_terms = gain_g[:, :top_k] * discount[:top_k]
     for j, k in enumerate(ks):
         top = np.minimum(k, lengths)
         cut = min(k, width)
