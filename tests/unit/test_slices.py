@@ -125,13 +125,19 @@ def test_gap_intervals_without_a_true_difference() -> None:
     sizes = np.geomspace(100, 20_000, 20).astype(int)
     claimed = []
     gaps = []
-    for _ in range(400):
+    asked = []
+    for w in range(400):
         shown = []
         for i, n in enumerate(sizes):
             pos = rng.binomial(n, 0.1)
             tp, fp = rng.binomial(pos, 0.7), rng.binomial(n - pos, 0.05)
             shown.append((f"c{i}", P((n - pos - fp, fp, pos - tp, tp))))
-        out = {g.metric: g for g in _fairness("m", "v", "1d", "country", shown, 0.95)}
+        asked.append(("m", "v", str(w), "country", shown))
+    every = _fairness(asked, 0.95)  # every window's dimension in one pass, as a tick does
+    for w in (0, 7, 399):  # each the same as when asked alone
+        assert [g for g in every if g.window == str(w)] == _fairness([asked[w]], 0.95)
+    for w in range(400):
+        out = {g.metric: g for g in every if g.window == str(w)}
         eo = out["equal_opportunity"]
         gaps.append(eo.gap)
         claimed.append(
