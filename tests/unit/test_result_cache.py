@@ -76,6 +76,12 @@ def test_row_digests_tell_rows_and_context_apart() -> None:
     changed = rows.copy()
     changed[1, 3] += 1e-12
     assert row_digests(changed, ("slice", 0.95))[1] != keys[1]
+    # a row is hashed as its non-zero cells: their columns count, and so do zeros' signs
+    sparse = np.zeros((4, 6))
+    sparse[0, 1], sparse[1, 2], sparse[3, 4] = 3.0, 3.0, -0.0
+    first, moved, empty, signed = row_digests(sparse, ("slice", 0.95))
+    assert len({first, moved, empty, signed}) == 4
+    assert row_digests(sparse[2:], ("slice", 0.95)) == [empty, signed]  # the same alone
 
 
 def _new_events(engine, n: int = 300) -> None:  # type: ignore[no-untyped-def]
