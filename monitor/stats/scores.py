@@ -915,11 +915,15 @@ def gain_name(fraction: float, stem: str = "gain") -> str:
 class _HistogramStats(NamedTuple):
     """:meth:`ScoreLayout._histogram_stats` of a stack of rows."""
 
-    rows: np.ndarray  # (8, rows): AUC, its centre, DeLong SE, Hanley SE, AP, AP mid, SEs
+    # (8, rows): AUC, its pseudo-pair centre, DeLong SE, Hanley-McNeil SE; AP plain and
+    # mid-rank (offsets _AP_OFFSETS), their SEs
+    rows: np.ndarray
     mass_count: np.ndarray  # (rows, M) equal-mass calibration bins: count, Σp, Σy
     mass_p: np.ndarray
     mass_y: np.ndarray
 
+
+_AP_OFFSETS = (0.0, 0.5)  # pr_auc and pr_auc_debiased (mid-rank precisions)
 
 MIN_PACKED_WIDTH = 8
 """The narrowest width a row's occupied bins are packed into (:func:`_support_classes`)."""
@@ -1126,9 +1130,9 @@ class ScoreLayout:
         for at, (neg, pos, sp, s_pos, sq) in _support_classes(hist):
             out.rows[0:4, at] = _roc_auc_arrays(neg, pos)
             out.rows[4:6, at] = _average_precisions(
-                neg, pos, (0.0, 0.5), (s_pos, sp, sq), complete[at]
+                neg, pos, _AP_OFFSETS, (s_pos, sp, sq), complete[at]
             )
-            out.rows[6:8, at] = _average_precision_ses(neg, pos, (0.0, 0.5))
+            out.rows[6:8, at] = _average_precision_ses(neg, pos, _AP_OFFSETS)
             out.mass_count[at], out.mass_p[at], out.mass_y[at] = equal_mass_bins(neg, pos, sp, mc)
         return out
 
@@ -1261,8 +1265,9 @@ class ScoreLayout:
         neg, pos = self._classes(v)
         n_pos = pos.sum(axis=1)
         reasons = _reasons(n_pos, neg.sum(axis=1), MIN_SCORE_CLASS_COUNT)
+        at = _AP_OFFSETS.index(offset)  # the plain or the mid-rank AP and its SE
         rows = self._histogram_stats(v).rows
-        ap, se = (rows[4], rows[6]) if offset == 0.0 else (rows[5], rows[7])
+        ap, se = rows[4 + at], rows[6 + at]
         df = np.minimum(n_pos, neg.sum(axis=1)) - 1.0
         return _values(name, _ap_column(ap, se, n_pos, df, confidence, reasons))[0]
 
