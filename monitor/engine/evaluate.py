@@ -494,22 +494,23 @@ class _Window:
             if at:
                 assert self.local is not None
                 local = self.local
-                vecs = _member_sums(self.task_sums, [self.pending[i].members for i in at], local)
+                block = _member_rows(self.task_sums, [self.pending[i].members for i in at], local)
                 slices = pool.add(
-                    np.hstack([vecs, share[at, np.newaxis]]),
+                    _Rows(*block, share[at]),
                     ("slice", layout.bins, layout.logit_range, self.confidence),
                     lambda rows: score_results(layout, rows[:, :-1], self.confidence, rows[:, -1]),
                 )
                 for j, i in enumerate(at):
-                    coarse[i] = vecs[j]
+                    coarse[i] = block[0][block[1][j]]  # a view: no copy of the window's rows
         fine = {
             i: v for i, p in enumerate(self.pending) if (v := catalog.fine_vector(p)) is not None
         }
         fines = None
         if fine:
             fl = catalog.score_layout
+            vecs = np.stack(list(fine.values()))
             fines = pool.add(
-                np.hstack([np.stack(list(fine.values())), share[list(fine), np.newaxis]]),
+                _Rows(vecs, np.arange(vecs.shape[0]), share[list(fine)]),
                 ("scores", fl.bins, fl.logit_range, self.confidence),
                 lambda rows: score_results(fl, rows[:, :-1], self.confidence, rows[:, -1]),
             )
@@ -1062,7 +1063,7 @@ class _ScorePool:
 
     def add(
         self,
-        rows: np.ndarray,
+        rows: np.ndarray | _Rows,
         context: tuple[Any, ...],
         compute: Callable[[np.ndarray], list[Any]],
     ) -> list[Any]:
@@ -1080,15 +1081,48 @@ class _ScorePool:
             out, keys = _cached_rows(self.cache, blocks, context, self._compute[context])
             at = 0
             for rows, slot in parts:
-                n = rows.shape[0]
+                n = len(rows)
                 slot.extend((out[at : at + n], keys[at : at + n]))
                 at += n
         self._parts, self._compute, self.nbytes = {}, {}, 0
 
 
+class _Rows:
+    """Rows ``matrix[index]``, each with ``tail``'s value appended as a last column, not
+    copied out: a model window's slice rows are most of its window sums (tens of
+    megabytes a tick for a fleet), and only the rows not cached are ever gathered."""
+
+    __slots__ = ("index", "matrix", "tail")
+
+    def __init__(self, matrix: np.ndarray, index: np.ndarray, tail: np.ndarray) -> None:
+        self.matrix, self.index, self.tail = matrix, index, tail
+
+    def __len__(self) -> int:
+        return int(self.index.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        """What the rows take once gathered."""
+        return len(self) * (self.matrix.shape[1] + 1) * self.matrix.itemsize
+
+    def take(self, picked: np.ndarray) -> np.ndarray:
+        """Rows ``picked`` gathered, with their tail column."""
+        return np.hstack([self.matrix[self.index[picked]], self.tail[picked, np.newaxis]])
+
+
+def _member_rows(
+    matrix: np.ndarray, members: Sequence[list[int]], row_of: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(a matrix, the row of each of ``members`` in it): ``matrix`` itself when each
+    member is one group (a segment slice of one dimension), else :func:`_member_sums`."""
+    if all(len(m) == 1 for m in members):
+        return matrix, row_of[np.fromiter((m[0] for m in members), np.intp, len(members))]
+    return _member_sums(matrix, members, row_of), np.arange(len(members))
+
+
 def _cached_rows(
     cache: ResultCache | None,
-    rows: np.ndarray | list[np.ndarray],
+    rows: np.ndarray | _Rows | list[np.ndarray | _Rows],
     context: tuple[Any, ...],
     compute: Callable[[np.ndarray], list[Any]],
 ) -> tuple[list[Any], list[Any]]:
@@ -1099,11 +1133,13 @@ def _cached_rows(
     together, not the tens of megabytes of the rows reused)."""
     blocks = rows if isinstance(rows, list) else [rows]
     if cache is None:
-        stacked = np.vstack(blocks) if len(blocks) > 1 else blocks[0]
+        stacked = _take_rows(blocks, list(range(sum(map(len, blocks)))))
         return _chunked(compute, stacked), [None] * stacked.shape[0]
     keys: list[Any] = []
     for block in blocks:
-        if block.shape[1] <= 8:  # a few counts: the bytes themselves are a cheaper key
+        if isinstance(block, _Rows):
+            keys += row_digests(block.matrix, context, block.index, block.tail)
+        elif block.shape[1] <= 8:  # a few counts: the bytes themselves are a cheaper key
             keys += [(row, context) for row in map(bytes, block)]
         else:
             keys += row_digests(block, context)
@@ -1121,17 +1157,18 @@ def _cached_rows(
     return out, keys
 
 
-def _take_rows(blocks: list[np.ndarray], picked: list[int]) -> np.ndarray:
+def _take_rows(blocks: Sequence[np.ndarray | _Rows], picked: list[int]) -> np.ndarray:
     """Rows ``picked`` (ascending indices into the blocks' rows, in order) as one array."""
-    if len(blocks) == 1:
-        return blocks[0][picked]
     idx = np.asarray(picked, np.intp)
-    ends = np.cumsum([b.shape[0] for b in blocks])
+    ends = np.cumsum([len(b) for b in blocks])
     owner = np.searchsorted(ends, idx, side="right")
     pieces = []
     for b in np.unique(owner).tolist():
-        start = ends[b] - blocks[b].shape[0]
-        pieces.append(blocks[b][idx[owner == b] - start])
+        block = blocks[b]
+        at = idx[owner == b] - (ends[b] - len(block))
+        pieces.append(block.take(at) if isinstance(block, _Rows) else block[at])
+    if not pieces:
+        return np.empty((0, 0))
     return np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
 
 

@@ -338,3 +338,33 @@ def test_cached_rows_of_blocks_equal_the_stacked_rows() -> None:
     assert keys == row_digests(stacked, ("ctx",)) and warm[1] == keys[-2:]
     again, _ = _cached_rows(None, blocks, ("ctx",), compute)  # no cache: all of them
     assert again == got and computed[-1] == 10
+
+
+def test_row_references_are_keyed_and_gathered_as_the_stacked_rows() -> None:
+    """A window's slice rows are handed to the pool as references into its window sums
+    with the long-run share as a last column: keys and results are those of the rows
+    stacked with that column, and only the rows not cached are gathered."""
+    from monitor.engine.evaluate import _Rows
+
+    rng = np.random.default_rng(8)
+    matrix = rng.integers(0, 3, (6, 9)).astype(np.float64)
+    matrix[2] = 0.0
+    index = np.array([4, 0, 2, 4])
+    tail = np.array([0.25, 0.0, -0.0, 0.25])
+    stacked = np.hstack([matrix[index], tail[:, np.newaxis]])
+    rows = _Rows(matrix, index, tail)
+    assert row_digests(matrix, ("s",), index, tail) == row_digests(stacked, ("s",))
+    assert len(rows) == 4 and rows.nbytes == stacked.nbytes
+    computed: list[int] = []
+
+    def compute(block: np.ndarray) -> list[tuple[float, ...]]:
+        computed.append(block.shape[0])
+        return [tuple(r) for r in block.tolist()]
+
+    cache = ResultCache()
+    cache.begin()
+    plain = np.arange(20, dtype=np.float64).reshape(2, 10)
+    got, keys = _cached_rows(cache, [plain, rows], ("s",), compute)
+    assert got == [tuple(r) for r in np.vstack([plain, stacked]).tolist()]
+    assert keys[2:] == row_digests(stacked, ("s",)) and computed == [5]  # a repeat: once
+    assert _cached_rows(None, [plain, rows], ("s",), compute)[0] == got
