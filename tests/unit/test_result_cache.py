@@ -4,6 +4,7 @@ the engine's cache equals a pass without it, before and after new events arrive.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -316,6 +317,17 @@ def test_the_section_round_trips_the_batch_computed_entries() -> None:
         assert [type(v) for v in value] == [type(v) for v in saved[key]]  # list/tuple kept
 
 
+def _counting_rows() -> tuple[list[int], Callable[[np.ndarray], list[tuple[float, ...]]]]:
+    """A compute that returns each row as a tuple, and the sizes of the batches it got."""
+    computed: list[int] = []
+
+    def compute(rows: np.ndarray) -> list[tuple[float, ...]]:
+        computed.append(rows.shape[0])
+        return [tuple(r) for r in rows.tolist()]
+
+    return computed, compute
+
+
 def test_cached_rows_of_blocks_equal_the_stacked_rows() -> None:
     """A pool keys its windows' row blocks where they lie and computes only the rows not
     cached, gathered across blocks: the results and keys are those of the stacked rows."""
@@ -323,12 +335,7 @@ def test_cached_rows_of_blocks_equal_the_stacked_rows() -> None:
     blocks = [rng.integers(0, 5, (n, 12)).astype(np.float64) for n in (3, 1, 4, 2)]
     blocks[2][1] = blocks[0][0]  # a repeat across blocks is computed once
     stacked = np.vstack(blocks)
-    computed: list[int] = []
-
-    def compute(rows: np.ndarray) -> list[tuple[float, ...]]:
-        computed.append(rows.shape[0])
-        return [tuple(r) for r in rows.tolist()]
-
+    computed, compute = _counting_rows()
     cache = ResultCache()
     cache.begin()
     warm = _cached_rows(cache, blocks[3], ("ctx",), compute)  # the last block known already
@@ -355,12 +362,7 @@ def test_row_references_are_keyed_and_gathered_as_the_stacked_rows() -> None:
     rows = _Rows(matrix, index, tail)
     assert row_digests(matrix, ("s",), index, tail) == row_digests(stacked, ("s",))
     assert len(rows) == 4 and rows.nbytes == stacked.nbytes
-    computed: list[int] = []
-
-    def compute(block: np.ndarray) -> list[tuple[float, ...]]:
-        computed.append(block.shape[0])
-        return [tuple(r) for r in block.tolist()]
-
+    computed, compute = _counting_rows()
     cache = ResultCache()
     cache.begin()
     plain = np.arange(20, dtype=np.float64).reshape(2, 10)
