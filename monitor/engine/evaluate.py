@@ -646,6 +646,7 @@ def _fairness(
     extremes segment reductions (a fleet asks for hundreds of dimensions a tick, each a
     few dozen numpy calls when computed alone). Ties go to the first value in label
     order at the low end, the last at the high."""
+    asked = [a for a in asked if len(a[4]) >= 2]  # a gap needs two values (segments not empty)
     if not asked:
         return []
     sizes = np.fromiter((len(a[4]) for a in asked), np.intp, len(asked))
