@@ -1,4 +1,5 @@
-"""Freed heap pages go back to the OS after an evaluation (monitor/heap.py)."""
+"""Freed heap pages go back to the OS after an evaluation, beyond what the next one will
+reuse (monitor/heap.py)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,10 @@ blocks = [np.ones(1 << 20, np.uint8) for _ in range(150)]  # now served from the
 keep = np.ones(1 << 16, np.uint8)  # above them: the heap's top cannot shrink past it
 del blocks
 before = rss_mb()
-released = release_free_memory()
-print(released, before - rss_mb())
+kept = release_free_memory(keep=200 << 20)  # 150 MB free: under what is kept
+after_kept = rss_mb()
+released = release_free_memory(keep=100 << 20)  # over it: given back
+print(kept, before - after_kept, released, after_kept - rss_mb())
 """
 
 
@@ -34,5 +37,7 @@ def test_freed_numpy_temporaries_leave_the_resident_set() -> None:
     out = subprocess.run(
         [sys.executable, "-c", SCRIPT], capture_output=True, text=True, check=True, timeout=60
     ).stdout.split()
-    assert out[0] == "True"
-    assert float(out[1]) > 100  # of the 150 MB freed in the heap's middle
+    if heap._INFO is not None:  # glibc >= 2.33: free heap under the keep stays mapped
+        assert out[0] == "False" and abs(float(out[1])) < 20
+    assert out[2] == "True"
+    assert float(out[3]) > 100  # of the 150 MB freed in the heap's middle
