@@ -76,6 +76,10 @@ class GroupRegistry:
         self.models = tuple(models)
         self.model_index = {m.name: i for i, m in enumerate(self.models)}
         self.folders = {i: SegmentFolder(m) for i, m in enumerate(self.models) if m.slices}
+        # every model's sliced dimensions, each once: a batch codes each one's texts once
+        self._slice_dimensions = tuple(
+            dict.fromkeys(d for f in self.folders.values() for d in f.dimensions)
+        )
         self._clear()
 
     def _clear(self) -> None:
@@ -122,9 +126,7 @@ class GroupRegistry:
             # each dimension's texts coded once for the batch, then each model folds its
             # rows' codes (its rows found by one stable sort, in arrival order)
             segs = segments if segments else [None] * n
-            dims = {
-                d: dimension_values(segs, d) for f in self.folders.values() for d in f.dimensions
-            }
+            dims = {d: dimension_values(segs, d) for d in self._slice_dimensions}
             order = np.argsort(model, kind="stable")
             sorted_model = model[order]
             for m, folder in self.folders.items():
