@@ -661,7 +661,8 @@ def bench_replay(n: int, reps: int, work: Path, target: float) -> Result:
     split = work / "cpu-split.txt"
     ours = [sys.executable, "-c", _CPU_SPLIT, str(split), "replay", "-c", str(cfg),
             "--predictions", str(pf), "--labels", str(lf), "--report", str(out)]  # fmt: skip
-    # the default (--decode-worker auto: workers when a usable CPU is idle) and the other mode
+    # the default (--decode-worker auto: workers when a usable CPU is idle, sampled at each
+    # run's start) and the other mode (the one auto would choose now)
     other = "off" if decode_workers("auto") else "on"
     commands = {
         "replay": ours,
@@ -676,6 +677,7 @@ def bench_replay(n: int, reps: int, work: Path, target: float) -> Result:
     oracle: dict[str, float] = {}
     applying: list[float] = []  # CPU s of the replay with workers: its applying process
     decoding: list[float] = []  # and its decoding workers
+    auto_workers: list[bool] = []  # whether each run of the default chose workers
     sides = list(commands)
     with_workers = sides[0] if other == "off" else sides[1]
     for rep in range(reps):
@@ -686,10 +688,12 @@ def bench_replay(n: int, reps: int, work: Path, target: float) -> Result:
             loads.append(os.getloadavg()[0])
             if side == "notebook":
                 oracle = orjson.loads(stdout)
+            own, kids = map(float, split.read_text().split()) if side != "notebook" else (0, 0)
             if side == with_workers:
-                own, kids = map(float, split.read_text().split())
                 applying.append(own)
                 decoding.append(kids)
+            if side == "replay":
+                auto_workers.append(kids > 0.05)
             log(f"(r) {n:,}: rep {rep + 1}/{reps} {side}: {wall:.2f}s")
     report = orjson.loads(out.read_bytes())
     same = _without_config(report) == _without_config(
@@ -717,7 +721,7 @@ def bench_replay(n: int, reps: int, work: Path, target: float) -> Result:
             f"country slice; median of {reps}, per-rep ratios "
             + ", ".join(f"{x:.2f}" for x in ratios)
             + f"; replay {events / median(times['replay']):,.0f} events/s "
-            f"(--decode-worker auto: {'workers' if other == 'off' else 'one process'}); CPU "
+            f"(--decode-worker auto chose workers in {sum(auto_workers)} of {reps}); CPU "
             f"seconds replay {median(cpu['replay']):.2f} (all its processes), notebook "
             f"{median(cpu['notebook']):.2f}; load average {min(loads):.1f}-{max(loads):.1f} "
             f"on {os.cpu_count()} CPUs",

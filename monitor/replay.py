@@ -81,7 +81,8 @@ def replay(
     no labels.) ``decode_worker``: decode in worker processes, one per usable CPU but
     the one this process applies on (they also bin numeric drift features against fixed
     references), while this process applies (ingest/file_feed.py; ``auto``: when two or
-    more CPUs are usable and one is idle) — the report is the same either way.
+    more CPUs are usable, one beyond this process's is idle over a fifth of a second and
+    the input is more than a few batches) — the report is the same either way.
     ``max_steps``: with SLOs, comparisons or drift, about how many evaluation steps at
     most (0: one every ``evaluation.interval`` however long the input)."""
     engine = build_engine(settings)
@@ -91,7 +92,7 @@ def replay(
     total = sum(Path(p).stat().st_size for p, _ in files.values())
     sink = FileDeadLetter(dl_path)
     pipeline = build_pipeline(settings, engine, sink, clock_ms=clock_ms)
-    feed = FileFeed(pipeline, files, decode_workers(decode_worker), engine.drift.with_cells)
+    feed = FileFeed(pipeline, files, decode_workers(decode_worker, total), engine.drift.with_cells)
     started = last_report = time.monotonic()
     tty = progress is not None and progress.isatty()  # "\r" redraws only on a terminal
     cr, nl, every = ("\r", "", 1.0) if tty else ("", "\n", 10.0)

@@ -36,6 +36,7 @@ import os
 import pickle
 import queue
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -49,21 +50,35 @@ from ..engine.records import LabelBatch, PredictionBatch
 from .files import JsonlReader, LineOrigin, SpanReader, interleave, open_reader, read_span
 from .pipeline import IngestPipeline, RawBatch, offset_key
 
-__all__ = ["DecodeWorker", "DecodedBatch", "FileFeed", "SpanLines", "decode_workers", "usable_cpus"]
+__all__ = [
+    "DecodeWorker",
+    "DecodedBatch",
+    "FileFeed",
+    "SpanLines",
+    "decode_workers",
+    "idle_cpus",
+    "usable_cpus",
+]
 
 DecodeWorker = Literal["auto", "on", "off"]
 BATCH_SIZE = 20_000  # records per batch (per file), about
 _AHEAD = 4  # batches received from one worker and not yet applied (a few MB each)
 _MAX_WORKERS = 8
 _CPU_MAX = "/sys/fs/cgroup/cpu.max"
+_CPU_STAT = "/sys/fs/cgroup/cpu.stat"
+_PROC_STAT = "/proc/stat"
+_IDLE_SAMPLE_S = 0.2  # how long ``auto`` watches the CPUs before choosing
+_IDLE_SLACK = 0.2  # an idle CPU may show a little use (the sampling itself, a tick)
+_WORKER_MIN_BYTES = 8 << 20  # ``auto`` decodes smaller inputs here
 
 
-def decode_workers(mode: DecodeWorker) -> int:
+def decode_workers(mode: DecodeWorker, input_bytes: int | None = None) -> int:
     """How many worker processes decode (0: this process does): one per usable CPU but
-    the one this process applies on, at least one (``on``); ``auto`` the same where two
-    or more CPUs are usable and the load average leaves one of them idle, else none.
-    Usable: the CPUs this process may run on, bounded by a container's CPU quota. None
-    where fork is unavailable.
+    the one this process applies on, at least one (``on``); ``auto`` one per CPU found
+    idle beyond the applying one (``idle_cpus``), none on one usable CPU nor for an
+    input of fewer than ``_WORKER_MIN_BYTES`` (a few batches: forking and piping would
+    cost more than they save). Usable: the CPUs this process may run on, bounded by a
+    container's CPU quota. None where fork is unavailable.
 
     One CPU is left to the applying process: with the drift cells binned in the
     workers, applying and decoding cost about the same (per million events about 7
@@ -77,9 +92,86 @@ def decode_workers(mode: DecodeWorker) -> int:
     if mode == "off" or "fork" not in multiprocessing.get_all_start_methods():
         return 0
     cpus = usable_cpus()
-    if mode == "auto" and (cpus < 2 or os.getloadavg()[0] > cpus - 1):
+    most = max(1, min(cpus - 1, _MAX_WORKERS))
+    if mode == "on":
+        return most
+    if cpus < 2 or (input_bytes is not None and input_bytes < _WORKER_MIN_BYTES):
         return 0
-    return max(1, min(cpus - 1, _MAX_WORKERS))
+    return max(0, min(most, math.floor(idle_cpus(cpus) - 1 + _IDLE_SLACK)))
+
+
+def idle_cpus(cpus: int, sample_s: float = _IDLE_SAMPLE_S) -> float:
+    """How many of this process's CPUs sat idle over the last ``sample_s`` seconds: the
+    idle share of the ``cpuN`` lines of ``/proc/stat`` for the CPUs in its affinity,
+    at most what a cgroup v2 CPU quota leaves unused (``cpu.stat``'s ``usage_usec``
+    over the same interval). Where neither file reads, the one-minute load average
+    stands in (``cpus`` minus it).
+
+    Why a sample, not the load average: the one-minute average still counts work that
+    ended seconds ago (a replay started right after another job saw no idle CPU and
+    decoded in one process on an idle machine), and it counts runnable tasks on every
+    CPU, not the ones this process may use."""
+    first, used0 = _cpu_times(), _cgroup_usage_us()
+    t0 = time.monotonic()
+    time.sleep(sample_s)
+    second, used1 = _cpu_times(), _cgroup_usage_us()
+    elapsed = time.monotonic() - t0
+    if not first or not second:
+        return max(0.0, cpus - os.getloadavg()[0])
+    idle = 0.0
+    for cpu, (idle1, total1) in second.items():
+        idle0, total0 = first.get(cpu, (idle1, total1))
+        if total1 > total0:
+            idle += (idle1 - idle0) / (total1 - total0)
+    quota = _cgroup_quota()
+    if quota is not None and used0 is not None and used1 is not None and elapsed > 0:
+        idle = min(idle, max(0.0, quota - (used1 - used0) / 1e6 / elapsed))
+    return idle
+
+
+def _cpu_times() -> dict[int, tuple[int, int]]:
+    """Idle and total jiffies of each CPU in this process's affinity (``/proc/stat``);
+    empty where the file does not read as documented (proc(5): idle and iowait are the
+    idle columns)."""
+    try:
+        allowed = os.sched_getaffinity(0)
+        lines = Path(_PROC_STAT).read_text().splitlines()
+    except (AttributeError, OSError):
+        return {}
+    times: dict[int, tuple[int, int]] = {}
+    for line in lines:
+        name, _, rest = line.partition(" ")
+        if not name.startswith("cpu") or not name[3:].isdigit() or int(name[3:]) not in allowed:
+            continue
+        try:
+            ticks = [int(x) for x in rest.split()[:8]]
+        except ValueError:
+            return {}
+        if len(ticks) < 5:
+            return {}
+        times[int(name[3:])] = (ticks[3] + ticks[4], sum(ticks))
+    return times
+
+
+def _cgroup_usage_us() -> int | None:
+    """The cgroup's CPU time so far in µs (cgroup v2 ``cpu.stat``), None without one."""
+    try:
+        for line in Path(_CPU_STAT).read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "usage_usec":
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _cgroup_quota() -> float | None:
+    """A cgroup v2 CPU quota in CPUs (``cpu.max``), None where there is none."""
+    try:
+        quota, period = Path(_CPU_MAX).read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):  # no cgroup v2 file, or one not as documented
+        return None
 
 
 def usable_cpus() -> int:
@@ -89,12 +181,9 @@ def usable_cpus() -> int:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # (not on Linux)
         cpus = os.cpu_count() or 1
-    try:
-        quota, period = Path(_CPU_MAX).read_text().split()[:2]
-        if quota != "max":
-            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
-    except (OSError, ValueError):  # no cgroup v2 file, or one not as documented
-        pass
+    quota = _cgroup_quota()
+    if quota is not None:
+        cpus = min(cpus, max(1, math.ceil(quota)))
     return cpus
 
 

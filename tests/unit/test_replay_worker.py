@@ -189,28 +189,87 @@ def test_a_worker_failure_on_plain_input_is_raised_as_in_process(
 def test_workers_one_per_usable_cpu_but_the_applying_one(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """A worker per usable CPU but one (the applying process's); by default only when
-    the load leaves a CPU idle, never on one CPU; forced, at least one; a CPU quota
-    bounds the usable CPUs."""
+    """A worker per usable CPU but one (the applying process's); by default one per CPU
+    found idle beyond the applying one, never on one CPU; forced, at least one; a CPU
+    quota bounds the usable CPUs."""
     quota = tmp_path / "cpu.max"
     quota.write_text("max 100000\n")
     monkeypatch.setattr(file_feed, "_CPU_MAX", str(quota))
     monkeypatch.setattr(file_feed.os, "sched_getaffinity", lambda _pid: {0, 1, 2}, raising=False)
-    monkeypatch.setattr(file_feed.os, "getloadavg", lambda: (0.4, 0.0, 0.0))
+    idle = [3.0]
+    monkeypatch.setattr(file_feed, "idle_cpus", lambda _cpus: idle[0])
     assert decode_workers("on") == decode_workers("auto") == 2 and decode_workers("off") == 0
-    monkeypatch.setattr(file_feed.os, "getloadavg", lambda: (2.5, 0.0, 0.0))
+    idle[0] = 1.9  # one other CPU busy: one worker
+    assert decode_workers("auto") == 1 and decode_workers("on") == 2
+    idle[0] = 0.5  # busier: decoded here
     assert decode_workers("auto") == 0 and decode_workers("on") == 2
-    monkeypatch.setattr(file_feed.os, "getloadavg", lambda: (0.4, 0.0, 0.0))
+    idle[0] = 3.0  # a small input: decoded here, whatever is idle
+    assert decode_workers("auto", file_feed._WORKER_MIN_BYTES - 1) == 0
+    assert decode_workers("auto", file_feed._WORKER_MIN_BYTES) == 2
+    assert decode_workers("on", 100) == 2
+    idle[0] = 3.0
     quota.write_text("150000 100000\n")  # 1.5 CPUs: two usable
     assert usable_cpus() == 2 and decode_workers("auto") == 1
     quota.write_text("50000 100000\n")  # half a CPU: one
     assert usable_cpus() == 1 and decode_workers("auto") == 0 and decode_workers("on") == 1
     quota.write_text("max 100000\n")
     monkeypatch.setattr(file_feed.os, "sched_getaffinity", lambda _pid: {0}, raising=False)
-    monkeypatch.setattr(file_feed.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     assert decode_workers("auto") == 0 and decode_workers("on") == 1
     monkeypatch.setattr(file_feed.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
     assert decode_workers("auto") == decode_workers("on") == 1
+
+
+def _proc_stat(*cpus: tuple[int, int]) -> str:
+    """A ``/proc/stat`` with the given (idle, busy) jiffies per CPU (busy as user time)."""
+    lines = [f"cpu  {sum(b for _, b in cpus)} 0 0 {sum(i for i, _ in cpus)} 0 0 0 0 0 0"]
+    lines += [f"cpu{n} {busy} 0 0 {idle} 0 0 0 0 0 0" for n, (idle, busy) in enumerate(cpus)]
+    return "\n".join([*lines, "intr 1 2 3", "ctxt 99"]) + "\n"
+
+
+def test_idle_cpus_are_sampled_from_proc_stat_within_the_affinity_and_quota(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The idle share of each allowed CPU over the sample (not the load average, which
+    still counts work that ended seconds ago), a CPU outside the affinity ignored, a
+    cgroup quota's unused part bounding it, and the load average where /proc/stat does
+    not read."""
+    stat, usage, quota = tmp_path / "stat", tmp_path / "cpu.stat", tmp_path / "cpu.max"
+    monkeypatch.setattr(file_feed, "_PROC_STAT", str(stat))
+    monkeypatch.setattr(file_feed, "_CPU_STAT", str(usage))
+    monkeypatch.setattr(file_feed, "_CPU_MAX", str(quota))
+    monkeypatch.setattr(file_feed.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    monkeypatch.setattr(file_feed.os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    clock = [100.0]
+    monkeypatch.setattr(file_feed.time, "monotonic", lambda: clock[0])
+    after: list[tuple[str, str]] = []
+
+    def sleep(seconds: float) -> None:  # the machine moves on while the sample waits
+        clock[0] += seconds
+        for text, use in after:
+            stat.write_text(text)
+            usage.write_text(use)
+
+    monkeypatch.setattr(file_feed.time, "sleep", sleep)
+    # cpu0 idle 90 of 100 jiffies, cpu1 idle 10 of 100, cpu2 (not ours) idle throughout
+    stat.write_text(_proc_stat((1000, 500), (1000, 500), (1000, 0)))
+    after[:] = [(_proc_stat((1090, 510), (1010, 590), (1100, 0)), "usage_usec 0\n")]
+    usage.write_text("usage_usec 0\n")
+    assert file_feed.idle_cpus(2, 1.0) == pytest.approx(1.0, abs=1e-12)
+    # a quota of 1.5 CPUs of which 1.2 were used over the second: 0.3 left
+    quota.write_text("150000 100000\n")
+    stat.write_text(_proc_stat((1000, 500), (1000, 500)))
+    usage.write_text("usage_usec 5000000\n")
+    after[:] = [(_proc_stat((1090, 510), (1010, 590)), "usage_usec 6200000\n")]
+    assert file_feed.idle_cpus(2, 1.0) == pytest.approx(0.3, abs=1e-9)
+    # /proc/stat unreadable or not as documented: the load average stands in
+    quota.write_text("max 100000\n")
+    stat.write_text("cpu0 not numbers here\n")
+    after[:] = [("cpu0 not numbers here\n", "usage_usec 0\n")]
+    assert file_feed.idle_cpus(2, 1.0) == 0.0
+    monkeypatch.setattr(file_feed.os, "getloadavg", lambda: (0.5, 0.5, 0.5))
+    stat.unlink()
+    after.clear()
+    assert file_feed.idle_cpus(2, 1.0) == pytest.approx(1.5)
 
 
 def _messy_files(tmp_path: Path) -> tuple[Path, Path, Path]:
