@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from itertools import chain
 from operator import itemgetter
 from typing import Any, NamedTuple
@@ -147,13 +146,13 @@ def _evaluate(
     def finish_held() -> None:
         """Score the held windows' rows together, then finish them in order."""
         pool.run()
+        asked: list[tuple[str, str, str, str, list[tuple[str, _Pending]]]] = []
         for win, pending_gaps in held:
             win.finish()
             for version, dimension, shown in pending_gaps:
                 done = [(value, p) for value, p in shown if p.result is not None]
-                gaps.extend(
-                    _fairness(win.spec.name, version, win.label, dimension, done, confidence)
-                )
+                asked.append((win.spec.name, version, win.label, dimension, done))
+        gaps.extend(_fairness(asked, confidence))
         held.clear()
 
     for m, spec in enumerate(models):
@@ -495,22 +494,23 @@ class _Window:
             if at:
                 assert self.local is not None
                 local = self.local
-                vecs = _member_sums(self.task_sums, [self.pending[i].members for i in at], local)
+                block = _member_rows(self.task_sums, [self.pending[i].members for i in at], local)
                 slices = pool.add(
-                    np.hstack([vecs, share[at, np.newaxis]]),
+                    _Rows(*block, share[at]),
                     ("slice", layout.bins, layout.logit_range, self.confidence),
                     lambda rows: score_results(layout, rows[:, :-1], self.confidence, rows[:, -1]),
                 )
                 for j, i in enumerate(at):
-                    coarse[i] = vecs[j]
+                    coarse[i] = block[0][block[1][j]]  # a view: no copy of the window's rows
         fine = {
             i: v for i, p in enumerate(self.pending) if (v := catalog.fine_vector(p)) is not None
         }
         fines = None
         if fine:
             fl = catalog.score_layout
+            vecs = np.stack(list(fine.values()))
             fines = pool.add(
-                np.hstack([np.stack(list(fine.values())), share[list(fine), np.newaxis]]),
+                _Rows(vecs, np.arange(vecs.shape[0]), share[list(fine)]),
                 ("scores", fl.bins, fl.logit_range, self.confidence),
                 lambda rows: score_results(fl, rows[:, :-1], self.confidence, rows[:, -1]),
             )
@@ -623,19 +623,16 @@ def _score_rates(metrics: Sequence[MetricValue]) -> tuple[float, float]:
 
 
 def _fairness(
-    model: str,
-    version: str,
-    window: str,
-    dimension: str,
-    shown: list[tuple[str, _Pending]],
+    asked: Sequence[tuple[str, str, str, str, list[tuple[str, _Pending]]]],
     confidence: float,
 ) -> list[FairnessGap]:
-    """Demographic parity (predicted-positive-rate gap), equal opportunity (recall gap) and
-    equalized odds (max of the TPR and FPR gaps) across a dimension's exported values
-    (Hardt, Price & Srebro 2016); the ECE gap (calibration within groups: each group's
-    scores should mean the same probability, Kleinberg, Mullainathan & Raghavan 2017; on
-    the debiased ECE) and the ROC-AUC gap (ranking quality per group), when those metrics
-    are exported.
+    """The gaps of each (model, version, window, dimension, its exported values in label
+    order): demographic parity (predicted-positive-rate gap), equal opportunity (recall
+    gap) and equalized odds (max of the TPR and FPR gaps) across a dimension's exported
+    values (Hardt, Price & Srebro 2016); the ECE gap (calibration within groups: each
+    group's scores should mean the same probability, Kleinberg, Mullainathan & Raghavan
+    2017; on the debiased ECE) and the ROC-AUC gap (ranking quality per group), when
+    those metrics are exported.
 
     The gap is the largest minus the smallest estimate, which noise alone makes positive
     (with no true difference across 20 slices of 100-20,000 rows the equal-opportunity
@@ -643,75 +640,89 @@ def _fairness(
     Wilson interval at level 1 − α/k (Bonferroni over the k values; 2k for equalized
     odds) — with probability at least 1 − α all cover, and then the true gap
     max θ − min θ lies in [max(0, max L − min U), max U − min L]. A lower end of 0 says
-    the data show no difference at all. The ECE and AUC gaps have no interval."""
-    values = [value for value, _ in shown]
-    conf = np.array([p.result.confusion for _, p in shown], np.float64)  # type: ignore[union-attr]
+    the data show no difference at all. The ECE and AUC gaps have no interval.
+
+    Every dimension of the pass at once: its values are one segment of flat arrays, the
+    extremes segment reductions (a fleet asks for hundreds of dimensions a tick, each a
+    few dozen numpy calls when computed alone). Ties go to the first value in label
+    order at the low end, the last at the high."""
+    asked = [a for a in asked if len(a[4]) >= 2]  # a gap needs two values (segments not empty)
+    if not asked:
+        return []
+    sizes = np.fromiter((len(a[4]) for a in asked), np.intp, len(asked))
+    starts = np.cumsum(sizes) - sizes
+    values = [value for a in asked for value, _ in a[4]]
+    shown = [p for a in asked for _, p in a[4]]
+    conf = np.array([p.result.confusion for p in shown], np.float64)  # type: ignore[union-attr]
+    conf = conf.reshape(-1, 4)
     tn, fp, fn, tp = conf[:, 0], conf[:, 1], conf[:, 2], conf[:, 3]
-    scores = np.array([p.rates for _, p in shown], np.float64)  # ECE, AUC
+    scores = np.array([p.rates for p in shown], np.float64).reshape(-1, 2)  # ECE, AUC
     counts = {"ppr": (tp + fp, tn + fp + fn + tp), "tpr": (tp, tp + fn), "fpr": (fp, tn + fp)}
     with np.errstate(divide="ignore", invalid="ignore"):
         rates = {key: (k / trials, trials > 0) for key, (k, trials) in counts.items()}
     rates["ece"] = (scores[:, 0], np.isfinite(scores[:, 0]))
     rates["auc"] = (scores[:, 1], np.isfinite(scores[:, 1]))
-
-    both = int(rates["tpr"][1].sum() + rates["fpr"][1].sum())
-    asked = (  # (metric, rate, Bonferroni tests: 0 for one per value shown)
-        ("demographic_parity", "ppr", 0),
-        ("equal_opportunity", "tpr", 0),
-        ("ece_gap", "ece", 0),
-        ("auc_gap", "auc", 0),
+    known = {key: np.add.reduceat(ok, starts) for key, (_, ok) in rates.items()}
+    both = known["tpr"] + known["fpr"]
+    asked_gaps = (  # (metric, rate, Bonferroni tests per dimension: None for no interval)
+        ("demographic_parity", "ppr", known["ppr"]),
+        ("equal_opportunity", "tpr", known["tpr"]),
+        ("ece_gap", "ece", None),
+        ("auc_gap", "auc", None),
         ("tpr", "tpr", both),
         ("fpr", "fpr", both),
     )
-    ats = [np.flatnonzero(rates[key][1]) for _, key, _ in asked]
-    # every gap's simultaneous interval from one vectorized Wilson call: each value's
-    # interval at level 1 − α/k of its gap (NaN for the rates without counts)
-    with_counts = [
-        i for i, (_, key, _) in enumerate(asked) if key in counts and ats[i].shape[0] >= 2
-    ]
-    spans: dict[int, tuple[float, float]] = {}
-    if with_counts:
-        k = np.concatenate([counts[asked[i][1]][0][ats[i]] for i in with_counts])
-        trials = np.concatenate([counts[asked[i][1]][1][ats[i]] for i in with_counts])
-        tests = [asked[i][2] or ats[i].shape[0] for i in with_counts]
-        z = np.repeat(
-            [z_value(1.0 - (1.0 - confidence) / t) for t in tests],
-            [ats[i].shape[0] for i in with_counts],
-        )
-        lo_all, hi_all = wilson_interval_z(k, trials, z)
-        at = 0
-        for i in with_counts:
-            lo, hi = lo_all[at : at + ats[i].shape[0]], hi_all[at : at + ats[i].shape[0]]
-            spans[i] = (max(0.0, float(lo.max() - hi.min())), float(hi.max() - lo.min()))
-            at += ats[i].shape[0]
-
-    def gap(i: int) -> FairnessGap | None:
-        metric, key, _ = asked[i]
-        at = ats[i]
-        if at.shape[0] < 2:
-            return None
-        r = rates[key][0][at]
-        lo, hi = float(r.min()), float(r.max())
-        # ties go to the first value in label order at the low end, the last at the high
-        lo_v = min(values[j] for j in at[r == lo].tolist())
-        hi_v = max(values[j] for j in at[r == hi].tolist())
-        lower, upper = spans.get(i, (math.nan, math.nan))
-        return FairnessGap(model, version, window, dimension, metric, hi - lo, lo_v, hi_v,
-                           lower, upper)  # fmt: skip
-
-    out = [gap(0), gap(1), gap(2), gap(3)]
-    tpr, fpr = gap(4), gap(5)
-    if tpr is not None and fpr is not None:
-        worst = tpr if tpr.gap >= fpr.gap else fpr
-        out.append(
-            replace(
-                worst,
-                metric="equalized_odds",
-                lower=max(tpr.lower, fpr.lower),
-                upper=max(tpr.upper, fpr.upper),
-            )
-        )
-    return [x for x in out if x is not None]
+    index = np.arange(conf.shape[0])
+    z_of: dict[int, float] = {}
+    columns = []
+    for _, key, tests in asked_gaps:
+        r, ok = rates[key]
+        low = np.minimum.reduceat(np.where(ok, r, np.inf), starts)
+        high = np.maximum.reduceat(np.where(ok, r, -np.inf), starts)
+        at_low = ok & (r == np.repeat(low, sizes))
+        at_high = ok & (r == np.repeat(high, sizes))
+        first = np.minimum.reduceat(np.where(at_low, index, index.shape[0]), starts)
+        last = np.maximum.reduceat(np.where(at_high, index, -1), starts)
+        lower = upper = np.full(len(asked), math.nan)
+        if tests is not None:  # each value's Wilson interval at its gap's level
+            z = [
+                z_of.setdefault(t, z_value(1.0 - (1.0 - confidence) / t)) if t >= 2 else math.nan
+                for t in tests.tolist()
+            ]
+            lo, hi = wilson_interval_z(*counts[key], np.repeat(z, sizes))
+            lo_max = np.maximum.reduceat(np.where(ok, lo, -np.inf), starts)
+            hi_min = np.minimum.reduceat(np.where(ok, hi, np.inf), starts)
+            hi_max = np.maximum.reduceat(np.where(ok, hi, -np.inf), starts)
+            lo_min = np.minimum.reduceat(np.where(ok, lo, np.inf), starts)
+            lower, upper = np.maximum(0.0, lo_max - hi_min), hi_max - lo_min
+        columns.append(
+            (known[key].tolist(), low.tolist(), high.tolist(), first.tolist(), last.tolist(),
+             lower.tolist(), upper.tolist())
+        )  # fmt: skip
+    out: list[FairnessGap] = []
+    for d, (model, version, window, dimension, _) in enumerate(asked):
+        found: list[FairnessGap | None] = []
+        for (metric, _, _), (n_known, low, high, first, last, lower, upper) in zip(
+            asked_gaps, columns, strict=True
+        ):
+            if n_known[d] < 2:
+                found.append(None)
+                continue
+            found.append(
+                FairnessGap(model, version, window, dimension, metric, high[d] - low[d],
+                            values[first[d]], values[last[d]], lower[d], upper[d])
+            )  # fmt: skip
+        tpr, fpr = found[4], found[5]
+        if tpr is not None and fpr is not None:
+            worst = tpr if tpr.gap >= fpr.gap else fpr
+            found[4] = FairnessGap(
+                model, version, window, dimension, "equalized_odds", worst.gap, worst.lowest,
+                worst.highest, max(tpr.lower, fpr.lower), max(tpr.upper, fpr.upper),
+            )  # fmt: skip
+        else:
+            found[4] = None
+        out.extend(g for g in found[:5] if g is not None)
+    return out
 
 
 class _Catalog:
@@ -1053,7 +1064,7 @@ class _ScorePool:
 
     def add(
         self,
-        rows: np.ndarray,
+        rows: np.ndarray | _Rows,
         context: tuple[Any, ...],
         compute: Callable[[np.ndarray], list[Any]],
     ) -> list[Any]:
@@ -1071,15 +1082,48 @@ class _ScorePool:
             out, keys = _cached_rows(self.cache, blocks, context, self._compute[context])
             at = 0
             for rows, slot in parts:
-                n = rows.shape[0]
+                n = len(rows)
                 slot.extend((out[at : at + n], keys[at : at + n]))
                 at += n
         self._parts, self._compute, self.nbytes = {}, {}, 0
 
 
+class _Rows:
+    """Rows ``matrix[index]``, each with ``tail``'s value appended as a last column, not
+    copied out: a model window's slice rows are most of its window sums (tens of
+    megabytes a tick for a fleet), and only the rows not cached are ever gathered."""
+
+    __slots__ = ("index", "matrix", "tail")
+
+    def __init__(self, matrix: np.ndarray, index: np.ndarray, tail: np.ndarray) -> None:
+        self.matrix, self.index, self.tail = matrix, index, tail
+
+    def __len__(self) -> int:
+        return int(self.index.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        """What the rows take once gathered."""
+        return len(self) * (self.matrix.shape[1] + 1) * self.matrix.itemsize
+
+    def take(self, picked: np.ndarray) -> np.ndarray:
+        """Rows ``picked`` gathered, with their tail column."""
+        return np.hstack([self.matrix[self.index[picked]], self.tail[picked, np.newaxis]])
+
+
+def _member_rows(
+    matrix: np.ndarray, members: Sequence[list[int]], row_of: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(a matrix, the row of each of ``members`` in it): ``matrix`` itself when each
+    member is one group (a segment slice of one dimension), else :func:`_member_sums`."""
+    if all(len(m) == 1 for m in members):
+        return matrix, row_of[np.fromiter((m[0] for m in members), np.intp, len(members))]
+    return _member_sums(matrix, members, row_of), np.arange(len(members))
+
+
 def _cached_rows(
     cache: ResultCache | None,
-    rows: np.ndarray | list[np.ndarray],
+    rows: np.ndarray | _Rows | list[np.ndarray | _Rows],
     context: tuple[Any, ...],
     compute: Callable[[np.ndarray], list[Any]],
 ) -> tuple[list[Any], list[Any]]:
@@ -1090,11 +1134,13 @@ def _cached_rows(
     together, not the tens of megabytes of the rows reused)."""
     blocks = rows if isinstance(rows, list) else [rows]
     if cache is None:
-        stacked = np.vstack(blocks) if len(blocks) > 1 else blocks[0]
+        stacked = _take_rows(blocks, list(range(sum(map(len, blocks)))))
         return _chunked(compute, stacked), [None] * stacked.shape[0]
     keys: list[Any] = []
     for block in blocks:
-        if block.shape[1] <= 8:  # a few counts: the bytes themselves are a cheaper key
+        if isinstance(block, _Rows):
+            keys += row_digests(block.matrix, context, block.index, block.tail)
+        elif block.shape[1] <= 8:  # a few counts: the bytes themselves are a cheaper key
             keys += [(row, context) for row in map(bytes, block)]
         else:
             keys += row_digests(block, context)
@@ -1112,17 +1158,18 @@ def _cached_rows(
     return out, keys
 
 
-def _take_rows(blocks: list[np.ndarray], picked: list[int]) -> np.ndarray:
+def _take_rows(blocks: Sequence[np.ndarray | _Rows], picked: list[int]) -> np.ndarray:
     """Rows ``picked`` (ascending indices into the blocks' rows, in order) as one array."""
-    if len(blocks) == 1:
-        return blocks[0][picked]
     idx = np.asarray(picked, np.intp)
-    ends = np.cumsum([b.shape[0] for b in blocks])
+    ends = np.cumsum([len(b) for b in blocks])
     owner = np.searchsorted(ends, idx, side="right")
     pieces = []
     for b in np.unique(owner).tolist():
-        start = ends[b] - blocks[b].shape[0]
-        pieces.append(blocks[b][idx[owner == b] - start])
+        block = blocks[b]
+        at = idx[owner == b] - (ends[b] - len(block))
+        pieces.append(block.take(at) if isinstance(block, _Rows) else block[at])
+    if not pieces:
+        return np.empty((0, 0))
     return np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
 
 

@@ -17,9 +17,9 @@ Checkpointed as flat arrays (UTF-8 item bytes, lengths, scores, grades): no pick
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import chain, compress, repeat
-from operator import attrgetter
+from operator import attrgetter, is_, is_not
 from typing import Any
 
 import numpy as np
@@ -56,7 +56,7 @@ class RankingState:
     ) -> np.ndarray:
         """Keep each ranking label's grades (the first of equal digests); returns the mask
         of rows that are ranking labels."""
-        mask = np.fromiter(map(_is_map, relevance), bool, len(relevance))
+        mask = np.fromiter(map(is_not, relevance, repeat(None)), bool, len(relevance))
         if not mask.any():
             return mask
         pairs = list(compress(zip(keys.tolist(), digests.tolist(), strict=True), mask))
@@ -82,30 +82,37 @@ class RankingState:
         in ranked order (what metric families of ranking models read; an unknown query
         has none).
 
-        The batch's queries are scored together (``batch_query_metrics``): each list's
-        grades are looked up with one C-level ``map`` over its items, and the items, scores
-        and grades of all queries are concatenated once, as are the judged grades of each
-        query (``all_judged``: no per-query split into ranked and unranked items)."""
+        The batch's queries are scored together (``batch_query_metrics``): the grades of
+        every ranked item of the batch are looked up in one C-level ``map`` (each item in
+        its query's map), and the scores and grades of all queries are concatenated once,
+        as are the judged grades of each query (``all_judged``: no per-query split into
+        ranked and unranked items)."""
         n = keys.shape[0]
         out = np.zeros((n, layout.width))
         key_list = keys.tolist()
         lists = list(map(self.lists.pop, zip(key_list, groups.tolist(), strict=True),
                          repeat(None)))  # fmt: skip
         grades = list(map(self.relevance.get, zip(key_list, digests.tolist(), strict=True)))
-        known = [i for i, (r, g) in enumerate(zip(lists, grades, strict=True))
-                 if r is not None and g is not None]  # fmt: skip
-        ranked = [lists[i] for i in known]
-        maps = [grades[i] for i in known]
-        lengths = np.fromiter(map(len, map(_items, ranked)), np.int64, len(known))
-        gains = np.fromiter(
-            chain.from_iterable(map(_gains, ranked, maps)), np.float64, int(lengths.sum())
-        )
-        judged_lengths = np.fromiter(map(len, maps), np.int64, len(known))
+        known: list[int] | slice
+        if any(map(is_, lists, repeat(None))) or None in grades:  # (consistent: none)
+            known = [i for i, (r, g) in enumerate(zip(lists, grades, strict=True))
+                     if r is not None and g is not None]  # fmt: skip
+            ranked, maps = [lists[i] for i in known], [grades[i] for i in known]
+        else:
+            known, ranked, maps = slice(None), lists, grades
+        nk = len(ranked)
+        lengths = np.fromiter(map(len, map(_items, ranked)), np.int64, nk)
+        # each ranked item's grade (0: unjudged), all queries' items in one C-level map
+        each_map = chain.from_iterable(map(repeat, maps, lengths.tolist()))
+        items = chain.from_iterable(map(_items, ranked))
+        total = int(lengths.sum())
+        gains = np.fromiter(map(dict.get, each_map, items, repeat(0.0)), np.float64, total)
+        judged_lengths = np.fromiter(map(len, maps), np.int64, nk)
         judged = np.fromiter(
             chain.from_iterable(map(dict.values, maps)), np.float64, int(judged_lengths.sum())
         )
-        if known:
-            scores = np.concatenate([np.asarray(r.scores, np.float64) for r in ranked])
+        if nk:
+            scores = np.concatenate(list(map(_scores, ranked)), dtype=np.float64)
             out[known] = batch_query_metrics(
                 scores, gains, lengths, judged, judged_lengths, layout.ks, all_judged=True
             )
@@ -195,16 +202,8 @@ class RankingState:
             )
 
 
-def _is_map(grades: dict[str, float] | None) -> bool:
-    return grades is not None
-
-
 _items = attrgetter("items")
-
-
-def _gains(ranked: RankedList, grades: dict[str, float]) -> Iterator[float]:
-    """The grade of each ranked item (0: unjudged)."""
-    return map(grades.get, ranked.items, repeat(0.0))
+_scores = attrgetter("scores")
 
 
 def _per_query_positive(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:

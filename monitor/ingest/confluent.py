@@ -289,11 +289,14 @@ class ConfluentSource:
         n = len(msgs)
         values = list(map(_value, msgs))
         parts = list(map(_partition, msgs))
-        first_topic = _topic(msgs[0])
-        sel = list(map(first_topic.__eq__, map(_topic, msgs)))  # of the first topic
+        topics = list(map(_topic, msgs))
+        first_topic = topics[0]
+        sel: list[bool] | None = None  # whether each is of the first topic (None: all are)
         other = None
-        if sel.count(True) < n:  # (two topics are subscribed: the rest is the other one)
+        if topics.count(first_topic) < n:  # (two are subscribed: the rest is the other one)
             other = next(t for t in self.kinds if t != first_topic)
+            sel = list(map(first_topic.__eq__, topics))
+        del topics
         ends = _partition_ends(sel, parts)
         position = self._position
         out: dict[str, RawBatch] = {}
@@ -310,11 +313,11 @@ class ConfluentSource:
                     self._reset_by_client((topic, part), expected, start)
                 position[topic, part] = last + 1
                 offsets[offset_key(topic, part)] = last + 1
-            if other is None:
+            if sel is None:
                 vals: list[bytes | None] = values
             else:
                 vals = list(compress(values, sel if mine else map(not_, sel)))
-            origin = _Origin(msgs, None if other is None else sel, mine)
+            origin = _Origin(msgs, sel, mine)
             out[self.kinds[topic]] = RawBatch(vals, origin, offsets)
         return out
 
@@ -428,21 +431,26 @@ class ConfluentSource:
                         CLOSE_TIMEOUT_MS)  # fmt: skip
 
 
-def _partition_ends(sel: list[bool], parts: list[int]) -> dict[tuple[bool, int], tuple[int, int]]:
+def _partition_ends(
+    sel: list[bool] | None, parts: list[int]
+) -> dict[tuple[bool, int], tuple[int, int]]:
     """(of the first topic, partition) -> indices of its first and last message in the
-    lists (messages of one partition come in order). Keyed without a tuple per message:
-    by the topic flag alone when one partition number is all there is, else by
-    2 * partition + flag (small ints) in two C-level dict builds."""
-    n = len(sel)
+    lists (messages of one partition come in order); ``sel``: whether each message is of
+    the first topic (None: all are). Keyed without a tuple per message: by the topic
+    flag alone when one partition number is all there is, else by 2 * partition + flag
+    (small ints) in two C-level dict builds."""
+    n = len(parts)
     if parts.count(parts[0]) == n:
         part = parts[0]
+        if sel is None:
+            return {(True, part): (0, n - 1)}
         out = {}
         backwards = sel[::-1]
         for flag in (True, False):
             if flag in sel:
                 out[flag, part] = (sel.index(flag), n - 1 - backwards.index(flag))
         return out
-    keys = list(map(add, map(add, parts, parts), sel))
+    keys = list(map(add, map(add, parts, parts), [True] * n if sel is None else sel))
     last = dict(zip(keys, range(n), strict=True))
     first = dict(zip(keys[::-1], range(n - 1, -1, -1), strict=True))
     return {(bool(k & 1), k >> 1): (first[k], i) for k, i in last.items()}

@@ -15,14 +15,14 @@ integers (canonicalised to text); an item listed twice is ``duplicate_item``.
 
 from __future__ import annotations
 
-import hashlib
 import math
+from collections.abc import Sequence
 from itertools import chain
 from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
-import orjson
+import pandas as pd
 
 from ..stats.ranking import RankedList, grades_for
 from .fields import FieldReject, finite_float
@@ -36,6 +36,7 @@ __all__ = [
     "parse_ranked_items",
     "parse_relevance",
     "relevance_digest",
+    "relevance_digests",
 ]
 
 RANKING_REASONS = (
@@ -189,33 +190,61 @@ def parse_ranked_batch(
 def _uniform_lists(
     values: list[list[Any]], lengths: list[int], entry: type
 ) -> list[RankedList | None] | None:
-    """``parse_ranked_batch``'s batch-wide pass; None when the batch is not uniform."""
+    """``parse_ranked_batch``'s batch-wide pass; None when the batch is not uniform.
+
+    Every entry of the batch is read once: the ids in one ``map``, the scores into one
+    float array checked finite by numpy. A typed parse's entries (``entry`` not dict) were
+    type-checked by msgspec as it built them (ids non-empty strings, scores numbers), so
+    only finiteness is left to check. What remains per list is a tuple slice, a set for
+    the duplicate check and a copy of its scores, each in a C-level ``map``."""
     entries = list(chain.from_iterable(values))
-    kinds = set(map(type, entries))
     counts = np.array(lengths, np.int64)
     ends = np.cumsum(counts)
     starts = ends - counts
-    if kinds and kinds == {entry}:
-        scored = _scored(entries, entry)
-        if scored is None:
+    ids = _typed_ids(entries) if entry is not dict else None
+    if ids is not None:  # typed entries, all scored
+        scores = np.fromiter(map(_attr_score, entries), np.float64, len(entries))
+        if not np.isfinite(scores).all():  # (a number beyond a float's range)
             return None
-        ids, scores = scored
-    elif kinds <= {str}:  # already ranked: n, n - 1, ..., 1 within each list
-        ids = entries
-        at = np.arange(len(entries)) - np.repeat(starts, counts)
-        scores = (np.repeat(counts, counts) - at).astype(np.float64)
     else:
-        return None
-    if entries and (set(map(type, ids)) != {str} or "" in ids):
-        return None
+        kinds = set(map(type, entries))
+        if kinds and kinds == {dict} == {entry}:
+            scored = _scored(entries, entry)
+            if scored is None or set(map(type, scored[0])) != {str} or "" in scored[0]:
+                return None  # (a reason, or integer ids)
+            ids, scores = scored
+        elif kinds <= {str}:  # already ranked: n, n - 1, ..., 1 within each list
+            ids = entries
+            at = np.arange(len(entries)) - np.repeat(starts, counts)
+            scores = (np.repeat(counts, counts) - at).astype(np.float64)
+            if "" in ids:
+                return None
+        else:
+            return None
     bounds = list(zip(starts.tolist(), ends.tolist(), strict=True))
     items = [tuple(ids[a:b]) for a, b in bounds]
     distinct = list(map(len, map(set, items)))
-    # (each list its own array: a view would keep the whole batch's alive while one waits)
+    # each list its own array: a view would keep the whole batch's alive while one waits
+    if len(set(lengths)) == 1 and lengths:  # lists alike: one row each, copied in C
+        own = list(map(np.ndarray.copy, scores.reshape(len(lengths), lengths[0])))
+    else:
+        own = [scores[a:b].copy() for a, b in bounds]
+    if distinct == lengths:  # (the common case: no list names an item twice)
+        return list(map(RankedList, items, own))
     return [
-        RankedList(t, scores[a:b].copy()) if d == len(t) else None
-        for t, d, (a, b) in zip(items, distinct, bounds, strict=True)
+        RankedList(t, s) if d == len(t) else None
+        for t, d, s in zip(items, distinct, own, strict=True)
     ]
+
+
+def _typed_ids(entries: list[Any]) -> list[str] | None:
+    """The ids of a typed parse's entries when every one is a scored entry (msgspec
+    checked each id a non-empty string); None when one is a bare id (a ``str``, which has
+    no ``item``). One pass, no separate check of the entries' types."""
+    try:
+        return list(map(_attr_item, entries))
+    except AttributeError:
+        return None
 
 
 def parse_relevance(obj: dict[str, Any], max_items: int) -> dict[str, float]:
@@ -270,6 +299,39 @@ def relevance_digest(grades: dict[str, float]) -> float:
     It is the label's value in the join buffer, so two labels for one query agree (a
     duplicate) exactly when their relevance maps do, and differ (a conflict) otherwise.
     """
-    canonical = orjson.dumps(sorted(grades.items()))
-    raw = hashlib.blake2b(canonical, digest_size=8).digest()
-    return float(int.from_bytes(raw, "big") >> 12)
+    return float(relevance_digests([grades])[0])
+
+
+_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's finalizer (Steele, Lea & Flood 2014): every input bit moves about
+    half the output bits, so sums of mixed values stay well spread."""
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return z ^ (z >> np.uint64(31))
+
+
+def relevance_digests(maps: Sequence[dict[str, float]]) -> np.ndarray:
+    """:func:`relevance_digest` of many maps at once, as float64, with no Python step per
+    map entry: each (item, grade) entry is hashed (the item's stable SipHash, pandas'
+    fixed key, mixed with the grade's bits), and a map's digest is the mixed sum of its
+    entries' hashes — a multiset hash (Clarke et al. 2003), order-free without sorting."""
+    n = len(maps)
+    sizes = np.fromiter(map(len, maps), np.int64, n)
+    items = np.array(list(chain.from_iterable(maps)), dtype=object)
+    grades = np.fromiter(chain.from_iterable(map(dict.values, maps)), np.float64, items.size)
+    with np.errstate(over="ignore"):
+        if items.size:
+            keyed = pd.util.hash_array(items).astype(np.uint64, copy=False)
+            bits = (grades + 0.0).view(np.uint64)  # (+ 0.0: -0.0 is 0.0)
+            entry = _mix(keyed ^ _mix(bits + _GOLDEN))
+        else:
+            entry = np.zeros(0, np.uint64)
+        sums = np.concatenate([np.zeros(1, np.uint64), np.cumsum(entry, dtype=np.uint64)])
+        ends = np.cumsum(sizes)
+        per_map = sums[ends] - sums[ends - sizes]  # (wraps: exact modulo 2**64)
+        digest = _mix(per_map + (sizes + 1).astype(np.uint64) * _GOLDEN)
+    return (digest >> np.uint64(12)).astype(np.float64)

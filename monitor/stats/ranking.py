@@ -188,7 +188,6 @@ def _padded_metrics(
     s = np.take_along_axis(scores, order, axis=1)
     gains = np.take_along_axis(grades, order, axis=1)
     col = np.arange(width)
-    valid = col < lengths[:, None]
     relevant = (gains > 0).astype(np.float64)
     # tie groups: a new group where the score changes (the padding is a group of its own)
     new = np.ones((nq, width), bool)
@@ -200,6 +199,9 @@ def _padded_metrics(
     gain_g = np.bincount(flat, weights=gains.ravel(), minlength=nq * width)[group] / size
     first = np.maximum.accumulate(np.where(new, col, 0), axis=1)  # each group's first slot
     q = r / size  # E[rel_i] at each sorted position
+    top_k = min(max(ks), width)  # the positions any metric reads
+    cum_rel = np.zeros((nq, top_k + 1))  # relevant items before each sorted position
+    np.cumsum(relevant[:, :top_k], axis=1, out=cum_rel[:, 1:])
     judged = extra if all_judged else np.concatenate([gains, extra], axis=1)
     n_rel = (judged > 0).sum(axis=1).astype(np.float64)
     scored = n_rel > 0
@@ -209,22 +211,21 @@ def _padded_metrics(
     discount = 1.0 / np.log2(np.arange(max(ideal.shape[1], width)) + 2.0)
     # Σ_{j<=i} E[rel_i rel_j]: q_i·q_j for j in earlier groups (independent), the
     # without-replacement r(r − 1)/(g(g − 1)) for earlier slots of i's group, q_i for j = i
+    g_k, r_k, q_k = size[:, :top_k], r[:, :top_k], q[:, :top_k]
+    first_k, col_k = first[:, :top_k], col[:top_k]
     with np.errstate(divide="ignore", invalid="ignore"):
-        within = np.where(size > 1, r * (r - 1) / (size * (size - 1)), 0.0)
-    cum_q = np.zeros((nq, width + 1))
-    np.cumsum(q, axis=1, out=cum_q[:, 1:])
-    before = np.take_along_axis(cum_q, first, axis=1)  # Σ q_j over the earlier groups
-    ap_terms = (q * before + (col - first) * within + q) / (col + 1.0)
-    # the groups themselves, query by query in rank order (the tie-aware RR and hit rate)
-    g_q, g_pos = np.nonzero(new & valid)
-    size_g, rel_g = size[g_q, g_pos], r[g_q, g_pos]
+        within = np.where(g_k > 1, r_k * (r_k - 1) / (g_k * (g_k - 1)), 0.0)
+    cum_q = np.zeros((nq, top_k + 1))
+    np.cumsum(q_k, axis=1, out=cum_q[:, 1:])
+    before = np.take_along_axis(cum_q, first_k, axis=1)  # Σ q_j over the earlier groups
+    ap_terms = (q_k * before + (col_k - first_k) * within + q_k) / (col_k + 1.0)
 
     out = np.zeros((nq, _BASE + 10 * len(ks)))
     out[:, 0] = 1.0
     out[:, 1] = ~scored
-    rr = _expected_reciprocal_rank(nq, g_q, size_g, rel_g, g_pos)
+    rr = _expected_reciprocal_rank(first, size, r)
     out[:, 2], out[:, 3] = rr, rr * rr
-    dcg_terms = gain_g * discount[:width]
+    dcg_terms = gain_g[:, :top_k] * discount[:top_k]
     for j, k in enumerate(ks):
         top = np.minimum(k, lengths)
         cut = min(k, width)
@@ -234,7 +235,7 @@ def _padded_metrics(
         ap = ap_terms[:, :cut].sum(axis=1) / np.minimum(n_rel_safe, k)
         hits = q[:, :cut].sum(axis=1)
         precision, recall = hits / k, hits / n_rel_safe
-        hit = _expected_hit(nq, g_q, size_g, rel_g, g_pos, top)
+        hit = _expected_hit(top, first, size, r, cum_rel)
         b = _BASE + 10 * j
         for i, v in enumerate((ndcg, ap, precision, recall, hit)):
             out[:, b + 2 * i] = v
@@ -243,53 +244,58 @@ def _padded_metrics(
     return out
 
 
-def _expected_reciprocal_rank(
-    nq: int, g_q: np.ndarray, size: np.ndarray, rel: np.ndarray, start: np.ndarray
-) -> np.ndarray:
+def _expected_reciprocal_rank(first: np.ndarray, size: np.ndarray, rel: np.ndarray) -> np.ndarray:
     """E[1/rank of the first relevant item] per query: it lies in the query's first group
     holding one; with g items and r relevant there, it is at the group's j-th slot with
-    probability C(g − j, r − 1)/C(g, r) (hypergeometric waiting time)."""
+    probability C(g − j, r − 1)/C(g, r) (hypergeometric waiting time). Read from padded
+    rows in rank order (``first``, ``size``, ``rel``: each position's group's first slot,
+    size and relevant count)."""
+    nq = first.shape[0]
     out = np.zeros(nq)
-    holding = np.flatnonzero(rel > 0)
-    if holding.size == 0:
+    holding = rel > 0
+    at = holding.argmax(axis=1)  # the first position of a group holding one
+    queries = np.flatnonzero(holding[np.arange(nq), at])
+    if queries.size == 0:
         return out
-    # the first such group of each query (groups are in query, then rank order)
-    first = holding[np.concatenate([[True], g_q[holding][1:] != g_q[holding][:-1]])]
-    g, r, s = size[first], rel[first], start[first]
+    at = at[queries]
+    g, r = size[queries, at], rel[queries, at]
+    s = first[queries, at].astype(np.float64)
     slots = (g - r + 1).astype(np.int64)  # the first relevant item's possible slots
-    owner = np.repeat(np.arange(first.size), slots)
+    owner = np.repeat(np.arange(queries.size), slots)
     jj = np.arange(owner.size) - np.repeat(np.cumsum(slots) - slots, slots) + 1.0
     from scipy.special import comb  # here: `monitor check-config` imports this module
 
     prob = comb(g[owner] - jj, r[owner] - 1) / comb(g[owner], r[owner])
-    value = np.bincount(owner, weights=prob / (s[owner] + jj), minlength=first.size)
+    value = np.bincount(owner, weights=prob / (s[owner] + jj), minlength=queries.size)
     # every item of the group relevant: the first slot, exactly
-    out[g_q[first]] = np.where(r == g, 1.0 / (s + 1.0), value)
+    out[queries] = np.where(r == g, 1.0 / (s + 1.0), value)
     return out
 
 
 def _expected_hit(
-    nq: int,
-    g_q: np.ndarray,
+    top: np.ndarray,
+    first: np.ndarray,
     size: np.ndarray,
     rel: np.ndarray,
-    start: np.ndarray,
-    top: np.ndarray,
+    cum_rel: np.ndarray,
 ) -> np.ndarray:
     """P(at least one relevant item in the first ``top`` positions) per query under random
-    tie orders: 1 if a group wholly inside holds one, else the chance that the group cut
-    by ``top`` puts one of its r relevant among its m slots inside, 1 − C(g − r, m)/C(g, m)."""
+    tie orders: 1 if the groups wholly before the cut hold one, else the chance that the
+    group cut by ``top`` puts one of its r relevant among its m slots inside,
+    1 − C(g − r, m)/C(g, m) (1 or 0 when the group is wholly inside). Read at each
+    query's last position inside (``first``, ``size``, ``rel``: that position's group's
+    first slot, size and relevant count; ``cum_rel``: relevant items before a slot)."""
     from scipy.special import comb
 
-    t = top[g_q]
-    end = start + size
-    whole = (end <= t) & (rel > 0)
-    certain = np.bincount(g_q, weights=whole.astype(np.float64), minlength=nq) > 0
-    cut = np.flatnonzero((start < t) & (end > t) & (rel > 0))  # at most one group a query
-    g, r, m = size[cut], rel[cut], (t - start)[cut]
-    p = np.zeros(nq)
-    p[g_q[cut]] = 1.0 - comb(g - r, m) / comb(g, m)
-    return np.where(certain, 1.0, p)
+    nq = top.shape[0]
+    rows = np.arange(nq)
+    last = np.maximum(top - 1, 0)
+    start = first[rows, last]
+    g, r = size[rows, last], rel[rows, last]
+    m = top - start  # the cut group's slots inside the first top positions
+    p = 1.0 - comb(g - r, m) / comb(g, m)
+    p = np.where(cum_rel[rows, start] > 0, 1.0, p)
+    return np.where(top > 0, p, 0.0)
 
 
 MIN_QUERIES = 30

@@ -33,7 +33,7 @@ vectors (:meth:`ScoreLayout.metrics_many`), one vector being a 1-row stack.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache, partial
 from itertools import repeat
@@ -144,7 +144,7 @@ CUBIC_COLUMNS = 3
 AUC_PSEUDO_PAIR = 0.5
 """Pseudo-observations added to each class before the DeLong variance of the ROC-AUC
 interval: this many positives distributed as the negatives and negatives distributed as
-the positives — half a chance-level pair (see :func:`_roc_auc_column`)."""
+the positives — half a chance-level pair (see :func:`_roc_auc_arrays`)."""
 
 MIN_GROUP_EVENTS = 5.0
 """Expected positives and negatives each calibration group needs for the chi-square test."""
@@ -625,11 +625,11 @@ def _reasons(
     return out
 
 
-def _roc_auc_column(
-    neg: np.ndarray, pos: np.ndarray, confidence: float, method: str, reasons: list[str]
-) -> _Column:
-    """ROC-AUC with a DeLong or Hanley–McNeil interval on the logit scale, each row (see
-    :meth:`ScoreLayout.roc_auc`).
+def _roc_auc_arrays(
+    neg: np.ndarray, pos: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(AUC, the pseudo-pair centre, its DeLong SE, its Hanley–McNeil SE) of each row: what
+    the logit interval of ROC-AUC reads (:func:`_roc_auc_interval`).
 
     The interval is centred on, and its variance taken from, the histograms with
     :data:`AUC_PSEUDO_PAIR` pseudo-observations per class — a positive distributed as the
@@ -641,8 +641,6 @@ def _roc_auc_column(
     Newcombe (2006) over-covered (0.98-0.995). With the pseudo-pair it covered 0.94-0.975
     for AUCs of 0.92-0.993 (docs/statistics.md). The interval is widened to contain the
     reported value, which stays the plain (scikit-learn's) AUC."""
-    from scipy.special import stdtrit
-
     auc, _, _, _ = roc_auc_many(neg, pos)
     n_pos, n_neg = pos.sum(axis=1), neg.sum(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -650,7 +648,23 @@ def _roc_auc_column(
         pa = pos + a * neg / n_neg[:, None]
         na = neg + a * pos / n_pos[:, None]
     centre, se_dl, se_hm, _ = roc_auc_many(na, pa)
-    se = {"delong": se_dl, "hanley_mcneil": se_hm}[method]
+    return auc, centre, se_dl, se_hm
+
+
+def _roc_auc_interval(
+    auc: np.ndarray,
+    centre: np.ndarray,
+    se: np.ndarray,
+    n_pos: np.ndarray,
+    n_neg: np.ndarray,
+    confidence: float,
+    method: str,
+    reasons: list[str],
+) -> _Column:
+    """ROC-AUC with a DeLong or Hanley–McNeil interval on the logit scale, each row, from
+    :func:`_roc_auc_arrays`."""
+    from scipy.special import stdtrit
+
     df = np.minimum(n_pos, n_neg) - 1.0
     with np.errstate(divide="ignore", invalid="ignore"):
         quantile = np.where(df >= 1, stdtrit(np.maximum(df, 1.0), 0.5 + confidence / 2.0), np.inf)
@@ -914,6 +928,64 @@ def _calibration_edges(bins: int) -> np.ndarray:
     return edges
 
 
+class _HistogramStats(NamedTuple):
+    """:meth:`ScoreLayout._histogram_stats` of a stack of rows."""
+
+    # (8, rows): AUC, its pseudo-pair centre, DeLong SE, Hanley-McNeil SE; AP plain and
+    # mid-rank (offsets _AP_OFFSETS), their SEs
+    rows: np.ndarray
+    mass_count: np.ndarray  # (rows, M) equal-mass calibration bins: count, Σp, Σy
+    mass_p: np.ndarray
+    mass_y: np.ndarray
+
+
+_AP_OFFSETS = (0.0, 0.5)  # pr_auc and pr_auc_debiased (mid-rank precisions)
+
+MIN_PACKED_WIDTH = 8
+"""The narrowest width a row's occupied bins are packed into (:func:`_support_classes`)."""
+
+
+def _support_classes(
+    hist: Sequence[np.ndarray],
+) -> Iterator[tuple[np.ndarray, list[np.ndarray]]]:
+    """The rows of (rows, bins) per-bin arrays grouped by how many bins they occupy
+    (non-zero in any array), each group's arrays holding only those bins, in bin order,
+    zero-padded to the group's width: a power of two from :data:`MIN_PACKED_WIDTH` (the
+    full bins past half of them, as they are). Yields (the group's rows, its arrays).
+
+    Why: every histogram metric here is a function of the occupied bins in their order
+    — an empty bin adds nothing to a cumulative count, and a term weighted by its
+    (zero) count adds zero — while a fleet's slice rows occupy a median of 5 of their 128
+    bins and a version's a few hundred of 2,048: the metrics' cumulative sums and
+    products then run over a tenth of the cells. The width depends on the row alone, so
+    a row's metrics are the same whatever else is in the batch (the order in which its
+    terms are summed included)."""
+    rows, bins = hist[0].shape
+    occupied = hist[0] != 0
+    for h in hist[1:]:
+        occupied |= h != 0
+    nnz = occupied.sum(axis=1)
+    width = np.full(rows, MIN_PACKED_WIDTH, np.int64)
+    while (short := width < nnz).any():
+        width[short] *= 2
+    width = np.where(width * 2 > bins, bins, width)
+    for w in np.unique(width).tolist():
+        at = np.flatnonzero(width == w)
+        if w == bins:
+            yield at, [h[at] for h in hist]
+            continue
+        r, c = np.nonzero(occupied[at])
+        counts = nnz[at]
+        dest = np.arange(r.shape[0]) - np.repeat(np.cumsum(counts) - counts, counts)
+        src = at[r]
+        packed = []
+        for h in hist:
+            x = np.zeros((at.shape[0], w))
+            x[r, dest] = h[src, c]
+            packed.append(x)
+        yield at, packed
+
+
 @dataclass(frozen=True, slots=True)
 class ScoreLayout:
     """Histogram layout for (label, score) pairs; see the module docstring for the vector."""
@@ -1072,14 +1144,27 @@ class ScoreLayout:
         mc, cal = self.calibration_bins, self._cal
         return v[:, cal : cal + mc], v[:, cal + mc : cal + 2 * mc], v[:, cal + 2 * mc : self._sums]
 
-    def _average_precisions(self, v: np.ndarray, offsets: Sequence[float]) -> list[np.ndarray]:
-        """:func:`average_precision_many` of each row at each offset, read inside the bins
-        where the row's within-bin sums count every scored row."""
+    def _histogram_stats(self, v: np.ndarray) -> _HistogramStats:
+        """What the score metrics read from each row's fine bins (ROC-AUC and its
+        pseudo-pair centre and SEs; average precision, plain and mid-rank, read inside
+        the bins where the row's within-bin sums count every scored row, and their SEs;
+        the equal-mass calibration bins), computed on the row's occupied bins only
+        (:func:`_support_classes`): a slice's window holds a few dozen scored rows in
+        128 bins, a version's a few hundred occupied bins of 2,048."""
         b, w = self.bins, self._within
-        neg, pos = self._classes(v)
-        within = (v[:, w : w + b], v[:, 2 * b : 3 * b], v[:, w + b : w + 2 * b])
+        hist = (v[:, :b], v[:, b : 2 * b], v[:, 2 * b : 3 * b], v[:, w : w + b],
+                v[:, w + b : w + 2 * b])  # fmt: skip
         complete = v[:, w + 2 * b] >= v[:, self.n_column] - 0.5
-        return _average_precisions(neg, pos, offsets, within, complete)
+        n, mc = v.shape[0], self.calibration_bins
+        out = _HistogramStats(np.empty((8, n)), *(np.empty((n, mc)) for _ in range(3)))
+        for at, (neg, pos, sp, s_pos, sq) in _support_classes(hist):
+            out.rows[0:4, at] = _roc_auc_arrays(neg, pos)
+            out.rows[4:6, at] = _average_precisions(
+                neg, pos, _AP_OFFSETS, (s_pos, sp, sq), complete[at]
+            )
+            out.rows[6:8, at] = _average_precision_ses(neg, pos, _AP_OFFSETS)
+            out.mass_count[at], out.mass_p[at], out.mass_y[at] = equal_mass_bins(neg, pos, sp, mc)
+        return out
 
     def metrics_many(
         self,
@@ -1112,12 +1197,14 @@ class ScoreLayout:
         df = np.minimum(n_pos, n_neg) - 1.0
         n_cu = v[:, s + 5]
         p_value, testable, n_test = calibration_test_many(count, sp, sy)
-        mass = equal_mass_bins(neg, pos, v[:, 2 * self.bins : 3 * self.bins], self.calibration_bins)
         mce = mce_many(count, sp, sy, z)
-        ap, ap_mid = self._average_precisions(v, (0.0, 0.5))
-        se, se_mid = _average_precision_ses(neg, pos, (0.0, 0.5))
+        hs = self._histogram_stats(v)
+        auc, centre, se_dl, se_hm, ap, ap_mid, se, se_mid = hs.rows
+        mass = (hs.mass_count, hs.mass_p, hs.mass_y)
+        auc_se = {"delong": se_dl, "hanley_mcneil": se_hm}[auc_method]
         columns = (
-            ("roc_auc", _roc_auc_column(neg, pos, confidence, auc_method, score_reasons)),
+            ("roc_auc", _roc_auc_interval(auc, centre, auc_se, n_pos, n_neg, confidence,
+                                          auc_method, score_reasons)),
             ("pr_auc", _ap_column(ap, se, n_pos, df, confidence, score_reasons)),
             ("pr_auc_debiased", _ap_column(ap_mid, se_mid, n_pos, df, confidence,
                                            score_reasons)),
@@ -1165,9 +1252,14 @@ class ScoreLayout:
         number of scored rows; see :func:`roc_auc_many` for the bin-error bound
         (:meth:`roc_auc_bound`).
         """
-        neg, pos = self._classes(self._stack(vec))
-        reasons = _reasons(pos.sum(axis=1), neg.sum(axis=1), MIN_SCORE_CLASS_COUNT)
-        return _values("roc_auc", _roc_auc_column(neg, pos, confidence, method, reasons))[0]
+        v = self._stack(vec)
+        neg, pos = self._classes(v)
+        n_pos, n_neg = pos.sum(axis=1), neg.sum(axis=1)
+        reasons = _reasons(n_pos, n_neg, MIN_SCORE_CLASS_COUNT)
+        auc, centre, se_dl, se_hm = self._histogram_stats(v).rows[:4]
+        se = {"delong": se_dl, "hanley_mcneil": se_hm}[method]
+        col = _roc_auc_interval(auc, centre, se, n_pos, n_neg, confidence, method, reasons)
+        return _values("roc_auc", col)[0]
 
     def pr_auc(self, vec: np.ndarray, confidence: float = 0.95) -> MetricValue:
         """Average precision (scikit-learn's on the raw scores, read from the histogram by
@@ -1203,16 +1295,17 @@ class ScoreLayout:
         neg, pos = self._classes(v)
         n_pos = pos.sum(axis=1)
         reasons = _reasons(n_pos, neg.sum(axis=1), MIN_SCORE_CLASS_COUNT)
-        (ap,) = self._average_precisions(v, (offset,))
-        (se,) = _average_precision_ses(neg, pos, (offset,))
+        at = _AP_OFFSETS.index(offset)  # the plain or the mid-rank AP and its SE
+        rows = self._histogram_stats(v).rows
+        ap, se = rows[4 + at], rows[6 + at]
         df = np.minimum(n_pos, neg.sum(axis=1)) - 1.0
         return _values(name, _ap_column(ap, se, n_pos, df, confidence, reasons))[0]
 
     def ece_equal_mass(self, vec: np.ndarray, confidence: float = 0.95) -> MetricValue:
         """ECE over M equal-mass bins formed by merging adjacent fine bins
         (:func:`equal_mass_bins`)."""
-        neg, pos, sp = self.histograms(vec)
-        mass = equal_mass_bins(neg, pos, sp, self.calibration_bins)
+        hs = self._histogram_stats(self._stack(vec))
+        mass = (hs.mass_count, hs.mass_p, hs.mass_y)
         return _values("ece_equal_mass", _ece_column(*mass, z_value(confidence)))[0]
 
     def roc_auc_bound(self, vec: np.ndarray) -> float:

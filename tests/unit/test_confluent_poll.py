@@ -41,7 +41,10 @@ def test_each_partitions_first_and_last_message_as_a_loop_finds_them(
     if one_partition:
         msgs = [(t, msgs[0][1]) for t, _ in msgs]
     sel = [t == msgs[0][0] for t, _ in msgs]
-    assert _partition_ends(sel, [p for _, p in msgs]) == _reference(msgs)
+    parts = [p for _, p in msgs]
+    assert _partition_ends(sel, parts) == _reference(msgs)
+    if all(sel):  # a poll of one topic passes no flags
+        assert _partition_ends(None, parts) == _reference(msgs)
 
 
 class _Queued:
@@ -96,3 +99,27 @@ def test_poll_splits_by_topic_and_advances_each_partition(
     assert src._position[("labels", partitions[0])] == max(
         m.offset() + 1 for m in msgs if (m.topic(), m.partition()) == ("labels", partitions[0])
     )
+
+
+@pytest.mark.parametrize("partitions", [(0,), (0, 1)])
+def test_poll_of_one_topic_hands_out_every_value_in_order(
+    partitions: tuple[int, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A poll whose messages are all of one topic (librdkafka queues long runs of one
+    partition): one batch, the values as they came, each partition's next offset."""
+    monkeypatch.setattr(confluent, "Consumer", lambda conf: _Queued([]))
+    src = ConfluentSource(KafkaSettings(max_poll_records=1000), dict)
+    msgs = [
+        Message(topic="labels", partition=partitions[i % len(partitions)], offset=5 + i,
+                value=f"l{i}".encode())
+        for i in range(40)
+    ]  # fmt: skip
+    src.consumer = _Queued(msgs)
+    out = src.poll(100)
+    assert list(out) == ["labels"]
+    batch = out["labels"]
+    assert batch.values == [m.value() for m in msgs]
+    assert batch.next_offsets == {
+        f"labels:{p}": max(m.offset() for m in msgs if m.partition() == p) + 1 for p in partitions
+    }
+    assert batch.origin(7) == ("labels", msgs[7].partition(), 12)

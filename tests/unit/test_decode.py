@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor.engine.models import ModelSpec
@@ -140,6 +140,7 @@ json_values = st.recursive(
 )
 
 
+@settings(deadline=None)  # a fixed wall-clock budget fails on a loaded machine
 @given(
     st.lists(
         st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v, allow_nan=True).encode()),
@@ -153,6 +154,7 @@ def test_decoder_never_raises_and_accounts_for_every_record(raws: list[bytes]) -
         assert all(reason for _, reason, _ in rejects)
 
 
+@settings(deadline=None)
 @given(st.lists(st.tuples(st.text(min_size=1, max_size=12), st.floats(0, 1),
                           st.integers(0, NOW)), max_size=40))  # fmt: skip
 def test_every_valid_prediction_is_accepted(rows: list[tuple[str, float, int]]) -> None:

@@ -312,6 +312,34 @@ def test_label_columns_equal_rows(which: int, raws: list[bytes | None]) -> None:
 
 
 @FUZZ
+@given(
+    st.integers(0, len(LABELS) - 1),
+    st.integers(1, 6),
+    st.lists(
+        st.one_of(
+            traffic_label(),
+            traffic_label(),
+            traffic_relevance(),
+            arbitrary("labels"),
+            bad_label().map(lambda x: x[1]),
+        ),
+        max_size=40,
+    ),
+)
+def test_labels_decoded_in_pieces_equal_them_whole(
+    which: int, piece: int, raws: list[bytes | None]
+) -> None:
+    """Labels too are decoded a piece at a time: the joined pieces are the batch the
+    per-record path gives, rejections at their index in the whole batch."""
+    dec = copy.copy(LABELS[which])
+    dec.piece = piece
+    got, got_rejects = dec.decode(raws, NOW)
+    want, want_rejects = dec._decode_rows(raws, range(len(raws)), NOW)
+    assert got_rejects == want_rejects
+    _same(got, want)
+
+
+@FUZZ
 @given(st.lists(st.one_of(traffic_relevance(), traffic_relevance(), traffic_label()), max_size=40))
 def test_relevance_columns_equal_rows(raws: list[bytes | None]) -> None:
     """Batches that start with a ranking label take the grades' typed parse first."""

@@ -4,6 +4,7 @@ the engine's cache equals a pass without it, before and after new events arrive.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -76,6 +77,12 @@ def test_row_digests_tell_rows_and_context_apart() -> None:
     changed = rows.copy()
     changed[1, 3] += 1e-12
     assert row_digests(changed, ("slice", 0.95))[1] != keys[1]
+    # a row is hashed as its non-zero cells: their columns count, and so do zeros' signs
+    sparse = np.zeros((4, 6))
+    sparse[0, 1], sparse[1, 2], sparse[3, 4] = 3.0, 3.0, -0.0
+    first, moved, empty, signed = row_digests(sparse, ("slice", 0.95))
+    assert len({first, moved, empty, signed}) == 4
+    assert row_digests(sparse[2:], ("slice", 0.95)) == [empty, signed]  # the same alone
 
 
 def _new_events(engine, n: int = 300) -> None:  # type: ignore[no-untyped-def]
@@ -310,6 +317,17 @@ def test_the_section_round_trips_the_batch_computed_entries() -> None:
         assert [type(v) for v in value] == [type(v) for v in saved[key]]  # list/tuple kept
 
 
+def _counting_rows() -> tuple[list[int], Callable[[np.ndarray], list[tuple[float, ...]]]]:
+    """A compute that returns each row as a tuple, and the sizes of the batches it got."""
+    computed: list[int] = []
+
+    def compute(rows: np.ndarray) -> list[tuple[float, ...]]:
+        computed.append(rows.shape[0])
+        return [tuple(r) for r in rows.tolist()]
+
+    return computed, compute
+
+
 def test_cached_rows_of_blocks_equal_the_stacked_rows() -> None:
     """A pool keys its windows' row blocks where they lie and computes only the rows not
     cached, gathered across blocks: the results and keys are those of the stacked rows."""
@@ -317,12 +335,7 @@ def test_cached_rows_of_blocks_equal_the_stacked_rows() -> None:
     blocks = [rng.integers(0, 5, (n, 12)).astype(np.float64) for n in (3, 1, 4, 2)]
     blocks[2][1] = blocks[0][0]  # a repeat across blocks is computed once
     stacked = np.vstack(blocks)
-    computed: list[int] = []
-
-    def compute(rows: np.ndarray) -> list[tuple[float, ...]]:
-        computed.append(rows.shape[0])
-        return [tuple(r) for r in rows.tolist()]
-
+    computed, compute = _counting_rows()
     cache = ResultCache()
     cache.begin()
     warm = _cached_rows(cache, blocks[3], ("ctx",), compute)  # the last block known already
@@ -332,3 +345,28 @@ def test_cached_rows_of_blocks_equal_the_stacked_rows() -> None:
     assert keys == row_digests(stacked, ("ctx",)) and warm[1] == keys[-2:]
     again, _ = _cached_rows(None, blocks, ("ctx",), compute)  # no cache: all of them
     assert again == got and computed[-1] == 10
+
+
+def test_row_references_are_keyed_and_gathered_as_the_stacked_rows() -> None:
+    """A window's slice rows are handed to the pool as references into its window sums
+    with the long-run share as a last column: keys and results are those of the rows
+    stacked with that column, and only the rows not cached are gathered."""
+    from monitor.engine.evaluate import _Rows
+
+    rng = np.random.default_rng(8)
+    matrix = rng.integers(0, 3, (6, 9)).astype(np.float64)
+    matrix[2] = 0.0
+    index = np.array([4, 0, 2, 4])
+    tail = np.array([0.25, 0.0, -0.0, 0.25])
+    stacked = np.hstack([matrix[index], tail[:, np.newaxis]])
+    rows = _Rows(matrix, index, tail)
+    assert row_digests(matrix, ("s",), index, tail) == row_digests(stacked, ("s",))
+    assert len(rows) == 4 and rows.nbytes == stacked.nbytes
+    computed, compute = _counting_rows()
+    cache = ResultCache()
+    cache.begin()
+    plain = np.arange(20, dtype=np.float64).reshape(2, 10)
+    got, keys = _cached_rows(cache, [plain, rows], ("s",), compute)
+    assert got == [tuple(r) for r in np.vstack([plain, stacked]).tolist()]
+    assert keys[2:] == row_digests(stacked, ("s",)) and computed == [5]  # a repeat: once
+    assert _cached_rows(None, [plain, rows], ("s",), compute)[0] == got

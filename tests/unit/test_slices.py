@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -125,13 +126,19 @@ def test_gap_intervals_without_a_true_difference() -> None:
     sizes = np.geomspace(100, 20_000, 20).astype(int)
     claimed = []
     gaps = []
-    for _ in range(400):
+    asked = []
+    for w in range(400):
         shown = []
         for i, n in enumerate(sizes):
             pos = rng.binomial(n, 0.1)
             tp, fp = rng.binomial(pos, 0.7), rng.binomial(n - pos, 0.05)
             shown.append((f"c{i}", P((n - pos - fp, fp, pos - tp, tp))))
-        out = {g.metric: g for g in _fairness("m", "v", "1d", "country", shown, 0.95)}
+        asked.append(("m", "v", str(w), "country", shown))
+    every = _fairness(asked, 0.95)  # every window's dimension in one pass, as a tick does
+    for w in (0, 7, 399):  # each the same as when asked alone
+        assert [g for g in every if g.window == str(w)] == _fairness([asked[w]], 0.95)
+    for w in range(400):
+        out = {g.metric: g for g in every if g.window == str(w)}
         eo = out["equal_opportunity"]
         gaps.append(eo.gap)
         claimed.append(
@@ -140,3 +147,35 @@ def test_gap_intervals_without_a_true_difference() -> None:
     print(f"\nmean equal-opportunity gap {np.mean(gaps):.3f}, claimed {np.mean(claimed):.3f}")
     assert np.mean(gaps) > 0.1  # what the point gap alone would suggest
     assert np.mean(claimed) <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / 400)
+
+
+def test_gaps_of_a_pass_skip_dimensions_with_fewer_than_two_values() -> None:
+    """The pass's dimensions are segments of one set of arrays: one without two exported
+    values gives no gap and leaves its neighbours' gaps as when each is asked alone."""
+    from monitor.engine.evaluate import _fairness
+    from monitor.engine.snapshot import WindowResult
+
+    class P:  # what _fairness reads of a pending result
+        def __init__(self, confusion: tuple[int, int, int, int]) -> None:
+            self.result = WindowResult("m", "v", "1d", "s", 0, 1, 1, 1, (), confusion)
+            self.rates = (0.01 * sum(confusion) % 0.1, float("nan"))
+
+    def dim(name: str, *cells: tuple[int, int, int, int]) -> tuple[str, str, str, str, Any]:
+        return ("m", "v", "1h", name, [(f"{name}{i}", P(c)) for i, c in enumerate(cells)])
+
+    asked = [
+        dim("a", (50, 5, 3, 12), (40, 9, 6, 5)),
+        dim("none"),
+        dim("one", (10, 1, 1, 10)),
+        dim("b", (20, 2, 2, 20), (30, 1, 9, 4), (5, 5, 5, 5)),
+    ]
+    together = _fairness(asked, 0.95)
+    alone = [g for a in asked for g in _fairness([a], 0.95)]
+    assert repr(together) == repr(alone)  # the ECE and AUC gaps' NaN bounds included
+    assert {g.dimension for g in together} == {"a", "b"}
+    assert {g.metric for g in together if g.dimension == "b"} == {
+        "demographic_parity",
+        "equal_opportunity",
+        "equalized_odds",
+        "ece_gap",
+    }
