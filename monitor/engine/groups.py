@@ -40,7 +40,7 @@ import pandas as pd
 
 from .join import NO_TS, JoinReject
 from .models import ModelSpec
-from .segments import SegmentFolder
+from .segments import SegmentFolder, dimension_values
 
 __all__ = ["BLOCKED_MIN", "Group", "GroupRegistry", "VersionInfo"]
 
@@ -76,6 +76,10 @@ class GroupRegistry:
         self.models = tuple(models)
         self.model_index = {m.name: i for i, m in enumerate(self.models)}
         self.folders = {i: SegmentFolder(m) for i, m in enumerate(self.models) if m.slices}
+        # every model's sliced dimensions, each once: a batch codes each one's texts once
+        self._slice_dimensions = tuple(
+            dict.fromkeys(d for f in self.folders.values() for d in f.dimensions)
+        )
         self._clear()
 
     def _clear(self) -> None:
@@ -119,17 +123,20 @@ class GroupRegistry:
         seg_keys: list[tuple[str, ...]] = [()]
         if self.folders:
             seen: dict[tuple[str, ...], int] = {(): 0}
+            # each dimension's texts coded once for the batch, then each model folds its
+            # rows' codes (its rows found by one stable sort, in arrival order)
+            segs = segments if segments else [None] * n
+            dims = {d: dimension_values(segs, d) for d in self._slice_dimensions}
+            order = np.argsort(model, kind="stable")
+            sorted_model = model[order]
             for m, folder in self.folders.items():
-                rows = np.flatnonzero(model == m)
-                if rows.shape[0] == 0:
+                lo, hi = np.searchsorted(sorted_model, [m, m + 1]).tolist()
+                if lo == hi:
                     continue
-                if not segments:
-                    segs: list[dict[str, Any] | None] = [None] * rows.shape[0]
-                elif rows.shape[0] == n:
-                    segs = segments
-                else:
-                    segs = [segments[i] for i in rows.tolist()]
-                codes, keys = folder.fold(segs)
+                rows = order[lo:hi]
+                codes, keys = folder.fold(
+                    {d: (dims[d][0][rows], dims[d][1]) for d in folder.dimensions}
+                )
                 remap = np.empty(len(keys), np.int64)
                 for j, key in enumerate(keys):
                     code = seen.get(key)

@@ -17,7 +17,6 @@ Values that are not scalars (objects, arrays) are ``__other__``.
 from __future__ import annotations
 
 import operator
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,7 +25,7 @@ import pandas as pd
 
 from .models import ModelSpec
 
-__all__ = ["MISSING", "OTHER", "SegmentFolder"]
+__all__ = ["MISSING", "OTHER", "SegmentFolder", "dimension_values"]
 
 OTHER = "__other__"
 MISSING = "__none__"
@@ -41,19 +40,26 @@ class SegmentFolder:
         }
         self.counts: dict[str, dict[str, int]] = {d: {} for d in self.dimensions}
 
-    def fold(self, segments: Sequence[dict[str, Any] | None]) -> tuple[np.ndarray, list[Key]]:
-        """Segment key per row, as a code per row into the batch's distinct keys (in the
-        order rows first show them); updates the frequency counters first. Only distinct
-        values touch Python: the rows are mapped in C-level passes."""
-        n = len(segments)
+    def fold(self, values: dict[str, tuple[np.ndarray, list[str]]]) -> tuple[np.ndarray, list[Key]]:
+        """Segment key per row, as a code per row into the rows' distinct keys (in the
+        order rows first show them); updates the frequency counters first. The rows come
+        as (code per row, text per code) on each dimension (:func:`dimension_values`): a
+        batch spanning many models codes its texts once and each model folds its rows'
+        codes. Only distinct values touch Python."""
+        n = next(iter(values.values()))[0].shape[0] if values else 0
         combined = np.zeros(n, np.int64)
         distinct: list[list[str]] = []  # per dimension: folded values by code
         for d in self.dimensions:
-            values = _texts(segments, d)
-            seen = Counter(values)  # first-seen order, as counting row by row would give
+            codes, texts = values[d]
+            # the distinct values in first-seen order, as counting row by row would give
+            uniq, first, inverse, count = np.unique(
+                codes, return_index=True, return_inverse=True, return_counts=True
+            )
+            seen = np.argsort(first, kind="stable")
             counts = self.counts[d]
-            for v, c in seen.items():
-                counts[v] = counts.get(v, 0) + c
+            names = [texts[c] for c in uniq.tolist()]
+            for i, c in zip(seen.tolist(), count[seen].tolist(), strict=True):
+                counts[names[i]] = counts.get(names[i], 0) + c
             k = self.top_k[d]
             # stable sorts by count only: among equal counts the first seen stays ahead
             if len(counts) > 10 * k:
@@ -61,14 +67,12 @@ class SegmentFolder:
                 self.counts[d] = counts = dict(keep)
             top = {v for v, _ in sorted(counts.items(), key=lambda kv: -kv[1])[:k]}
             top.add(MISSING)
-            code_of: dict[str, int] = {}
             folded: dict[str, int] = {}
-            for v in seen:
-                f = v if v in top else OTHER
-                code_of[v] = folded.setdefault(f, len(folded))
-            combined = combined * len(folded) + np.fromiter(
-                map(code_of.__getitem__, values), np.int64, n
-            )
+            code_of = np.empty(uniq.shape[0], np.int64)
+            for i in seen.tolist():
+                v = names[i]
+                code_of[i] = folded.setdefault(v if v in top else OTHER, len(folded))
+            combined = combined * len(folded) + code_of[inverse.reshape(-1)]
             distinct.append(list(folded))
         if len(distinct) == 1:  # codes already number the values as rows first show them
             return combined, [(v,) for v in distinct[0]]
@@ -88,6 +92,14 @@ class SegmentFolder:
     def load(self, state: dict[str, dict[str, int]]) -> None:
         for d in self.dimensions:
             self.counts[d] = {str(k): int(v) for k, v in state.get(d, {}).items()}
+
+
+def dimension_values(
+    segments: Sequence[dict[str, Any] | None], d: str
+) -> tuple[np.ndarray, list[str]]:
+    """Dimension ``d`` of every row as (a code per row, the text of each code)."""
+    codes, uniq = pd.factorize(np.asarray(_texts(segments, d), dtype=object))
+    return codes.astype(np.int64, copy=False), [str(v) for v in uniq]
 
 
 def _texts(segments: Sequence[dict[str, Any] | None], d: str) -> list[str]:

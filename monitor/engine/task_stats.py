@@ -42,23 +42,36 @@ class ScoreHistograms:
     ) -> None:
         self.fine, self.coarse = fine, coarse
         self.wide, self.sliced = wide, sliced
+        self._models = np.array(sorted(fine), np.int64)
 
     def add(self, rows: LabeledRows) -> None:
+        """Add the scored rows of binary models: each pair's cells computed once for the
+        batch (per distinct layout, not per model), then added model by model, their rows
+        in arrival order (a fleet of many models sends each a small slice of a batch)."""
         j = rows.joined
-        scored = ~np.isnan(j.score)
-        for m, layout in self.fine.items():
-            sel = rows.of_model(m, scored)
-            if sel.shape[0] == 0:
-                continue
-            y, score, ts = j.y_true[sel], j.score[sel], j.pred_ts[sel]
-            store = self.wide[m]
-            at = store.rows_for(rows.base[sel], ts)  # before matrix(): it may grow it
-            layout.add_rows(store.matrix(SCORES.name), at, y, score)
-            coarse = self.coarse.get(m)
-            if coarse is not None:
-                store = self.sliced[m]
-                at = store.rows_for(j.group[sel], ts)
-                coarse.add_rows(store.matrix(SCORES.name), at, y, score)
+        mine = np.flatnonzero(~np.isnan(j.score) & np.isin(rows.model, self._models))
+        if mine.shape[0] == 0:
+            return
+        order = mine[np.argsort(rows.model[mine], kind="stable")]
+        model = rows.model[order]
+        cuts = (np.flatnonzero(model[1:] != model[:-1]) + 1).tolist()
+        y, score, ts = j.y_true[order], j.score[order], j.pred_ts[order]
+        cells: dict[ScoreLayout, tuple[np.ndarray, np.ndarray]] = {}
+        for lo, hi in zip([0, *cuts], [*cuts, order.shape[0]], strict=True):
+            m = int(model[lo])
+            fine, coarse = self.fine[m], self.coarse.get(m)
+            for layout, stores, groups in (
+                (fine, self.wide, rows.base),
+                (coarse, self.sliced, j.group),
+            ):
+                if layout is None:
+                    continue
+                store = stores[m]
+                if layout not in cells:
+                    cells[layout] = layout.cells(y, score)
+                cols, weights = cells[layout]
+                at = store.rows_for(groups[order[lo:hi]], ts[lo:hi])  # before matrix(): may grow
+                layout.add_cells(store.matrix(SCORES.name), at, cols[:, lo:hi], weights[:, lo:hi])
 
     def state(self) -> StateParts:
         return {}, {}

@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 from itertools import repeat
 from typing import NamedTuple
 
@@ -912,6 +912,22 @@ def gain_name(fraction: float, stem: str = "gain") -> str:
 # --------------------------------------------------------------------------- layout
 
 
+@cache
+def _interior_edges(bins: int, logit_range: float) -> np.ndarray:
+    from scipy.special import expit
+
+    edges = expit(np.linspace(-logit_range, logit_range, bins - 1))
+    edges.flags.writeable = False  # shared by every layout of these parameters
+    return edges
+
+
+@cache
+def _calibration_edges(bins: int) -> np.ndarray:
+    edges = np.linspace(0.0, 1.0, bins + 1)[1:-1]
+    edges.flags.writeable = False
+    return edges
+
+
 class _HistogramStats(NamedTuple):
     """:meth:`ScoreLayout._histogram_stats` of a stack of rows."""
 
@@ -1015,10 +1031,9 @@ class ScoreLayout:
         return np.zeros(self.width, dtype=np.float64)
 
     def interior_edges(self) -> np.ndarray:
-        """The B − 1 interior fine-bin edges, uniform in logit."""
-        from scipy.special import expit
-
-        return expit(np.linspace(-self.logit_range, self.logit_range, self.bins - 1))
+        """The B − 1 interior fine-bin edges, uniform in logit (computed once per layout:
+        every batch of every model bins its scores against them)."""
+        return _interior_edges(self.bins, self.logit_range)
 
     def lower_edges(self) -> np.ndarray:
         """Lower edge of each fine bin (0 for the first): the candidate thresholds."""
@@ -1033,54 +1048,69 @@ class ScoreLayout:
     def add_rows(
         self, matrix: np.ndarray, rows: np.ndarray | int, y_true: np.ndarray, score: np.ndarray
     ) -> None:
-        """Add (0/1 label, probability-of-positive score) pairs into ``matrix[rows[i]]``.
+        """Add (0/1 label, probability-of-positive score) pairs into ``matrix[rows[i]]``
+        (:meth:`cells`, then :meth:`add_cells`)."""
+        cols, weights = self.cells(y_true, score)
+        if cols.shape[1]:
+            self.add_cells(matrix, _as_index(rows, cols.shape[1]), cols, weights)
 
-        The pairs' cells and weights go into one weighted ``bincount`` over the span of
-        rows they touch (a batch's rows are a few recent buckets), added to the matrix
-        once — several times faster than an ``np.add.at`` per part; rows far apart take
-        ``np.add.at``."""
+    def cells(self, y_true: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The (column, weight) of every cell the pairs add to their row: two (16, m)
+        arrays, part k of pair i at ``[k, i]``. They depend on the pairs alone, not on
+        their rows, so a batch spanning many stores (one per model) computes them once
+        and each store adds its columns' slice (:meth:`add_cells`)."""
         y = np.asarray(y_true, dtype=np.float64)
         p = np.clip(np.asarray(score, dtype=np.float64), 0.0, 1.0)
         m = y.size
-        if m == 0:
-            return
-        r = _as_index(rows, m)
         b = self.bins
         fine = self.bin_of(p)
         mc = self.calibration_bins
-        coarse = np.searchsorted(np.linspace(0.0, 1.0, mc + 1)[1:-1], p, side="left")
+        coarse = np.searchsorted(_calibration_edges(mc), p, side="left")
         cal = self._cal
         pc = np.clip(p, self.eps, 1.0 - self.eps)
         ll = -(y * np.log(pc) + (1.0 - y) * np.log1p(-pc))
         br = (p - y) ** 2
         ones = np.ones(m)
         w = self._within
-        cols = (
-            fine + b * (y > 0.5),
-            2 * b + fine,
-            cal + coarse,
-            cal + mc + coarse,
-            cal + 2 * mc + coarse,
-            *(np.full(m, self._sums + j) for j in range(8)),
-            w + fine,
-            w + b + fine,
-            np.full(m, w + 2 * b),
-        )
-        weights = (ones, p, ones, p, y, ones, ll, ll * ll, br, br * br, ones, ll**3, br**3,
-                   p * y, p * p, ones)  # fmt: skip
-        lo, hi = int(r.min()), int(r.max()) + 1
+        cols = np.empty((16, m), np.int64)
+        cols[0] = fine + b * (y > 0.5)
+        cols[1] = 2 * b + fine
+        cols[2] = cal + coarse
+        cols[3] = cal + mc + coarse
+        cols[4] = cal + 2 * mc + coarse
+        cols[5:13] = (self._sums + np.arange(8))[:, np.newaxis]
+        cols[13] = w + fine
+        cols[14] = w + b + fine
+        cols[15] = w + 2 * b
+        weights = np.stack(
+            (ones, p, ones, p, y, ones, ll, ll * ll, br, br * br, ones, ll**3, br**3,
+             p * y, p * p, ones)
+        )  # fmt: skip
+        return cols, weights
+
+    @staticmethod
+    def add_cells(
+        matrix: np.ndarray, rows: np.ndarray, cols: np.ndarray, weights: np.ndarray
+    ) -> None:
+        """Add :meth:`cells` (their (16, m) columns and weights) into ``matrix[rows[i]]``.
+
+        One weighted ``bincount`` over the span of rows the pairs touch (a batch's rows are
+        a few recent buckets), added to the matrix once — several times faster than an
+        ``np.add.at`` per part; rows far apart take ``np.add.at``."""
+        m = rows.shape[0]
+        if m == 0:
+            return
+        lo, hi = int(rows.min()), int(rows.max()) + 1
         width = matrix.shape[1]
-        if (hi - lo) * width > 4 * m * len(cols) + 65_536:  # rows far apart: sparse adds
+        if (hi - lo) * width > 4 * cols.size + 65_536:  # rows far apart: sparse adds
             if matrix.flags.c_contiguous:  # one unbuffered add into the flat matrix
-                flat = np.concatenate([r * width + c for c in cols])
-                np.add.at(matrix.reshape(-1), flat, np.concatenate(weights))
+                np.add.at(matrix.reshape(-1), (rows * width + cols).ravel(), weights.ravel())
                 return
             for c, w in zip(cols, weights, strict=True):
-                np.add.at(matrix, (r, c), w)
+                np.add.at(matrix, (rows, c), w)
             return
-        at = (r - lo) * width
-        flat = np.concatenate([at + c for c in cols])
-        sums = np.bincount(flat, np.concatenate(weights), (hi - lo) * width)
+        flat = ((rows - lo) * width + cols).ravel()
+        sums = np.bincount(flat, weights.ravel(), (hi - lo) * width)
         matrix[lo:hi] += sums.reshape(hi - lo, width)
 
     def add(self, vec: np.ndarray, y_true: np.ndarray, score: np.ndarray) -> None:
