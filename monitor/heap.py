@@ -41,24 +41,32 @@ class _MallInfo2(ctypes.Structure):
     ]  # fmt: skip
 
 
-def _malloc_trim() -> Callable[[int], int] | None:
+def _libc() -> ctypes.CDLL | None:
+    """The C library, on Linux only (malloc_trim and mallinfo2 are glibc's)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim: Callable[[int], int] = libc.malloc_trim  # absent outside glibc
-        return trim
-    except (OSError, AttributeError):
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
         return None
 
 
-def _mallinfo2() -> Callable[[], _MallInfo2] | None:
-    if not sys.platform.startswith("linux"):
+def _malloc_trim(libc: ctypes.CDLL | None) -> Callable[[int], int] | None:
+    if libc is None:
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim: Callable[[int], int] = libc.malloc_trim
+    except AttributeError:  # a C library other than glibc
+        return None
+    return trim
+
+
+def _mallinfo2(libc: ctypes.CDLL | None) -> Callable[[], _MallInfo2] | None:
+    if libc is None:
+        return None
+    try:
         info = libc.mallinfo2  # glibc >= 2.33
-    except (OSError, AttributeError):
+    except AttributeError:
         return None
     info.restype = _MallInfo2
     info.argtypes = []
@@ -66,8 +74,9 @@ def _mallinfo2() -> Callable[[], _MallInfo2] | None:
     return read
 
 
-_TRIM = _malloc_trim()
-_INFO = _mallinfo2()
+_LIBC = _libc()
+_TRIM = _malloc_trim(_LIBC)
+_INFO = _mallinfo2(_LIBC)
 
 
 def free_heap_bytes() -> int | None:
