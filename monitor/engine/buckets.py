@@ -243,13 +243,16 @@ def _save_old(undo: dict[int, np.ndarray], col: np.ndarray, rows: np.ndarray) ->
 
 
 def _scatter(x: np.ndarray, at: np.ndarray, vals: np.ndarray, weight: np.ndarray) -> None:
-    """``x[at[i]] += weight[i] * vals[i]`` (weights 0/±1 or bool), as one sparse product."""
+    """``x[at[i]] += weight[i] * vals[i]`` (weights 0/±1 or bool), as one sparse product
+    onto the rows of ``x`` it touches only: a product onto all of them made a dense
+    temporary as large as ``x`` (every group × every column) for a handful of rows."""
     w = np.asarray(weight, np.float64)
     keep = np.flatnonzero(w)
     if keep.shape[0] == 0:
         return
-    selector = csr_matrix((w[keep], (at[keep], keep)), shape=(x.shape[0], vals.shape[0]))
-    x += selector @ vals
+    targets, pos = np.unique(at[keep], return_inverse=True)
+    selector = csr_matrix((w[keep], (pos, keep)), shape=(targets.shape[0], vals.shape[0]))
+    x[targets] += selector @ vals
 
 
 class SumPlan:
