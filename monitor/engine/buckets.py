@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from scipy.sparse import csr_matrix
 
+from .sparse_rows import SparseRows
 from .windows import Tiers
 
 __all__ = [
@@ -235,11 +236,11 @@ def _resize_in_place(cols: dict[str, np.ndarray], name: str, cap: int) -> bool:
     return True
 
 
-def _save_old(undo: dict[int, np.ndarray], col: np.ndarray, rows: np.ndarray) -> None:
+def _save_old(undo: dict[int, np.ndarray], col: np.ndarray | SparseRows, rows: np.ndarray) -> None:
     """Keep the current value of each of ``rows`` not kept yet (before it is written)."""
-    for r in rows.tolist():
-        if r not in undo:
-            undo[r] = col[r].copy()
+    new = [r for r in rows.tolist() if r not in undo]
+    if new:
+        undo.update(zip(new, col[np.array(new, np.int64)], strict=True))
 
 
 def _scatter(x: np.ndarray, at: np.ndarray, vals: np.ndarray, weight: np.ndarray) -> None:
@@ -347,10 +348,12 @@ class BucketStore:
         self,
         width_ms: int,
         matrices: Mapping[str, MatrixSpec] | None = None,
+        sparse: frozenset[str] = frozenset(),
     ) -> None:
         """``matrices``: name -> :data:`MatrixSpec`; a saved matrix of one of its legacy
         widths is the same layout before columns were appended to it, and loads padded
-        with zeros."""
+        with zeros. ``sparse``: float matrices whose thin rows are kept as triples
+        (:class:`~.sparse_rows.SparseRows`; written through :meth:`sparse_matrix`)."""
         if width_ms <= 0:
             raise ValueError("bucket width must be positive")
         self.width_ms = int(width_ms)
@@ -365,7 +368,10 @@ class BucketStore:
         self.tiers = Tiers.for_width(self.width_ms)  # moved forward by the engine (roll_up)
         self._n = 0
         self._cap = _MIN_ROWS  # grows by doubling, then by a quarter: an idle store stays small
-        self._cols = {k: np.zeros((self._cap, *sh), dt) for k, (sh, dt) in self._shapes.items()}
+        self._sparse = frozenset(f"m.{name}" for name in sparse)
+        self._cols: dict[str, Any] = {
+            k: self._empty(k, self._cap) for k in self._shapes
+        }  # ndarray, or SparseRows for the names in ``_sparse``
         # copy-out bookkeeping (:meth:`begin_copy`): the epoch each row was last written
         # in (a copy takes a new epoch each time it copies rows, so a row written after
         # its copy has a later stamp), and a counter of changes that move or drop rows
@@ -381,6 +387,40 @@ class BucketStore:
 
     def __len__(self) -> int:
         return self._n
+
+    def _empty(self, name: str, cap: int) -> Any:
+        shape, dtype = self._shapes[name]
+        if name in self._sparse:
+            return SparseRows(cap, shape[0], dtype)
+        return np.zeros((cap, *shape), dtype)
+
+    def sparse_matrix(self, name: str) -> SparseRows | None:
+        """Matrix ``name`` when its thin rows are kept sparse (written through its
+        ``add_cells``: :meth:`matrix` gives such a matrix's rows as dense copies)."""
+        col = self._cols[f"m.{name}"]
+        return col if isinstance(col, SparseRows) else None
+
+    def window_sums(
+        self, name: str, bounds: tuple[int, int], index: np.ndarray, size: int
+    ) -> np.ndarray:
+        """:func:`window_group_sums` of matrix ``name``'s rows in use."""
+        return self._window_sums(f"m.{name}", bounds, index, size)
+
+    def _window_sums(
+        self,
+        key: str,
+        bounds: tuple[int, int],
+        index: np.ndarray,
+        size: int,
+        rows: np.ndarray | None = None,
+        out: np.ndarray | None = None,
+    ) -> np.ndarray:
+        col, group, bucket = self._cols[key], self.group, self.bucket
+        if isinstance(col, SparseRows):
+            return col.window_sums(group, bucket, bounds, index, size, rows, out)
+        if rows is None:
+            return window_group_sums(group, bucket, col[: self._n], bounds, index, size, out)
+        return window_group_sums(group[rows], bucket[rows], col[rows], bounds, index, size, out)
 
     @property
     def group(self) -> np.ndarray:
@@ -526,9 +566,12 @@ class BucketStore:
                     continue
                 for k, k2 in parts:
                     lo, hi = int(starts[k]), int(ends[k2 - 1])
-                    col[targets[starts[k:k2]]] += np.add.reduceat(
-                        col[movers[lo:hi]], starts[k:k2] - lo, axis=0
-                    )
+                    into = targets[starts[k:k2]]
+                    summed = np.add.reduceat(col[movers[lo:hi]], starts[k:k2] - lo, axis=0)
+                    if isinstance(col, SparseRows):  # coarse rows get a slot
+                        col.add_rows(into, summed)
+                    else:
+                        col[into] += summed
         # movers that became their coarse row take its key
         becomes = np.flatnonzero(dest == src[first])
         for i in becomes.tolist():
@@ -571,6 +614,9 @@ class BucketStore:
         tail = np.arange(n_new, n)
         movers = tail[~np.isin(tail, gone)]
         for col in self._cols.values():
+            if isinstance(col, SparseRows):
+                col.move(holes, movers, gone)
+                continue
             for at in range(0, holes.shape[0], _ROLL_PART):  # (parts: a bounded copy)
                 col[holes[at : at + _ROLL_PART]] = col[movers[at : at + _ROLL_PART]]
             col[n_new:n] = 0  # freed rows must be zero when reused
@@ -582,14 +628,19 @@ class BucketStore:
             self._shrink(max(_MIN_ROWS, 2 * self._n))
 
     def _shrink(self, cap: int) -> None:
-        for name in list(self._cols):  # one column's copy alive at a time
-            self._cols[name] = self._cols[name][:cap].copy()
+        for name, col in list(self._cols.items()):  # one column's copy alive at a time
+            if isinstance(col, SparseRows):
+                col.resize(cap)
+            else:
+                self._cols[name] = col[:cap].copy()
         self._stamp = self._stamp[:cap].copy()
         self._cap = cap
 
     def _grow(self, cap: int) -> None:
-        for name in self._cols:
-            if not _resize_in_place(self._cols, name, cap):
+        for name in self._cols:  # (no reference held: ``resize`` checks for views)
+            if isinstance(self._cols[name], SparseRows):
+                self._cols[name].resize(cap)
+            elif not _resize_in_place(self._cols, name, cap):
                 old = self._cols[name]
                 new = np.zeros((cap, *old.shape[1:]), old.dtype)
                 new[: self._n] = old[: self._n]
@@ -640,9 +691,10 @@ class BucketStore:
         """Bytes allocated for the columns (capacity included)."""
         return int(sum(a.nbytes for a in self._cols.values()))
 
-    def view(self) -> dict[str, np.ndarray]:
-        """Read-only arrays over the rows in use (matrices under ``m.<name>``)."""
-        return {k: v[: self._n] for k, v in self._cols.items()}
+    def view(self, skip: frozenset[str] | tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+        """Read-only arrays over the rows in use (matrices under ``m.<name>``), the
+        columns in ``skip`` left out; a sparse matrix's rows are dense copies."""
+        return {k: v[: self._n] for k, v in self._cols.items() if k not in skip}
 
     def drop_before(self, bucket_idx: int) -> int:
         """Forget rows that end before ``bucket_idx`` (retention); returns rows dropped."""
@@ -672,7 +724,7 @@ class BucketStore:
         versions (McKenney & Slingwine 1998), refreshed in rounds as a live migration's
         pre-copy is (Clark et al. 2005). Copies may overlap: each keeps its own epoch.
         ``skip``: columns left out (read as window sums instead)."""
-        view = {k: v for k, v in self.view().items() if k not in skip}
+        view = self.view(skip)
         plan = CopyPlan(self._n, self.generation, view)
         plan.skip = frozenset(skip)
         plan.since = self._next_epoch()
@@ -720,7 +772,7 @@ class BucketStore:
         copies a budget's worth of the rest under a short hold; either way a row is
         copied once, with its value as of this call, so the copy is exactly the state
         this call saw while no hold copies more than the budget."""
-        live_cols = {k: v for k, v in self.view().items() if k not in plan.skip}
+        live_cols = self.view(plan.skip)
         if plan.copied is None or plan.generation != self.generation:
             return {k: v.copy() for k, v in live_cols.items()}
         n0 = plan.n
@@ -944,10 +996,10 @@ class BucketStore:
         if plan in self._sum_plans:
             self._sum_plans.remove(plan)
         self.add_chunk(plan)
-        col = self._cols[plan.matrix][: self._n]
+        col = self._cols[plan.matrix]
         group, bucket = self.group, self.bucket
         if plan.generation != self.generation or plan.sums is None:
-            sums = [window_group_sums(group, bucket, col, b, index, size) for b in plan.bounds]
+            sums = [self._window_sums(plan.matrix, b, index, size) for b in plan.bounds]
             self._keep_running(plan, sums, index, 0)
             return sums
         sums = plan.sums
@@ -973,7 +1025,7 @@ class BucketStore:
                 at = index[group[changed[inside]]]
                 np.add.at(x, at, col[changed[inside]] - old[inside])
             if rest.shape[0]:
-                window_group_sums(group[rest], bucket[rest], col[rest], (lo, hi), index, size, x)
+                self._window_sums(plan.matrix, (lo, hi), index, size, rest, x)
         self._keep_running(plan, sums, index, plan.base.passes + 1 if plan.base else 0)
         return sums
 
@@ -1027,9 +1079,7 @@ class BucketStore:
         rows = rows[rows < owed.shape[0]]
         rows = rows[owed[rows]]
         if rows.shape[0]:
-            col = self._cols[plan.matrix]
-            for r in rows.tolist():
-                plan.saved[r] = col[r].copy()
+            plan.saved.update(zip(rows.tolist(), self._cols[plan.matrix][rows], strict=True))
             owed[rows] = False
 
     def _keep_running(
@@ -1090,6 +1140,9 @@ class BucketStore:
         self.generation += 1
         self._cols = {}
         for name, arr in cols.items():
+            if name in self._sparse:
+                self._cols[name] = SparseRows.of_dense(arr, self._cap)
+                continue
             full = np.zeros((self._cap, *arr.shape[1:]), arr.dtype)
             full[:n] = arr
             self._cols[name] = full

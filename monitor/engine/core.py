@@ -47,7 +47,6 @@ from .buckets import (
     finish_sums_deferred,
     settle_copies,
     settle_sums,
-    window_group_sums,
 )
 from .clock import EventWatermark, retention_now
 from .comparison_stats import (
@@ -179,10 +178,11 @@ class Engine:
         # hold only its own matrices, so memory grows linearly with the number of models.
         self.buckets = BucketStore(bucket_width_ms)
         self.wide = {
-            m: BucketStore(bucket_width_ms, self._wide_matrices(m)) for m in range(len(self.models))
+            m: BucketStore(bucket_width_ms, self._wide_matrices(m), self._wide_sparse(m))
+            for m in range(len(self.models))
         }
         self.sliced = {
-            m: BucketStore(bucket_width_ms, self._sliced_matrices(m))
+            m: BucketStore(bucket_width_ms, self._sliced_matrices(m), self._sliced_sparse(m))
             for m in range(len(self.models))
             if self._sliced_matrices(m)
         }
@@ -340,6 +340,16 @@ class Engine:
             out[family.stat.name] = (family.width(), np.float64)
         return out
 
+    def _sliced_sparse(self, m: int) -> frozenset[str]:
+        """Per-slice score histograms: a thin slice's rows kept as triples (a fleet's
+        slices hold a fraction of an event per minute)."""
+        return frozenset({SCORES.name}) if m in self.slice_score_layouts else frozenset()
+
+    def _wide_sparse(self, m: int) -> frozenset[str]:
+        """Fine score histograms: a version's minute of a few dozen events fills a few
+        hundred of its 10,000 columns, so its row is kept as triples until it fills."""
+        return frozenset({SCORES.name}) if m in self.score_layouts else frozenset()
+
     def _sliced_matrices(self, m: int) -> dict[str, MatrixSpec]:
         if m in self.slice_score_layouts:
             layout = self.slice_score_layouts[m]
@@ -458,11 +468,7 @@ class Engine:
             done = finish_sums_deferred(store, plan, index, size)  # may leave rows owed
             if self._window_bounds(models, m, now_ms) != bounds:  # the tiers moved meanwhile
                 bounds = self._window_bounds(models, m, now_ms)
-                col = store.matrix(plan.matrix[2:])
-                done = [
-                    window_group_sums(store.group, store.bucket, col, b, index, size)
-                    for b in bounds
-                ]
+                done = [store.window_sums(plan.matrix[2:], b, index, size) for b in bounds]
             into = wide if store is self.wide.get(m) else out
             into.update({(m, lo, hi): x for (lo, hi), x in zip(bounds, done, strict=True)})
         return out, wide
@@ -750,9 +756,10 @@ class Engine:
         width = self.buckets.width_ms
         for m, start, end in self.drift.freeze_due(self.pred_watermark_ms):
             d = self.drift.by_model[m]
-            view = self.wide[m].view()
-            rows = (view["bucket"] >= start // width) & (view["bucket"] < -(-end // width))
-            self.drift.frozen[m] = view[f"m.{d.matrix}"][rows].sum(axis=0, dtype=np.int64)
+            store = self.wide[m]
+            bucket = store.bucket
+            rows = (bucket >= start // width) & (bucket < -(-end // width))
+            self.drift.frozen[m] = store.matrix(d.matrix)[rows].sum(axis=0, dtype=np.int64)
 
     # -- snapshots ---------------------------------------------------------------------
     def ops(self) -> OpsState:

@@ -1,0 +1,313 @@
+"""A store column whose thin rows are kept as (row, column, value) triples.
+
+Why: a fleet of many models spreads a batch over many (slice, minute) groups, about
+0.2 events each, and a dense per-slice score row is 5.4 KB of freshly written memory
+per group and minute whatever it holds (the first write of memory costs far more than a
+later one). A row is born sparse: the cells its events add are appended as triples
+(16 an event, fewer once zero weights are left out); it gets a dense slot only when its
+triples outnumber a quarter of the row's width, or when whole rows are added into it
+(roll-up into an hour row). Every reader sees the dense rows they stand for: rows are
+read as their dense slot plus their triples (:meth:`SparseRows.take`), window sums add
+the slots by a sparse selector and the triples by one ``bincount``
+(:meth:`SparseRows.window_sums`) — the layout of a compressed sparse row matrix with a
+dense overflow, as in hybrid sparse formats (Bell & Garland 2009, "HYB").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.sparse import csr_matrix
+
+__all__ = ["SparseRows"]
+
+_MIN_SLOTS = 8
+
+
+def _grown(n: int, need: int) -> int:
+    """Capacity for ``need`` items from ``n``: doubling while small, then a quarter."""
+    cap = max(n, _MIN_SLOTS)
+    while cap < need:
+        cap = cap * 2 if cap < 4096 else cap + cap // 4
+    return cap
+
+
+class SparseRows:
+    """Rows ``[0, cap)`` of ``width`` float64 columns: row r is ``dense[slot[r]]`` when
+    it has a slot (``slot[r] >= 0``) plus the sum of its triples. Reading by index
+    (``col[rows]``, ``col[lo:hi]``) gives dense copies; writes go through the methods
+    (the store owns the row numbering)."""
+
+    ndim = 2
+
+    def __init__(self, cap: int, width: int, dtype: type = np.float64) -> None:
+        self.width = int(width)
+        self.dtype = np.dtype(dtype)
+        self.slot = np.full(cap, -1, np.int64)
+        self.count = np.zeros(cap, np.int64)  # triples per row
+        self.dense = np.zeros((_MIN_SLOTS, self.width), self.dtype)
+        self.owner = np.full(_MIN_SLOTS, -1, np.int64)  # slot -> row (-1: free)
+        self.n_slots = 0  # slots [0, n_slots) used or freed (free ones: owner -1)
+        self.free: list[int] = []
+        self.t_row = np.zeros(0, np.int64)
+        self.t_col = np.zeros(0, np.int32)
+        self.t_val = np.zeros(0, np.float64)
+        self.nt = 0
+        self.limit = max(1, self.width // 4)  # triples past which a row takes a slot
+
+    # -- what numpy-minded readers ask -------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.slot.shape[0], self.width)
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return int(
+            self.dense.nbytes + self.owner.nbytes + self.slot.nbytes + self.count.nbytes
+            + self.t_row.nbytes + self.t_col.nbytes + self.t_val.nbytes
+        )  # fmt: skip
+
+    def __getitem__(self, key: object) -> np.ndarray:
+        if isinstance(key, slice):
+            return self.take(np.arange(*key.indices(self.shape[0])))
+        if isinstance(key, (int, np.integer)):
+            return self.take(np.array([int(key)]))[0]
+        return self.take(np.asarray(key, np.int64))
+
+    def __array__(self, dtype: object = None, copy: object = None) -> np.ndarray:
+        out = self.take(np.arange(self.shape[0]))
+        return out if dtype is None else out.astype(dtype)
+
+    def triples(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(row, column, value) of the triples in use."""
+        n = self.nt
+        return self.t_row[:n], self.t_col[:n], self.t_val[:n]
+
+    # -- reading -----------------------------------------------------------------------
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """Dense copies of ``rows`` (row i of the result is row ``rows[i]``)."""
+        rows = np.asarray(rows, np.int64).reshape(-1)
+        out = np.zeros((rows.shape[0], self.width), self.dtype)
+        if rows.shape[0] == 0:
+            return out
+        s = self.slot[rows]
+        has = np.flatnonzero(s >= 0)
+        if has.shape[0]:
+            out[has] = self.dense[s[has]]
+        if self.nt and self.count[rows].any():
+            r, c, v = self.triples()
+            order = np.argsort(rows, kind="stable")
+            srt = rows[order]
+            at = np.minimum(np.searchsorted(srt, r), srt.shape[0] - 1)
+            hit = np.flatnonzero(srt[at] == r)
+            if hit.shape[0]:
+                flat = order[at[hit]] * self.width + c[hit]
+                out.reshape(-1)[:] += np.bincount(flat, v[hit], out.size).astype(self.dtype)
+        return out
+
+    def window_sums(
+        self,
+        group: np.ndarray,
+        bucket: np.ndarray,
+        bounds: tuple[int, int],
+        index: np.ndarray,
+        size: int,
+        rows: np.ndarray | None = None,
+        out: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Per-group sums of ``rows`` (default: all ``len(group)`` rows) whose bucket is
+        in the inclusive ``bounds``, group g into row ``index[g]`` of a (``size`` ×
+        width) result: the slots by a sparse selector, the triples by one ``bincount``.
+        ``group`` and ``bucket`` are indexed by row number."""
+        lo, hi = bounds
+        n = group.shape[0]
+        if out is None:
+            out = np.zeros((size, self.width))
+        inside = (bucket >= lo) & (bucket <= hi)
+        if rows is not None:
+            keep = np.zeros(n, bool)
+            keep[rows] = True
+            inside &= keep
+        picked = np.flatnonzero(inside)
+        if picked.shape[0] == 0:
+            return out
+        s = self.slot[picked]
+        has = np.flatnonzero(s >= 0)
+        if has.shape[0]:
+            sel = csr_matrix(
+                (np.ones(has.shape[0]), (index[group[picked[has]]], s[has])),
+                shape=(size, self.n_slots),
+            )
+            out += sel @ self.dense[: self.n_slots]
+        if self.nt:
+            r, c, v = self.triples()
+            live = r < n
+            live[live] = inside[r[live]]
+            if live.any():
+                flat = index[group[r[live]]] * self.width + c[live]
+                out.reshape(-1)[:] += np.bincount(flat, v[live], out.size)
+        return out
+
+    # -- writing -----------------------------------------------------------------------
+    def add_cells(self, rows: np.ndarray, cols: np.ndarray, weights: np.ndarray) -> None:
+        """Add ``weights[k, i]`` at ``(rows[i], cols[k, i])``: into the slot of a row
+        that has one, as triples otherwise (zero weights left out); rows whose triples
+        then pass the limit take a slot."""
+        if rows.shape[0] == 0:
+            return
+        rr = np.broadcast_to(rows, cols.shape).reshape(-1)
+        cc, ww = cols.reshape(-1), np.asarray(weights, np.float64).reshape(-1)
+        s = self.slot[rr]
+        slotted = s >= 0
+        if slotted.any():
+            flat = self.dense.reshape(-1)
+            np.add.at(flat, s[slotted] * self.width + cc[slotted], ww[slotted])
+        keep = ~slotted & (ww != 0)
+        if not keep.any():
+            return
+        r, c, v = rr[keep], cc[keep], ww[keep]
+        self._append(r, c, v)
+        full = np.unique(r)
+        full = full[self.count[full] > self.limit]
+        if full.shape[0]:
+            self.densify(full)
+
+    def _append(self, r: np.ndarray, c: np.ndarray, v: np.ndarray) -> None:
+        k = r.shape[0]
+        if self.nt + k > self.t_row.shape[0]:
+            cap = _grown(self.t_row.shape[0], self.nt + k)
+            for name in ("t_row", "t_col", "t_val"):
+                old = getattr(self, name)
+                new = np.zeros(cap, old.dtype)
+                new[: self.nt] = old[: self.nt]
+                setattr(self, name, new)
+        self.t_row[self.nt : self.nt + k] = r
+        self.t_col[self.nt : self.nt + k] = c
+        self.t_val[self.nt : self.nt + k] = v
+        self.nt += k
+        self.count += np.bincount(r, minlength=self.count.shape[0])[: self.count.shape[0]]
+
+    def _drop_triples(self, rows: np.ndarray) -> None:
+        """Forget the triples of ``rows`` (their values already taken or gone)."""
+        rows = rows[self.count[rows] > 0]
+        if rows.shape[0] == 0:
+            return
+        r, c, v = self.triples()
+        gone = np.zeros(self.shape[0], bool)
+        gone[rows] = True
+        keep = np.flatnonzero(~gone[r])
+        n = keep.shape[0]
+        self.t_row[:n], self.t_col[:n], self.t_val[:n] = r[keep], c[keep], v[keep]
+        self.nt = n
+        self.count[rows] = 0
+
+    def densify(self, rows: np.ndarray) -> np.ndarray:
+        """Give each of ``rows`` without one a slot holding its value; the rows' slots."""
+        rows = np.unique(np.asarray(rows, np.int64))
+        need = rows[self.slot[rows] < 0]
+        if need.shape[0]:
+            values = self.take(need)
+            slots = self._new_slots(need.shape[0])
+            self.dense[slots] = values
+            self.owner[slots] = need
+            self.slot[need] = slots
+            self._drop_triples(need)
+        return self.slot[rows]
+
+    def _new_slots(self, k: int) -> np.ndarray:
+        reuse = [self.free.pop() for _ in range(min(k, len(self.free)))]
+        fresh = k - len(reuse)
+        if self.n_slots + fresh > self.dense.shape[0]:
+            cap = _grown(self.dense.shape[0], self.n_slots + fresh)
+            try:  # in place (NumPy zeroes the new rows), unless a view of it is alive
+                self.dense.resize((cap, self.width), refcheck=True)
+            except ValueError:
+                new = np.zeros((cap, self.width), self.dtype)
+                new[: self.n_slots] = self.dense[: self.n_slots]
+                self.dense = new
+            owner = np.full(cap, -1, np.int64)
+            owner[: self.n_slots] = self.owner[: self.n_slots]
+            self.owner = owner
+        out = np.array(reuse + list(range(self.n_slots, self.n_slots + fresh)), np.int64)
+        self.n_slots += fresh
+        return out
+
+    def add_rows(self, rows: np.ndarray, values: np.ndarray) -> None:
+        """Add dense ``values`` into ``rows`` (distinct), which take a slot."""
+        slots = self.densify(rows)
+        order = np.argsort(np.asarray(rows, np.int64), kind="stable")
+        self.dense[slots] += np.asarray(values)[order]
+
+    def set_rows(self, rows: np.ndarray, values: np.ndarray) -> None:
+        """Overwrite ``rows`` (distinct) with dense ``values``."""
+        self.clear(rows)
+        self.add_rows(rows, values)
+
+    def clear(self, rows: np.ndarray) -> None:
+        """Zero ``rows``: their triples dropped, their slots freed (and zeroed)."""
+        rows = np.asarray(rows, np.int64)
+        self._drop_triples(rows)
+        s = self.slot[rows]
+        s = s[s >= 0]
+        if s.shape[0]:
+            self.dense[s] = 0
+            self.owner[s] = -1
+            self.free.extend(s.tolist())
+            self.slot[rows] = -1
+
+    # -- the store's row numbering -----------------------------------------------------
+    def resize(self, cap: int) -> None:
+        """Rows ``[0, cap)``: new rows empty, rows past ``cap`` (empty) forgotten."""
+        n = self.slot.shape[0]
+        if cap > n:
+            self.slot = np.concatenate([self.slot, np.full(cap - n, -1, np.int64)])
+            self.count = np.concatenate([self.count, np.zeros(cap - n, np.int64)])
+        else:
+            self.slot, self.count = self.slot[:cap].copy(), self.count[:cap].copy()
+        self._compact_slots()
+
+    def move(self, holes: np.ndarray, movers: np.ndarray, gone: np.ndarray) -> None:
+        """Retention's and roll-up's compaction: rows ``gone`` are forgotten, then row
+        ``movers[i]`` becomes row ``holes[i]``."""
+        self.clear(gone)
+        if holes.shape[0]:
+            to = np.arange(self.shape[0])
+            to[movers] = holes
+            if self.nt:
+                self.t_row[: self.nt] = to[self.t_row[: self.nt]]
+            s = self.slot[movers]
+            self.slot[holes], self.count[holes] = s, self.count[movers]
+            self.slot[movers], self.count[movers] = -1, 0
+            has = s >= 0
+            self.owner[s[has]] = holes[has]
+
+    def _compact_slots(self) -> None:
+        """Give back the dense slots of removed rows when most are free."""
+        used = self.n_slots - len(self.free)
+        if self.n_slots <= _MIN_SLOTS or used * 2 > self.n_slots:
+            return
+        keep = np.flatnonzero(self.owner[: self.n_slots] >= 0)
+        cap = _grown(0, max(used, 1))
+        dense = np.zeros((cap, self.width), self.dtype)
+        dense[:used] = self.dense[keep]
+        owner = np.full(cap, -1, np.int64)
+        owner[:used] = self.owner[keep]
+        self.slot[owner[:used]] = np.arange(used)
+        self.dense, self.owner, self.n_slots, self.free = dense, owner, used, []
+
+    @classmethod
+    def of_dense(cls, arr: np.ndarray, cap: int) -> SparseRows:
+        """The rows of ``arr`` (a loaded checkpoint's), thin ones as triples."""
+        out = cls(cap, arr.shape[1], arr.dtype.type)
+        nz = np.count_nonzero(arr, axis=1)
+        thin = np.flatnonzero(nz <= out.limit)
+        wide = np.flatnonzero(nz > out.limit)
+        if thin.shape[0]:
+            r, c = np.nonzero(arr[thin])
+            out._append(thin[r], c.astype(np.int32), arr[thin[r], c].astype(np.float64))
+        if wide.shape[0]:
+            out.add_rows(wide, arr[wide])
+        return out
