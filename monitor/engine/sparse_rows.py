@@ -23,11 +23,12 @@ __all__ = ["SparseRows"]
 _MIN_SLOTS = 8
 
 
-def _grown(n: int, need: int) -> int:
-    """Capacity for ``need`` items from ``n``: doubling while small, then a quarter."""
+def _grown(n: int, need: int, item_bytes: int = 8) -> int:
+    """Capacity for ``need`` items from ``n``: doubling while small (in items and
+    bytes), then by a quarter (at most a quarter allocated and unused)."""
     cap = max(n, _MIN_SLOTS)
     while cap < need:
-        cap = cap * 2 if cap < 4096 else cap + cap // 4
+        cap = cap * 2 if cap < 4096 and cap * item_bytes < 4 << 20 else cap + cap // 4
     return cap
 
 
@@ -72,7 +73,8 @@ class SparseRows:
 
     def __getitem__(self, key: object) -> np.ndarray:
         if isinstance(key, slice):
-            return self.take(np.arange(*key.indices(self.shape[0])))
+            lo, hi, step = key.indices(self.shape[0])
+            return self.take_range(lo, hi) if step == 1 else self.take(np.arange(lo, hi, step))
         if isinstance(key, (int, np.integer)):
             return self.take(np.array([int(key)]))[0]
         return self.take(np.asarray(key, np.int64))
@@ -106,6 +108,22 @@ class SparseRows:
             if hit.shape[0]:
                 flat = order[at[hit]] * self.width + c[hit]
                 out.reshape(-1)[:] += np.bincount(flat, v[hit], out.size).astype(self.dtype)
+        return out
+
+    def take_range(self, lo: int, hi: int) -> np.ndarray:
+        """Dense copies of rows ``[lo, hi)`` (a chunk: its triples found by a range test,
+        not a search)."""
+        hi = max(lo, hi)
+        out = np.zeros((hi - lo, self.width), self.dtype)
+        s = self.slot[lo:hi]
+        has = np.flatnonzero(s >= 0)
+        if has.shape[0]:
+            out[has] = self.dense[s[has]]
+        if self.nt and self.count[lo:hi].any():
+            r, c, v = self.triples()
+            hit = np.flatnonzero((r >= lo) & (r < hi))
+            flat = (r[hit] - lo) * self.width + c[hit]
+            out.reshape(-1)[:] += np.bincount(flat, v[hit], out.size).astype(self.dtype)
         return out
 
     def window_sums(
@@ -162,9 +180,8 @@ class SparseRows:
         cc, ww = cols.reshape(-1), np.asarray(weights, np.float64).reshape(-1)
         s = self.slot[rr]
         slotted = s >= 0
-        if slotted.any():
-            flat = self.dense.reshape(-1)
-            np.add.at(flat, s[slotted] * self.width + cc[slotted], ww[slotted])
+        if slotted.any():  # (no view of ``dense`` kept: a new slot may resize it in place)
+            np.add.at(self.dense.reshape(-1), s[slotted] * self.width + cc[slotted], ww[slotted])
         keep = ~slotted & (ww != 0)
         if not keep.any():
             return
@@ -221,7 +238,7 @@ class SparseRows:
         reuse = [self.free.pop() for _ in range(min(k, len(self.free)))]
         fresh = k - len(reuse)
         if self.n_slots + fresh > self.dense.shape[0]:
-            cap = _grown(self.dense.shape[0], self.n_slots + fresh)
+            cap = _grown(self.dense.shape[0], self.n_slots + fresh, self.width * self.itemsize)
             try:  # in place (NumPy zeroes the new rows), unless a view of it is alive
                 self.dense.resize((cap, self.width), refcheck=True)
             except ValueError:
@@ -290,7 +307,7 @@ class SparseRows:
         if self.n_slots <= _MIN_SLOTS or used * 2 > self.n_slots:
             return
         keep = np.flatnonzero(self.owner[: self.n_slots] >= 0)
-        cap = _grown(0, max(used, 1))
+        cap = _grown(0, max(used, 1), self.width * self.itemsize)
         dense = np.zeros((cap, self.width), self.dtype)
         dense[:used] = self.dense[keep]
         owner = np.full(cap, -1, np.int64)
