@@ -49,10 +49,10 @@ class SparseRows:
         self.owner = np.full(_MIN_SLOTS, -1, np.int64)  # slot -> row (-1: free)
         self.n_slots = 0  # slots [0, n_slots) used or freed (free ones: owner -1)
         self.free: list[int] = []
-        self.t_row = np.zeros(0, np.int64)
-        self.t_col = np.zeros(0, np.int32)
-        self.t_val = np.zeros(0, np.float64)
-        self.nt = 0
+        # the triples: (row, column, value) arrays and how many are in use, replaced as
+        # one tuple (a reader outside the writer's lock takes it once): appends write
+        # past the count in use, removals make new arrays (copy-on-write)
+        self._t = (np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.float64), 0)
         self.limit = max(1, self.width // 4)  # triples past which a row takes a slot
 
     # -- what numpy-minded readers ask -------------------------------------------------
@@ -68,7 +68,7 @@ class SparseRows:
     def nbytes(self) -> int:
         return int(
             self.dense.nbytes + self.owner.nbytes + self.slot.nbytes + self.count.nbytes
-            + self.t_row.nbytes + self.t_col.nbytes + self.t_val.nbytes
+            + sum(a.nbytes for a in self._t[:3])
         )  # fmt: skip
 
     def __getitem__(self, key: object) -> np.ndarray:
@@ -83,10 +83,15 @@ class SparseRows:
         out = self.take(np.arange(self.shape[0]))
         return out if dtype is None else out.astype(dtype)
 
+    @property
+    def nt(self) -> int:
+        """Triples in use."""
+        return self._t[3]
+
     def triples(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(row, column, value) of the triples in use."""
-        n = self.nt
-        return self.t_row[:n], self.t_col[:n], self.t_val[:n]
+        r, c, v, n = self._t
+        return r[:n], c[:n], v[:n]
 
     # -- reading -----------------------------------------------------------------------
     def take(self, rows: np.ndarray) -> np.ndarray:
@@ -99,8 +104,8 @@ class SparseRows:
         has = np.flatnonzero(s >= 0)
         if has.shape[0]:
             out[has] = self.dense[s[has]]
-        if self.nt and self.count[rows].any():
-            r, c, v = self.triples()
+        r, c, v = self.triples()
+        if r.shape[0] and self.count[rows].any():
             order = np.argsort(rows, kind="stable")
             srt = rows[order]
             at = np.minimum(np.searchsorted(srt, r), srt.shape[0] - 1)
@@ -119,8 +124,8 @@ class SparseRows:
         has = np.flatnonzero(s >= 0)
         if has.shape[0]:
             out[has] = self.dense[s[has]]
-        if self.nt and self.count[lo:hi].any():
-            r, c, v = self.triples()
+        r, c, v = self.triples()
+        if r.shape[0] and self.count[lo:hi].any():
             hit = np.flatnonzero((r >= lo) & (r < hi))
             flat = (r[hit] - lo) * self.width + c[hit]
             out.reshape(-1)[:] += np.bincount(flat, v[hit], out.size).astype(self.dtype)
@@ -160,8 +165,8 @@ class SparseRows:
                 shape=(size, self.n_slots),
             )
             out += sel @ self.dense[: self.n_slots]
-        if self.nt:
-            r, c, v = self.triples()
+        r, c, v = self.triples()
+        if r.shape[0]:
             live = r < n
             live[live] = inside[r[live]]
             if live.any():
@@ -187,24 +192,19 @@ class SparseRows:
             return
         r, c, v = rr[keep], cc[keep], ww[keep]
         self._append(r, c, v)
-        full = np.unique(r)
-        full = full[self.count[full] > self.limit]
+        full = r[self.count[r] > self.limit]
         if full.shape[0]:
             self.densify(full)
 
     def _append(self, r: np.ndarray, c: np.ndarray, v: np.ndarray) -> None:
         k = r.shape[0]
-        if self.nt + k > self.t_row.shape[0]:
-            cap = _grown(self.t_row.shape[0], self.nt + k)
-            for name in ("t_row", "t_col", "t_val"):
-                old = getattr(self, name)
-                new = np.zeros(cap, old.dtype)
-                new[: self.nt] = old[: self.nt]
-                setattr(self, name, new)
-        self.t_row[self.nt : self.nt + k] = r
-        self.t_col[self.nt : self.nt + k] = c
-        self.t_val[self.nt : self.nt + k] = v
-        self.nt += k
+        arrays, n = self._t[:3], self._t[3]
+        if n + k > arrays[0].shape[0]:
+            cap = _grown(arrays[0].shape[0], n + k)
+            arrays = tuple(np.concatenate([a[:n], np.zeros(cap - n, a.dtype)]) for a in arrays)
+        for a, x in zip(arrays, (r, c, v), strict=True):
+            a[n : n + k] = x
+        self._t = (*arrays, n + k)
         self.count += np.bincount(r, minlength=self.count.shape[0])[: self.count.shape[0]]
 
     def _drop_triples(self, rows: np.ndarray) -> None:
@@ -216,9 +216,7 @@ class SparseRows:
         gone = np.zeros(self.shape[0], bool)
         gone[rows] = True
         keep = np.flatnonzero(~gone[r])
-        n = keep.shape[0]
-        self.t_row[:n], self.t_col[:n], self.t_val[:n] = r[keep], c[keep], v[keep]
-        self.nt = n
+        self._t = (r[keep], c[keep], v[keep], keep.shape[0])
         self.count[rows] = 0
 
     def densify(self, rows: np.ndarray) -> np.ndarray:
@@ -258,11 +256,6 @@ class SparseRows:
         order = np.argsort(np.asarray(rows, np.int64), kind="stable")
         self.dense[slots] += np.asarray(values)[order]
 
-    def set_rows(self, rows: np.ndarray, values: np.ndarray) -> None:
-        """Overwrite ``rows`` (distinct) with dense ``values``."""
-        self.clear(rows)
-        self.add_rows(rows, values)
-
     def clear(self, rows: np.ndarray) -> None:
         """Zero ``rows``: their triples dropped, their slots freed (and zeroed)."""
         rows = np.asarray(rows, np.int64)
@@ -277,14 +270,15 @@ class SparseRows:
 
     # -- the store's row numbering -----------------------------------------------------
     def resize(self, cap: int) -> None:
-        """Rows ``[0, cap)``: new rows empty, rows past ``cap`` (empty) forgotten."""
+        """Rows ``[0, cap)``: new rows empty, rows past ``cap`` (empty) forgotten; the
+        slots of removed rows given back when shrinking (rows only move then)."""
         n = self.slot.shape[0]
         if cap > n:
             self.slot = np.concatenate([self.slot, np.full(cap - n, -1, np.int64)])
             self.count = np.concatenate([self.count, np.zeros(cap - n, np.int64)])
         else:
             self.slot, self.count = self.slot[:cap].copy(), self.count[:cap].copy()
-        self._compact_slots()
+            self._compact_slots()
 
     def move(self, holes: np.ndarray, movers: np.ndarray, gone: np.ndarray) -> None:
         """Retention's and roll-up's compaction: rows ``gone`` are forgotten, then row
@@ -293,8 +287,9 @@ class SparseRows:
         if holes.shape[0]:
             to = np.arange(self.shape[0])
             to[movers] = holes
-            if self.nt:
-                self.t_row[: self.nt] = to[self.t_row[: self.nt]]
+            r, c, v = self.triples()
+            if r.shape[0]:
+                self._t = (to[r], c.copy(), v.copy(), r.shape[0])
             s = self.slot[movers]
             self.slot[holes], self.count[holes] = s, self.count[movers]
             self.slot[movers], self.count[movers] = -1, 0

@@ -186,3 +186,52 @@ def test_rows_loaded_from_a_checkpoint_keep_their_values(thin: bool) -> None:
     np.testing.assert_array_equal(m.take(np.arange(50)), arr)
     assert not m.take(np.arange(50, 64)).any()
     assert (m.n_slots == 0) if thin else (m.nt == 0)
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), groups=st.integers(2, 30))
+def test_window_sums_beside_a_concurrent_writer_are_the_lock_held_state(
+    seed: int, groups: int
+) -> None:
+    """The evaluation's path on a sparse store (advanced outside the lock, a chunk per
+    hold, the finish's rows left owed and settled) while a writer thread appends
+    triples, fills rows into slots and adds rows under the same lock: the sums equal a
+    fresh sum of the state the finishing hold saw, pass after pass."""
+    import threading
+
+    rng = np.random.default_rng(seed)
+    stores = _pair()
+    store, lock = stores[1], threading.Lock()
+    _write(stores, rng, groups, 0, 40, 300)
+    stop = threading.Event()
+
+    def writer() -> None:
+        wrng = np.random.default_rng(seed + 1)
+        while not stop.is_set():
+            with lock:
+                _write((store,), wrng, groups, 20, 45, int(wrng.integers(1, 60)))
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    idx = np.arange(groups)
+    try:
+        for step in range(4):
+            bounds = [(step, 30 + step), (25, 44)]
+            with lock:
+                plan = store.begin_sums("cells", bounds, idx, groups)
+            store.advance_sums(plan)
+            more = True
+            while more:
+                with lock:
+                    more = store.sum_chunk(plan, idx, groups)
+                store.add_chunk(plan)
+            with lock:
+                got = buckets.finish_sums_deferred(store, plan, idx, groups)
+                seen = store.state()
+            buckets.settle_sums([(store, plan)], lock)
+            for a, b in zip(got, _fresh(seen, bounds, groups), strict=True):
+                np.testing.assert_allclose(a, b, **TOL)
+    finally:
+        stop.set()
+        thread.join()
+    assert store.sparse_matrix("cells").nt > 0
