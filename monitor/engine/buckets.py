@@ -708,7 +708,8 @@ class BucketStore:
         return int(gone.shape[0])
 
     def state(self) -> dict[str, np.ndarray]:
-        return {k: v.copy() for k, v in self.view().items()}
+        """A copy of the rows in use (a sparse matrix's dense rows are a copy already)."""
+        return {k: v if k in self._sparse else v.copy() for k, v in self.view().items()}
 
     def begin_copy(self, skip: tuple[str, ...] = ()) -> CopyPlan:
         """Start a copy of the rows in use that the caller makes *without* holding the

@@ -385,17 +385,21 @@ class Engine:
         ``window_sums``: the sliced stores as per-window group sums instead of rows
         (:meth:`snapshot`)."""
 
-        def take(store: BucketStore) -> dict[str, np.ndarray]:
+        def take(store: BucketStore, skip: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
             if copies is not None:
                 return copies[id(store)]
-            return store.state() if copy else store.view()
+            return store.state() if copy else store.view(skip)
 
         return StoreView(
             width_ms=self.buckets.width_ms,
             tiers=self.tiers,
             groups=tuple(self.groups),
             buckets=take(self.buckets),
-            wide={m: take(st) for m, st in self.wide.items() if len(st)},
+            wide={
+                m: take(st, self._wide_summed(m) if wide_sums is not None else ())
+                for m, st in self.wide.items()
+                if len(st)
+            },
             sliced={}
             if window_sums is not None
             else {m: take(st) for m, st in self.sliced.items() if len(st)},
@@ -818,7 +822,9 @@ class Engine:
         ``all``); retention runs at ``retain_at_ms`` (default ``now_ms``: the daemon passes
         the earlier of the clock and the event watermark, engine/clock.py).
         ``input_ended`` (replay's last snapshot): no more events will come, so the bucket
-        holding ``now_ms`` is complete — drift tests the windows it closes."""
+        holding ``now_ms`` is complete — drift tests the windows it closes. Without a
+        lock the per-segment stores and fine score histograms are read as window sums
+        too (their thin rows are sparse: rows read whole would be densified)."""
         guard = lock if lock is not None else nullcontext()
         with guard:  # each hold timed from the lock's acquisition: waiting for it is not holding
             held = time.perf_counter()
@@ -832,9 +838,7 @@ class Engine:
                 *((st, self._wide_summed(m)) for m, st in self.wide.items()),
             ]
             plans = [(st, st.begin_copy(skip)) for st, skip in copied] if lock is not None else []
-            sums = (
-                self._begin_window_sums(models or self.models, now_ms) if lock is not None else []
-            )
+            sums = self._begin_window_sums(models or self.models, now_ms)
             holds = [time.perf_counter() - held]
         try:
             for _, plan in plans:  # the bulk copy, while ingestion goes on
