@@ -105,13 +105,16 @@ class SparseRows:
         if has.shape[0]:
             out[has] = self.dense[s[has]]
         r, c, v = self.triples()
-        if r.shape[0] and self.count[rows].any():
-            order = np.argsort(rows, kind="stable")
-            srt = rows[order]
-            at = np.minimum(np.searchsorted(srt, r), srt.shape[0] - 1)
-            hit = np.flatnonzero(srt[at] == r)
+        if r.shape[0] and self.count[rows].any():  # one gather over the triples, no sort
+            pos = np.full(self.shape[0], -1, np.int64)
+            pos[rows] = np.arange(rows.shape[0])
+            if not np.array_equal(pos[rows], np.arange(rows.shape[0])):  # a row twice
+                uniq, inverse = np.unique(rows, return_inverse=True)
+                return self.take(uniq)[inverse.reshape(-1)]
+            at = pos[r]
+            hit = np.flatnonzero(at >= 0)
             if hit.shape[0]:
-                flat = order[at[hit]] * self.width + c[hit]
+                flat = at[hit] * self.width + c[hit]
                 out.reshape(-1)[:] += np.bincount(flat, v[hit], out.size).astype(self.dtype)
         return out
 
@@ -160,11 +163,11 @@ class SparseRows:
         s = self.slot[picked]
         has = np.flatnonzero(s >= 0)
         if has.shape[0]:
+            targets, at = np.unique(index[group[picked[has]]], return_inverse=True)
             sel = csr_matrix(
-                (np.ones(has.shape[0]), (index[group[picked[has]]], s[has])),
-                shape=(size, self.n_slots),
+                (np.ones(has.shape[0]), (at, s[has])), shape=(targets.shape[0], self.n_slots)
             )
-            out += sel @ self.dense[: self.n_slots]
+            out[targets] += sel @ self.dense[: self.n_slots]  # onto the rows it touches
         r, c, v = self.triples()
         if r.shape[0]:
             live = r < n

@@ -235,3 +235,13 @@ def test_window_sums_beside_a_concurrent_writer_are_the_lock_held_state(
         stop.set()
         thread.join()
     assert store.sparse_matrix("cells").nt > 0
+
+
+def test_rows_read_in_any_order_and_repeated() -> None:
+    rng = np.random.default_rng(5)
+    arr = rng.random((30, 40)) * (rng.random((30, 40)) < 0.1)
+    m = SparseRows.of_dense(arr, 30)
+    rows = np.array([7, 3, 7, 29, 0, 3])
+    np.testing.assert_array_equal(m.take(rows), arr[rows])
+    np.testing.assert_array_equal(m[5:17], arr[5:17])
+    np.testing.assert_array_equal(m[4], arr[4])
