@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from scipy.sparse import csr_matrix
 
-from .sparse_rows import SparseRows
+from .sparse_rows import RowChunk, SparseRows
 from .windows import Tiers
 
 __all__ = [
@@ -291,7 +291,7 @@ class SumPlan:
         self.prior: dict[int, np.ndarray] = {}
         # a chunk taken under the lock, summed outside it (:meth:`BucketStore.add_chunk`):
         # (row of the sums, bucket, values) of changed rows' deltas and of new rows
-        self.pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.pending: list[tuple[np.ndarray, np.ndarray, np.ndarray | RowChunk]] = []
         # rows the finish left owed (:meth:`BucketStore.settle_sums`): which are not taken
         # yet, all of them in order, how far the settling got, the summed (old) value of
         # those that had been summed, and the values the writer saved before writing
@@ -963,9 +963,8 @@ class BucketStore:
             plan.pending.append((at, self._cols["bucket"][rows], delta))
         if plan.done < self._n:
             lo, hi = plan.done, min(self._n, plan.done + step)
-            plan.pending.append(
-                (plan.index[self.group[lo:hi]], self.bucket[lo:hi].copy(), col[lo:hi].copy())
-            )
+            rows = col.chunk(lo, hi) if isinstance(col, SparseRows) else col[lo:hi].copy()
+            plan.pending.append((plan.index[self.group[lo:hi]], self.bucket[lo:hi].copy(), rows))
             plan.done = hi
         # more to do while rows are unsummed or more than a chunk's worth changed: the
         # writer may keep rewriting summed rows, and the finishing hold takes the rest
@@ -977,6 +976,15 @@ class BucketStore:
         so the caller need not hold the writer's lock (one thread per plan)."""
         pending, plan.pending = plan.pending, []
         for at, bucket, values in pending:
+            if isinstance(values, RowChunk):  # a sparse chunk: its slots, then its triples
+                pos, col, val = values.cells()
+                for x, (lo, hi) in zip(plan.sums or (), plan.bounds, strict=False):
+                    inside = (bucket >= lo) & (bucket <= hi)
+                    has = values.slot_rows
+                    _scatter(x, at[has], values.slot_values, inside[has])
+                    keep = inside[pos]
+                    np.add.at(x, (at[pos[keep]], col[keep]), val[keep])
+                continue
             for x, (lo, hi) in zip(plan.sums or (), plan.bounds, strict=False):
                 _scatter(x, at, values, (bucket >= lo) & (bucket <= hi))
 

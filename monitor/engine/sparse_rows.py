@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.sparse import csr_matrix
 
-__all__ = ["SparseRows"]
+__all__ = ["RowChunk", "SparseRows"]
 
 _MIN_SLOTS = 8
 
@@ -30,6 +30,31 @@ def _grown(n: int, need: int, item_bytes: int = 8) -> int:
     while cap < need:
         cap = cap * 2 if cap < 4096 and cap * item_bytes < 4 << 20 else cap + cap // 4
     return cap
+
+
+class RowChunk:
+    """Rows ``[lo, hi)`` of a :class:`SparseRows` as they were when taken
+    (:meth:`SparseRows.chunk`): their slots' values copied, their triples by reference
+    (the triples in use are never changed in place, so the reference stays what it was
+    while the writer goes on). Taking it costs the slotted rows only; finding the
+    triples waits for :meth:`cells`, which a reader calls without the writer's lock."""
+
+    __slots__ = ("hi", "lo", "slot_rows", "slot_values", "triples")
+
+    def __init__(self, rows: SparseRows, lo: int, hi: int) -> None:
+        self.lo, self.hi = lo, hi
+        s = rows.slot[lo:hi]
+        self.slot_rows = np.flatnonzero(s >= 0)  # positions in the chunk
+        self.slot_values = rows.dense[s[self.slot_rows]]
+        self.triples = rows.triples() if rows.count[lo:hi].any() else None
+
+    def cells(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(position in the chunk, column, value) of the chunk's triples."""
+        if self.triples is None:
+            return np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0)
+        r, c, v = self.triples
+        hit = np.flatnonzero((r >= self.lo) & (r < self.hi))
+        return r[hit] - self.lo, c[hit], v[hit]
 
 
 class SparseRows:
@@ -115,7 +140,8 @@ class SparseRows:
             hit = np.flatnonzero(at >= 0)
             if hit.shape[0]:
                 flat = at[hit] * self.width + c[hit]
-                out.reshape(-1)[:] += np.bincount(flat, v[hit], out.size).astype(self.dtype)
+                added = np.bincount(flat, v[hit], out.size)
+                out.reshape(-1)[:] += added.astype(self.dtype, copy=False)
         return out
 
     def take_range(self, lo: int, hi: int) -> np.ndarray:
@@ -131,8 +157,13 @@ class SparseRows:
         if r.shape[0] and self.count[lo:hi].any():
             hit = np.flatnonzero((r >= lo) & (r < hi))
             flat = (r[hit] - lo) * self.width + c[hit]
-            out.reshape(-1)[:] += np.bincount(flat, v[hit], out.size).astype(self.dtype)
+            out.reshape(-1)[:] += np.bincount(flat, v[hit], out.size).astype(self.dtype, copy=False)
         return out
+
+    def chunk(self, lo: int, hi: int) -> RowChunk:
+        """Rows ``[lo, hi)`` as they are now, their triples found later (a chunk of window
+        sums taken under the writer's lock, summed outside it)."""
+        return RowChunk(self, lo, hi)
 
     def window_sums(
         self,
