@@ -382,8 +382,11 @@ class Engine:
     ) -> StoreView:
         """The stores evaluation reads; ``copy=False`` shares the arrays (replay, tests:
         valid until the next mutation); ``copies``: finished copies by ``id(store)``;
-        ``window_sums``: the sliced stores as per-window group sums instead of rows
-        (:meth:`snapshot`)."""
+        ``window_sums``: sliced stores as per-window group sums instead of rows, and
+        ``wide_sums`` the wide stores' fine score histograms (:meth:`snapshot`); a store
+        not summed there is read as rows."""
+        sliced_summed = {m for m, _, _ in window_sums or {}}
+        wide_summed = {m for m, _, _ in wide_sums or {}}
 
         def take(store: BucketStore, skip: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
             if copies is not None:
@@ -396,13 +399,15 @@ class Engine:
             groups=tuple(self.groups),
             buckets=take(self.buckets),
             wide={
-                m: take(st, self._wide_summed(m) if wide_sums is not None else ())
+                m: take(st, self._wide_summed(m) if m in wide_summed else ())
                 for m, st in self.wide.items()
                 if len(st)
             },
-            sliced={}
-            if window_sums is not None
-            else {m: take(st) for m, st in self.sliced.items() if len(st)},
+            sliced={
+                m: take(st)
+                for m, st in self.sliced.items()
+                if len(st) and (window_sums is None or (copies is None and m not in sliced_summed))
+            },
             window_sums=window_sums or {},
             wide_sums=wide_sums or {},
         )
@@ -415,7 +420,7 @@ class Engine:
         return sorted({self.tiers.window(now_ms, w.size_ms, w.delay_ms) for w in spec.windows})
 
     def _begin_window_sums(
-        self, models: Sequence[ModelSpec], now_ms: int
+        self, models: Sequence[ModelSpec], now_ms: int, only_sparse: bool = False
     ) -> list[tuple[int, BucketStore, SumPlan, list[tuple[int, int]]]]:
         """Window sums of each sliced store and of each wide store's fine score
         histograms, to be computed a chunk per lock hold (or advanced from the last
@@ -424,6 +429,8 @@ class Engine:
         summed = [(m, st, next(iter(self._sliced_matrices(m)))) for m, st in self.sliced.items()]
         summed += [(m, st, SCORES.name) for m, st in self.wide.items() if m in self.score_layouts]
         for m, store, name in summed:
+            if only_sparse and store.sparse_matrix(name) is None:
+                continue  # read as rows
             bounds = self._window_bounds(models, m, now_ms)
             index, size = self._sum_index(m, store)
             out.append((m, store, store.begin_sums(name, bounds, index, size), bounds))
@@ -823,8 +830,9 @@ class Engine:
         the earlier of the clock and the event watermark, engine/clock.py).
         ``input_ended`` (replay's last snapshot): no more events will come, so the bucket
         holding ``now_ms`` is complete — drift tests the windows it closes. Without a
-        lock the per-segment stores and fine score histograms are read as window sums
-        too (their thin rows are sparse: rows read whole would be densified)."""
+        lock the score histograms (per segment and fine) are read as window sums too
+        (their thin rows are sparse: rows read whole would be densified); the other
+        per-segment stores as rows."""
         guard = lock if lock is not None else nullcontext()
         with guard:  # each hold timed from the lock's acquisition: waiting for it is not holding
             held = time.perf_counter()
@@ -838,7 +846,7 @@ class Engine:
                 *((st, self._wide_summed(m)) for m, st in self.wide.items()),
             ]
             plans = [(st, st.begin_copy(skip)) for st, skip in copied] if lock is not None else []
-            sums = self._begin_window_sums(models or self.models, now_ms)
+            sums = self._begin_window_sums(models or self.models, now_ms, lock is None)
             holds = [time.perf_counter() - held]
         try:
             for _, plan in plans:  # the bulk copy, while ingestion goes on
