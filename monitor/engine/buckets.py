@@ -976,15 +976,8 @@ class BucketStore:
         so the caller need not hold the writer's lock (one thread per plan)."""
         pending, plan.pending = plan.pending, []
         for at, bucket, values in pending:
-            if isinstance(values, RowChunk):  # a sparse chunk: its slots, then its triples
-                pos, col, val = values.cells()
-                for x, (lo, hi) in zip(plan.sums or (), plan.bounds, strict=False):
-                    inside = (bucket >= lo) & (bucket <= hi)
-                    has = values.slot_rows
-                    _scatter(x, at[has], values.slot_values, inside[has])
-                    keep = inside[pos]
-                    np.add.at(x, (at[pos[keep]], col[keep]), val[keep])
-                continue
+            if isinstance(values, RowChunk):  # a sparse chunk: its rows made dense here
+                values = values.dense()
             for x, (lo, hi) in zip(plan.sums or (), plan.bounds, strict=False):
                 _scatter(x, at, values, (bucket >= lo) & (bucket <= hi))
 

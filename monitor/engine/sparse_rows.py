@@ -21,6 +21,7 @@ from scipy.sparse import csr_matrix
 __all__ = ["RowChunk", "SparseRows"]
 
 _MIN_SLOTS = 8
+_CHUNK_BYTES = 4 << 20  # dense rows read at a time by a window sum
 
 
 def _grown(n: int, need: int, item_bytes: int = 8) -> int:
@@ -37,24 +38,29 @@ class RowChunk:
     (:meth:`SparseRows.chunk`): their slots' values copied, their triples by reference
     (the triples in use are never changed in place, so the reference stays what it was
     while the writer goes on). Taking it costs the slotted rows only; finding the
-    triples waits for :meth:`cells`, which a reader calls without the writer's lock."""
+    triples waits for :meth:`dense`, which a reader calls without the writer's lock."""
 
-    __slots__ = ("hi", "lo", "slot_rows", "slot_values", "triples")
+    __slots__ = ("hi", "lo", "slot_rows", "slot_values", "triples", "width")
 
     def __init__(self, rows: SparseRows, lo: int, hi: int) -> None:
-        self.lo, self.hi = lo, hi
+        self.lo, self.hi, self.width = lo, hi, rows.width
         s = rows.slot[lo:hi]
         self.slot_rows = np.flatnonzero(s >= 0)  # positions in the chunk
         self.slot_values = rows.dense[s[self.slot_rows]]
         self.triples = rows.triples() if rows.count[lo:hi].any() else None
 
-    def cells(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(position in the chunk, column, value) of the chunk's triples."""
-        if self.triples is None:
-            return np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0)
-        r, c, v = self.triples
-        hit = np.flatnonzero((r >= self.lo) & (r < self.hi))
-        return r[hit] - self.lo, c[hit], v[hit]
+    def dense(self) -> np.ndarray:
+        """The chunk's rows, dense: each row's value exactly as :meth:`SparseRows.take`
+        gives it (so sums of it do not depend on which rows had a slot)."""
+        width = self.width
+        out = np.zeros((self.hi - self.lo, width))
+        out[self.slot_rows] = self.slot_values
+        if self.triples is not None:
+            r, c, v = self.triples
+            hit = np.flatnonzero((r >= self.lo) & (r < self.hi))
+            flat = (r[hit] - self.lo) * width + c[hit]
+            out.reshape(-1)[:] += np.bincount(flat, v[hit], out.size)
+        return out
 
 
 class SparseRows:
@@ -177,35 +183,25 @@ class SparseRows:
     ) -> np.ndarray:
         """Per-group sums of ``rows`` (default: all ``len(group)`` rows) whose bucket is
         in the inclusive ``bounds``, group g into row ``index[g]`` of a (``size`` ×
-        width) result: the slots by a sparse selector, the triples by one ``bincount``.
-        ``group`` and ``bucket`` are indexed by row number."""
+        width) result; ``group`` and ``bucket`` are indexed by row number. The rows are
+        read dense a chunk at a time, in row order, as a dense store's are: sums that
+        do not depend on which rows have a slot are the same bits before a checkpoint
+        and after it (a restored row may be triples where it had a slot), which the
+        result cache's digests need."""
         lo, hi = bounds
-        n = group.shape[0]
         if out is None:
             out = np.zeros((size, self.width))
         inside = (bucket >= lo) & (bucket <= hi)
-        if rows is not None:
-            keep = np.zeros(n, bool)
-            keep[rows] = True
-            inside &= keep
-        picked = np.flatnonzero(inside)
-        if picked.shape[0] == 0:
-            return out
-        s = self.slot[picked]
-        has = np.flatnonzero(s >= 0)
-        if has.shape[0]:
-            targets, at = np.unique(index[group[picked[has]]], return_inverse=True)
+        picked = np.flatnonzero(inside) if rows is None else np.sort(rows[inside[rows]])
+        step = max(1, _CHUNK_BYTES // (self.width * self.itemsize))
+        for k in range(0, picked.shape[0], step):
+            part = picked[k : k + step]
+            targets, at = np.unique(index[group[part]], return_inverse=True)
             sel = csr_matrix(
-                (np.ones(has.shape[0]), (at, s[has])), shape=(targets.shape[0], self.n_slots)
+                (np.ones(part.shape[0]), (at, np.arange(part.shape[0]))),
+                shape=(targets.shape[0], part.shape[0]),
             )
-            out[targets] += sel @ self.dense[: self.n_slots]  # onto the rows it touches
-        r, c, v = self.triples()
-        if r.shape[0]:
-            live = r < n
-            live[live] = inside[r[live]]
-            if live.any():
-                flat = index[group[r[live]]] * self.width + c[live]
-                out.reshape(-1)[:] += np.bincount(flat, v[live], out.size)
+            out[targets] += sel @ self.take(part)  # onto the rows it touches
         return out
 
     # -- writing -----------------------------------------------------------------------
