@@ -7,10 +7,10 @@ later one). A row is born sparse: the cells its events add are appended as tripl
 (16 an event, fewer once zero weights are left out); it gets a dense slot only when its
 triples outnumber a quarter of the row's width, or when whole rows are added into it
 (roll-up into an hour row). Every reader sees the dense rows they stand for: rows are
-read as their dense slot plus their triples (:meth:`SparseRows.take`), window sums add
-the slots by a sparse selector and the triples by one ``bincount``
-(:meth:`SparseRows.window_sums`) — the layout of a compressed sparse row matrix with a
-dense overflow, as in hybrid sparse formats (Bell & Garland 2009, "HYB").
+read as their dense slot plus their triples (:meth:`SparseRows.take`), a chunk at a time
+for window sums (:meth:`SparseRows.window_sums`, :class:`RowChunk`) — a dense block
+with coordinate-list overflow, as hybrid sparse formats pair a regular part with a
+coordinate list (Bell & Garland 2009, "HYB").
 """
 
 from __future__ import annotations
@@ -22,6 +22,17 @@ __all__ = ["RowChunk", "SparseRows"]
 
 _MIN_SLOTS = 8
 _CHUNK_BYTES = 4 << 20  # dense rows read at a time by a window sum
+
+
+def _add_cells(out: np.ndarray, flat: np.ndarray, values: np.ndarray) -> None:
+    """``out.flat[flat[i]] += values[i]`` in order (a row holds a slot or triples, never
+    both, so each cell sums its triples from zero in their order: the same bits every
+    way the rows are read). Few cells: one unbuffered add, not a ``bincount`` as large
+    as ``out`` (whose fresh pages cost more than the adds)."""
+    if flat.shape[0] * 8 < out.size:
+        np.add.at(out.reshape(-1), flat, values)
+    else:
+        out.reshape(-1)[:] += np.bincount(flat, values, out.size).astype(out.dtype, copy=False)
 
 
 def _grown(n: int, need: int, item_bytes: int = 8) -> int:
@@ -53,13 +64,12 @@ class RowChunk:
         """The chunk's rows, dense: each row's value exactly as :meth:`SparseRows.take`
         gives it (so sums of it do not depend on which rows had a slot)."""
         width = self.width
-        out = np.zeros((self.hi - self.lo, width))
+        out = np.zeros((self.hi - self.lo, width), self.slot_values.dtype)
         out[self.slot_rows] = self.slot_values
         if self.triples is not None:
             r, c, v = self.triples
             hit = np.flatnonzero((r >= self.lo) & (r < self.hi))
-            flat = (r[hit] - self.lo) * width + c[hit]
-            out.reshape(-1)[:] += np.bincount(flat, v[hit], out.size)
+            _add_cells(out, (r[hit] - self.lo) * width + c[hit], v[hit])
         return out
 
 
@@ -145,26 +155,13 @@ class SparseRows:
             at = pos[r]
             hit = np.flatnonzero(at >= 0)
             if hit.shape[0]:
-                flat = at[hit] * self.width + c[hit]
-                added = np.bincount(flat, v[hit], out.size)
-                out.reshape(-1)[:] += added.astype(self.dtype, copy=False)
+                _add_cells(out, at[hit] * self.width + c[hit], v[hit])
         return out
 
     def take_range(self, lo: int, hi: int) -> np.ndarray:
         """Dense copies of rows ``[lo, hi)`` (a chunk: its triples found by a range test,
         not a search)."""
-        hi = max(lo, hi)
-        out = np.zeros((hi - lo, self.width), self.dtype)
-        s = self.slot[lo:hi]
-        has = np.flatnonzero(s >= 0)
-        if has.shape[0]:
-            out[has] = self.dense[s[has]]
-        r, c, v = self.triples()
-        if r.shape[0] and self.count[lo:hi].any():
-            hit = np.flatnonzero((r >= lo) & (r < hi))
-            flat = (r[hit] - lo) * self.width + c[hit]
-            out.reshape(-1)[:] += np.bincount(flat, v[hit], out.size).astype(self.dtype, copy=False)
-        return out
+        return RowChunk(self, lo, max(lo, hi)).dense()
 
     def chunk(self, lo: int, hi: int) -> RowChunk:
         """Rows ``[lo, hi)`` as they are now, their triples found later (a chunk of window
