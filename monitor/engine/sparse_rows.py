@@ -46,26 +46,27 @@ def _grown(n: int, need: int, item_bytes: int = 8) -> int:
 
 class RowChunk:
     """Rows ``[lo, hi)`` of a :class:`SparseRows` as they were when taken
-    (:meth:`SparseRows.chunk`): their slots' values copied, their triples by reference
-    (the triples in use are never changed in place, so the reference stays what it was
-    while the writer goes on). Taking it costs the slotted rows only; finding the
-    triples waits for :meth:`dense`, which a reader calls without the writer's lock."""
+    (:meth:`SparseRows.chunk`): their slots' values copied into a zeroed block, their
+    triples by reference (the triples in use are never changed in place, so the
+    reference stays what it was while the writer goes on). Taking it costs the copy of
+    the slotted rows (a dense store's chunk copies every row); adding the triples waits
+    for :meth:`dense`, which a reader calls without the writer's lock."""
 
-    __slots__ = ("hi", "lo", "slot_rows", "slot_values", "triples", "width")
+    __slots__ = ("block", "hi", "lo", "triples")
 
     def __init__(self, rows: SparseRows, lo: int, hi: int) -> None:
-        self.lo, self.hi, self.width = lo, hi, rows.width
+        self.lo, self.hi = lo, hi
         s = rows.slot[lo:hi]
-        self.slot_rows = np.flatnonzero(s >= 0)  # positions in the chunk
-        self.slot_values = rows.dense[s[self.slot_rows]]
+        has = np.flatnonzero(s >= 0)  # positions in the chunk
+        self.block = np.zeros((hi - lo, rows.width), rows.dtype)
+        self.block[has] = rows.dense[s[has]]
         self.triples = rows.triples() if rows.count[lo:hi].any() else None
 
     def dense(self) -> np.ndarray:
         """The chunk's rows, dense: each row's value exactly as :meth:`SparseRows.take`
         gives it (so sums of it do not depend on which rows had a slot)."""
-        width = self.width
-        out = np.zeros((self.hi - self.lo, width), self.slot_values.dtype)
-        out[self.slot_rows] = self.slot_values
+        out, self.block = self.block, np.zeros((0, self.block.shape[1]))  # (taken once)
+        width = out.shape[1]
         if self.triples is not None:
             r, c, v = self.triples
             hit = np.flatnonzero((r >= self.lo) & (r < self.hi))
