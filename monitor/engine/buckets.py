@@ -477,14 +477,8 @@ class BucketStore:
         t = self.tiers
         if not t.per_hour or not len(bidx) or int(bidx.min()) >= t.hour_from:
             return bidx
-        half_from = max(t.half_from, t.day_from)
-        tier = np.where(
-            bidx >= t.hour_from,
-            0,
-            np.where(bidx >= half_from, 1, np.where(bidx >= t.day_from, 3, 2)),
-        )
-        span = np.array(t.spans, np.int64)[tier]
-        return (tier.astype(np.int64) << _BUCKET_BITS) | (bidx - bidx % span)
+        tier, start = t.rows_of(bidx)
+        return (tier << _BUCKET_BITS) | start
 
     def _new_rows(self, keys: np.ndarray) -> np.ndarray:
         """Rows for new (group, tier, bucket) keys, appended in one step; their rows."""
@@ -530,14 +524,8 @@ class BucketStore:
         if not tiers.per_hour or n == 0:
             self._rolled_to = tiers
             return 0
-        bucket, tier = self.bucket, self.tier
-        half_from = max(tiers.half_from, tiers.day_from)
-        moving = (
-            ((tier == 0) & (bucket < tiers.hour_from))
-            | ((tier == 1) & (bucket < half_from))
-            | ((tier == 3) & (bucket < tiers.day_from))
-        )
-        src = np.flatnonzero(moving)
+        bucket = self.bucket
+        src = np.flatnonzero(tiers.moving(bucket, self.tier))
         if src.shape[0] == 0:
             self._rolled_to = tiers
             return 0

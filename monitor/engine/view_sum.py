@@ -7,9 +7,14 @@ Summaries", PODS 2012): evaluation sums rows by group within a window, so rows o
 same (group, bucket) from two inputs add up. Groups are re-coded into their sorted
 union, so the sum is the same whatever order the inputs come in.
 
-Time tiers: engines roll rows up from the same clock, so their tiers agree; the sum
-takes the coarsest (the largest ``hour_from`` / ``half_from`` / ``day_from``), which keeps
-every window edge on a row boundary of every input.
+Time tiers: each engine rolls its rows up at the time its own events have reached (the
+earlier of the clock and its watermark), so partitions a few seconds apart can sit on
+either side of a roll-up. The sum takes the coarsest tiers (the largest ``hour_from`` /
+``half_from`` / ``day_from``) and moves an input's rows that are finer than those allow
+into the coarse row holding them, as a roll-up would: every row of the sum then has the
+tier its time gives, so a window edge falls on a row boundary of every input and history
+reads one point per period, never a partial minute of a partition that had not rolled
+up yet.
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ def sum_views(views: Sequence[StoreView], width_ms: int) -> StoreView:
     def per_model(kind: str) -> dict[int, dict[str, np.ndarray]]:
         out = {}
         for m in models:
-            stores = [getattr(v, kind).get(m, {}) for v in views]
+            stores = [_retiered(getattr(v, kind).get(m, {}), tiers) for v in views]
             merged = _concat(list(zip(stores, remaps, strict=True)))
             if merged:
                 out[m] = merged
@@ -64,10 +69,28 @@ def sum_views(views: Sequence[StoreView], width_ms: int) -> StoreView:
         width_ms=width_ms,
         tiers=tiers,
         groups=tuple(groups),
-        buckets=_concat([(v.buckets, r) for v, r in zip(views, remaps, strict=True)]),
+        buckets=_concat(
+            [(_retiered(v.buckets, tiers), r) for v, r in zip(views, remaps, strict=True)]
+        ),
         wide=per_model("wide"),
         sliced=per_model("sliced"),
     )
+
+
+def _retiered(arrays: Arrays, tiers: Tiers) -> Arrays:
+    """``arrays`` with each row finer than ``tiers`` allow for its time relabelled as the
+    coarse row holding it (its bucket and tier code; its values unchanged). Rows of one
+    (group, tier, bucket) then sit side by side, which every reader adds."""
+    bucket, tier = arrays.get("bucket"), arrays.get("tier")
+    if not tiers.per_hour or bucket is None or tier is None or not len(bucket):
+        return arrays
+    moving = np.flatnonzero(tiers.moving(bucket, tier))
+    if not moving.shape[0]:
+        return arrays
+    coarse, start = tiers.rows_of(bucket[moving])
+    bucket, tier = bucket.copy(), tier.copy()
+    bucket[moving], tier[moving] = start, coarse
+    return {**arrays, "bucket": bucket, "tier": tier}
 
 
 def _concat(parts: Sequence[tuple[Arrays, np.ndarray]]) -> dict[str, np.ndarray]:

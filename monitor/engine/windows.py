@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 __all__ = ["HALF_DAY_MS", "Tiers", "tier_reach", "window_bounds"]
 
 HOUR_MS = 3_600_000
@@ -87,6 +89,29 @@ class Tiers:
         if bucket >= max(self.half_from, self.day_from):
             return 1
         return 3 if bucket >= self.day_from else 2
+
+    def moving(self, bucket: np.ndarray, tier: np.ndarray) -> np.ndarray:
+        """Which rows (``bucket``: each row's first base bucket, ``tier``: its code) are
+        finer than these tiers allow for their time: they belong in a coarser row."""
+        half_from = max(self.half_from, self.day_from)
+        return (
+            ((tier == 0) & (bucket < self.hour_from))
+            | ((tier == 1) & (bucket < half_from))
+            | ((tier == 3) & (bucket < self.day_from))
+        )
+
+    def rows_of(self, bidx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The tier code and first base bucket of the row each base bucket index belongs
+        to (every boundary is a multiple of the coarser row's span, so a finer row's
+        buckets all belong to one coarser row)."""
+        half_from = max(self.half_from, self.day_from)
+        tier = np.where(
+            bidx >= self.hour_from,
+            0,
+            np.where(bidx >= half_from, 1, np.where(bidx >= self.day_from, 3, 2)),
+        ).astype(np.int64)
+        span = np.array(self.spans, np.int64)[tier]
+        return tier, bidx - bidx % span
 
     def window(self, now_ms: int, size_ms: int, delay_ms: int) -> tuple[int, int]:
         """The window's inclusive base-bucket range, each edge in a coarse tier snapped

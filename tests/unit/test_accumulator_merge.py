@@ -258,3 +258,52 @@ def test_parts_of_a_stream_add_up_to_the_whole(
     swapped = _rows_by_key(sum_views([b.view(copy=True), a.view(copy=True)], width))
     assert swapped.keys() == got.keys()
     assert all(np.array_equal(swapped[k], got[k]) for k in got)
+
+
+def test_parts_rolled_up_on_either_side_of_a_boundary_add_up_to_the_whole(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Partitions roll up at the time their own events reached, so one may have rolled a
+    quarter hour of minute rows into an hour row that another still keeps as minutes: the
+    sum holds every row in the tier the sum's time gives it, as one engine over the union
+    rolled up at the later time does (history reads one point per period)."""
+    tmp = tmp_path_factory.mktemp("tiers")
+    stream = _stream(5, 150)
+    whole = build_engine(settings_from_mapping(CONFIG))
+    _feed(whole, stream, tmp)
+    parts = [build_engine(settings_from_mapping(CONFIG)) for _ in range(2)]
+    for p, engine in enumerate(parts):
+        _feed(engine, [(k, r) for k, r in stream if zlib.crc32(str(r["id"]).encode()) % 2 == p],
+              tmp)  # fmt: skip
+    # the stream's minutes are START's and the next two; at ``later`` the 1h window's
+    # minute rows start (a quarter-hour step) after the first two, at ``earlier`` before
+    later = (START // 60_000 + 67) * 60_000
+    earlier = later - 15 * 60_000
+    whole.roll_up(later)
+    parts[0].roll_up(earlier)
+    parts[1].roll_up(later)
+    a, b = (e.view(copy=True) for e in parts)
+    assert a.tiers.hour_from < b.tiers.hour_from == whole.tiers.hour_from  # the two differ
+    behind = a.buckets["tier"] == 0
+    assert (a.buckets["bucket"][behind] < b.tiers.hour_from).any()  # minute rows b rolled
+
+    summed = sum_views([a, b], whole.buckets.width_ms)
+    assert summed.tiers == whole.view(copy=True).tiers
+    for arrays in (summed.buckets, *summed.wide.values(), *summed.sliced.values()):
+        assert not summed.tiers.moving(arrays["bucket"], arrays["tier"]).any()
+
+    def by_key(view: StoreView) -> dict[Any, np.ndarray]:
+        tiers = {}
+        for kind, arrays in (("light", view.buckets), *(("wide", a) for a in view.wide.values()),
+                             *(("sliced", a) for a in view.sliced.values())):  # fmt: skip
+            for i in range(len(arrays["group"])):
+                key = (kind, view.groups[arrays["group"][i]], int(arrays["bucket"][i]))
+                tiers.setdefault(key, set()).add(int(arrays["tier"][i]))
+        assert all(len(t) == 1 for t in tiers.values())  # a period in one tier only
+        rows = _rows_by_key(view)
+        return {k: v for k, v in rows.items() if k[-1] != "tier"}
+
+    got, want = by_key(summed), by_key(whole.view(copy=True))
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        np.testing.assert_allclose(got[key], value, rtol=1e-9, atol=1e-12, err_msg=str(key))
