@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 from scipy.sparse import csr_matrix
 
-from .sparse_rows import RowChunk, SparseRows
 from .windows import Tiers
 
 __all__ = [
@@ -236,11 +235,11 @@ def _resize_in_place(cols: dict[str, np.ndarray], name: str, cap: int) -> bool:
     return True
 
 
-def _save_old(undo: dict[int, np.ndarray], col: np.ndarray | SparseRows, rows: np.ndarray) -> None:
+def _save_old(undo: dict[int, np.ndarray], col: np.ndarray, rows: np.ndarray) -> None:
     """Keep the current value of each of ``rows`` not kept yet (before it is written)."""
-    new = [r for r in rows.tolist() if r not in undo]
-    if new:
-        undo.update(zip(new, col[np.array(new, np.int64)], strict=True))
+    for r in rows.tolist():
+        if r not in undo:
+            undo[r] = col[r].copy()
 
 
 def _scatter(x: np.ndarray, at: np.ndarray, vals: np.ndarray, weight: np.ndarray) -> None:
@@ -291,7 +290,7 @@ class SumPlan:
         self.prior: dict[int, np.ndarray] = {}
         # a chunk taken under the lock, summed outside it (:meth:`BucketStore.add_chunk`):
         # (row of the sums, bucket, values) of changed rows' deltas and of new rows
-        self.pending: list[tuple[np.ndarray, np.ndarray, np.ndarray | RowChunk]] = []
+        self.pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         # rows the finish left owed (:meth:`BucketStore.settle_sums`): which are not taken
         # yet, all of them in order, how far the settling got, the summed (old) value of
         # those that had been summed, and the values the writer saved before writing
@@ -348,12 +347,10 @@ class BucketStore:
         self,
         width_ms: int,
         matrices: Mapping[str, MatrixSpec] | None = None,
-        sparse: frozenset[str] = frozenset(),
     ) -> None:
         """``matrices``: name -> :data:`MatrixSpec`; a saved matrix of one of its legacy
         widths is the same layout before columns were appended to it, and loads padded
-        with zeros. ``sparse``: float matrices whose thin rows are kept as triples
-        (:class:`~.sparse_rows.SparseRows`; written through :meth:`sparse_matrix`)."""
+        with zeros."""
         if width_ms <= 0:
             raise ValueError("bucket width must be positive")
         self.width_ms = int(width_ms)
@@ -368,10 +365,7 @@ class BucketStore:
         self.tiers = Tiers.for_width(self.width_ms)  # moved forward by the engine (roll_up)
         self._n = 0
         self._cap = _MIN_ROWS  # grows by doubling, then by a quarter: an idle store stays small
-        self._sparse = frozenset(f"m.{name}" for name in sparse)
-        self._cols: dict[str, Any] = {
-            k: self._empty(k, self._cap) for k in self._shapes
-        }  # ndarray, or SparseRows for the names in ``_sparse``
+        self._cols = {k: np.zeros((self._cap, *sh), dt) for k, (sh, dt) in self._shapes.items()}
         # copy-out bookkeeping (:meth:`begin_copy`): the epoch each row was last written
         # in (a copy takes a new epoch each time it copies rows, so a row written after
         # its copy has a later stamp), and a counter of changes that move or drop rows
@@ -387,40 +381,6 @@ class BucketStore:
 
     def __len__(self) -> int:
         return self._n
-
-    def _empty(self, name: str, cap: int) -> Any:
-        shape, dtype = self._shapes[name]
-        if name in self._sparse:
-            return SparseRows(cap, shape[0], dtype)
-        return np.zeros((cap, *shape), dtype)
-
-    def sparse_matrix(self, name: str) -> SparseRows | None:
-        """Matrix ``name`` when its thin rows are kept sparse (written through its
-        ``add_cells``: :meth:`matrix` gives such a matrix's rows as dense copies)."""
-        col = self._cols[f"m.{name}"]
-        return col if isinstance(col, SparseRows) else None
-
-    def window_sums(
-        self, name: str, bounds: tuple[int, int], index: np.ndarray, size: int
-    ) -> np.ndarray:
-        """:func:`window_group_sums` of matrix ``name``'s rows in use."""
-        return self._window_sums(f"m.{name}", bounds, index, size)
-
-    def _window_sums(
-        self,
-        key: str,
-        bounds: tuple[int, int],
-        index: np.ndarray,
-        size: int,
-        rows: np.ndarray | None = None,
-        out: np.ndarray | None = None,
-    ) -> np.ndarray:
-        col, group, bucket = self._cols[key], self.group, self.bucket
-        if isinstance(col, SparseRows):
-            return col.window_sums(group, bucket, bounds, index, size, rows, out)
-        if rows is None:
-            return window_group_sums(group, bucket, col[: self._n], bounds, index, size, out)
-        return window_group_sums(group[rows], bucket[rows], col[rows], bounds, index, size, out)
 
     @property
     def group(self) -> np.ndarray:
@@ -554,12 +514,9 @@ class BucketStore:
                     continue
                 for k, k2 in parts:
                     lo, hi = int(starts[k]), int(ends[k2 - 1])
-                    into = targets[starts[k:k2]]
-                    summed = np.add.reduceat(col[movers[lo:hi]], starts[k:k2] - lo, axis=0)
-                    if isinstance(col, SparseRows):  # coarse rows get a slot
-                        col.add_rows(into, summed)
-                    else:
-                        col[into] += summed
+                    col[targets[starts[k:k2]]] += np.add.reduceat(
+                        col[movers[lo:hi]], starts[k:k2] - lo, axis=0
+                    )
         # movers that became their coarse row take its key
         becomes = np.flatnonzero(dest == src[first])
         for i in becomes.tolist():
@@ -602,9 +559,6 @@ class BucketStore:
         tail = np.arange(n_new, n)
         movers = tail[~np.isin(tail, gone)]
         for col in self._cols.values():
-            if isinstance(col, SparseRows):
-                col.move(holes, movers, gone)
-                continue
             for at in range(0, holes.shape[0], _ROLL_PART):  # (parts: a bounded copy)
                 col[holes[at : at + _ROLL_PART]] = col[movers[at : at + _ROLL_PART]]
             col[n_new:n] = 0  # freed rows must be zero when reused
@@ -616,19 +570,14 @@ class BucketStore:
             self._shrink(max(_MIN_ROWS, 2 * self._n))
 
     def _shrink(self, cap: int) -> None:
-        for name, col in list(self._cols.items()):  # one column's copy alive at a time
-            if isinstance(col, SparseRows):
-                col.resize(cap)
-            else:
-                self._cols[name] = col[:cap].copy()
+        for name in list(self._cols):  # one column's copy alive at a time
+            self._cols[name] = self._cols[name][:cap].copy()
         self._stamp = self._stamp[:cap].copy()
         self._cap = cap
 
     def _grow(self, cap: int) -> None:
-        for name in self._cols:  # (no reference held: ``resize`` checks for views)
-            if isinstance(self._cols[name], SparseRows):
-                self._cols[name].resize(cap)
-            elif not _resize_in_place(self._cols, name, cap):
+        for name in self._cols:
+            if not _resize_in_place(self._cols, name, cap):
                 old = self._cols[name]
                 new = np.zeros((cap, *old.shape[1:]), old.dtype)
                 new[: self._n] = old[: self._n]
@@ -679,10 +628,9 @@ class BucketStore:
         """Bytes allocated for the columns (capacity included)."""
         return int(sum(a.nbytes for a in self._cols.values()))
 
-    def view(self, skip: frozenset[str] | tuple[str, ...] = ()) -> dict[str, np.ndarray]:
-        """Read-only arrays over the rows in use (matrices under ``m.<name>``), the
-        columns in ``skip`` left out; a sparse matrix's rows are dense copies."""
-        return {k: v[: self._n] for k, v in self._cols.items() if k not in skip}
+    def view(self) -> dict[str, np.ndarray]:
+        """Read-only arrays over the rows in use (matrices under ``m.<name>``)."""
+        return {k: v[: self._n] for k, v in self._cols.items()}
 
     def drop_before(self, bucket_idx: int) -> int:
         """Forget rows that end before ``bucket_idx`` (retention); returns rows dropped."""
@@ -696,8 +644,7 @@ class BucketStore:
         return int(gone.shape[0])
 
     def state(self) -> dict[str, np.ndarray]:
-        """A copy of the rows in use (a sparse matrix's dense rows are a copy already)."""
-        return {k: v if k in self._sparse else v.copy() for k, v in self.view().items()}
+        return {k: v.copy() for k, v in self.view().items()}
 
     def begin_copy(self, skip: tuple[str, ...] = ()) -> CopyPlan:
         """Start a copy of the rows in use that the caller makes *without* holding the
@@ -713,7 +660,7 @@ class BucketStore:
         versions (McKenney & Slingwine 1998), refreshed in rounds as a live migration's
         pre-copy is (Clark et al. 2005). Copies may overlap: each keeps its own epoch.
         ``skip``: columns left out (read as window sums instead)."""
-        view = self.view(skip)
+        view = {k: v for k, v in self.view().items() if k not in skip}
         plan = CopyPlan(self._n, self.generation, view)
         plan.skip = frozenset(skip)
         plan.since = self._next_epoch()
@@ -761,7 +708,7 @@ class BucketStore:
         copies a budget's worth of the rest under a short hold; either way a row is
         copied once, with its value as of this call, so the copy is exactly the state
         this call saw while no hold copies more than the budget."""
-        live_cols = self.view(plan.skip)
+        live_cols = {k: v for k, v in self.view().items() if k not in plan.skip}
         if plan.copied is None or plan.generation != self.generation:
             return {k: v.copy() for k, v in live_cols.items()}
         n0 = plan.n
@@ -951,8 +898,9 @@ class BucketStore:
             plan.pending.append((at, self._cols["bucket"][rows], delta))
         if plan.done < self._n:
             lo, hi = plan.done, min(self._n, plan.done + step)
-            rows = col.chunk(lo, hi) if isinstance(col, SparseRows) else col[lo:hi].copy()
-            plan.pending.append((plan.index[self.group[lo:hi]], self.bucket[lo:hi].copy(), rows))
+            plan.pending.append(
+                (plan.index[self.group[lo:hi]], self.bucket[lo:hi].copy(), col[lo:hi].copy())
+            )
             plan.done = hi
         # more to do while rows are unsummed or more than a chunk's worth changed: the
         # writer may keep rewriting summed rows, and the finishing hold takes the rest
@@ -964,8 +912,6 @@ class BucketStore:
         so the caller need not hold the writer's lock (one thread per plan)."""
         pending, plan.pending = plan.pending, []
         for at, bucket, values in pending:
-            if isinstance(values, RowChunk):  # a sparse chunk: its rows made dense here
-                values = values.dense()
             for x, (lo, hi) in zip(plan.sums or (), plan.bounds, strict=False):
                 _scatter(x, at, values, (bucket >= lo) & (bucket <= hi))
 
@@ -986,10 +932,10 @@ class BucketStore:
         if plan in self._sum_plans:
             self._sum_plans.remove(plan)
         self.add_chunk(plan)
-        col = self._cols[plan.matrix]
+        col = self._cols[plan.matrix][: self._n]
         group, bucket = self.group, self.bucket
         if plan.generation != self.generation or plan.sums is None:
-            sums = [self._window_sums(plan.matrix, b, index, size) for b in plan.bounds]
+            sums = [window_group_sums(group, bucket, col, b, index, size) for b in plan.bounds]
             self._keep_running(plan, sums, index, 0)
             return sums
         sums = plan.sums
@@ -1015,7 +961,7 @@ class BucketStore:
                 at = index[group[changed[inside]]]
                 np.add.at(x, at, col[changed[inside]] - old[inside])
             if rest.shape[0]:
-                self._window_sums(plan.matrix, (lo, hi), index, size, rest, x)
+                window_group_sums(group[rest], bucket[rest], col[rest], (lo, hi), index, size, x)
         self._keep_running(plan, sums, index, plan.base.passes + 1 if plan.base else 0)
         return sums
 
@@ -1069,7 +1015,9 @@ class BucketStore:
         rows = rows[rows < owed.shape[0]]
         rows = rows[owed[rows]]
         if rows.shape[0]:
-            plan.saved.update(zip(rows.tolist(), self._cols[plan.matrix][rows], strict=True))
+            col = self._cols[plan.matrix]
+            for r in rows.tolist():
+                plan.saved[r] = col[r].copy()
             owed[rows] = False
 
     def _keep_running(
@@ -1130,9 +1078,6 @@ class BucketStore:
         self.generation += 1
         self._cols = {}
         for name, arr in cols.items():
-            if name in self._sparse:
-                self._cols[name] = SparseRows.of_dense(arr, self._cap)
-                continue
             full = np.zeros((self._cap, *arr.shape[1:]), arr.dtype)
             full[:n] = arr
             self._cols[name] = full

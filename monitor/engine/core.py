@@ -47,6 +47,7 @@ from .buckets import (
     finish_sums_deferred,
     settle_copies,
     settle_sums,
+    window_group_sums,
 )
 from .clock import EventWatermark, retention_now
 from .comparison_stats import (
@@ -178,11 +179,10 @@ class Engine:
         # hold only its own matrices, so memory grows linearly with the number of models.
         self.buckets = BucketStore(bucket_width_ms)
         self.wide = {
-            m: BucketStore(bucket_width_ms, self._wide_matrices(m), self._wide_sparse(m))
-            for m in range(len(self.models))
+            m: BucketStore(bucket_width_ms, self._wide_matrices(m)) for m in range(len(self.models))
         }
         self.sliced = {
-            m: BucketStore(bucket_width_ms, self._sliced_matrices(m), self._sliced_sparse(m))
+            m: BucketStore(bucket_width_ms, self._sliced_matrices(m))
             for m in range(len(self.models))
             if self._sliced_matrices(m)
         }
@@ -340,16 +340,6 @@ class Engine:
             out[family.stat.name] = (family.width(), np.float64)
         return out
 
-    def _sliced_sparse(self, m: int) -> frozenset[str]:
-        """Per-slice score histograms: a thin slice's rows kept as triples (a fleet's
-        slices hold a fraction of an event per minute)."""
-        return frozenset({SCORES.name}) if m in self.slice_score_layouts else frozenset()
-
-    def _wide_sparse(self, m: int) -> frozenset[str]:
-        """Fine score histograms: a version's minute of a few dozen events fills a few
-        hundred of its 10,000 columns, so its row is kept as triples until it fills."""
-        return frozenset({SCORES.name}) if m in self.score_layouts else frozenset()
-
     def _sliced_matrices(self, m: int) -> dict[str, MatrixSpec]:
         if m in self.slice_score_layouts:
             layout = self.slice_score_layouts[m]
@@ -382,32 +372,23 @@ class Engine:
     ) -> StoreView:
         """The stores evaluation reads; ``copy=False`` shares the arrays (replay, tests:
         valid until the next mutation); ``copies``: finished copies by ``id(store)``;
-        ``window_sums``: sliced stores as per-window group sums instead of rows, and
-        ``wide_sums`` the wide stores' fine score histograms (:meth:`snapshot`); a store
-        not summed there is read as rows."""
-        sliced_summed = {m for m, _, _ in window_sums or {}}
-        wide_summed = {m for m, _, _ in wide_sums or {}}
+        ``window_sums``: the sliced stores as per-window group sums instead of rows
+        (:meth:`snapshot`)."""
 
-        def take(store: BucketStore, skip: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+        def take(store: BucketStore) -> dict[str, np.ndarray]:
             if copies is not None:
                 return copies[id(store)]
-            return store.state() if copy else store.view(skip)
+            return store.state() if copy else store.view()
 
         return StoreView(
             width_ms=self.buckets.width_ms,
             tiers=self.tiers,
             groups=tuple(self.groups),
             buckets=take(self.buckets),
-            wide={
-                m: take(st, self._wide_summed(m) if m in wide_summed else ())
-                for m, st in self.wide.items()
-                if len(st)
-            },
-            sliced={
-                m: take(st)
-                for m, st in self.sliced.items()
-                if len(st) and (window_sums is None or (copies is None and m not in sliced_summed))
-            },
+            wide={m: take(st) for m, st in self.wide.items() if len(st)},
+            sliced={}
+            if window_sums is not None
+            else {m: take(st) for m, st in self.sliced.items() if len(st)},
             window_sums=window_sums or {},
             wide_sums=wide_sums or {},
         )
@@ -420,7 +401,7 @@ class Engine:
         return sorted({self.tiers.window(now_ms, w.size_ms, w.delay_ms) for w in spec.windows})
 
     def _begin_window_sums(
-        self, models: Sequence[ModelSpec], now_ms: int, only_sparse: bool = False
+        self, models: Sequence[ModelSpec], now_ms: int
     ) -> list[tuple[int, BucketStore, SumPlan, list[tuple[int, int]]]]:
         """Window sums of each sliced store and of each wide store's fine score
         histograms, to be computed a chunk per lock hold (or advanced from the last
@@ -429,8 +410,6 @@ class Engine:
         summed = [(m, st, next(iter(self._sliced_matrices(m)))) for m, st in self.sliced.items()]
         summed += [(m, st, SCORES.name) for m, st in self.wide.items() if m in self.score_layouts]
         for m, store, name in summed:
-            if only_sparse and store.sparse_matrix(name) is None:
-                continue  # read as rows
             bounds = self._window_bounds(models, m, now_ms)
             index, size = self._sum_index(m, store)
             out.append((m, store, store.begin_sums(name, bounds, index, size), bounds))
@@ -479,7 +458,11 @@ class Engine:
             done = finish_sums_deferred(store, plan, index, size)  # may leave rows owed
             if self._window_bounds(models, m, now_ms) != bounds:  # the tiers moved meanwhile
                 bounds = self._window_bounds(models, m, now_ms)
-                done = [store.window_sums(plan.matrix[2:], b, index, size) for b in bounds]
+                col = store.matrix(plan.matrix[2:])
+                done = [
+                    window_group_sums(store.group, store.bucket, col, b, index, size)
+                    for b in bounds
+                ]
             into = wide if store is self.wide.get(m) else out
             into.update({(m, lo, hi): x for (lo, hi), x in zip(bounds, done, strict=True)})
         return out, wide
@@ -767,10 +750,9 @@ class Engine:
         width = self.buckets.width_ms
         for m, start, end in self.drift.freeze_due(self.pred_watermark_ms):
             d = self.drift.by_model[m]
-            store = self.wide[m]
-            bucket = store.bucket
-            rows = (bucket >= start // width) & (bucket < -(-end // width))
-            self.drift.frozen[m] = store.matrix(d.matrix)[rows].sum(axis=0, dtype=np.int64)
+            view = self.wide[m].view()
+            rows = (view["bucket"] >= start // width) & (view["bucket"] < -(-end // width))
+            self.drift.frozen[m] = view[f"m.{d.matrix}"][rows].sum(axis=0, dtype=np.int64)
 
     # -- snapshots ---------------------------------------------------------------------
     def ops(self) -> OpsState:
@@ -829,10 +811,7 @@ class Engine:
         ``all``); retention runs at ``retain_at_ms`` (default ``now_ms``: the daemon passes
         the earlier of the clock and the event watermark, engine/clock.py).
         ``input_ended`` (replay's last snapshot): no more events will come, so the bucket
-        holding ``now_ms`` is complete — drift tests the windows it closes. Without a
-        lock the score histograms (per segment and fine) are read as window sums too
-        (their thin rows are sparse: rows read whole would be densified); the other
-        per-segment stores as rows."""
+        holding ``now_ms`` is complete — drift tests the windows it closes."""
         guard = lock if lock is not None else nullcontext()
         with guard:  # each hold timed from the lock's acquisition: waiting for it is not holding
             held = time.perf_counter()
@@ -846,7 +825,9 @@ class Engine:
                 *((st, self._wide_summed(m)) for m, st in self.wide.items()),
             ]
             plans = [(st, st.begin_copy(skip)) for st, skip in copied] if lock is not None else []
-            sums = self._begin_window_sums(models or self.models, now_ms, lock is None)
+            sums = (
+                self._begin_window_sums(models or self.models, now_ms) if lock is not None else []
+            )
             holds = [time.perf_counter() - held]
         try:
             for _, plan in plans:  # the bulk copy, while ingestion goes on

@@ -71,12 +71,7 @@ class ScoreHistograms:
                     cells[layout] = layout.cells(y, score)
                 cols, weights = cells[layout]
                 at = store.rows_for(groups[order[lo:hi]], ts[lo:hi])  # before matrix(): may grow
-                part, w = cols[:, lo:hi], weights[:, lo:hi]
-                sparse = store.sparse_matrix(SCORES.name)
-                if sparse is not None:
-                    sparse.add_cells(at, part, w)
-                else:
-                    layout.add_cells(store.matrix(SCORES.name), at, part, w)
+                layout.add_cells(store.matrix(SCORES.name), at, cols[:, lo:hi], weights[:, lo:hi])
 
     def state(self) -> StateParts:
         return {}, {}
