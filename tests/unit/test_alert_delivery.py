@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import itertools
 import json
 import random
 import socket
@@ -278,6 +277,7 @@ def test_a_hung_receiver_times_out_and_says_so(receiver: Receiver) -> None:
 
 def test_firing_alerts_are_resent_and_keep_their_start(receiver: Receiver) -> None:
     d = Dispatcher([AlertmanagerNotifier(receiver.url)], resend_interval=0.3)
+    started = time.monotonic()
     d.start()
     try:
         first = alert(1)
@@ -292,8 +292,12 @@ def test_firing_alerts_are_resent_and_keep_their_start(receiver: Receiver) -> No
     assert all(len(b) == 1 for b in bodies)
     assert all(parse_time(b[0]["startsAt"]) == pytest.approx(first.starts_at) for b in bodies)
     assert bodies[-1][0]["annotations"] == {"summary": "still broken"}  # refreshed on re-send
-    gaps = [b.at - a.at for a, b in itertools.pairwise(receiver.requests[1:])]
-    assert all(g >= 0.25 for g in gaps)
+    # Paced, not flooded: the two syncs send at most two requests, every later one is a
+    # re-send, and the k-th re-send is decided no sooner than k intervals after start()
+    # and received after that. (Gaps between receipts carry the machine's scheduling
+    # jitter, so they are not compared one by one.)
+    for i, r in enumerate(receiver.requests):
+        assert r.at - started >= (i - 1) * 0.3, (i, r.at - started)
 
 
 def test_sources_are_independent_and_resolution_is_sent_once(receiver: Receiver) -> None:
