@@ -34,6 +34,7 @@ from .engine.evaluate import evaluate_all
 from .engine.models import ModelSpec, WindowSpec
 from .engine.narrow import exported, narrowed_spec
 from .engine.port import EnginePort
+from .engine.segments import sliced_dimensions
 from .engine.snapshot import Snapshot
 from .export.overview import build_overview, overview_json
 from .export.published import History, extend_history
@@ -92,7 +93,10 @@ def replay(
     total = sum(Path(p).stat().st_size for p, _ in files.values())
     sink = FileDeadLetter(dl_path)
     pipeline = build_pipeline(settings, engine, sink, clock_ms=clock_ms)
-    feed = FileFeed(pipeline, files, decode_workers(decode_worker, total), engine.drift.with_cells)
+    workers = decode_workers(decode_worker, total)
+    feed = FileFeed(
+        pipeline, files, workers, engine.drift.with_cells, sliced_dimensions(engine.models)
+    )
     started = last_report = time.monotonic()
     tty = progress is not None and progress.isatty()  # "\r" redraws only on a terminal
     cr, nl, every = ("\r", "", 1.0) if tty else ("", "\n", 10.0)

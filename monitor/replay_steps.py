@@ -137,10 +137,18 @@ class StepFeed:
         origin = w.raw.origin
         sub = RawBatch(_Picked(w.raw.values, raw_rows), lambda j: origin(int(raw_rows[j])),
                        w.raw.next_offsets)  # fmt: skip
-        self.pipeline.apply(w.kind, w.decoded.take(rows), [], sub)
+        self.pipeline.apply(w.kind, w.decoded.take(_contiguous(rows)), [], sub)
         w.left = rest
         if w.left.shape[0] == 0:
             self.waiting.remove(w)
+
+
+def _contiguous(rows: np.ndarray) -> np.ndarray | slice:
+    """Increasing rows as a slice when they are a run (input in time order: a step takes
+    the head of what waits), so the step's part of a batch is views of its columns, not
+    copies."""
+    n = rows.shape[0]
+    return slice(int(rows[0]), int(rows[0]) + n) if n and rows[-1] - rows[0] + 1 == n else rows
 
 
 class _Picked(Sequence[bytes | None]):

@@ -20,7 +20,6 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from ..metrics.catalog import (
     ESTIMATION,
@@ -71,7 +70,7 @@ from .join import NUMERIC, RANKED, JoinBuffer, Joined, JoinReject
 from .light_counts import LightCounts
 from .models import ComparisonSpec, DriftSpec, ModelSpec
 from .ranking import RankingState
-from .records import LabelBatch, PredictionBatch
+from .records import LabelBatch, PredictionBatch, factorize
 from .result_cache import ResultCache
 from .snapshot import OpsState, Snapshot, WindowResult
 from .table import KeyedTable
@@ -477,16 +476,16 @@ class Engine:
         }
 
     # -- interning -------------------------------------------------------------------
-    def _label_code(self, labels: list[str]) -> np.ndarray:
+    def _label_code(self, labels: Sequence[str]) -> np.ndarray:
         """Code per label text; texts that are no classifier's class get ``NUMERIC``
         (regression targets: their value travels in the float column)."""
         if not self._vocabulary:
             return np.full(len(labels), NUMERIC, np.int32)
-        codes, uniq = pd.factorize(np.asarray(labels, dtype=object))
+        codes, uniq = factorize(labels)
         index = self._label_index
         vocabulary = self._vocabulary
         ucodes = np.empty(len(uniq), np.int32)
-        for i, text in enumerate(uniq.tolist()):
+        for i, text in enumerate(uniq):
             code = index.get(text)
             if code is None:
                 if text not in vocabulary:

@@ -36,11 +36,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from .join import NO_TS, JoinReject
 from .models import ModelSpec
-from .segments import SegmentFolder, dimension_values
+from .records import factorize
+from .segments import SegmentFolder, dimension_values, sliced_dimensions
 
 __all__ = ["BLOCKED_MIN", "Group", "GroupRegistry", "VersionInfo"]
 
@@ -77,9 +77,7 @@ class GroupRegistry:
         self.model_index = {m.name: i for i, m in enumerate(self.models)}
         self.folders = {i: SegmentFolder(m) for i, m in enumerate(self.models) if m.slices}
         # every model's sliced dimensions, each once: a batch codes each one's texts once
-        self._slice_dimensions = tuple(
-            dict.fromkeys(d for f in self.folders.values() for d in f.dimensions)
-        )
+        self._slice_dimensions = sliced_dimensions(self.models)
         self._clear()
 
     def _clear(self) -> None:
@@ -112,8 +110,8 @@ class GroupRegistry:
     def codes(
         self,
         model: np.ndarray,
-        version: list[str],
-        segments: list[dict[str, Any] | None] | None = None,
+        version: Sequence[str],
+        segments: Sequence[dict[str, Any] | None] | None = None,
     ) -> np.ndarray:
         """Group code per row, -1 for a version over its model's cap; only the batch's
         distinct (model, version, segment) keys touch Python (pd.factorize hashes the
@@ -145,7 +143,7 @@ class GroupRegistry:
                         seg_keys.append(key)
                     remap[j] = code
                 seg_codes[rows] = remap[codes]
-        vcodes, vuniq = pd.factorize(np.asarray(version, dtype=object))
+        vcodes, vuniq = factorize(version)
         versions = [str(v) for v in vuniq]
         nv, ns = len(versions), len(seg_keys)
         combined = (model.astype(np.int64) * nv + vcodes) * ns + seg_codes

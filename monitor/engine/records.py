@@ -10,18 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 import numpy as np
 import pandas as pd
 
 __all__ = [
     "ID_HASH",
+    "Coded",
     "LabelBatch",
     "PredictionBatch",
     "Rejection",
+    "factorize",
     "hash_ids",
 ]
+
+T = TypeVar("T")
+Rows = np.ndarray | slice  # row indices in order, or a contiguous range of rows
 
 # Recorded in checkpoints: a checkpoint written with another id hash is refused.
 ID_HASH = "pandas-siphash24-0123456789123456"
@@ -39,6 +44,62 @@ def hash_ids(ids: Sequence[str]) -> np.ndarray:
     arr = np.empty(len(ids), dtype=object)
     arr[:] = ids
     return pd.util.hash_array(arr, categorize=False).astype(np.uint64, copy=False)
+
+
+class Coded(Sequence[T], Generic[T]):
+    """A repetitive text column (versions, segments, labels) as its distinct values and
+    a code per row, read-only.
+
+    Why: a batch holds a handful of versions, countries or labels over thousands of rows;
+    as a list every row is a Python object that each step's ``take`` copies and the
+    engine hashes again to code it (``factorize``). Coded, a ``take`` is one integer
+    gather and coding is a hash of small integers. Replay's decoding processes send these
+    columns coded (ingest/file_feed.py)."""
+
+    __slots__ = ("codes", "values")
+
+    def __init__(self, values: Sequence[T], codes: np.ndarray) -> None:
+        self.values, self.codes = values, codes
+
+    def __len__(self) -> int:
+        return int(self.codes.shape[0])
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[T]: ...
+    def __getitem__(self, i: int | slice) -> T | list[T]:
+        if isinstance(i, slice):
+            return list(map(self.values.__getitem__, self.codes[i].tolist()))
+        return self.values[int(self.codes[i])]
+
+    def take(self, rows: Rows) -> Coded[T]:
+        return Coded(self.values, self.codes[rows])
+
+    def factorized(self) -> tuple[np.ndarray, list[T]]:
+        """``pd.factorize`` of the rows' values: codes numbering them as rows first show
+        them, and the values in that order (the values are distinct)."""
+        codes, firsts = pd.factorize(self.codes)
+        return codes, [self.values[c] for c in firsts.tolist()]
+
+
+def factorize(column: Sequence[Any]) -> tuple[np.ndarray, list[Any]]:
+    """(a code per row, the distinct values) numbered as rows first show them, as
+    ``pd.factorize`` gives them; a ``Coded`` column is not hashed again row by row."""
+    if isinstance(column, Coded):
+        return column.factorized()
+    codes, uniq = pd.factorize(np.asarray(column, dtype=object))
+    return codes, uniq.tolist()
+
+
+def _rows(column: Sequence[T], rows: Rows, picked: list[int] | None) -> Sequence[T]:
+    """``column``'s rows: a coded column stays coded, a list is sliced or picked."""
+    if isinstance(column, Coded):
+        return column.take(rows)
+    if picked is None:
+        assert isinstance(rows, slice)
+        return list(column[rows])
+    return [column[i] for i in picked]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,11 +121,12 @@ class PredictionBatch:
     keys: np.ndarray  # uint64 id hashes
     ts_ms: np.ndarray  # int64 prediction time, epoch milliseconds
     model: np.ndarray  # int16 index into the configured models
-    version: list[str]
+    version: Sequence[str]  # a list, or Coded
     score: np.ndarray  # float64; P(positive) for binary tasks, NaN when absent
     decision: np.ndarray  # int8 class index (1 = positive for binary)
     features: list[dict[str, Any] | None] = field(default_factory=list)  # when drift wants them
-    segments: list[dict[str, Any] | None] = field(default_factory=list)  # when slices want them
+    # when slices want them; a list, or Coded
+    segments: Sequence[dict[str, Any] | None] = field(default_factory=list)
     # multiclass: (n, K) probabilities in class order, NaN rows when only a decision came;
     # None without multiclass models. Regression: interval bounds, NaN when absent.
     proba: np.ndarray | None = None
@@ -86,21 +148,22 @@ class PredictionBatch:
     def __len__(self) -> int:
         return int(self.keys.shape[0])
 
-    def take(self, rows: np.ndarray) -> PredictionBatch:
-        """The batch of ``rows`` (indices, in order)."""
-        picked = rows.tolist()
+    def take(self, rows: Rows) -> PredictionBatch:
+        """The batch of ``rows`` (indices, in order; a slice of contiguous rows takes
+        views of the arrays, without copying them)."""
+        picked = None if isinstance(rows, slice) else rows.tolist()
 
-        def some(xs: list[Any] | None) -> list[Any] | None:
-            return xs if not xs else [xs[i] for i in picked]
+        def some(xs: Sequence[Any] | None) -> Sequence[Any] | None:
+            return xs if not xs else _rows(xs, rows, picked)
 
         def arr(x: np.ndarray | None) -> np.ndarray | None:
             return None if x is None else x[rows]
 
         return PredictionBatch(
-            self.keys[rows], self.ts_ms[rows], self.model[rows], [self.version[i] for i in picked],
-            self.score[rows], self.decision[rows], some(self.features) or [],
+            self.keys[rows], self.ts_ms[rows], self.model[rows], _rows(self.version, rows, picked),
+            self.score[rows], self.decision[rows], some(self.features) or [],  # type: ignore[arg-type]
             some(self.segments) or [], arr(self.proba), arr(self.lower), arr(self.upper),
-            arr(self.numeric), self.numeric_names, some(self.ranked), arr(self.numeric_cells),
+            arr(self.numeric), self.numeric_names, some(self.ranked), arr(self.numeric_cells),  # type: ignore[arg-type]
             self.cells_of,
         )  # fmt: skip
 
@@ -122,7 +185,7 @@ class LabelBatch:
 
     keys: np.ndarray  # uint64 id hashes
     ts_ms: np.ndarray  # int64 label time, epoch milliseconds
-    label: list[str]
+    label: Sequence[str]  # a list, or Coded
     value: np.ndarray | None = None  # float64 numeric value of each label, NaN if none
     # ranking labels: each row's {item: grade} (None for class / number labels); ``value``
     # then holds the map's digest (monitor.ingest.ranking.relevance_digest)
@@ -131,13 +194,13 @@ class LabelBatch:
     def __len__(self) -> int:
         return int(self.keys.shape[0])
 
-    def take(self, rows: np.ndarray) -> LabelBatch:
-        """The batch of ``rows`` (indices, in order)."""
-        picked = rows.tolist()
-        relevance = None if self.relevance is None else [self.relevance[i] for i in picked]
+    def take(self, rows: Rows) -> LabelBatch:
+        """The batch of ``rows`` (indices, in order; or a slice of contiguous rows)."""
+        picked = None if isinstance(rows, slice) else rows.tolist()
+        relevance = None if self.relevance is None else list(_rows(self.relevance, rows, picked))
         value = None if self.value is None else self.value[rows]
         return LabelBatch(
-            self.keys[rows], self.ts_ms[rows], [self.label[i] for i in picked], value, relevance
+            self.keys[rows], self.ts_ms[rows], _rows(self.label, rows, picked), value, relevance
         )
 
     @staticmethod

@@ -24,8 +24,9 @@ import numpy as np
 import pandas as pd
 
 from .models import ModelSpec
+from .records import Coded, factorize
 
-__all__ = ["MISSING", "OTHER", "SegmentFolder", "dimension_values"]
+__all__ = ["MISSING", "OTHER", "SegmentFolder", "dimension_values", "sliced_dimensions"]
 
 OTHER = "__other__"
 MISSING = "__none__"
@@ -94,11 +95,26 @@ class SegmentFolder:
             self.counts[d] = {str(k): int(v) for k, v in state.get(d, {}).items()}
 
 
+def sliced_dimensions(models: Sequence[ModelSpec]) -> tuple[str, ...]:
+    """Every dimension some model slices by, each once: all of the segments object the
+    engine reads (through :func:`dimension_values`)."""
+    return tuple(dict.fromkeys(d for m in models if m.slices for d in m.slice_dimensions))
+
+
 def dimension_values(
     segments: Sequence[dict[str, Any] | None], d: str
 ) -> tuple[np.ndarray, list[str]]:
-    """Dimension ``d`` of every row as (a code per row, the text of each code)."""
-    codes, uniq = pd.factorize(np.asarray(_texts(segments, d), dtype=object))
+    """Dimension ``d`` of every row as (a code per row, the text of each code), numbered
+    as rows first show them; of a ``Coded`` column, only its distinct objects are read."""
+    if isinstance(segments, Coded):
+        distinct = Coded(_texts(segments.values, d), segments.codes)
+        codes, uniq = distinct.factorized()  # (two objects may share a text: coded again)
+        texts, first = pd.factorize(np.asarray(uniq, dtype=object))
+        if len(first) < len(uniq):
+            codes = texts[codes]
+            uniq = first.tolist()
+    else:
+        codes, uniq = factorize(_texts(segments, d))
     return codes.astype(np.int64, copy=False), [str(v) for v in uniq]
 
 

@@ -18,7 +18,8 @@ only the adding up.
 
 What crosses the pipe is the decoded columns (numpy arrays as out-of-band buffers of
 pickle protocol 5) with the text columns coded (versions, segments and labels repeat:
-the distinct values and a code per row); each worker's pipe has a reader thread here
+the distinct values and a code per row), and they stay coded here (``Coded``), so the
+applying process never handles them row by row; each worker's pipe has a reader thread here
 (the GIL is released while it reads) and about ``_AHEAD`` batches of backpressure.
 
 Fork (not spawn) because the decoders hold msgspec types built at run time that do not
@@ -45,8 +46,10 @@ from pathlib import Path
 from typing import Any, Literal, overload
 
 import numpy as np
+import pandas as pd
 
-from ..engine.records import LabelBatch, PredictionBatch
+from ..engine.records import Coded, LabelBatch, PredictionBatch, factorize
+from ..engine.segments import dimension_values
 from .files import JsonlReader, LineOrigin, SpanReader, interleave, open_reader, read_span
 from .pipeline import IngestPipeline, RawBatch, offset_key
 
@@ -260,16 +263,19 @@ class FileFeed:
         files: dict[str, tuple[Path, str]],
         workers: int,
         ahead: Callable[[PredictionBatch], PredictionBatch] | None = None,
+        sliced: tuple[str, ...] = (),
     ) -> None:
         """``files``: kind ("predictions", "labels") -> (path, topic); ``workers``: decoding
         processes (0: decode here; gzip input is always decoded here); ``ahead``: work on
         each decoded prediction batch that reads no changing engine state, done by the
         workers so this process's apply skips it (the drift cells of fixed references;
-        in process the apply does it)."""
+        in process the apply does it); ``sliced``: the segment dimensions the engine
+        reads (``sliced_dimensions``), all the workers send of each segments object."""
         self.pipeline = pipeline
         self.files = files
         self.workers = workers
         self.ahead = ahead
+        self.sliced = sliced
         self.lines: dict[str, int] = {}
 
     def __iter__(self) -> Iterator[DecodedBatch]:
@@ -407,7 +413,7 @@ def _work(conn: Any, feed: FileFeed, k: int, n: int) -> None:
             decoded, rejects = feed.pipeline.decode(span.kind, batch.values)
             if feed.ahead is not None and isinstance(decoded, PredictionBatch):
                 decoded = feed.ahead(decoded)
-            plain, coded = _coded(decoded)
+            plain, coded = _coded(decoded, feed.sliced)
             numbers = batch.origin.numbers  # type: ignore[attr-defined]
             d = _Decoded(
                 span, plain, coded, rejects, lines,
@@ -424,49 +430,50 @@ def _work(conn: Any, feed: FileFeed, k: int, n: int) -> None:
         conn.close()
 
 
-_CODED = {PredictionBatch: ("version", "segments"), LabelBatch: ("label",)}
-
-
-def _coded(batch: Any) -> tuple[Any, dict[str, tuple[list[Any], np.ndarray]]]:
+def _coded(
+    batch: Any, sliced: tuple[str, ...]
+) -> tuple[Any, dict[str, tuple[list[Any], np.ndarray]]]:
     """The batch with its repetitive text columns (versions, segments, labels) taken out,
-    and those as (distinct values, a code per row): a few values and an int array pickle
-    in microseconds, a string or dictionary per row in tens of milliseconds a batch."""
+    and those as (distinct values, a code per row, numbered as rows first show them): a
+    few values and an int array pickle in microseconds, a string or dictionary per row in
+    tens of milliseconds a batch.
+
+    Segments are coded by their texts on the ``sliced`` dimensions, each row's object
+    replaced by one holding just those (``{dimension: text}``): the engine reads nothing
+    else of it (``dimension_values``, which reads such an object as it read the
+    original), and coding dimension texts is a C-level hash of strings where coding
+    whole objects hashed a tuple of every row's items."""
     coded: dict[str, tuple[list[Any], np.ndarray]] = {}
-    for name in _CODED[type(batch)]:
-        column = getattr(batch, name)
-        if not column:
-            continue
-        try:
-            keys = _keys(column) if name == "segments" else column
-            distinct = dict.fromkeys(keys)
-        except TypeError:  # an unhashable segment value (a list): sent as it is
-            continue
-        index = {key: i for i, key in enumerate(distinct)}
-        codes = np.fromiter(map(index.__getitem__, keys), np.int64, len(keys))
-        values = [_value(key) for key in distinct] if name == "segments" else list(distinct)
-        coded[name] = (values, codes)
+    if isinstance(batch, LabelBatch):
+        if batch.label:
+            codes, values = factorize(batch.label)
+            coded["label"] = (values, codes)
+        return replace(batch, label=[]), coded
+    if batch.version:
+        codes, values = factorize(batch.version)
+        coded["version"] = (values, codes)
+    if batch.segments:
+        key = np.zeros(len(batch.segments), np.int64)
+        dims = [dimension_values(batch.segments, d) for d in sliced]
+        for codes, names in dims:  # (renumbered each time: no overflow however many)
+            key = pd.factorize(key * len(names) + codes)[0]
+        _, first = np.unique(key, return_index=True)  # codes number rows' first showings
+        rows = first.tolist()
+        values = [
+            {d: names[int(codes[i])] for d, (codes, names) in zip(sliced, dims, strict=True)}
+            for i in rows
+        ]
+        coded["segments"] = (values, key)
     return replace(batch, **{name: [] for name in coded}), coded
 
 
 def _uncoded(batch: Any, coded: dict[str, tuple[list[Any], np.ndarray]]) -> Any:
-    """``_coded``'s inverse (rows of equal segments share one dictionary: read only)."""
+    """``_coded``'s inverse, the columns left coded (``Coded``: the engine codes them
+    from their codes, and a step's ``take`` gathers integers, not objects; rows of equal
+    segments share one dictionary: read only)."""
     if not coded:
         return batch
-    return replace(
-        batch, **{name: list(map(values.__getitem__, codes.tolist()))
-                  for name, (values, codes) in coded.items()}
-    )  # fmt: skip
-
-
-def _keys(segments: list[dict[str, Any] | None]) -> list[Any]:
-    """A hashable key per row's segments object (its items; None for none)."""
-    if None not in segments:
-        return list(map(tuple, map(dict.items, segments)))  # type: ignore[arg-type]
-    return [None if x is None else tuple(x.items()) for x in segments]
-
-
-def _value(key: Any) -> dict[str, Any] | None:
-    return None if key is None else dict(key)
+    return replace(batch, **{name: Coded(values, codes) for name, (values, codes) in coded.items()})
 
 
 def _widen(conn: Any) -> None:
