@@ -405,3 +405,89 @@ def test_drift_cells_ahead_only_for_fixed_references(tmp_path: Path) -> None:
     assert got is not None and want_rows is not None and int(got[2].sum()) > 0
     for ours, theirs in zip(got, want_rows, strict=True):
         np.testing.assert_array_equal(ours, theirs)
+
+
+_segment_value = st.one_of(
+    st.none(), st.sampled_from(["de", "fr", "1", "true"]), st.integers(0, 3), st.booleans(),
+    st.just({"x": 1}), st.just([1]),
+)  # fmt: skip
+_segments = st.one_of(
+    st.none(), st.fixed_dictionaries({}, optional={"u": _segment_value, "v": _segment_value,
+                                                   "w": _segment_value}),
+)  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    batches=st.lists(
+        st.lists(
+            st.tuples(st.integers(0, 2), st.sampled_from(["v1", "v2", "v3"]), _segments),
+            min_size=1,
+            max_size=30,
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    cut=st.integers(0, 30),
+)
+def test_coded_columns_give_the_groups_of_the_decoded_ones(
+    batches: list[list[tuple[int, str, dict[str, Any] | None]]], cut: int
+) -> None:
+    """What a worker sends (versions coded, segments coded by their texts on the sliced
+    dimensions) gives the applying process's registry the group codes, the groups and
+    the slice counts the decoded lists give, batch after batch, for a step's part of a
+    batch too (a run of rows, as views; or picked rows): segment values of every kind
+    (absent, null, numbers and booleans whose texts equal strings', objects, lists)."""
+    from monitor.engine.groups import GroupRegistry
+    from monitor.engine.models import ModelSpec, SliceSpec
+    from monitor.engine.records import PredictionBatch
+    from monitor.engine.segments import dimension_values, sliced_dimensions
+
+    models = [
+        ModelSpec("a", slices=(SliceSpec(("u",), 2, 1), SliceSpec(("u", "v"), 3, 1))),
+        ModelSpec("b"),
+        ModelSpec("c", slices=(SliceSpec(("w",), 1, 1),), max_versions=2),
+    ]
+    sliced = sliced_dimensions(models)
+    assert sliced == ("u", "v", "w")
+    plain, coded = GroupRegistry(models), GroupRegistry(models)
+    for rows in batches:
+        n = len(rows)
+        batch = PredictionBatch(
+            np.arange(n, dtype=np.uint64), np.zeros(n, np.int64),
+            np.array([m for m, _, _ in rows], np.int16), [v for _, v, _ in rows],
+            np.zeros(n), np.zeros(n, np.int8), segments=[s for _, _, s in rows],
+        )  # fmt: skip
+        sent = file_feed._uncoded(*file_feed._coded(batch, sliced))
+        assert list(sent.version) == batch.version
+        for d in sliced:  # each dimension's texts, numbered as rows first show them
+            codes, names = dimension_values(sent.segments, d)
+            want_codes, want_names = dimension_values(batch.segments, d)
+            assert codes.tolist() == want_codes.tolist() and names == want_names
+        k = min(cut, n)
+        picked = np.flatnonzero(np.arange(n) % 2 == 0)
+        for part, rows_of in ((slice(0, k), np.arange(k)), (picked, picked)):
+            want = plain.codes(batch.model[rows_of], [batch.version[i] for i in rows_of.tolist()],
+                               [batch.segments[i] for i in rows_of.tolist()])  # fmt: skip
+            got_part = sent.take(part)
+            got = coded.codes(got_part.model, got_part.version, got_part.segments)
+            assert got.tolist() == want.tolist()
+        assert coded.groups == plain.groups
+        assert coded.groups_state() == plain.groups_state()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["0", "1", "fraud", "ok", ""]), max_size=40), st.integers(0, 40))
+def test_coded_labels_factorize_as_the_decoded_ones(labels: list[str], cut: int) -> None:
+    """A coded label column (sent by a worker) and a step's part of it code as the list."""
+    from monitor.engine.records import LabelBatch, factorize
+
+    n = len(labels)
+    batch = LabelBatch(np.arange(n, dtype=np.uint64), np.zeros(n, np.int64), labels)
+    sent = file_feed._uncoded(*file_feed._coded(batch, ()))
+    for rows in (slice(min(cut, n), n), np.flatnonzero(np.arange(n) % 3 != 1)):
+        part, want = sent.take(rows), batch.take(rows)
+        assert list(part.label) == list(want.label)
+        codes, values = factorize(part.label)
+        want_codes, want_values = factorize(want.label)
+        assert codes.tolist() == want_codes.tolist() and values == want_values
