@@ -116,6 +116,7 @@ class EventWatermark:
         self.samples = int(samples)
         self.quantile = float(quantile)
         self._ring = np.empty(0, np.int64)
+        self._current: int | None = None  # the ring's quantile, until it changes
         self.value_ms = NO_TS
         self.retained_from_ms = NO_TS
 
@@ -124,6 +125,7 @@ class EventWatermark:
         if ts.shape[0] == 0:
             return 0
         self._ring = np.concatenate((self._ring, ts[-self.samples :]))[-self.samples :]
+        self._current = None
         if self.retained_from_ms == NO_TS:
             return 0
         return int(np.count_nonzero(ts < self.retained_from_ms))
@@ -132,9 +134,14 @@ class EventWatermark:
         """The quantile of the recent event times now (NO_TS with fewer than
         ``min_samples``): a robust "how far the stream has got" that one far-future
         outlier cannot move."""
-        if self._ring.shape[0] < max(1, min_samples):
+        n = self._ring.shape[0]
+        if n < max(1, min_samples):
             return NO_TS
-        return int(np.quantile(self._ring, self.quantile, method="lower"))
+        if self._current is None:  # read after every batch of either stream: kept
+            # ``np.quantile(ring, q, method="lower")``: the floor((n - 1)·q)-th smallest
+            k = int(np.floor((n - 1) * self.quantile))
+            self._current = int(np.partition(self._ring, k)[k])
+        return self._current
 
     def advance(self) -> int:
         """Move the watermark to the current quantile (never back); returns it."""
@@ -160,6 +167,7 @@ class EventWatermark:
             return
         self.value_ms, self.retained_from_ms = value, edge
         self._ring = np.asarray(recent[-self.samples :], np.int64)
+        self._current = None
 
 
 def retention_now(clock_ms: int, watermark_ms: int) -> int:

@@ -124,7 +124,10 @@ def _texts(segments: Sequence[dict[str, Any] | None], d: str) -> list[str]:
         raw = list(map(operator.methodcaller("get", d), segments))
     else:
         raw = [s.get(d) if isinstance(s, dict) else None for s in segments]
-    if set(map(type, raw)) <= {str, type(None)}:  # the usual case: one _text per value
+    types = set(map(type, raw))
+    if types == {str}:  # every row has the dimension, as text: its own text
+        return raw
+    if types <= {str, type(None)}:  # the usual case: one _text per value
         text_of = {v: _text(v) for v in set(raw)}
         return list(map(text_of.__getitem__, raw))
     return list(map(_text, raw))

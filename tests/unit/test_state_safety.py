@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from monitor.app import Daemon, StartupError
 from monitor.config import settings_from_mapping
@@ -288,6 +290,31 @@ def test_one_outlier_does_not_move_the_event_watermark() -> None:
     assert w.advance() >= T0 + 3 * 86_400_000
     w.observe(backfill)
     assert w.advance() >= T0 + 3 * 86_400_000  # never back
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    batches=st.lists(st.lists(st.integers(0, 10**6), max_size=60), min_size=1, max_size=6),
+    samples=st.integers(1, 80),
+    q=st.floats(0.01, 1.0),
+)
+def test_event_watermark_is_the_lower_quantile_of_its_recent_times(
+    batches: list[list[int]], samples: int, q: float
+) -> None:
+    """``current`` (kept between reads, recomputed after each batch and a load) is NumPy's
+    ``quantile(..., method="lower")`` of the last ``samples`` times, read any number of
+    times."""
+    w = EventWatermark(samples=samples, quantile=q)
+    seen: list[int] = []
+    for batch in batches:
+        w.observe(np.array(batch, np.int64))
+        seen = (seen + batch)[-samples:]
+        for _ in range(2):
+            want = int(np.quantile(np.array(seen), q, method="lower")) if seen else NO_TS
+            assert w.current() == want
+        restored = EventWatermark(samples=samples, quantile=q)
+        restored.load({**w.state(), "value_ms": NO_TS, "retained_from_ms": NO_TS})
+        assert restored.current() == w.current()
 
 
 def test_event_clock_backfill_survives_an_outlier_and_a_restart(tmp_path: Path) -> None:
