@@ -98,7 +98,8 @@ class KeyedTable:
         """Every live row of every key: ``(query index, row)`` pairs, grouped by query.
 
         Equal keys are contiguous in the sorted main segment and in the tail index, so
-        each query is a ``searchsorted`` range, expanded without a Python loop. Queries
+        each query is a ``searchsorted`` range (its end searched only for a key held more
+        than once), expanded without a Python loop. Queries
         are searched in sorted order (cache-friendly: about 2.5x faster on a million keys).
         """
         keys = np.asarray(keys, np.uint64)
@@ -119,7 +120,12 @@ class KeyedTable:
                 continue
             idx = np.flatnonzero(found)
             lo = lo[idx]
-            hi = np.searchsorted(sorted_keys, sk[idx], "right")
+            # most keys are held once: the next key differs, no second search for them
+            hi = lo + 1
+            more = hi < sorted_keys.shape[0]
+            more[more] = sorted_keys[hi[more]] == sk[idx[more]]
+            if more.any():
+                hi[more] = np.searchsorted(sorted_keys, sk[idx[more]], "right")
             count = hi - lo
             total = int(count.sum())
             q = np.repeat(order[idx], count)
