@@ -271,8 +271,7 @@ class SingleOwner:
         return self.d.engine.assembler
 
     def period_view(self) -> StoreView:
-        with self.d.lock:
-            return self.d.engine.view(copy=True)
+        return self.d.engine.copied_view(self.d.lock)
 
     def rows(self) -> Engine:
         return self.d.engine

@@ -65,9 +65,7 @@ def _feed(daemon: Daemon, minutes: int, per_minute: int) -> None:
 
 
 def _store_bytes(daemon: Daemon) -> int:
-    return sum(
-        a.nbytes for st in daemon.engine.named_stores().values() for a in st.view().values()
-    )
+    return sum(a.nbytes for st in daemon.engine.named_stores().values() for a in st.view().values())
 
 
 def test_checkpoint_writes_the_stores_without_a_copy(tmp_path: Path) -> None:
