@@ -93,9 +93,12 @@ def replay(
     total = sum(Path(p).stat().st_size for p, _ in files.values())
     sink = FileDeadLetter(dl_path)
     pipeline = build_pipeline(settings, engine, sink, clock_ms=clock_ms)
-    workers = decode_workers(decode_worker, total)
     feed = FileFeed(
-        pipeline, files, workers, engine.drift.with_cells, sliced_dimensions(engine.models)
+        pipeline,
+        files,
+        decode_workers(decode_worker, total),
+        engine.drift.with_cells,
+        sliced=sliced_dimensions(engine.models),
     )
     started = last_report = time.monotonic()
     tty = progress is not None and progress.isatty()  # "\r" redraws only on a terminal

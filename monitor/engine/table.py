@@ -99,8 +99,8 @@ class KeyedTable:
 
         Equal keys are contiguous in the sorted main segment and in the tail index, so
         each query is a ``searchsorted`` range (its end searched only for a key held more
-        than once), expanded without a Python loop. Queries
-        are searched in sorted order (cache-friendly: about 2.5x faster on a million keys).
+        than once), expanded without a Python loop. Queries are searched in sorted order
+        (cache-friendly: about 2.5x faster on a million keys).
         """
         keys = np.asarray(keys, np.uint64)
         empty = np.empty(0, np.int64)

@@ -263,7 +263,8 @@ class FileFeed:
         files: dict[str, tuple[Path, str]],
         workers: int,
         ahead: Callable[[PredictionBatch], PredictionBatch] | None = None,
-        sliced: tuple[str, ...] = (),
+        *,
+        sliced: tuple[str, ...],
     ) -> None:
         """``files``: kind ("predictions", "labels") -> (path, topic); ``workers``: decoding
         processes (0: decode here; gzip input is always decoded here); ``ahead``: work on
