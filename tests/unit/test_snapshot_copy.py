@@ -658,13 +658,13 @@ def test_window_sums_are_added_with_the_lock_released(monkeypatch) -> None:  # t
 
     lock = Flagged()
     held_while_summing: list[bool] = []
-    scatter = buckets._scatter
+    scatter = buckets._scatter_many
 
     def watched(*args, **kwargs):  # type: ignore[no-untyped-def]
         held_while_summing.append(lock.held > 0)
         return scatter(*args, **kwargs)
 
-    monkeypatch.setattr(buckets, "_scatter", watched)
+    monkeypatch.setattr(buckets, "_scatter_many", watched)
     engine = _engine()
     country, y, score = _data(3_000, seed=4)
     _feed(engine, country, y, score)
