@@ -8,8 +8,9 @@ same (group, bucket) from two inputs add up. Groups are re-coded into their sort
 union, so the sum is the same whatever order the inputs come in.
 
 Time tiers: each engine rolls its rows up at the time its own events have reached (the
-earlier of the clock and its watermark), so partitions a few seconds apart can sit on
-either side of a roll-up. The sum takes the coarsest tiers (the largest ``hour_from`` /
+earlier of the clock and its watermark), and each partition's watermark lags the
+stream's end by its own amount (a minute or more), so partitions can sit on either side
+of a roll-up. The sum takes the coarsest tiers (the largest ``hour_from`` /
 ``half_from`` / ``day_from``) and moves an input's rows that are finer than those allow
 into the coarse row holding them, as a roll-up would: every row of the sum then has the
 tier its time gives, so a window edge falls on a row boundary of every input and history

@@ -83,33 +83,32 @@ class Tiers:
         """Base buckets in one row of ``tier``."""
         return self.spans[tier]
 
+    @property
+    def starts(self) -> tuple[tuple[int, int], ...]:
+        """(first base bucket, tier code) from the finest tier down: a row's tier is the
+        first whose start its bucket reaches, day rows (2) below them all."""
+        if not self.per_hour:
+            return ((-(2**62), 0),)
+        return ((self.hour_from, 0), (max(self.half_from, self.day_from), 1), (self.day_from, 3))
+
     def tier_of(self, bucket: int) -> int:
-        if not self.per_hour or bucket >= self.hour_from:
-            return 0
-        if bucket >= max(self.half_from, self.day_from):
-            return 1
-        return 3 if bucket >= self.day_from else 2
+        return next((code for start, code in self.starts if bucket >= start), 2)
 
     def moving(self, bucket: np.ndarray, tier: np.ndarray) -> np.ndarray:
         """Which rows (``bucket``: each row's first base bucket, ``tier``: its code) are
         finer than these tiers allow for their time: they belong in a coarser row."""
-        half_from = max(self.half_from, self.day_from)
-        return (
-            ((tier == 0) & (bucket < self.hour_from))
-            | ((tier == 1) & (bucket < half_from))
-            | ((tier == 3) & (bucket < self.day_from))
-        )
+        out = np.zeros(np.shape(bucket), bool)
+        for start, code in self.starts:
+            out |= (tier == code) & (bucket < start)
+        return out
 
     def rows_of(self, bidx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The tier code and first base bucket of the row each base bucket index belongs
         to (every boundary is a multiple of the coarser row's span, so a finer row's
         buckets all belong to one coarser row)."""
-        half_from = max(self.half_from, self.day_from)
-        tier = np.where(
-            bidx >= self.hour_from,
-            0,
-            np.where(bidx >= half_from, 1, np.where(bidx >= self.day_from, 3, 2)),
-        ).astype(np.int64)
+        starts = self.starts
+        tier = np.select([bidx >= s for s, _ in starts], [c for _, c in starts], 2)
+        tier = tier.astype(np.int64)
         span = np.array(self.spans, np.int64)[tier]
         return tier, bidx - bidx % span
 
