@@ -1906,6 +1906,7 @@ def fleet_child(
     if not extra:
         return out
     out.update(_fleet_history(engine, lock, now))
+    out.update(_fleet_checkpoint(engine, lock))
     # /metrics: rendered once per evaluation, a scrape serves the cached bytes
     published = [Published(snapshot=snap, ops=snap.ops)]
     exposition = Exposition(lambda: published[0], CollectorRegistry())
@@ -2039,6 +2040,31 @@ def _fleet_history(engine: Engine, lock: Any, now: int) -> dict[str, float]:
     }  # fmt: skip
 
 
+def _fleet_checkpoint(engine: Engine, lock: Any) -> dict[str, float]:
+    """A checkpoint of the fleet written as the daemon writes it (the stores' own arrays
+    under the lock, ``Daemon.write_checkpoint``): the peak RSS it adds, against the state."""
+    import tempfile
+
+    from monitor.heap import release_free_memory
+    from monitor.state.checkpoint import CheckpointStore
+
+    release_free_memory()
+    rss0 = _vm_kb("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")  # the peak from here on
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        with lock:
+            meta, arrays = state_codec.encode(engine, with_results=False, copy=False)
+            state_mb = sum(a.nbytes for a in arrays.values()) / 1e6
+            CheckpointStore(Path(tmp)).write(meta, arrays)
+            del arrays
+        write_s = time.perf_counter() - t0
+    return {
+        "checkpoint_peak_added_mb": (_vm_kb("VmHWM") - rss0) / 1024,
+        "checkpoint_state_mb": state_mb, "checkpoint_write_s": write_s,
+    }  # fmt: skip
+
+
 INGEST_TICK_S = 2.0  # evaluation interval while measuring ingestion (the default is 10 s)
 INGEST_S = 15.0  # how long each ingestion stream lasts, about
 
@@ -2094,6 +2120,9 @@ def bench_fleet(
         f"({fleet['history_points']:.0f} points) in {fleet['history_api_s'] * 1e3:.0f} ms; "
         f"RSS {fleet['history_rss0_mb']:.0f} MB, +{fleet['history_added_mb']:.1f} MB after, "
         f"+{fleet['history_peak_added_mb']:.1f} MB at the peak",
+        f"  checkpoint of the {fleet['checkpoint_state_mb']:.0f} MB state (written from the "
+        f"stores under the lock) in {fleet['checkpoint_write_s']:.2f} s: "
+        f"+{fleet['checkpoint_peak_added_mb']:.1f} MB RSS at the peak",
         "fleet without score metrics (confusion catalog): "
         f"state {plain['state_mb']:.0f} MB, RSS {plain['rss_mb']:.0f} MB, "
         f"tick {plain['tick_s']:.3f} s (first {plain['cold_tick_s']:.3f} s), "
@@ -2127,6 +2156,9 @@ def bench_fleet(
         Result("g", "history: peak RSS added by the trends", "MB",
                fleet["history_peak_added_mb"], fleet["history_rss0_mb"], "fleet RSS", 0.10,
                "ratio", False),
+        Result("g", "checkpoint: peak RSS added while writing", "MB",
+               fleet["checkpoint_peak_added_mb"], fleet["checkpoint_state_mb"],
+               "the state written", 0.10, "ratio", False),
         Result("g", "fleet /metrics scrape (cached)", "s", fleet["scrape_s"], fleet["render_s"],
                "rendering the page", 0.3, "absolute", False),
         Result("g", "fleet /metrics refresh after an idle tick", "s", fleet["render_idle_s"],

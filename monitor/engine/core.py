@@ -393,6 +393,27 @@ class Engine:
             wide_sums=wide_sums or {},
         )
 
+    def copied_view(self, lock: AbstractContextManager[Any]) -> StoreView:
+        """A copy of every store as of one moment, taken beside the writer as
+        :meth:`snapshot` takes its copy: the bulk copied and refreshed in rounds with
+        ``lock`` released, finished under a short hold (scheduled reports, reference
+        rotation: a full copy under the lock stalled ingestion for as long as it took)."""
+        with lock:
+            plans = [(st, st.begin_copy()) for st in self._stores()]
+        try:
+            for _, plan in plans:
+                plan.copy()
+            copy_in_rounds(plans, lock)
+            with lock:
+                view = self.view(copy=False, copies=finish_copies(plans))
+            settle_copies(plans, lock)
+        except BaseException:
+            with lock:
+                for st, plan in plans:
+                    st.drop_copy(plan)
+            raise
+        return view
+
     def _window_bounds(
         self, models: Sequence[ModelSpec], m: int, now_ms: int
     ) -> list[tuple[int, int]]:

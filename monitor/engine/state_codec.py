@@ -102,11 +102,18 @@ class Checkpointed(Protocol):
         ...
 
 
-def encode(engine: Checkpointed, with_results: bool = True) -> StateParts:
+def encode(engine: Checkpointed, with_results: bool = True, copy: bool = True) -> StateParts:
     """Everything needed to continue exactly where ``engine`` is (JSON + arrays), and the
     last evaluation's reusable results (:func:`results_state`) unless ``with_results`` is
-    False — the daemon adds them once it released its lock."""
+    False. ``copy=False`` hands out the bucket stores' own arrays (most of the state)
+    instead of copies: valid until the engine's next write, for a caller that writes them
+    out under the engine lock — a copy would double the state in memory at every
+    checkpoint."""
     stores = engine.named_stores()
+
+    def rows(store: BucketStore) -> dict[str, np.ndarray]:
+        return store.state() if copy else store.view()
+
     meta = {
         "engine_format": ENGINE_FORMAT,
         "id_hash": ID_HASH,
@@ -122,12 +129,12 @@ def encode(engine: Checkpointed, with_results: bool = True) -> StateParts:
         m, a = part.state()
         meta.update(m)
         arrays.update(a)
-    arrays.update({f"buckets.{k}": v for k, v in stores["buckets"].state().items()})
+    arrays.update({f"buckets.{k}": v for k, v in rows(stores["buckets"]).items()})
     if engine.keeps_ranking:
         arrays.update(engine.ranking.arrays())
     for name, store in stores.items():
         if name != "buckets" and len(store):
-            arrays.update({f"{name}/{k}": v for k, v in store.state().items()})
+            arrays.update({f"{name}/{k}": v for k, v in rows(store).items()})
     if with_results:
         arrays.update(results_state(engine, meta))
     return meta, arrays

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import mmap
 import time
 import zlib
 from collections.abc import Mapping
@@ -178,8 +179,11 @@ class KafkaStateStore:
 
     # -- write ---------------------------------------------------------------------------
 
-    def store(self, partition: int, blob: bytes, owner: tuple[int, int] | None = None) -> int:
-        """Write ``blob`` as the next generation of ``partition``; returns that generation.
+    def store(
+        self, partition: int, blob: bytes | mmap.mmap, owner: tuple[int, int] | None = None
+    ) -> int:
+        """Write ``blob`` (bytes, or a file's memory map) as the next generation of
+        ``partition``; returns that generation.
         ``owner``: the (fence, group generation) the blob was taken under, when the
         store's own may have changed since (a hand-over written in the background).
 
@@ -190,21 +194,21 @@ class KafkaStateStore:
         if partition in self._complete and generation % 2 == self._complete[partition] % 2:
             generation += 1  # never overwrite the slot of the newest complete generation
         slot = generation % 2
-        chunks = [
-            blob[i : i + self.chunk_bytes] for i in range(0, len(blob), self.chunk_bytes)
-        ] or [b""]
-        n, crc = len(chunks), zlib.crc32(blob)
+        size = len(blob)
+        starts = range(0, size, self.chunk_bytes) if size else range(1)
+        n, crc = len(starts), zlib.crc32(blob)
         producer = self._producer_()
         sp = self._state_partition(partition)
         owner = owner or self.owner(partition)
         fence, ggen = owner
         futures = []
-        for i, chunk in enumerate(chunks):
+        for i, at in enumerate(starts):
+            chunk = bytes(blob[at : at + self.chunk_bytes])  # one at a time: no second copy
             headers = [
                 ("generation", str(generation).encode()),
                 ("chunk", f"{i}/{n}".encode()),
                 ("crc", str(crc).encode()),
-                ("size", str(len(blob)).encode()),
+                ("size", str(size).encode()),
             ]
             if fence:
                 headers += [
