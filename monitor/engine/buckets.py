@@ -242,17 +242,33 @@ def _save_old(undo: dict[int, np.ndarray], col: np.ndarray, rows: np.ndarray) ->
             undo[r] = col[r].copy()
 
 
-def _scatter(x: np.ndarray, at: np.ndarray, vals: np.ndarray, weight: np.ndarray) -> None:
-    """``x[at[i]] += weight[i] * vals[i]`` (weights 0/±1 or bool), as one sparse product
-    onto the rows of ``x`` it touches only: a product onto all of them made a dense
-    temporary as large as ``x`` (every group × every column) for a handful of rows."""
-    w = np.asarray(weight, np.float64)
-    keep = np.flatnonzero(w)
+def _scatter_many(
+    xs: Sequence[np.ndarray], at: np.ndarray, vals: np.ndarray, weights: Sequence[np.ndarray]
+) -> None:
+    """``xs[w][at[i]] += weights[w][i] * vals[i]`` for every window ``w`` (arrays of the
+    same rows; weights 0/±1 or bool), as one sparse product onto the (window, row) pairs
+    it touches only. Why: a product onto every row made a dense temporary as large as
+    ``x`` (every group × every column) for a handful of rows, and a product per window
+    and per kind of row paid a sparse matrix's fixed cost (~60 µs) a dozen times per
+    store and tick for a few rows each."""
+    if not xs or at.shape[0] == 0:
+        return
+    size = xs[0].shape[0]
+    w = np.asarray(weights, np.float64)  # (windows, rows)
+    win, keep = np.nonzero(w)
     if keep.shape[0] == 0:
         return
-    targets, pos = np.unique(at[keep], return_inverse=True)
-    selector = csr_matrix((w[keep], (pos, keep)), shape=(targets.shape[0], vals.shape[0]))
-    x[targets] += selector @ vals
+    # (window, row) as one key; a negative row counts from the end, as numpy's indexing
+    targets, pos = np.unique(win * size + at[keep] % size, return_inverse=True)
+    selector = csr_matrix((w[win, keep], (pos, keep)), shape=(targets.shape[0], vals.shape[0]))
+    added = selector @ vals
+    owner, row = np.divmod(targets, size)
+    ends = np.searchsorted(owner, np.arange(1, len(xs) + 1)).tolist()
+    start = 0
+    for x, end in zip(xs, ends, strict=True):
+        if end > start:
+            x[row[start:end]] += added[start:end]
+        start = end
 
 
 class SumPlan:
@@ -840,30 +856,44 @@ class BucketStore:
             if plan.prior
             else np.zeros((0, col.shape[1]))
         )
-        now = as_of_begin(changed)
         fresh = np.arange(run.n, n0)
-        fresh_vals = as_of_begin(fresh)
         untouched = np.ones(run.n, bool)
         untouched[changed] = False
-        old_b = bucket[: run.n]
+        old_b, b_changed, b_fresh = bucket[: run.n], bucket[changed], bucket[fresh]
+        # rows that entered or left some window (not changed since): their value once
+        flips = []
+        for (lo, hi), (plo, phi) in zip(plan.bounds, run.bounds, strict=True):
+            if (lo, hi) != (plo, phi):
+                flips.append(((old_b >= lo) & (old_b <= hi)) != ((old_b >= plo) & (old_b <= phi)))
+            else:
+                flips.append(None)
+        some = [f for f in flips if f is not None]
+        moved = np.flatnonzero(np.logical_or.reduce(some) & untouched) if some else fresh[:0]
+        b_moved = old_b[moved]
+        weights = []
+        for (lo, hi), (plo, phi), flip in zip(plan.bounds, run.bounds, flips, strict=True):
+            if flip is None:
+                sign = np.zeros(moved.shape[0])
+            else:  # entered: +1, left: -1, neither: 0
+                sign = np.where((b_moved >= lo) & (b_moved <= hi), 1.0, -1.0) * flip[moved]
+            weights.append(
+                np.concatenate(
+                    [
+                        -((b_changed >= plo) & (b_changed <= phi)).astype(np.float64),
+                        (b_changed >= lo) & (b_changed <= hi),
+                        sign,
+                        (b_fresh >= lo) & (b_fresh <= hi),
+                    ]
+                )
+            )
+        rows = np.concatenate([changed, changed, moved, fresh])
+        vals = np.concatenate([before, as_of_begin(np.concatenate([changed, moved, fresh]))])
         sums = []
-        for (lo, hi), (plo, phi), last in zip(plan.bounds, run.bounds, run.sums, strict=True):
+        for last in run.sums:
             x = np.zeros((size, col.shape[1]))
             x[: last.shape[0]] = last
-            b = bucket[changed]
-            _scatter(
-                x, index[group[changed]], before, -((b >= plo) & (b <= phi)).astype(np.float64)
-            )
-            _scatter(x, index[group[changed]], now, (b >= lo) & (b <= hi))
-            if (lo, hi) != (plo, phi):  # rows that entered or left the window
-                inside, was = (old_b >= lo) & (old_b <= hi), (old_b >= plo) & (old_b <= phi)
-                moved = np.flatnonzero((inside != was) & untouched)
-                if moved.shape[0]:
-                    sign = np.where(inside[moved], 1.0, -1.0)
-                    _scatter(x, index[group[moved]], as_of_begin(moved), sign)
-            b = bucket[fresh]
-            _scatter(x, index[group[fresh]], fresh_vals, (b >= lo) & (b <= hi))
             sums.append(x)
+        _scatter_many(sums, index[group[rows]], vals, weights)
         plan.sums = sums
 
     def sum_chunk(self, plan: SumPlan, index: np.ndarray, size: int) -> bool:
@@ -912,8 +942,9 @@ class BucketStore:
         so the caller need not hold the writer's lock (one thread per plan)."""
         pending, plan.pending = plan.pending, []
         for at, bucket, values in pending:
-            for x, (lo, hi) in zip(plan.sums or (), plan.bounds, strict=False):
-                _scatter(x, at, values, (bucket >= lo) & (bucket <= hi))
+            if plan.sums:
+                inside = [(bucket >= lo) & (bucket <= hi) for lo, hi in plan.bounds]
+                _scatter_many(plan.sums, at, values, inside[: len(plan.sums)])
 
     def finish_sums(
         self, plan: SumPlan, index: np.ndarray, size: int, defer: bool = False

@@ -112,12 +112,16 @@ def _cell_type(dtype: np.dtype[Any]) -> np.dtype[Any]:
 
 def _cells(rows: np.ndarray) -> tuple[bytes, list[int], list[int]]:
     """The non-zero cells of a 2-D array's rows as (column, bits) records, and where
-    each row's records start and end in them (byte offsets)."""
+    each row's records start and end in them (byte offsets). Found as the flat positions
+    of a boolean mask: numpy's nonzero of a boolean array is several times faster than
+    of the values themselves, and the one-dimensional form than the two-dimensional."""
     kind = _cell_type(rows.dtype)
     bits = rows.view(kind["bits"]) if kind["bits"] != rows.dtype else rows
-    r, c = np.nonzero(bits)
-    cells = np.empty(r.shape[0], kind)
-    cells["column"], cells["bits"] = c, bits[r, c]
+    flat = bits.reshape(-1)
+    at = np.flatnonzero(flat != 0)
+    r, c = np.divmod(at, max(1, rows.shape[1]))
+    cells = np.empty(at.shape[0], kind)
+    cells["column"], cells["bits"] = c, flat[at]
     ends = np.cumsum(np.bincount(r, minlength=rows.shape[0])) * kind.itemsize
     starts = np.concatenate([[0], ends[:-1]]) if ends.shape[0] else ends
     return cells.tobytes(), starts.tolist(), ends.tolist()

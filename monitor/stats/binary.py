@@ -207,32 +207,70 @@ class BinaryLayout:
         ]
         drawn = [i for i, r in enumerate(reasons) if n[i] > 0 and not r] if posterior else []
         bounds = _posterior_bounds(c[drawn], all_betas, confidence, posterior) if drawn else {}
-        slot = {row: j for j, row in enumerate(drawn)}
-        beta_of = {fbeta_name(b): b for b in all_betas}
         exact = rare & ~gate  # an interval withheld keeps the default label
-        out: list[list[MetricValue]] = []
-        for i, ((tn_i, fp_i, fn_i, tp_i), ratio_row) in enumerate(
-            zip(
-                c.tolist(), _ratio_rows(ratios, value, lo, hi, d, exact, gate, reasons), strict=True
+        ratio_rows = _ratio_rows(ratios, value, lo, hi, d, exact, gate, reasons)
+        if not posterior:
+            return [list(row) for row in ratio_rows]
+        point = {fbeta_name(b): _fbeta_values(tp, fp, fn, b) for b in all_betas}
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tpr, tnr = np.where(pos > 0, tp / pos, NAN), np.where(neg > 0, tn / neg, NAN)
+            point["balanced_accuracy"] = (tpr + tnr) / 2
+            hmean = np.where(tpr + tnr > 0, 2 * tpr * tnr / (tpr + tnr), 0.0)
+        point["hmean_class_accuracy"] = np.where((pos > 0) & (neg > 0), hmean, NAN)
+        point["mcc"], point["cohen_kappa"] = mcc_v, kappa_v
+        n_all = np.rint(tn + fp + fn + tp).astype(np.int64).tolist()
+        n_fbeta = np.rint(tp + fp + fn).astype(np.int64).tolist()
+        at = np.asarray(drawn, np.intp)
+        columns = [
+            _posterior_column(
+                name,
+                point[name],
+                bounds.get(name),
+                at,
+                n_all if name in _CLASS_NAMES else n_fbeta,
+                reasons,
             )
-        ):
-            reason, at = reasons[i], slot.get(i, -1)
-            row = list(ratio_row)
-            n_i = round(tn_i + fp_i + fn_i + tp_i)
-            for name in posterior:
-                beta = beta_of.get(name)
-                if beta is not None:
-                    v, n_m = _fbeta_value(tp_i, fp_i, fn_i, beta), round(tp_i + fp_i + fn_i)
-                elif name == "balanced_accuracy":
-                    v, n_m = _balanced_value(tp_i, fp_i, fn_i, tn_i), n_i
-                elif name == "hmean_class_accuracy":
-                    v, n_m = _hmean_value(tp_i, fp_i, fn_i, tn_i), n_i
-                else:
-                    v, n_m = float((mcc_v if name == "mcc" else kappa_v)[i]), n_i
-                b = (bounds[name][0][at], bounds[name][1][at]) if at >= 0 else None
-                row.append(_posterior_result(name, v, b, n_m, reason))
-            out.append(row)
-        return out
+            for name in posterior
+        ]
+        return [[*r, *q] for r, q in zip(ratio_rows, zip(*columns, strict=True), strict=True)]
+
+
+def _fbeta_values(tp: np.ndarray, fp: np.ndarray, fn: np.ndarray, beta: float) -> np.ndarray:
+    """:func:`_fbeta_value` of each row (the same operations, so the same floats)."""
+    b2 = beta * beta
+    d = (1 + b2) * tp + b2 * fn + fp
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(d > 0, (1 + b2) * tp / d, NAN)
+
+
+def _posterior_column(
+    name: str,
+    value: np.ndarray,
+    bounds: tuple[list[float], list[float]] | None,
+    drawn: np.ndarray,
+    n: list[int],
+    reasons: list[str],
+) -> Iterator[MetricValue]:
+    """:func:`_posterior_result` of every row of one posterior metric, built over all
+    rows by ``map`` (in C): ``bounds``, the drawn rows' (``drawn``) equal-tailed bounds.
+    A row not drawn had no data or a reason to withhold its interval."""
+    rows = value.shape[0]
+    lo, hi = np.full(rows, NAN), np.full(rows, NAN)
+    if bounds is not None and drawn.shape[0]:
+        lo[drawn], hi[drawn] = bounds
+    finite = np.isfinite(value)
+    # min(lo, value) and max(hi, value) as Python's min and max pick (the first on a tie)
+    lows = np.where(finite & (value < lo), value, lo).tolist()
+    highs = np.where(finite & (value > hi), value, hi).tolist()
+    notes = [""] * rows
+    undrawn = np.ones(rows, bool)
+    undrawn[drawn] = False
+    for i in np.flatnonzero(finite & undrawn).tolist():
+        notes[i] = reasons[i] or "no data"
+    for i in np.flatnonzero(~finite).tolist():
+        lows[i] = highs[i] = NAN
+    fields = (value.tolist(), lows, highs, n, ["jeffreys"] * rows, notes)
+    return map(_new_value, zip(repeat(name, rows), *fields, strict=False))
 
 
 def _ratio_rows(

@@ -658,15 +658,41 @@ def test_window_sums_are_added_with_the_lock_released(monkeypatch) -> None:  # t
 
     lock = Flagged()
     held_while_summing: list[bool] = []
-    scatter = buckets._scatter
+    scatter = buckets._scatter_many
 
     def watched(*args, **kwargs):  # type: ignore[no-untyped-def]
         held_while_summing.append(lock.held > 0)
         return scatter(*args, **kwargs)
 
-    monkeypatch.setattr(buckets, "_scatter", watched)
+    monkeypatch.setattr(buckets, "_scatter_many", watched)
     engine = _engine()
     country, y, score = _data(3_000, seed=4)
     _feed(engine, country, y, score)
     engine.snapshot(NOW, lock=lock, retain=False)  # type: ignore[arg-type]
     assert held_while_summing and not any(held_while_summing)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    windows=st.integers(1, 4),
+    rows=st.integers(0, 40),
+    size=st.integers(1, 12),
+)
+def test_scatter_many_adds_each_windows_weighted_rows(
+    seed: int, windows: int, rows: int, size: int
+) -> None:
+    """One sparse product onto every window equals each window's weighted rows added one
+    at a time (``np.add.at``: repeated targets accumulate), negative targets counting
+    from the end as numpy's indexing does, and weights of 0 leaving a window alone."""
+    rng = np.random.default_rng(seed)
+    xs = [rng.normal(size=(size, 3)) for _ in range(windows)]
+    expected = [x.copy() for x in xs]
+    at = rng.integers(-size, size, rows)
+    vals = rng.normal(size=(rows, 3))
+    weights = [rng.choice([-1.0, 0.0, 0.0, 1.0], rows) for _ in range(windows)]
+    weights[0] = weights[0] != 0  # a boolean mask is a weight too
+    buckets._scatter_many(xs, at, vals, weights)
+    for x, want, w in zip(xs, expected, weights, strict=True):
+        np.add.at(want, at, np.asarray(w, np.float64)[:, np.newaxis] * vals)
+        np.testing.assert_allclose(x, want, rtol=1e-12, atol=1e-12)
