@@ -211,12 +211,9 @@ class BinaryLayout:
         ratio_rows = _ratio_rows(ratios, value, lo, hi, d, exact, gate, reasons)
         if not posterior:
             return [list(row) for row in ratio_rows]
-        point = {fbeta_name(b): _fbeta_values(tp, fp, fn, b) for b in all_betas}
-        with np.errstate(divide="ignore", invalid="ignore"):
-            tpr, tnr = np.where(pos > 0, tp / pos, NAN), np.where(neg > 0, tn / neg, NAN)
-            point["balanced_accuracy"] = (tpr + tnr) / 2
-            hmean = np.where(tpr + tnr > 0, 2 * tpr * tnr / (tpr + tnr), 0.0)
-        point["hmean_class_accuracy"] = np.where((pos > 0) & (neg > 0), hmean, NAN)
+        point = {fbeta_name(b): _fbeta_value(tp, fp, fn, b) for b in all_betas}
+        point["balanced_accuracy"] = _balanced_value(tp, fp, fn, tn)
+        point["hmean_class_accuracy"] = _hmean_value(tp, fp, fn, tn)
         point["mcc"], point["cohen_kappa"] = mcc_v, kappa_v
         n_all = np.rint(tn + fp + fn + tp).astype(np.int64).tolist()
         n_fbeta = np.rint(tp + fp + fn).astype(np.int64).tolist()
@@ -233,14 +230,6 @@ class BinaryLayout:
             for name in posterior
         ]
         return [[*r, *q] for r, q in zip(ratio_rows, zip(*columns, strict=True), strict=True)]
-
-
-def _fbeta_values(tp: np.ndarray, fp: np.ndarray, fn: np.ndarray, beta: float) -> np.ndarray:
-    """:func:`_fbeta_value` of each row (the same operations, so the same floats)."""
-    b2 = beta * beta
-    d = (1 + b2) * tp + b2 * fn + fp
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(d > 0, (1 + b2) * tp / d, NAN)
 
 
 def _posterior_column(
@@ -566,7 +555,7 @@ def fbeta(
     """
     n = round(tp + fp + fn)
     name = fbeta_name(beta)
-    value = _fbeta_value(tp, fp, fn, beta)
+    value = float(_fbeta_value(tp, fp, fn, beta))
     negatives = math.inf if tn is None else tn + fp
     reason = class_count_reason(tp + fn, negatives)
     samples = None
@@ -577,10 +566,17 @@ def fbeta(
     return _posterior_value(name, value, samples, n, confidence, reason)
 
 
-def _fbeta_value(tp: float, fp: float, fn: float, beta: float) -> float:
+_Counts = float | np.ndarray
+
+
+def _fbeta_value(tp: _Counts, fp: _Counts, fn: _Counts, beta: float) -> np.ndarray:
+    """F-beta's plug-in value, elementwise (NaN with no TP, FP or FN): one definition for
+    a single metric and for a catalog's rows."""
+    tp, fp, fn = (np.asarray(x, np.float64) for x in (tp, fp, fn))
     b2 = beta * beta
     d = (1 + b2) * tp + b2 * fn + fp
-    return (1 + b2) * tp / d if d > 0 else NAN
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(d > 0, (1 + b2) * tp / d, NAN)
 
 
 def _fbeta_of(draws: np.ndarray | _Cells, beta: float) -> np.ndarray:
@@ -604,14 +600,23 @@ def balanced_accuracy(
     Jeffreys binomial intervals, combined by sampling instead of a Wald sum.
     """
     n = round(tp + fp + fn + tn)
-    value = _balanced_value(tp, fp, fn, tn)
+    value = float(_balanced_value(tp, fp, fn, tn))
     samples = _balanced_of(draws) if draws is not None else None
     return _posterior_value("balanced_accuracy", value, samples, n, confidence, reason)
 
 
-def _balanced_value(tp: float, fp: float, fn: float, tn: float) -> float:
+def _class_rates(tp: _Counts, fp: _Counts, fn: _Counts, tn: _Counts) -> tuple[Any, Any]:
+    """(TPR, TNR), elementwise; NaN where a class has no rows."""
+    tp, fp, fn, tn = (np.asarray(x, np.float64) for x in (tp, fp, fn, tn))
     pos, neg = tp + fn, tn + fp
-    return (tp / pos + tn / neg) / 2 if pos > 0 and neg > 0 else NAN
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(pos > 0, tp / pos, NAN), np.where(neg > 0, tn / neg, NAN)
+
+
+def _balanced_value(tp: _Counts, fp: _Counts, fn: _Counts, tn: _Counts) -> np.ndarray:
+    """Balanced accuracy's plug-in value, elementwise (NaN without both classes)."""
+    tpr, tnr = _class_rates(tp, fp, fn, tn)
+    return (tpr + tnr) / 2
 
 
 def _balanced_of(draws: np.ndarray | _Cells) -> np.ndarray:
@@ -634,17 +639,18 @@ def hmean_class_accuracy(
     accuracy does.
     """
     n = round(tp + fp + fn + tn)
-    value = _hmean_value(tp, fp, fn, tn)
+    value = float(_hmean_value(tp, fp, fn, tn))
     samples = _hmean_of(draws) if draws is not None else None
     return _posterior_value("hmean_class_accuracy", value, samples, n, confidence, reason)
 
 
-def _hmean_value(tp: float, fp: float, fn: float, tn: float) -> float:
-    pos, neg = tp + fn, tn + fp
-    if pos <= 0 or neg <= 0:
-        return NAN
-    tpr, tnr = tp / pos, tn / neg
-    return 2 * tpr * tnr / (tpr + tnr) if tpr + tnr > 0 else 0.0
+def _hmean_value(tp: _Counts, fp: _Counts, fn: _Counts, tn: _Counts) -> np.ndarray:
+    """The class accuracies' harmonic mean, elementwise (NaN without both classes, 0
+    when both are 0)."""
+    tpr, tnr = _class_rates(tp, fp, fn, tn)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        hmean = np.where(tpr + tnr > 0, 2 * tpr * tnr / (tpr + tnr), 0.0)
+    return np.where(np.isnan(tpr) | np.isnan(tnr), NAN, hmean)
 
 
 def _hmean_of(draws: np.ndarray | _Cells) -> np.ndarray:
