@@ -32,8 +32,10 @@ from __future__ import annotations
 
 import json
 import logging
+import mmap
 import os
 import queue
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -61,7 +63,9 @@ from ..ingest.kafka import KafkaPythonSource, consumer_config, record_origin
 from ..ingest.layout import LayoutError, metadata_config
 from ..ingest.pipeline import RawBatch, offset_key
 from ..ingest.topic_watch import TopicWatch
+from ..state.blob import pack_into
 from ..state.kafka_store import KafkaStateStore, StoredState
+from ..state.lock import private_dir
 from ..state.positions import Resume
 from ..wiring import build_assembler, build_pipeline
 from .global_view import GlobalView
@@ -71,7 +75,6 @@ from .merge import (
     encode,
     merge,
     merge_ops,
-    pack,
     partition_stats,
     store_layout,
     unpack,
@@ -128,7 +131,7 @@ class GroupOwner:
         self.retained: dict[int, Partition] = {}
         # hand-overs stored in the background: a revocation listener that stores blocks
         # the client's event loop and with it the heartbeats
-        self._handovers: queue.Queue[tuple[Partition, bytes, tuple[int, int]] | None] = (
+        self._handovers: queue.Queue[tuple[Partition, mmap.mmap, tuple[int, int]] | None] = (
             queue.Queue()
         )
         self.paused: set[int] = set()  # assigned, state not restored yet
@@ -162,27 +165,33 @@ class GroupOwner:
         self.d.registry.register(_ScaleCollector(self))
 
     # -- state per partition --------------------------------------------------------------
-    def _blob(self, part: Partition) -> tuple[bytes, dict[str, int]]:
-        """p's state and the offsets it covers, taken together under the engine lock."""
+    def _blob(self, part: Partition) -> tuple[mmap.mmap, dict[str, int]]:
+        """p's state and the offsets it covers, taken together under the engine lock, as
+        a read-only map of a temporary file in the state dir (the caller closes it).
+
+        Written from the stores' own arrays under the lock, not from a copy: a copy and
+        then its packed bytes held about three times the partition's state in memory at
+        every store and hand-over. The consumer thread (the only writer) takes it, so
+        ingestion waits no longer than for a copy; the evaluation waits for the write."""
         current = self._source.topic_ids() if self._source is not None else {}
-        with self.d.lock:
-            meta, arrays = state_codec.encode(part.engine, with_results=False)
-            offsets = dict(part.offsets)
-            part.topic_ids.update(current)  # a recreated topic was restarted in the new log
-            topic_ids = dict(part.topic_ids)
-        arrays.update(state_codec.results_state(part.engine, meta))  # lock released
-        blob = pack(
-            {
-                "format": STATE_FORMAT,
-                "partition": part.number,
-                "source": self.d.source_identity(),
-                "offsets": offsets,
-                "topic_ids": topic_ids,
-                "engine": meta,
-            },
-            arrays,
-        )
-        return blob, offsets
+        with tempfile.TemporaryFile(dir=private_dir(self.d.settings.state.dir)) as fh:
+            with self.d.lock:
+                meta, arrays = state_codec.encode(part.engine, with_results=False, copy=False)
+                offsets = dict(part.offsets)
+                part.topic_ids.update(current)  # a recreated topic was restarted in the new log
+                header = {
+                    "format": STATE_FORMAT,
+                    "partition": part.number,
+                    "source": self.d.source_identity(),
+                    "offsets": offsets,
+                    "topic_ids": dict(part.topic_ids),
+                    "engine": meta,
+                }
+                arrays.update(state_codec.results_state(part.engine, meta))
+                pack_into(fh, header, arrays)
+                del arrays
+            fh.flush()
+            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ), offsets
 
     @property
     def exporter(self) -> bool:
@@ -204,7 +213,8 @@ class GroupOwner:
             return False
         try:
             blob, offsets = self._blob(part)
-            self.state_store.store(part.number, blob)
+            with blob:
+                self.state_store.store(part.number, blob)
         except Exception as err:
             st = self.d._published.status
             log.error("storing the state of partition %d failed: %s", part.number, err)
@@ -323,6 +333,7 @@ class GroupOwner:
                 self.d._set_status(checkpoint_failures=st.checkpoint_failures + 1,
                                  last_checkpoint_error=repr(err))  # fmt: skip
             finally:
+                blob.close()
                 self._handovers.task_done()
 
     def on_lost(self, numbers: set[int]) -> None:

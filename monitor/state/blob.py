@@ -28,7 +28,7 @@ import re
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -39,6 +39,7 @@ __all__ = [
     "BlobError",
     "npz_payload",
     "pack",
+    "pack_into",
     "read_blob",
 ]
 
@@ -70,8 +71,14 @@ def npz_payload(meta: Any, arrays: Mapping[str, np.ndarray]) -> dict[str, np.nda
 def pack(meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> bytes:
     """JSON metadata and plain arrays as one blob (``read_blob`` reads it back)."""
     buf = io.BytesIO()
-    np.savez(buf, **npz_payload(meta, arrays))
+    pack_into(buf, meta, arrays)
     return buf.getvalue()
+
+
+def pack_into(fh: BinaryIO, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+    """:func:`pack` written to an open file: the arrays go out as they are, with no blob
+    of them all held in memory."""
+    np.savez(fh, **npz_payload(meta, arrays))
 
 
 def read_blob(source: Path | bytes, max_bytes: int) -> tuple[Any, dict[str, np.ndarray]]:

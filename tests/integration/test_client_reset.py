@@ -126,7 +126,8 @@ def test_partitioned_client_reset_moves_the_partition_offset_back(
     assert isinstance(owner, GroupOwner)
     owner.state_store.ensure_topic(partitions=1)
     old, _ = owner._blob(Partition(0, daemon._new_engine(), {"predictions:0": 500}))
-    owner.state_store.store(0, old)  # the old log's state of partition 0
+    with old:
+        owner.state_store.store(0, old)  # the old log's state of partition 0
     sink = FileDeadLetter(tmp_path / "dl.jsonl")
     template = build_pipeline(settings, daemon._new_engine(), sink, lock=daemon.lock)
     owner._ingest = PartitionedIngest(template, sink, daemon.clock.now_ms, daemon.lock)

@@ -20,15 +20,24 @@ import numpy as np
 from monitor.app import Daemon
 from monitor.config import settings_from_mapping
 from monitor.engine import state_codec
+from monitor.engine.core import Engine
+from monitor.engine.partition import Partition
 from monitor.engine.records import LabelBatch, PredictionBatch
+from monitor.scale.partitioned import GroupOwner
+from monitor.state.kafka_store import StoredState
 
 MINUTE_MS = 60_000
 
 
-def _daemon(state_dir: Path) -> Daemon:
+def _daemon(state_dir: Path, partitioned: bool = False) -> Daemon:
+    scale = {
+        "kafka": {"bootstrap_servers": "127.0.0.1:9"},  # nothing listens: never connected
+        "scale": {"mode": "partitioned"},
+    }
     return Daemon(
         settings_from_mapping(
             {
+                **(scale if partitioned else {}),
                 "state": {"dir": str(state_dir)},
                 "models": [
                     {
@@ -39,11 +48,12 @@ def _daemon(state_dir: Path) -> Daemon:
                     }
                 ],
             }
-        )
+        ),
+        owner=GroupOwner if partitioned else None,
     )
 
 
-def _feed(daemon: Daemon, minutes: int, per_minute: int) -> None:
+def _feed(daemon: Daemon, minutes: int, per_minute: int, engine: Engine | None = None) -> None:
     """``per_minute`` events a minute, each minute's events over 100 shops: a sliced score
     histogram row per (shop, minute)."""
     rng = np.random.default_rng(3)
@@ -60,18 +70,27 @@ def _feed(daemon: Daemon, minutes: int, per_minute: int) -> None:
         )  # fmt: skip
         labels = LabelBatch(keys=keys, ts_ms=ts + 1, label=["1", "0"] * (n // 2))
         with daemon.lock:
-            daemon.engine.apply_predictions(preds)
-            daemon.engine.apply_labels(labels)
+            (engine or daemon.engine).apply_predictions(preds)
+            (engine or daemon.engine).apply_labels(labels)
 
 
-def _store_bytes(daemon: Daemon) -> int:
-    return sum(a.nbytes for st in daemon.engine.named_stores().values() for a in st.view().values())
+def _store_bytes(engine: Engine) -> int:
+    return sum(a.nbytes for st in engine.named_stores().values() for a in st.view().values())
+
+
+def _same_state(engine: Engine, other: Engine) -> None:
+    for name, st in engine.named_stores().items():
+        mine, theirs = st.view(), other.named_stores()[name].view()
+        assert mine.keys() == theirs.keys(), name
+        for col, arr in mine.items():
+            np.testing.assert_array_equal(arr, theirs[col], err_msg=f"{name}.{col}")
+    assert other.join.pending == engine.join.pending
 
 
 def test_checkpoint_writes_the_stores_without_a_copy(tmp_path: Path) -> None:
     daemon = _daemon(tmp_path / "a")
     _feed(daemon, minutes=150, per_minute=200)
-    stores = _store_bytes(daemon)
+    stores = _store_bytes(daemon.engine)
     assert stores > 48 << 20, stores  # enough to tell a copy from the write's buffers
 
     with daemon.lock:  # the arrays handed to the writer are the stores' own
@@ -96,9 +115,34 @@ def test_checkpoint_writes_the_stores_without_a_copy(tmp_path: Path) -> None:
 
     again = _daemon(tmp_path / "a")
     again.restore_checkpoint()
-    for name, st in daemon.engine.named_stores().items():
-        mine, theirs = st.view(), again.engine.named_stores()[name].view()
-        assert mine.keys() == theirs.keys(), name
-        for col, arr in mine.items():
-            np.testing.assert_array_equal(arr, theirs[col], err_msg=f"{name}.{col}")
-    assert again.engine.join.pending == daemon.engine.join.pending
+    _same_state(daemon.engine, again.engine)
+
+
+def test_a_partitions_state_is_stored_without_a_copy(tmp_path: Path) -> None:
+    """Partitioned mode: a partition's state for the state topic (every checkpoint
+    interval and at each hand-over) is packed from the stores into a file under the
+    lock; a copy and then the packed bytes held about three times the state."""
+    daemon = _daemon(tmp_path / "p", partitioned=True)
+    owner = daemon.owner
+    assert isinstance(owner, GroupOwner)
+    part = Partition(0, daemon._new_engine(), {"predictions:0": 1234})
+    _feed(daemon, minutes=150, per_minute=200, engine=part.engine)
+    stores = _store_bytes(part.engine)
+    assert stores > 48 << 20, stores
+
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        blob, offsets = owner._blob(part)
+        grew = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    with blob:
+        assert grew < stores / 2, (grew, stores)
+        assert offsets == {"predictions:0": 1234}
+        assert len(blob) > stores / 2  # the state itself, in the file, not in memory
+        restored = owner._restore_one(0, StoredState(1, bytes(blob)), generation=1)
+    assert restored.offsets == offsets
+    _same_state(part.engine, restored.engine)
+    assert not list((tmp_path / "p").glob("tmp*"))  # the temporary file is gone
