@@ -128,3 +128,15 @@ def test_lookup_of_keys_in_any_order(first: list[int], second: list[int], probe:
     for key, row in zip(probe, alone, strict=True):
         assert (row >= 0) == (key in set(first) | set(second))
         assert row < 0 or t.col("v")[row] == key
+
+
+def test_delete_counts_each_live_row_once() -> None:
+    """Rows given twice, or deleted before, leave the live count right."""
+    t = KeyedTable({"v": np.int64})
+    keys = np.arange(10, dtype=np.uint64)
+    rows = t.insert(keys, {"v": keys.astype(np.int64)})
+    t.delete(rows[[1, 1, 2]])
+    assert len(t) == 8
+    t.delete(rows[[2, 3, 3, 1]])
+    assert len(t) == 7
+    assert t.lookup(keys[[1, 2, 3, 4]]).tolist() == [-1, -1, -1, rows[4]]
