@@ -260,3 +260,25 @@ def test_calibration_test_rejects_certainty_contradicted_without_a_float_warning
     assert p[0] == 0.0
     assert p[1] > 0.99  # outcomes exactly as predicted: χ² = 0
     assert n.tolist() == [20.0, 20.0]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.floats(0.0, 1.0) | st.floats(allow_nan=True), min_size=1, max_size=60),
+    st.sampled_from([(2048, 16.0), (64, 8.0), (3, 5.0)]),
+    st.integers(1, 20),
+)
+def test_bins_are_the_binary_searchs(xs: list[float], layout: tuple[int, float], mc: int) -> None:
+    """The fine bin guessed from the logit, and the calibration bin from the score, are
+    what searching the edges gives — at the edges and a float away from them too."""
+    lay = ScoreLayout(bins=layout[0], logit_range=layout[1], calibration_bins=mc)
+    edges = lay.interior_edges()
+    pick = np.arange(0, edges.shape[0], max(1, edges.shape[0] // 7))
+    near = edges[pick]
+    x = np.concatenate([xs, near, np.nextafter(near, 0.0), np.nextafter(near, 1.0)])
+    assert np.array_equal(lay.bin_of(x), np.searchsorted(edges, x, side="right"))
+    y = np.zeros(x.shape[0])
+    cal = np.linspace(0.0, 1.0, mc + 1)[1:-1]
+    cols, _ = lay.cells(y, x)
+    p = np.clip(x, 0.0, 1.0)
+    assert np.array_equal(cols[2] - 3 * lay.bins, np.searchsorted(cal, p, side="left"))
