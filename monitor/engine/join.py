@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .table import KeyedTable
+from .table import KeyedTable, stable_order
 
 __all__ = ["NO_TS", "NUMERIC", "RANKED", "JoinBuffer", "JoinReject", "Joined", "Unseen"]
 
@@ -153,7 +153,7 @@ class JoinBuffer:
         is a duplicate. Also the rows already held under their ids (other identities:
         the siblings ``join_new`` may take a label from)."""
         if identity.shape[0] and identity.min() == identity.max():
-            order = np.argsort(keys, kind="stable")  # one identity: the keys decide
+            order = stable_order(keys)  # one identity: the keys decide
             ks = keys[order]
             is_first = np.ones(order.shape[0], bool)
             is_first[1:] = ks[1:] != ks[:-1]
@@ -240,7 +240,7 @@ class JoinBuffer:
         second one, ... — applied round by round (each vectorized), the result equals
         applying the labels one by one in arrival order."""
         n = keys.shape[0]
-        order = np.argsort(keys, kind="stable")
+        order = stable_order(keys)
         sk = keys[order]
         starts = np.ones(n, bool)
         starts[1:] = sk[1:] != sk[:-1]

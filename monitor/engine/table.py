@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["KeyedTable"]
+__all__ = ["KeyedTable", "stable_order"]
 
 _MIN_TAIL = 8192
 
@@ -73,11 +73,20 @@ class KeyedTable:
         return int(sum(a.nbytes for a in arrays))
 
     def lookup(self, keys: np.ndarray) -> np.ndarray:
-        """Row of each key's live entry, or -1."""
+        """Row of each key's live entry, or -1. The keys are searched in sorted order
+        (a key's answer does not depend on the order): hashes searched at random miss the
+        cache at every step, about 4x slower on 20,000 keys into 150,000."""
         keys = np.asarray(keys, np.uint64)
         rows = np.full(keys.shape[0], -1, np.int64)
         if keys.shape[0] == 0 or self._n_live == 0:
             return rows
+        order = np.argsort(keys)
+        rows[order] = self._lookup_sorted(keys[order])
+        return rows
+
+    def _lookup_sorted(self, keys: np.ndarray) -> np.ndarray:
+        """``lookup`` of keys in ascending order."""
+        rows = np.full(keys.shape[0], -1, np.int64)
         main = self._keys[: self._n_sorted]
         if main.shape[0]:
             pos = np.searchsorted(main, keys)
@@ -94,19 +103,23 @@ class KeyedTable:
             rows[hit] = cand[hit]
         return rows
 
-    def lookup_all(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def lookup_all(
+        self, keys: np.ndarray, order: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Every live row of every key: ``(query index, row)`` pairs, grouped by query.
 
         Equal keys are contiguous in the sorted main segment and in the tail index, so
         each query is a ``searchsorted`` range (its end searched only for a key held more
         than once), expanded without a Python loop. Queries are searched in sorted order
-        (cache-friendly: about 2.5x faster on a million keys).
+        (cache-friendly: about 2.5x faster on a million keys). ``order``: the keys' sorting
+        permutation, when the caller has it.
         """
         keys = np.asarray(keys, np.uint64)
         empty = np.empty(0, np.int64)
         if keys.shape[0] == 0 or self._n_live == 0:
             return empty, empty
-        order = np.argsort(keys, kind="stable")
+        if order is None:
+            order = np.argsort(keys)  # (which of equal keys comes first does not matter)
         sk = keys[order]
         parts_q, parts_r = [], []
         main = self._keys[: self._n_sorted]
@@ -139,7 +152,7 @@ class KeyedTable:
         rows = np.concatenate(parts_r)
         live = self._alive[rows]
         q, rows = q[live], rows[live]
-        order = np.argsort(q, kind="stable")
+        order = stable_order(q)
         return q[order], rows[order]
 
     # -- writing -------------------------------------------------------------------
@@ -162,7 +175,7 @@ class KeyedTable:
             self._cols[name][rows] = np.asarray(values[name], dt)
         self._size += k
         self._n_live += k
-        order = np.argsort(keys, kind="stable")
+        order = stable_order(keys)
         sk = keys[order]
         at = np.searchsorted(self._tail_keys, sk, side="right")
         self._tail_keys = np.insert(self._tail_keys, at, sk)
@@ -175,9 +188,9 @@ class KeyedTable:
         rows = np.asarray(rows, np.int64)
         if rows.shape[0] == 0:
             return
-        live = self._alive[rows]
-        self._n_live -= int(np.unique(rows[live]).shape[0])
         self._alive[rows] = False
+        # the rows left alive, counted: cheaper than finding the distinct rows deleted
+        self._n_live = int(np.count_nonzero(self._alive[: self._size]))
         self.maybe_compact()
 
     def _reserve(self, need: int) -> None:
@@ -208,7 +221,10 @@ class KeyedTable:
         n = main.shape[0] + tail.shape[0]
         order = np.empty(n, np.int64)
         if tail.shape[0]:
-            at = np.searchsorted(self._keys[main], self._keys[tail], side="right")
+            # (the main segment's keys as they are when none of its rows was deleted)
+            whole = main.shape[0] == self._n_sorted
+            main_keys = self._keys[: self._n_sorted] if whole else self._keys[main]
+            at = np.searchsorted(main_keys, self._keys[tail], side="right")
             at += np.arange(tail.shape[0])
             from_main = np.ones(n, bool)
             from_main[at] = False
@@ -258,6 +274,18 @@ class KeyedTable:
         self._size = self._n_live = self._n_sorted = n
         self._tail_keys = np.empty(0, np.uint64)
         self._tail_rows = np.empty(0, np.int64)
+
+
+def stable_order(a: np.ndarray) -> np.ndarray:
+    """``np.argsort(a, kind="stable")`` of an integer array, the same permutation: when
+    no two values are equal every sort gives it, and numpy's default sort is about 5x
+    faster than its stable one on 64-bit integers (20,000 of them: 0.27 vs 1.4 ms); only
+    with ties is the stable sort run."""
+    order = np.argsort(a)
+    s = a[order]
+    if s.shape[0] > 1 and (s[1:] == s[:-1]).any():
+        return np.argsort(a, kind="stable")
+    return order
 
 
 def _grow(a: np.ndarray, cap: int, fill: object = None) -> np.ndarray:

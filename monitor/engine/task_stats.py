@@ -21,7 +21,7 @@ from ..metrics.protocol import RankingRows
 from ..stats.multiclass import MulticlassLayout
 from ..stats.ranking import RankingLayout
 from ..stats.regression import RegressionLayout
-from ..stats.scores import ScoreLayout
+from ..stats.scores import ScoreCells, ScoreLayout
 from .accumulator import LabeledRows, StateParts
 from .buckets import BucketStore
 from .join import JoinBuffer, Joined
@@ -56,7 +56,7 @@ class ScoreHistograms:
         model = rows.model[order]
         cuts = (np.flatnonzero(model[1:] != model[:-1]) + 1).tolist()
         y, score, ts = j.y_true[order], j.score[order], j.pred_ts[order]
-        cells: dict[ScoreLayout, tuple[np.ndarray, np.ndarray]] = {}
+        cells: dict[ScoreLayout, ScoreCells] = {}
         for lo, hi in zip([0, *cuts], [*cuts, order.shape[0]], strict=True):
             m = int(model[lo])
             fine, coarse = self.fine[m], self.coarse.get(m)
@@ -69,9 +69,8 @@ class ScoreHistograms:
                 store = stores[m]
                 if layout not in cells:
                     cells[layout] = layout.cells(y, score)
-                cols, weights = cells[layout]
                 at = store.rows_for(groups[order[lo:hi]], ts[lo:hi])  # before matrix(): may grow
-                layout.add_cells(store.matrix(SCORES.name), at, cols[:, lo:hi], weights[:, lo:hi])
+                layout.add_cells(store.matrix(SCORES.name), at, cells[layout].take(lo, hi))
 
     def state(self) -> StateParts:
         return {}, {}

@@ -32,7 +32,7 @@ import orjson
 
 from ..collector import collector_paused
 from ..engine.models import ModelSpec
-from ..engine.records import LabelBatch, PredictionBatch, hash_ids
+from ..engine.records import Coded, LabelBatch, PredictionBatch, hash_ids
 from ..stats.ranking import RankedList
 from .fields import FieldReject, finite_float
 from .ranking import (
@@ -1215,10 +1215,24 @@ def _concat_labels(batches: list[LabelBatch]) -> LabelBatch:
     return LabelBatch(
         np.concatenate([b.keys for b in batches]),
         np.concatenate([b.ts_ms for b in batches]),
-        list(chain.from_iterable(b.label for b in batches)),
+        _concat_texts([b.label for b in batches]),
         values,
         relevance,
     )
+
+
+def _concat_texts(columns: list[Sequence[str]]) -> Sequence[str]:
+    """Text columns one after the other; coded when every one is (their distinct texts
+    merged, first seen first), else a list."""
+    if not all(isinstance(c, Coded) for c in columns):
+        return list(chain.from_iterable(c[:] for c in columns))
+    index: dict[str, int] = {}
+    codes = []
+    for c in columns:
+        assert isinstance(c, Coded)
+        remap = np.array([index.setdefault(t, len(index)) for t in c.values], np.intp)
+        codes.append(remap[c.codes])
+    return Coded(list(index), np.concatenate(codes))
 
 
 def _merge(
@@ -1379,7 +1393,7 @@ class LabelDecoder:
 
     def _columns(
         self, objs: list[Any], now_ms: int
-    ) -> tuple[np.ndarray | None, list[Any], np.ndarray, list[str], np.ndarray] | None:
+    ) -> tuple[np.ndarray | None, list[Any], np.ndarray, Sequence[str], np.ndarray] | None:
         """(rows cleared by the column checks — None: all —, ids, times, canonical labels,
         label values) for a batch of flat, well-typed labels; None when none can be."""
         if any("." in p for p in self.paths):
@@ -1399,7 +1413,7 @@ class LabelDecoder:
 
     def _typed_columns(
         self, raws: Sequence[bytes | None], now_ms: int
-    ) -> tuple[np.ndarray | None, list[Any], np.ndarray, list[str], np.ndarray] | None:
+    ) -> tuple[np.ndarray | None, list[Any], np.ndarray, Sequence[str], np.ndarray] | None:
         """``_columns`` with msgspec parsing each label straight into (id, ts, label)
         typed rows (a label of another type than int or str takes the per-record path)."""
         assert self._typed is not None
@@ -1438,7 +1452,7 @@ class LabelDecoder:
         ts: np.ndarray,
         raw_labels: list[Any],
         now_ms: int,
-    ) -> tuple[np.ndarray | None, list[Any], np.ndarray, list[str], np.ndarray] | None:
+    ) -> tuple[np.ndarray | None, list[Any], np.ndarray, Sequence[str], np.ndarray] | None:
         """Range checks and canonical labels (per distinct label) on the columns (ids
         already checked: non-empty strings where ``ok``)."""
         n = len(ids)
@@ -1462,10 +1476,16 @@ class LabelDecoder:
             number = label_number(value) if kind is int else math.nan
             known = self.known_label(text, number) if self.known_label is not None else None
             texts[value] = (text, number) if known is None else None
+        labels: Sequence[str]
         if typed is None and None not in texts.values():  # every label known: C-level maps
-            text_of = {v: p[0] for v, p in texts.items() if p is not None}
+            # coded (a code per row, each text once): the engine codes labels, and a
+            # column of a few texts would make it hash every row's string again
+            distinct: dict[str, int] = {}
+            code_of = {v: distinct.setdefault(p[0], len(distinct)) for v, p in texts.items() if p}
             value_of = {v: p[1] for v, p in texts.items() if p is not None}
-            labels = list(map(text_of.__getitem__, raw_labels))
+            labels = Coded(
+                list(distinct), np.fromiter(map(code_of.__getitem__, raw_labels), np.intp, n)
+            )
             values = np.fromiter(map(value_of.__getitem__, raw_labels), np.float64, n)
         else:
             pairs = [texts.get(v) if type(v) is kind else None for v in raw_labels]

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..engine.port import EnginePort
-from ..engine.records import Rejection
+from ..engine.records import Coded, Rejection
 from ..ingest.deadletter import DeadLetterSink
 from ..ingest.pipeline import IngestPipeline, RawBatch
 
@@ -27,8 +27,9 @@ __all__ = ["PartitionedIngest", "take"]
 
 
 def take(batch: Any, rows: np.ndarray) -> Any:
-    """The rows ``rows`` of a decoded batch (a dataclass of per-row columns: arrays and
-    lists of the batch's length; other fields are carried as they are)."""
+    """The rows ``rows`` of a decoded batch (a dataclass of per-row columns: arrays,
+    lists and coded columns of the batch's length; other fields are carried as they
+    are)."""
     n = len(batch)
     if rows.shape[0] == n:
         return batch
@@ -38,6 +39,8 @@ def take(batch: Any, rows: np.ndarray) -> Any:
         v = getattr(batch, f.name)
         if isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == n:
             changes[f.name] = v[rows]
+        elif isinstance(v, Coded) and len(v) == n:
+            changes[f.name] = v.take(rows)
         elif isinstance(v, list) and len(v) == n and n:
             changes[f.name] = [v[i] for i in picked]
     return replace(batch, **changes)

@@ -37,7 +37,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache, partial
 from itertools import repeat
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -60,6 +60,7 @@ from .results import MetricValue
 __all__ = [
     "MIN_SCORE_CLASS_COUNT",
     "ReliabilityBin",
+    "ScoreCells",
     "ScoreLayout",
     "ThresholdValue",
     "ValueMatrix",
@@ -921,6 +922,59 @@ def _interior_edges(bins: int, logit_range: float) -> np.ndarray:
     return edges
 
 
+@dataclass(frozen=True, slots=True)
+class ScoreCells:
+    """The cells a batch of (label, score) pairs adds to its rows, by part: part
+    ``(offset, k, bins, weight)`` adds ``weight[i]`` at column ``offset + bins[i]`` of
+    pair i's row (``bins`` in [0, k); None: the one column ``offset``). The parts'
+    columns do not overlap. Kept as the few per-pair arrays the parts share."""
+
+    pairs: int
+    parts: tuple[tuple[int, int, np.ndarray | None, np.ndarray], ...]
+
+    def __len__(self) -> int:
+        return self.pairs
+
+    def take(self, lo: int, hi: int) -> ScoreCells:
+        """The cells of pairs ``[lo, hi)``."""
+        return ScoreCells(
+            hi - lo,
+            tuple(
+                (offset, k, None if bins is None else bins[lo:hi], weight[lo:hi])
+                for offset, k, bins, weight in self.parts
+            ),
+        )
+
+    def dense(self) -> tuple[np.ndarray, np.ndarray]:
+        """(columns, weights) as two (parts, pairs) arrays."""
+        cols = np.empty((len(self.parts), self.pairs), np.int64)
+        for row, (offset, _, bins, _) in zip(cols, self.parts, strict=True):
+            row[:] = offset if bins is None else offset + bins
+        return cols, np.stack([weight for _, _, _, weight in self.parts])
+
+
+def _checked_bins(
+    edges: np.ndarray, x: np.ndarray, guess: np.ndarray, side: Literal["left", "right"]
+) -> np.ndarray:
+    """``np.searchsorted(edges, x, side)`` from a guess of each answer: a guess is kept
+    where the edges on either side of it hold ``x`` between them as ``side`` orders
+    ties, the others are searched, so the answer is the search's whatever the guess."""
+    n = edges.shape[0]
+    if n == 0:
+        return np.searchsorted(edges, x, side=side)
+    k = np.clip(guess, 0, n)
+    below = edges[np.maximum(k - 1, 0)]
+    above = edges[np.minimum(k, n - 1)]
+    if side == "right":
+        ok = ((k == 0) | (below <= x)) & ((k == n) | (x < above))
+    else:
+        ok = ((k == 0) | (below < x)) & ((k == n) | (x <= above))
+    if not ok.all():
+        miss = np.flatnonzero(~ok)
+        k[miss] = np.searchsorted(edges, x[miss], side=side)
+    return k
+
+
 @cache
 def _calibration_edges(bins: int) -> np.ndarray:
     edges = np.linspace(0.0, 1.0, bins + 1)[1:-1]
@@ -1040,9 +1094,19 @@ class ScoreLayout:
         return np.concatenate([[0.0], self.interior_edges()])
 
     def bin_of(self, score: np.ndarray) -> np.ndarray:
-        return np.searchsorted(
-            self.interior_edges(), np.asarray(score, dtype=np.float64), side="right"
-        )
+        """``np.searchsorted(interior_edges, score, side="right")``, each score's bin
+        guessed from its logit (the edges are uniform in logit) and checked against its
+        edges: a fourth of the binary search's time on 20,000 scores; a guess the check
+        refuses (rounding at an edge, NaN) is searched."""
+        p = np.asarray(score, dtype=np.float64)
+        edges = self.interior_edges()
+        if p.ndim != 1:
+            return np.searchsorted(edges, p, side="right")
+        step = 2.0 * self.logit_range / (self.bins - 2)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            at = (np.log(p) - np.log1p(-p) + self.logit_range) / step
+            guess = np.floor(np.clip(at, -1.0, float(self.bins))).astype(np.intp) + 1
+        return _checked_bins(edges, p, guess, "right")
 
     # accumulation ------------------------------------------------------------
     def add_rows(
@@ -1050,68 +1114,81 @@ class ScoreLayout:
     ) -> None:
         """Add (0/1 label, probability-of-positive score) pairs into ``matrix[rows[i]]``
         (:meth:`cells`, then :meth:`add_cells`)."""
-        cols, weights = self.cells(y_true, score)
-        if cols.shape[1]:
-            self.add_cells(matrix, _as_index(rows, cols.shape[1]), cols, weights)
+        cells = self.cells(y_true, score)
+        if len(cells):
+            self.add_cells(matrix, _as_index(rows, len(cells)), cells)
 
-    def cells(self, y_true: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The (column, weight) of every cell the pairs add to their row: two (16, m)
-        arrays, part k of pair i at ``[k, i]``. They depend on the pairs alone, not on
-        their rows, so a batch spanning many stores (one per model) computes them once
-        and each store adds its columns' slice (:meth:`add_cells`)."""
+    def cells(self, y_true: np.ndarray, score: np.ndarray) -> ScoreCells:
+        """The cells the pairs add to their row (:class:`ScoreCells`). They depend on the
+        pairs alone, not on their rows, so a batch spanning many stores (one per model)
+        computes them once and each store adds its pairs' slice (:meth:`add_cells`)."""
         y = np.asarray(y_true, dtype=np.float64)
         p = np.clip(np.asarray(score, dtype=np.float64), 0.0, 1.0)
         m = y.size
         b = self.bins
         fine = self.bin_of(p)
         mc = self.calibration_bins
-        coarse = np.searchsorted(_calibration_edges(mc), p, side="left")
+        with np.errstate(invalid="ignore"):  # (a NaN's guess is searched)
+            guess = np.ceil(p * mc).astype(np.intp) - 1  # p in [0, 1]: edges at k / mc
+        coarse = _checked_bins(_calibration_edges(mc), p, guess, "left")
         cal = self._cal
         pc = np.clip(p, self.eps, 1.0 - self.eps)
         ll = -(y * np.log(pc) + (1.0 - y) * np.log1p(-pc))
         br = (p - y) ** 2
         ones = np.ones(m)
-        w = self._within
-        cols = np.empty((16, m), np.int64)
-        cols[0] = fine + b * (y > 0.5)
-        cols[1] = 2 * b + fine
-        cols[2] = cal + coarse
-        cols[3] = cal + mc + coarse
-        cols[4] = cal + 2 * mc + coarse
-        cols[5:13] = (self._sums + np.arange(8))[:, np.newaxis]
-        cols[13] = w + fine
-        cols[14] = w + b + fine
-        cols[15] = w + 2 * b
-        weights = np.stack(
-            (ones, p, ones, p, y, ones, ll, ll * ll, br, br * br, ones, ll**3, br**3,
-             p * y, p * p, ones)
+        w, sums = self._within, self._sums
+        by_class = fine + b * (y > 0.5)
+        parts = (
+            (0, 2 * b, by_class, ones),  # negatives, positives per fine bin
+            (2 * b, b, fine, p),  # Σp per fine bin
+            (cal, mc, coarse, ones),  # calibration bins: count, Σp, Σy
+            (cal + mc, mc, coarse, p),
+            (cal + 2 * mc, mc, coarse, y),
+            *((sums + j, 1, None, v) for j, v in enumerate(
+                (ones, ll, ll * ll, br, br * br, ones, ll**3, br**3)
+            )),
+            (w, b, fine, p * y),  # within-bin sums
+            (w + b, b, fine, p * p),
+            (w + 2 * b, 1, None, ones),
         )  # fmt: skip
-        return cols, weights
+        return ScoreCells(m, parts)
 
     @staticmethod
-    def add_cells(
-        matrix: np.ndarray, rows: np.ndarray, cols: np.ndarray, weights: np.ndarray
-    ) -> None:
-        """Add :meth:`cells` (their (16, m) columns and weights) into ``matrix[rows[i]]``.
+    def add_cells(matrix: np.ndarray, rows: np.ndarray, cells: ScoreCells) -> None:
+        """Add :meth:`cells` into ``matrix[rows[i]]``.
 
-        One weighted ``bincount`` over the span of rows the pairs touch (a batch's rows are
-        a few recent buckets), added to the matrix once — several times faster than an
-        ``np.add.at`` per part; rows far apart take ``np.add.at``."""
+        A weighted ``bincount`` per part over the span of rows the pairs touch (a batch's
+        rows are a few recent buckets), added to the matrix once; rows far apart take
+        ``np.add.at``. The parts' columns do not overlap, so each cell's sum is its pairs'
+        weights added in pair order, as one ``bincount`` over every part would add them
+        — without (16, pairs) arrays of columns and weights (about 5 MB at 20,000 pairs,
+        the larger part of the time)."""
         m = rows.shape[0]
         if m == 0:
             return
         lo, hi = int(rows.min()), int(rows.max()) + 1
         width = matrix.shape[1]
-        if (hi - lo) * width > 4 * cols.size + 65_536:  # rows far apart: sparse adds
+        span = hi - lo
+        if span * width > 4 * len(cells.parts) * m + 65_536:  # rows far apart: sparse adds
+            cols, weights = cells.dense()
             if matrix.flags.c_contiguous:  # one unbuffered add into the flat matrix
                 np.add.at(matrix.reshape(-1), (rows * width + cols).ravel(), weights.ravel())
                 return
             for c, w in zip(cols, weights, strict=True):
                 np.add.at(matrix, (rows, c), w)
             return
-        flat = ((rows - lo) * width + cols).ravel()
-        sums = np.bincount(flat, weights.ravel(), (hi - lo) * width)
-        matrix[lo:hi] += sums.reshape(hi - lo, width)
+        r = rows - lo
+        sums = np.zeros((span, width))
+        index: dict[tuple[int, int], np.ndarray] = {}  # (bins, id of the bin column) -> index
+        for offset, k, bins, weight in cells.parts:
+            if bins is None:
+                sums[:, offset] = np.bincount(r, weight, span)
+                continue
+            at = index.get((k, id(bins)))
+            if at is None:
+                at = index[k, id(bins)] = r * k + bins
+            sums[:, offset : offset + k] = np.bincount(at, weight, span * k).reshape(span, k)
+        matrix[lo:hi] += sums
 
     def add(self, vec: np.ndarray, y_true: np.ndarray, score: np.ndarray) -> None:
         self.add_rows(vec[np.newaxis, :], 0, y_true, score)

@@ -619,7 +619,7 @@ def test_duplicate_keys_last_wins_on_both_parsers() -> None:
         assert batch.score.tolist() == [0.9]
         assert batch.decision.tolist() == [1]
     batch, rejects = one("labels", b'{"id":"e","ts":1,"label":"legit","label":"fraud"}')
-    assert rejects == [] and batch.label == ["fraud"]
+    assert rejects == [] and list(batch.label) == ["fraud"]
 
 
 def test_huge_integer_id_is_its_decimal_text() -> None:

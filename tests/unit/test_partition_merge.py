@@ -308,3 +308,16 @@ def test_decode_once_ingest_equals_a_pipeline_per_partition(tmp_path: Path) -> N
         return tuple(d.get(k) for k in ("reason", "topic", "partition", "offset"))
 
     assert sorted(map(origin, got)) == sorted(map(origin, want))
+
+
+def test_take_splits_coded_columns() -> None:
+    """A coded column (labels as the decoder gives them) is split with the rows."""
+    from monitor.engine.records import Coded, LabelBatch
+    from monitor.scale.partitioned_ingest import take
+
+    batch = LabelBatch(
+        np.arange(4, dtype=np.uint64), np.arange(4, dtype=np.int64),
+        Coded(["1", "0"], np.array([0, 1, 1, 0])), np.full(4, np.nan),
+    )  # fmt: skip
+    sub = take(batch, np.array([1, 3]))
+    assert sub.keys.tolist() == [1, 3] and list(sub.label) == ["0", "1"]

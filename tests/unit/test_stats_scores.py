@@ -260,3 +260,72 @@ def test_calibration_test_rejects_certainty_contradicted_without_a_float_warning
     assert p[0] == 0.0
     assert p[1] > 0.99  # outcomes exactly as predicted: χ² = 0
     assert n.tolist() == [20.0, 20.0]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.floats(0.0, 1.0) | st.floats(allow_nan=True), min_size=1, max_size=60),
+    st.sampled_from([(2048, 16.0), (64, 8.0), (3, 5.0)]),
+    st.integers(1, 20),
+)
+def test_bins_are_the_binary_searchs(xs: list[float], layout: tuple[int, float], mc: int) -> None:
+    """The fine bin guessed from the logit, and the calibration bin from the score, are
+    what searching the edges gives — at the edges and a float away from them too."""
+    lay = ScoreLayout(bins=layout[0], logit_range=layout[1], calibration_bins=mc)
+    edges = lay.interior_edges()
+    pick = np.arange(0, edges.shape[0], max(1, edges.shape[0] // 7))
+    near = edges[pick]
+    x = np.concatenate([xs, near, np.nextafter(near, 0.0), np.nextafter(near, 1.0)])
+    assert np.array_equal(lay.bin_of(x), np.searchsorted(edges, x, side="right"))
+    y = np.zeros(x.shape[0])
+    cal = np.linspace(0.0, 1.0, mc + 1)[1:-1]
+    cols, _ = lay.cells(y, x).dense()
+    p = np.clip(x, 0.0, 1.0)
+    assert np.array_equal(cols[2] - 3 * lay.bins, np.searchsorted(cal, p, side="left"))
+
+
+def _one_bincount(matrix: np.ndarray, rows: np.ndarray, cols: np.ndarray, w: np.ndarray) -> None:
+    """Cells added as one weighted bincount over every part (np.add.at for rows far
+    apart): the reference the per-part adds must equal bit for bit."""
+    lo, hi = int(rows.min()), int(rows.max()) + 1
+    width = matrix.shape[1]
+    if (hi - lo) * width > 4 * cols.size + 65_536:
+        if matrix.flags.c_contiguous:
+            np.add.at(matrix.reshape(-1), (rows * width + cols).ravel(), w.ravel())
+            return
+        for c, x in zip(cols, w, strict=True):
+            np.add.at(matrix, (rows, c), x)
+        return
+    flat = ((rows - lo) * width + cols).ravel()
+    matrix[lo:hi] += np.bincount(flat, w.ravel(), (hi - lo) * width).reshape(hi - lo, width)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 1), st.floats(0.0, 1.0), st.integers(0, 5)), max_size=80),
+    st.integers(0, 3),
+    st.booleans(),
+)
+def test_cells_add_as_one_bincount_over_every_part(
+    pairs: list[tuple[int, float, int]], spread: int, fortran: bool
+) -> None:
+    """Each cell gets its pairs' weights added in pair order, bit for bit as one weighted
+    bincount over the (16, pairs) columns and weights adds them — rows near together
+    (bincounts) and far apart (np.add.at), into C and Fortran matrices."""
+    lay = ScoreLayout(bins=64, logit_range=8.0)
+    y = np.array([a for a, _, _ in pairs], np.int8)
+    score = np.array([s for _, s, _ in pairs])
+    rows = np.array([r * 10**spread for _, _, r in pairs], np.int64)
+    rng = np.random.default_rng(len(pairs))
+    start = rng.normal(size=(5 * 10**spread + 1, lay.width))
+    got = np.array(start, order="F" if fortran else "C")
+    lay.add_rows(got, rows, y, score)
+    want = np.array(start, order="F" if fortran else "C")
+    cells = lay.cells(y, score)
+    if len(cells):
+        _one_bincount(want, rows, *cells.dense())
+    assert np.array_equal(got, want)
+    if len(cells) > 3:  # a slice of the pairs: the same parts, fewer pairs
+        part, whole = cells.take(1, 3).dense(), cells.dense()
+        assert np.array_equal(part[0], whole[0][:, 1:3])
+        assert np.array_equal(part[1], whole[1][:, 1:3])

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitor.engine.table import KeyedTable
+from monitor.engine.table import KeyedTable, stable_order
 
 op = st.one_of(
     st.tuples(st.just("ins"), st.lists(st.integers(0, 300), max_size=40)),
@@ -98,3 +98,45 @@ def test_multimap_lookup_all_finds_every_live_row(ops: list[tuple[str, list[int]
     for qi, row in zip(q.tolist(), rows.tolist(), strict=True):
         again.setdefault(qi, []).append(int(loaded.col("v")[row]))
     assert again == {k: v for k, v in ref.items() if v}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1) | st.integers(0, 5), max_size=200))
+def test_stable_order_is_the_stable_argsort(values: list[int]) -> None:
+    a = np.array(values, np.uint64)
+    assert np.array_equal(stable_order(a), np.argsort(a, kind="stable"))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.integers(0, 60), max_size=80),
+    st.lists(st.integers(0, 60), max_size=80),
+    st.lists(st.integers(0, 70), max_size=120),
+)
+def test_lookup_of_keys_in_any_order(first: list[int], second: list[int], probe: list[int]) -> None:
+    """Keys asked in any order, repeated, held in the main segment and in the tail:
+    each one's answer is the row it has when asked alone."""
+    t = KeyedTable({"v": np.int64})
+    a = np.array(sorted(set(first)), np.uint64)
+    t.insert(a, {"v": a.astype(np.int64)})
+    t.compact()
+    b = np.array(sorted(set(second) - set(first)), np.uint64)
+    t.insert(b, {"v": b.astype(np.int64)}, compact=False)
+    keys = np.array(probe, np.uint64)
+    alone = [int(t.lookup(keys[i : i + 1])[0]) for i in range(keys.shape[0])]
+    assert t.lookup(keys).tolist() == alone
+    for key, row in zip(probe, alone, strict=True):
+        assert (row >= 0) == (key in set(first) | set(second))
+        assert row < 0 or t.col("v")[row] == key
+
+
+def test_delete_counts_each_live_row_once() -> None:
+    """Rows given twice, or deleted before, leave the live count right."""
+    t = KeyedTable({"v": np.int64})
+    keys = np.arange(10, dtype=np.uint64)
+    rows = t.insert(keys, {"v": keys.astype(np.int64)})
+    t.delete(rows[[1, 1, 2]])
+    assert len(t) == 8
+    t.delete(rows[[2, 3, 3, 1]])
+    assert len(t) == 7
+    assert t.lookup(keys[[1, 2, 3, 4]]).tolist() == [-1, -1, -1, rows[4]]
