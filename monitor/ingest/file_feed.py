@@ -4,12 +4,17 @@ this process or by worker processes on the other CPUs, applied here in file orde
 Why workers: replay is CPU-bound in one interpreter, and most of its time is decoding
 (msgspec's typed parse, column checks), which reads no engine state. A plain file is cut
 into spans of whole lines (``SpanReader``: where each span starts is found by a small
-read near its boundary), so every worker plans the same sequence of spans of both files
-without reading them, and worker k decodes spans k, k + n, k + 2n, ... of it; this
-process applies the decoded spans to the engine in the planned order — the order the
-in-process path applies them in — so the report is the same byte for byte. A span's
-records are not sent back: a rejected or late record's bytes and line number are read
-from the file again, here, when the dead-letter sink asks for them.
+read near its boundary), so every process plans the same sequence of spans of both
+files without reading them. The spans are claimed one at a time, in plan order, by
+whichever process asks first (a shared counter): the workers, and this process whenever
+the next span to apply has not come in — rather than wait, it decodes one itself (it
+runs out of its own work at the start, where its imports delayed the workers', and
+whenever the workers get less CPU than it does; a fixed share per worker left one CPU
+idle for the other's sake). This process applies the decoded spans to the engine in
+the planned order — the order the in-process path applies them in — so the report is
+the same byte for byte. A span's records are not sent back: a rejected or late
+record's bytes and line number are read from the file again, here, when the
+dead-letter sink asks for them.
 
 A worker also does the part of applying a prediction batch that reads no changing
 engine state (``ahead``: each numeric drift feature's cell against a fixed reference,
@@ -20,7 +25,8 @@ What crosses the pipe is the decoded columns (numpy arrays as out-of-band buffer
 pickle protocol 5) with the text columns coded (versions, segments and labels repeat:
 the distinct values and a code per row), and they stay coded here (``Coded``), so the
 applying process never handles them row by row; each worker's pipe has a reader thread here
-(the GIL is released while it reads) and about ``_AHEAD`` batches of backpressure.
+(the GIL is released while it reads). At most ``_AHEAD`` spans per process are claimed
+and not yet applied (backpressure: a worker waits for room).
 
 Fork (not spawn) because the decoders hold msgspec types built at run time that do not
 pickle, and a fresh interpreter would pay seconds of imports. A gzip file cannot be
@@ -65,7 +71,8 @@ __all__ = [
 
 DecodeWorker = Literal["auto", "on", "off"]
 BATCH_SIZE = 20_000  # records per batch (per file), about
-_AHEAD = 4  # batches received from one worker and not yet applied (a few MB each)
+_AHEAD = 4  # batches decoded ahead of the one applied, per process (a few MB each)
+_ORPHAN_CHECK_S = 1.0  # how often a worker waiting for room checks its parent is alive
 _MAX_WORKERS = 8
 _CPU_MAX = "/sys/fs/cgroup/cpu.max"
 _CPU_STAT = "/sys/fs/cgroup/cpu.stat"
@@ -332,102 +339,218 @@ class FileFeed:
     def _from_workers(self) -> Iterator[DecodedBatch]:
         ctx = multiprocessing.get_context("fork")
         n = self.workers
-        procs, receivers, frames = [], [], []
+        claims = _Claims(ctx.Lock(), ctx.RawValue("q", 0), ctx.Semaphore(_AHEAD * (n + 1)))
+        got: queue.Queue[tuple[int, tuple[bytes, list[bytes]] | None]] = queue.Queue()
+        procs, receivers = [], []
+        ended = False
         try:
             for k in range(n):
                 receive, send = ctx.Pipe(duplex=False)
                 _widen(send)
-                proc = ctx.Process(target=_work, args=(send, self, k, n),
+                proc = ctx.Process(target=_work, args=(send, self, claims),
                                    name=f"replay-decode-{k}", daemon=True)  # fmt: skip
                 proc.start()
                 send.close()  # only the worker holds the sending end: EOF here when it dies
-                got: queue.Queue[tuple[bytes, list[bytes]] | None] = queue.Queue(_AHEAD)
-                reader = threading.Thread(target=_receive, args=(receive, got),
+                reader = threading.Thread(target=_receive, args=(receive, got, k),
                                           name=f"replay-decode-pipe-{k}", daemon=True)  # fmt: skip
                 reader.start()
                 procs.append(proc)
                 receivers.append((receive, reader))
-                frames.append(got)
-            yield from self._in_order(frames, procs)
+            yield from self._in_order(got, procs, claims)
+            ended = True
         finally:
             for proc in procs:
-                if proc.is_alive():  # stopped early (an error on either side): no more work
+                if ended:  # each worker claims a span past the plan's end, says so, exits
+                    claims.room.release()
+                elif proc.is_alive():  # stopped early (an error on either side): no more work
                     proc.terminate()
+            for proc in procs:
                 proc.join()
-            for (receive, reader), got in zip(receivers, frames, strict=True):
+            for receive, reader in receivers:
                 while reader.is_alive():  # (the pipe is at EOF: it ends once not blocked)
                     with contextlib.suppress(queue.Empty):
                         got.get(timeout=0.1)
                 reader.join()
                 receive.close()
 
-    def _in_order(self, frames: list[queue.Queue[Any]], procs: list[Any]) -> Iterator[DecodedBatch]:
-        """The workers' spans in plan order: span i comes from worker i mod n; the first
-        worker to say it has no span i ends the plan."""
+    def _in_order(
+        self, got: queue.Queue[Any], procs: list[Any], claims: _Claims
+    ) -> Iterator[DecodedBatch]:
+        """The spans in plan order, whoever decoded them (``_Gather``)."""
         base = {"predictions": 0, "labels": 0}  # line number of each file's next span
         records = {"predictions": 0, "labels": 0}
-        for i in count():
-            k = i % len(frames)
-            got = frames[k].get()
-            if got is None:
-                procs[k].join()
-                raise RuntimeError(
-                    f"replay's decoding process ended unexpectedly (exit {procs[k].exitcode})"
-                )
-            msg = pickle.loads(memoryview(got[0])[4:], buffers=got[1])
-            if msg[0] == "error":  # the worker's exception, raised here as in process
-                err, text = msg[1], msg[2]
-                raise err if err is not None else RuntimeError(text)
-            if msg[0] == "end":
-                self.lines = records
+        gather = _Gather(self, got, procs, claims)
+        try:
+            for i in count():
+                item = gather.span(i)
+                if item is None:
+                    self.lines = records
+                    return
+                kind = item.span.kind
+                path, topic = self.files[kind]
+                first = base[kind]
+                base[kind] += item.lines
+                records[kind] += item.records
+                numbers: list[int] | range = (
+                    range(first, first + item.records) if item.numbers is None
+                    else [first + x for x in item.numbers]
+                )  # fmt: skip
+                offsets = {offset_key(topic, 0): numbers[-1] + 1} if item.records else {}
+                values = SpanLines(Path(path), topic, item.span.start, item.span.end, item.records)
+                raw = RawBatch(values, LineOrigin(topic, numbers), offsets)
+                yield DecodedBatch(
+                    kind, _uncoded(item.decoded, item.coded), item.rejects, raw,
+                    item.span.bytes_read,
+                )  # fmt: skip
+        finally:
+            gather.plan.close()
+
+
+class _Gather:
+    """The applying process's side of the spans: the workers' answers as they arrive,
+    and, while the next span to apply is not among them, a span claimed and decoded
+    here instead of waiting (this process runs out of its own work whenever the
+    workers fall behind: at the start, its imports having delayed theirs, and whenever
+    they get less CPU than it does)."""
+
+    def __init__(
+        self, feed: FileFeed, got: queue.Queue[Any], procs: list[Any], claims: _Claims
+    ) -> None:
+        self.feed, self.got, self.procs, self.claims = feed, got, procs, claims
+        self.plan = _Plan(feed)
+        self.ready: dict[int, Any] = {}  # span index -> _Decoded, an exception, None (end)
+        self.finished: set[int] = set()  # workers that said "end" or sent their error
+
+    def span(self, i: int) -> _Decoded | None:
+        """Span ``i`` decoded, None past the plan's end; a decoding error is raised at
+        the span it was raised at, as in process."""
+        while i not in self.ready:
+            self._one_more()
+        item = self.ready.pop(i)
+        self.claims.room.release()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def _one_more(self) -> None:
+        """One more answer: a worker's that has arrived, else a span decoded here if one
+        is left to claim, else the next a worker sends."""
+        try:
+            k, frames = self.got.get_nowait()
+        except queue.Empty:
+            i = self.claims.take(0)
+            if i is not None:
+                span = self.plan.at(i)
+                try:
+                    self.ready[i] = None if span is None else _decode_span(self.feed, span)
+                except Exception as err:
+                    self.ready[i] = err
                 return
-            d: _Decoded = msg[1]
-            kind = d.span.kind
-            path, topic = self.files[kind]
-            first = base[kind]
-            base[kind] += d.lines
-            records[kind] += d.records
-            numbers: list[int] | range = (
-                range(first, first + d.records) if d.numbers is None
-                else [first + x for x in d.numbers]
-            )  # fmt: skip
-            offsets = {offset_key(topic, 0): numbers[-1] + 1} if d.records else {}
-            values = SpanLines(Path(path), topic, d.span.start, d.span.end, d.records)
-            raw = RawBatch(values, LineOrigin(topic, numbers), offsets)
-            yield DecodedBatch(
-                kind, _uncoded(d.decoded, d.coded), d.rejects, raw, d.span.bytes_read
+            k, frames = self.got.get()
+        if frames is None:
+            if k in self.finished:
+                return
+            self.procs[k].join()
+            raise RuntimeError(
+                f"replay's decoding process ended unexpectedly (exit {self.procs[k].exitcode})"
             )
+        msg = pickle.loads(memoryview(frames[0])[4:], buffers=frames[1])
+        what, i = msg[0], msg[1]
+        if what == "batch":
+            self.ready[i] = msg[2]
+            return
+        self.finished.add(k)
+        if what == "error":  # the worker's exception, or its text where it did not pickle
+            self.ready[i] = msg[2] if msg[2] is not None else RuntimeError(msg[3])
+        else:  # "end": the worker's claim fell past the plan's end
+            self.ready[i] = None
 
 
-def _work(conn: Any, feed: FileFeed, k: int, n: int) -> None:
-    """Worker k of n: decode spans k, k + n, ... of the plan and send them, then "end".
-    Its loop makes no reference cycles (parsed rows, columns, pickles), so the cyclic
-    collector is off: its passes would also touch, and copy, every object inherited from
-    the parent."""
+@dataclass(frozen=True, slots=True)
+class _Claims:
+    """The plan's spans handed out one at a time, in plan order, to whichever process
+    asks first (the workers, and the applying process while it would otherwise wait);
+    ``room`` bounds the spans claimed and not yet applied (memory), a token a span."""
+
+    lock: Any
+    next: Any  # the next span index to hand out
+    room: Any
+
+    def take(self, wait: float) -> int | None:
+        """The next span index, None when no room came within ``wait`` seconds."""
+        if not self.room.acquire(wait > 0, wait if wait > 0 else None):
+            return None
+        with self.lock:
+            i = int(self.next.value)
+            self.next.value = i + 1
+        return i
+
+
+class _Plan:
+    """A process's own walk through ``FileFeed.plan``: claims come in increasing order,
+    so each asks for a later span than the last."""
+
+    def __init__(self, feed: FileFeed) -> None:
+        self._spans = feed.plan()
+
+    def at(self, i: int) -> _Span | None:
+        """Span ``i``, None past the plan's end."""
+        for span in self._spans:
+            if span.index == i:
+                return span
+        return None
+
+    def close(self) -> None:
+        self._spans.close()  # type: ignore[attr-defined]
+
+
+def _decode_span(feed: FileFeed, span: _Span) -> _Decoded:
+    """Span ``span`` read, decoded, its drift cells binned ahead and its text columns
+    coded: what a worker sends, and what the applying process makes of a span it claims."""
+    path, topic = feed.files[span.kind]
+    batch, lines = read_span(Path(path), topic, span.start, span.end, 0)
+    decoded, rejects = feed.pipeline.decode(span.kind, batch.values)
+    if feed.ahead is not None and isinstance(decoded, PredictionBatch):
+        decoded = feed.ahead(decoded)
+    plain, coded = _coded(decoded, feed.sliced)
+    numbers = batch.origin.numbers  # type: ignore[attr-defined]
+    return _Decoded(
+        span, plain, coded, rejects, lines,
+        None if isinstance(numbers, range) else list(numbers), len(batch.values),
+    )  # fmt: skip
+
+
+def _work(conn: Any, feed: FileFeed, claims: _Claims) -> None:
+    """A worker: claim spans and send each decoded, until one past the plan's end
+    ("end"), or until its parent is gone while it waits for room (nothing else would
+    wake it); an exception goes back tagged with the span it was raised at. Its loop
+    makes no reference cycles (parsed rows, columns, pickles), so the cyclic collector
+    is off: its passes would also touch, and copy, every object inherited from the
+    parent."""
     gc.disable()
+    parent = os.getppid()
+    plan = _Plan(feed)
+    i = -1
     try:
-        for span in feed.plan():
-            if span.index % n != k:
+        while True:
+            claimed = claims.take(_ORPHAN_CHECK_S)
+            if claimed is None:
+                if os.getppid() != parent:  # the applying process is gone: nobody to tell
+                    return
                 continue
-            path, topic = feed.files[span.kind]
-            batch, lines = read_span(Path(path), topic, span.start, span.end, 0)
-            decoded, rejects = feed.pipeline.decode(span.kind, batch.values)
-            if feed.ahead is not None and isinstance(decoded, PredictionBatch):
-                decoded = feed.ahead(decoded)
-            plain, coded = _coded(decoded, feed.sliced)
-            numbers = batch.origin.numbers  # type: ignore[attr-defined]
-            d = _Decoded(
-                span, plain, coded, rejects, lines,
-                None if isinstance(numbers, range) else list(numbers), len(batch.values),
-            )  # fmt: skip
-            _send(conn, ("batch", d))
-        _send(conn, ("end", None))
+            i = claimed
+            span = plan.at(i)
+            if span is None:
+                _send(conn, ("end", i, None))
+                return
+            _send(conn, ("batch", i, _decode_span(feed, span)))
     except BaseException as err:  # everything goes back to the main process
         try:
-            _send(conn, ("error", err, traceback.format_exc()))
+            _send(conn, ("error", i, err, traceback.format_exc()))
         except Exception:  # an exception that does not pickle: its text
-            _send(conn, ("error", None, traceback.format_exc()))
+            _send(conn, ("error", i, None, traceback.format_exc()))
     finally:
+        plan.close()
         conn.close()
 
 
@@ -498,12 +621,13 @@ def _send(conn: Any, msg: Any) -> None:
         conn.send_bytes(buf.raw())
 
 
-def _receive(conn: Any, frames: queue.Queue[tuple[bytes, list[bytes]] | None]) -> None:
-    """A pipe reader of the main process: each message's frames, None at EOF."""
+def _receive(conn: Any, got: queue.Queue[Any], k: int) -> None:
+    """The pipe reader of worker ``k`` in the main process: each message's frames
+    tagged ``k``, and (k, None) at EOF."""
     try:
         while True:
             first = conn.recv_bytes()
             n = int.from_bytes(first[:4], "little")
-            frames.put((first, [conn.recv_bytes() for _ in range(n)]))
+            got.put((k, (first, [conn.recv_bytes() for _ in range(n)])))
     except (EOFError, OSError):
-        frames.put(None)
+        got.put((k, None))

@@ -6,7 +6,10 @@ in-process path's would."""
 from __future__ import annotations
 
 import base64
+import gc
 import gzip
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +187,73 @@ def test_a_worker_failure_on_plain_input_is_raised_as_in_process(
             replay(s, pf, lf, progress=None, decode_worker=mode)  # type: ignore[arg-type]
         errors.append(str(info.value))
     assert errors == ["decoder broke on the batch of p00000800"] * 2
+
+
+def test_the_applying_process_decodes_while_the_workers_fall_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker slow to start (as when it gets no CPU): this process claims and decodes
+    spans itself, from the first on, rather than wait for it; the report and dead
+    letters are still the in-process path's."""
+    monkeypatch.setattr(file_feed, "BATCH_SIZE", 700)
+    monkeypatch.setattr(file_feed, "_CPU_MAX", str(tmp_path / "no-quota"))
+    monkeypatch.setattr(file_feed.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    here, decoded_here = os.getpid(), []
+    decode_span, work = file_feed._decode_span, file_feed._work
+
+    def recorded(feed: Any, span: Any) -> Any:
+        if os.getpid() == here:
+            decoded_here.append(span.index)
+        return decode_span(feed, span)
+
+    def late(*args: Any) -> None:
+        time.sleep(1.0)
+        work(*args)
+
+    monkeypatch.setattr(file_feed, "_decode_span", recorded)
+    monkeypatch.setattr(file_feed, "_work", late)
+    pf, lf = _files(tmp_path, gz=False)
+    serial, serial_letters = _run(tmp_path, pf, lf, "off")
+    assert not decoded_here
+    shared, shared_letters = _run(tmp_path, pf, lf, "on")
+    assert orjson.dumps(shared) == orjson.dumps(serial) and shared_letters == serial_letters
+    assert decoded_here[0] == 0 and decoded_here == sorted(decoded_here)
+
+
+def test_a_worker_waiting_for_room_ends_once_its_parent_is_gone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No room ever comes (the applying process died without a word): the worker stops
+    at its next check of its parent instead of waiting for ever, and sends nothing."""
+
+    class NoRoom:
+        def take(self, wait: float) -> None:
+            assert wait > 0
+            return None
+
+    class Feed:
+        def plan(self) -> Any:
+            yield from ()
+
+    class Conn:
+        def __init__(self) -> None:
+            self.sent: list[bytes] = []
+            self.closed = False
+
+        def send_bytes(self, data: bytes) -> None:
+            self.sent.append(data)
+
+        def close(self) -> None:
+            self.closed = True
+
+    parents = iter([1, 1, 1, 2])
+    monkeypatch.setattr(file_feed.os, "getppid", lambda: next(parents))
+    conn = Conn()
+    try:
+        file_feed._work(conn, Feed(), NoRoom())  # type: ignore[arg-type]
+    finally:
+        gc.enable()  # (the worker turns the collector off for its process)
+    assert conn.closed and not conn.sent and next(parents, None) is None
 
 
 def test_workers_one_per_usable_cpu_but_the_applying_one(
