@@ -9,8 +9,8 @@ files without reading them. The spans are claimed one at a time, in plan order, 
 whichever process asks first (a shared counter): the workers, and this process whenever
 the next span to apply has not come in — rather than wait, it decodes one itself (it
 runs out of its own work at the start, where its imports delayed the workers', and
-whenever the workers get less CPU than it does; a fixed share per worker left one CPU
-idle for the other's sake). This process applies the decoded spans to the engine in
+whenever the workers get less CPU than it does; with a fixed share of the spans per
+worker it sat idle then). This process applies the decoded spans to the engine in
 the planned order — the order the in-process path applies them in — so the report is
 the same byte for byte. A span's records are not sent back: a rejected or late
 record's bytes and line number are read from the file again, here, when the
@@ -43,7 +43,6 @@ import os
 import pickle
 import queue
 import threading
-import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -56,6 +55,7 @@ import pandas as pd
 
 from ..engine.records import Coded, LabelBatch, PredictionBatch, factorize
 from ..engine.segments import dimension_values
+from .cpus import CpuSample, idle_cpus, usable_cpus
 from .files import JsonlReader, LineOrigin, SpanReader, interleave, open_reader, read_span
 from .pipeline import IngestPipeline, RawBatch, offset_key
 
@@ -65,8 +65,6 @@ __all__ = [
     "FileFeed",
     "SpanLines",
     "decode_workers",
-    "idle_cpus",
-    "usable_cpus",
 ]
 
 DecodeWorker = Literal["auto", "on", "off"]
@@ -74,21 +72,20 @@ BATCH_SIZE = 20_000  # records per batch (per file), about
 _AHEAD = 4  # batches decoded ahead of the one applied, per process (a few MB each)
 _ORPHAN_CHECK_S = 1.0  # how often a worker waiting for room checks its parent is alive
 _MAX_WORKERS = 8
-_CPU_MAX = "/sys/fs/cgroup/cpu.max"
-_CPU_STAT = "/sys/fs/cgroup/cpu.stat"
-_PROC_STAT = "/proc/stat"
-_IDLE_SAMPLE_S = 0.2  # how long ``auto`` watches the CPUs before choosing
 _IDLE_SLACK = 0.2  # an idle CPU may show a little use (the sampling itself, a tick)
 _WORKER_MIN_BYTES = 8 << 20  # ``auto`` decodes smaller inputs here
 
 
-def decode_workers(mode: DecodeWorker, input_bytes: int | None = None) -> int:
+def decode_workers(
+    mode: DecodeWorker, input_bytes: int | None = None, since: CpuSample | None = None
+) -> int:
     """How many worker processes decode (0: this process does): one per usable CPU but
     the one this process applies on, at least one (``on``); ``auto`` one per CPU found
-    idle beyond the applying one (``idle_cpus``), none on one usable CPU nor for an
-    input of fewer than ``_WORKER_MIN_BYTES`` (a few batches: forking and piping would
-    cost more than they save). Usable: the CPUs this process may run on, bounded by a
-    container's CPU quota. None where fork is unavailable.
+    idle beyond the applying one (``idle_cpus``, watched from ``since`` on, or for a
+    fresh sample), none on one usable CPU nor for an input of fewer than
+    ``_WORKER_MIN_BYTES`` (a few batches: forking and piping would cost more than they
+    save). Usable: the CPUs this process may run on, bounded by a container's CPU
+    quota. None where fork is unavailable.
 
     One CPU is left to the applying process: with the drift cells binned in the
     workers, applying and decoding cost about the same (per million events about 7
@@ -97,8 +94,10 @@ def decode_workers(mode: DecodeWorker, input_bytes: int | None = None) -> int:
     million events on 2 CPUs), but the two processes wait on each other: on a busy
     machine, where each waits its turn behind other work too, it was up to a third
     slower than one process (measured at load averages 8-16 on 2 CPUs,
-    docs/benchmarks.md) — hence ``auto`` wants an idle CPU. On one CPU the processes
-    could only take turns: decoded here."""
+    docs/benchmarks.md, when each worker had a fixed share of the spans, before the
+    applying process decoded instead of waiting for a worker) — hence ``auto`` wants
+    an idle CPU. On one CPU the processes could only take turns: decoded
+    here."""
     if mode == "off" or "fork" not in multiprocessing.get_all_start_methods():
         return 0
     cpus = usable_cpus()
@@ -107,94 +106,7 @@ def decode_workers(mode: DecodeWorker, input_bytes: int | None = None) -> int:
         return most
     if cpus < 2 or (input_bytes is not None and input_bytes < _WORKER_MIN_BYTES):
         return 0
-    return max(0, min(most, math.floor(idle_cpus(cpus) - 1 + _IDLE_SLACK)))
-
-
-def idle_cpus(cpus: int, sample_s: float = _IDLE_SAMPLE_S) -> float:
-    """How many of this process's CPUs sat idle over the last ``sample_s`` seconds: the
-    idle share of the ``cpuN`` lines of ``/proc/stat`` for the CPUs in its affinity,
-    at most what a cgroup v2 CPU quota leaves unused (``cpu.stat``'s ``usage_usec``
-    over the same interval). Where neither file reads, the one-minute load average
-    stands in (``cpus`` minus it).
-
-    Why a sample, not the load average: the one-minute average still counts work that
-    ended seconds ago (a replay started right after another job saw no idle CPU and
-    decoded in one process on an idle machine), and it counts runnable tasks on every
-    CPU, not the ones this process may use."""
-    first, used0 = _cpu_times(), _cgroup_usage_us()
-    t0 = time.monotonic()
-    time.sleep(sample_s)
-    second, used1 = _cpu_times(), _cgroup_usage_us()
-    elapsed = time.monotonic() - t0
-    if not first or not second:
-        return max(0.0, cpus - os.getloadavg()[0])
-    idle = 0.0
-    for cpu, (idle1, total1) in second.items():
-        idle0, total0 = first.get(cpu, (idle1, total1))
-        if total1 > total0:
-            idle += (idle1 - idle0) / (total1 - total0)
-    quota = _cgroup_quota()
-    if quota is not None and used0 is not None and used1 is not None and elapsed > 0:
-        idle = min(idle, max(0.0, quota - (used1 - used0) / 1e6 / elapsed))
-    return idle
-
-
-def _cpu_times() -> dict[int, tuple[int, int]]:
-    """Idle and total jiffies of each CPU in this process's affinity (``/proc/stat``);
-    empty where the file does not read as documented (proc(5): idle and iowait are the
-    idle columns)."""
-    try:
-        allowed = os.sched_getaffinity(0)
-        lines = Path(_PROC_STAT).read_text().splitlines()
-    except (AttributeError, OSError):
-        return {}
-    times: dict[int, tuple[int, int]] = {}
-    for line in lines:
-        name, _, rest = line.partition(" ")
-        if not name.startswith("cpu") or not name[3:].isdigit() or int(name[3:]) not in allowed:
-            continue
-        try:
-            ticks = [int(x) for x in rest.split()[:8]]
-        except ValueError:
-            return {}
-        if len(ticks) < 5:
-            return {}
-        times[int(name[3:])] = (ticks[3] + ticks[4], sum(ticks))
-    return times
-
-
-def _cgroup_usage_us() -> int | None:
-    """The cgroup's CPU time so far in µs (cgroup v2 ``cpu.stat``), None without one."""
-    try:
-        for line in Path(_CPU_STAT).read_text().splitlines():
-            key, _, value = line.partition(" ")
-            if key == "usage_usec":
-                return int(value)
-    except (OSError, ValueError):
-        pass
-    return None
-
-
-def _cgroup_quota() -> float | None:
-    """A cgroup v2 CPU quota in CPUs (``cpu.max``), None where there is none."""
-    try:
-        quota, period = Path(_CPU_MAX).read_text().split()[:2]
-        return None if quota == "max" else int(quota) / int(period)
-    except (OSError, ValueError):  # no cgroup v2 file, or one not as documented
-        return None
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity), at most a cgroup v2 quota's worth
-    (``cpu.max``: a container limited to 1.5 CPUs counts 2)."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # (not on Linux)
-        cpus = os.cpu_count() or 1
-    quota = _cgroup_quota()
-    if quota is not None:
-        cpus = min(cpus, max(1, math.ceil(quota)))
-    return cpus
+    return max(0, min(most, math.floor(idle_cpus(cpus, since) - 1 + _IDLE_SLACK)))
 
 
 class SpanLines(Sequence[bytes]):
