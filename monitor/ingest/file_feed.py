@@ -96,8 +96,7 @@ def decode_workers(
     slower than one process (measured at load averages 8-16 on 2 CPUs,
     docs/benchmarks.md, when each worker had a fixed share of the spans, before the
     applying process decoded instead of waiting for a worker) — hence ``auto`` wants
-    an idle CPU. On one CPU the processes could only take turns: decoded
-    here."""
+    an idle CPU. On one CPU the processes could only take turns: decoded here."""
     if mode == "off" or "fork" not in multiprocessing.get_all_start_methods():
         return 0
     cpus = usable_cpus()
