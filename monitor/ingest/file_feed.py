@@ -200,9 +200,11 @@ class FileFeed:
     def __iter__(self) -> Iterator[DecodedBatch]:
         readers = self._readers()
         if self.workers and all(isinstance(r, SpanReader) for r in readers.values()):
-            for r in readers.values():
-                r.close()
-            return self._from_workers()
+            claims = _Claims.shared(self.workers)
+            if claims is not None:
+                for r in readers.values():
+                    r.close()
+                return self._from_workers(claims)
         return self._here(readers)
 
     def _readers(self) -> dict[str, JsonlReader | SpanReader]:
@@ -247,10 +249,9 @@ class FileFeed:
             a.close()
             b.close()
 
-    def _from_workers(self) -> Iterator[DecodedBatch]:
+    def _from_workers(self, claims: _Claims) -> Iterator[DecodedBatch]:
         ctx = multiprocessing.get_context("fork")
         n = self.workers
-        claims = _Claims(ctx.Lock(), ctx.RawValue("q", 0), ctx.Semaphore(_AHEAD * (n + 1)))
         got: queue.Queue[tuple[int, tuple[bytes, list[bytes]] | None]] = queue.Queue()
         procs, receivers = [], []
         ended = False
@@ -386,6 +387,16 @@ class _Claims:
     lock: Any
     next: Any  # the next span index to hand out
     room: Any
+
+    @staticmethod
+    def shared(workers: int) -> _Claims | None:
+        """Claims shared with ``workers`` forked processes; None where processes cannot
+        share a semaphore (no working ``sem_open``: no /dev/shm), then decoded here."""
+        ctx = multiprocessing.get_context("fork")
+        try:
+            return _Claims(ctx.Lock(), ctx.RawValue("q", 0), ctx.Semaphore(_AHEAD * (workers + 1)))
+        except (ImportError, OSError):
+            return None
 
     def take(self, wait: float) -> int | None:
         """The next span index, None when no room came within ``wait`` seconds."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import gc
 import gzip
+import multiprocessing
 import os
 import time
 from pathlib import Path
@@ -220,6 +221,28 @@ def test_the_applying_process_decodes_while_the_workers_fall_behind(
     shared, shared_letters = _run(tmp_path, pf, lf, "on")
     assert orjson.dumps(shared) == orjson.dumps(serial) and shared_letters == serial_letters
     assert decoded_here[0] == 0 and decoded_here == sorted(decoded_here)
+
+
+def test_without_shared_semaphores_it_decodes_in_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where processes cannot share a semaphore (no /dev/shm: ``sem_open`` fails), no
+    worker can claim a span: decoded in process, the same report and dead letters."""
+    monkeypatch.setattr(cpu_info, "_CPU_MAX", str(tmp_path / "no-quota"))
+    monkeypatch.setattr(file_feed.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    pf, lf = _files(tmp_path, gz=False)
+    serial, serial_letters = _run(tmp_path, pf, lf, "off")
+
+    def no_sem_open(*args: Any, **kwargs: Any) -> None:
+        raise OSError(38, "Function not implemented")
+
+    def forked(*args: Any) -> None:
+        raise AssertionError("no worker without shared claims")
+
+    monkeypatch.setattr(type(multiprocessing.get_context("fork")), "Semaphore", no_sem_open)
+    monkeypatch.setattr(file_feed.FileFeed, "_from_workers", forked)
+    there, there_letters = _run(tmp_path, pf, lf, "on")
+    assert orjson.dumps(there) == orjson.dumps(serial) and there_letters == serial_letters
 
 
 def test_a_worker_waiting_for_room_ends_once_its_parent_is_gone(
