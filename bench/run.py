@@ -655,6 +655,7 @@ def bench_replay(n: int, reps: int, work: Path, target: float) -> Result:
     size = (pf.stat().st_size + lf.stat().st_size) / 1e6
     log(f"(r) wrote {n:,} predictions + {n_labels:,} labels ({size:.0f} MB) in "
         f"{time.perf_counter() - t:.1f}s")  # fmt: skip
+    from monitor.ingest.cpus import usable_cpus
     from monitor.ingest.file_feed import decode_workers
 
     out = work / "report.json"
@@ -704,6 +705,8 @@ def bench_replay(n: int, reps: int, work: Path, target: float) -> Result:
     drift = [d for d in report["drift"] if d["window"] == "all"]
     flagged = sorted(f["feature"] for d in drift for f in d["features"] if f["detected"])
     ratios = [a / b for a, b in zip(times["replay"], times["notebook"], strict=True)]
+    cpus = usable_cpus()
+    together = (median(applying) + median(decoding)) / cpus
     return Result(
         "r",
         f"monitor replay, {n:,} predictions + labels, start-up included",
@@ -727,8 +730,10 @@ def bench_replay(n: int, reps: int, work: Path, target: float) -> Result:
             f"on {os.cpu_count()} CPUs",
             f"{n:,}: {with_workers}, CPU s: applying process {median(applying):.2f}, "
             f"decoding workers {median(decoding):.2f}; the longer ÷ the notebook's CPU s = "
-            f"{max(median(applying), median(decoding)) / median(cpu['notebook']):.2f} (the "
-            "wall ratio idle CPUs would give, the two overlapping fully)",
+            f"{max(median(applying), median(decoding)) / median(cpu['notebook']):.2f}; the "
+            f"two together ÷ {cpus} CPUs ÷ it = {together / median(cpu['notebook']):.2f} (the "
+            "wall ratio idle CPUs would give, the applying process decoding whenever the "
+            "workers fall behind: between those two, its start-up being its alone)",
             f"{n:,}: replay --decode-worker {other}: {median(times[sides[1]]):.2f} s "
             f"({median(times[sides[1]]) / median(times['notebook']):.2f}× the notebook), CPU "
             f"{median(cpu[sides[1]]):.2f} s; same report: " + ("yes" if same else "NO"),

@@ -344,6 +344,9 @@ def _run(path: Path) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    from .ingest.cpus import CpuSample
+
+    started = CpuSample.now()  # `--decode-worker auto` watches the CPUs over the imports
     from .replay import ReplayError, replay
 
     settings = _load(args.config)
@@ -364,6 +367,7 @@ def _replay(args: argparse.Namespace) -> int:
             dead_letter=args.dead_letter,
             decode_worker=args.decode_worker,
             max_steps=max(0, args.max_steps),
+            started=started,
         )
     except ReplayError as err:
         fatal(f"monitor replay: {err}")

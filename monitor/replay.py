@@ -48,6 +48,7 @@ from .export.report import (
     snapshot_json,
     timeline_json,
 )
+from .ingest.cpus import CpuSample
 from .ingest.deadletter import FileDeadLetter
 from .ingest.file_feed import DecodeWorker, FileFeed, decode_workers
 from .insight import Insight
@@ -73,6 +74,7 @@ def replay(
     clock_ms: Callable[[], int] = wall_clock_ms,
     decode_worker: DecodeWorker = "auto",
     max_steps: int = MAX_STEPS,
+    started: CpuSample | None = None,
 ) -> dict[str, Any]:
     """Run the pipeline over the two files and return the report (plain JSON data).
 
@@ -81,11 +83,14 @@ def replay(
     would look like a clean bill of health. (An empty labels file is fine: drift needs
     no labels.) ``decode_worker``: decode in worker processes, one per usable CPU but
     the one this process applies on (they also bin numeric drift features against fixed
-    references), while this process applies (ingest/file_feed.py; ``auto``: when two or
-    more CPUs are usable, one beyond this process's is idle over a fifth of a second and
-    the input is more than a few batches) — the report is the same either way.
+    references), while this process applies, and decodes whenever the workers fall
+    behind (ingest/file_feed.py; ``auto``: when two or more CPUs are usable, one beyond
+    this process's is idle (``started``) and the input is more than a few batches) — the
+    report is the same either way.
     ``max_steps``: with SLOs, comparisons or drift, about how many evaluation steps at
-    most (0: one every ``evaluation.interval`` however long the input)."""
+    most (0: one every ``evaluation.interval`` however long the input). ``started``:
+    the CPUs' counters when the command started, ``auto``'s idle sample from then on
+    (None: a sample of its own, a fifth of a second before decoding starts)."""
     engine = build_engine(settings)
     dl_path = dead_letter or Path(settings.state.dir) / "replay-dead-letter.jsonl"
     k = settings.kafka
@@ -96,7 +101,7 @@ def replay(
     feed = FileFeed(
         pipeline,
         files,
-        decode_workers(decode_worker, total),
+        decode_workers(decode_worker, total, started),
         engine.drift.with_cells,
         sliced=sliced_dimensions(engine.models),
     )

@@ -4,12 +4,17 @@ this process or by worker processes on the other CPUs, applied here in file orde
 Why workers: replay is CPU-bound in one interpreter, and most of its time is decoding
 (msgspec's typed parse, column checks), which reads no engine state. A plain file is cut
 into spans of whole lines (``SpanReader``: where each span starts is found by a small
-read near its boundary), so every worker plans the same sequence of spans of both files
-without reading them, and worker k decodes spans k, k + n, k + 2n, ... of it; this
-process applies the decoded spans to the engine in the planned order — the order the
-in-process path applies them in — so the report is the same byte for byte. A span's
-records are not sent back: a rejected or late record's bytes and line number are read
-from the file again, here, when the dead-letter sink asks for them.
+read near its boundary), so every process plans the same sequence of spans of both
+files without reading them. The spans are claimed one at a time, in plan order, by
+whichever process asks first (a shared counter): the workers, and this process whenever
+the next span to apply has not come in — rather than wait, it decodes one itself (it
+runs out of its own work at the start, where its imports delayed the workers', and
+whenever the workers get less CPU than it does; with a fixed share of the spans per
+worker it sat idle then). This process applies the decoded spans to the engine in
+the planned order — the order the in-process path applies them in — so the report is
+the same byte for byte. A span's records are not sent back: a rejected or late
+record's bytes and line number are read from the file again, here, when the
+dead-letter sink asks for them.
 
 A worker also does the part of applying a prediction batch that reads no changing
 engine state (``ahead``: each numeric drift feature's cell against a fixed reference,
@@ -20,7 +25,8 @@ What crosses the pipe is the decoded columns (numpy arrays as out-of-band buffer
 pickle protocol 5) with the text columns coded (versions, segments and labels repeat:
 the distinct values and a code per row), and they stay coded here (``Coded``), so the
 applying process never handles them row by row; each worker's pipe has a reader thread here
-(the GIL is released while it reads) and about ``_AHEAD`` batches of backpressure.
+(the GIL is released while it reads). At most ``_AHEAD`` spans per process are claimed
+and not yet applied (backpressure: a worker waits for room).
 
 Fork (not spawn) because the decoders hold msgspec types built at run time that do not
 pickle, and a fresh interpreter would pay seconds of imports. A gzip file cannot be
@@ -37,7 +43,6 @@ import os
 import pickle
 import queue
 import threading
-import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -50,6 +55,7 @@ import pandas as pd
 
 from ..engine.records import Coded, LabelBatch, PredictionBatch, factorize
 from ..engine.segments import dimension_values
+from .cpus import CpuSample, idle_cpus, usable_cpus
 from .files import JsonlReader, LineOrigin, SpanReader, interleave, open_reader, read_span
 from .pipeline import IngestPipeline, RawBatch, offset_key
 
@@ -59,29 +65,27 @@ __all__ = [
     "FileFeed",
     "SpanLines",
     "decode_workers",
-    "idle_cpus",
-    "usable_cpus",
 ]
 
 DecodeWorker = Literal["auto", "on", "off"]
 BATCH_SIZE = 20_000  # records per batch (per file), about
-_AHEAD = 4  # batches received from one worker and not yet applied (a few MB each)
+_AHEAD = 4  # batches decoded ahead of the one applied, per process (a few MB each)
+_ORPHAN_CHECK_S = 1.0  # how often a worker waiting for room checks its parent is alive
 _MAX_WORKERS = 8
-_CPU_MAX = "/sys/fs/cgroup/cpu.max"
-_CPU_STAT = "/sys/fs/cgroup/cpu.stat"
-_PROC_STAT = "/proc/stat"
-_IDLE_SAMPLE_S = 0.2  # how long ``auto`` watches the CPUs before choosing
 _IDLE_SLACK = 0.2  # an idle CPU may show a little use (the sampling itself, a tick)
 _WORKER_MIN_BYTES = 8 << 20  # ``auto`` decodes smaller inputs here
 
 
-def decode_workers(mode: DecodeWorker, input_bytes: int | None = None) -> int:
+def decode_workers(
+    mode: DecodeWorker, input_bytes: int | None = None, since: CpuSample | None = None
+) -> int:
     """How many worker processes decode (0: this process does): one per usable CPU but
     the one this process applies on, at least one (``on``); ``auto`` one per CPU found
-    idle beyond the applying one (``idle_cpus``), none on one usable CPU nor for an
-    input of fewer than ``_WORKER_MIN_BYTES`` (a few batches: forking and piping would
-    cost more than they save). Usable: the CPUs this process may run on, bounded by a
-    container's CPU quota. None where fork is unavailable.
+    idle beyond the applying one (``idle_cpus``, watched from ``since`` on, or for a
+    fresh sample), none on one usable CPU nor for an input of fewer than
+    ``_WORKER_MIN_BYTES`` (a few batches: forking and piping would cost more than they
+    save). Usable: the CPUs this process may run on, bounded by a container's CPU
+    quota. None where fork is unavailable.
 
     One CPU is left to the applying process: with the drift cells binned in the
     workers, applying and decoding cost about the same (per million events about 7
@@ -90,8 +94,9 @@ def decode_workers(mode: DecodeWorker, input_bytes: int | None = None) -> int:
     million events on 2 CPUs), but the two processes wait on each other: on a busy
     machine, where each waits its turn behind other work too, it was up to a third
     slower than one process (measured at load averages 8-16 on 2 CPUs,
-    docs/benchmarks.md) — hence ``auto`` wants an idle CPU. On one CPU the processes
-    could only take turns: decoded here."""
+    docs/benchmarks.md, when each worker had a fixed share of the spans, before the
+    applying process decoded instead of waiting for a worker) — hence ``auto`` wants
+    an idle CPU. On one CPU the processes could only take turns: decoded here."""
     if mode == "off" or "fork" not in multiprocessing.get_all_start_methods():
         return 0
     cpus = usable_cpus()
@@ -100,94 +105,7 @@ def decode_workers(mode: DecodeWorker, input_bytes: int | None = None) -> int:
         return most
     if cpus < 2 or (input_bytes is not None and input_bytes < _WORKER_MIN_BYTES):
         return 0
-    return max(0, min(most, math.floor(idle_cpus(cpus) - 1 + _IDLE_SLACK)))
-
-
-def idle_cpus(cpus: int, sample_s: float = _IDLE_SAMPLE_S) -> float:
-    """How many of this process's CPUs sat idle over the last ``sample_s`` seconds: the
-    idle share of the ``cpuN`` lines of ``/proc/stat`` for the CPUs in its affinity,
-    at most what a cgroup v2 CPU quota leaves unused (``cpu.stat``'s ``usage_usec``
-    over the same interval). Where neither file reads, the one-minute load average
-    stands in (``cpus`` minus it).
-
-    Why a sample, not the load average: the one-minute average still counts work that
-    ended seconds ago (a replay started right after another job saw no idle CPU and
-    decoded in one process on an idle machine), and it counts runnable tasks on every
-    CPU, not the ones this process may use."""
-    first, used0 = _cpu_times(), _cgroup_usage_us()
-    t0 = time.monotonic()
-    time.sleep(sample_s)
-    second, used1 = _cpu_times(), _cgroup_usage_us()
-    elapsed = time.monotonic() - t0
-    if not first or not second:
-        return max(0.0, cpus - os.getloadavg()[0])
-    idle = 0.0
-    for cpu, (idle1, total1) in second.items():
-        idle0, total0 = first.get(cpu, (idle1, total1))
-        if total1 > total0:
-            idle += (idle1 - idle0) / (total1 - total0)
-    quota = _cgroup_quota()
-    if quota is not None and used0 is not None and used1 is not None and elapsed > 0:
-        idle = min(idle, max(0.0, quota - (used1 - used0) / 1e6 / elapsed))
-    return idle
-
-
-def _cpu_times() -> dict[int, tuple[int, int]]:
-    """Idle and total jiffies of each CPU in this process's affinity (``/proc/stat``);
-    empty where the file does not read as documented (proc(5): idle and iowait are the
-    idle columns)."""
-    try:
-        allowed = os.sched_getaffinity(0)
-        lines = Path(_PROC_STAT).read_text().splitlines()
-    except (AttributeError, OSError):
-        return {}
-    times: dict[int, tuple[int, int]] = {}
-    for line in lines:
-        name, _, rest = line.partition(" ")
-        if not name.startswith("cpu") or not name[3:].isdigit() or int(name[3:]) not in allowed:
-            continue
-        try:
-            ticks = [int(x) for x in rest.split()[:8]]
-        except ValueError:
-            return {}
-        if len(ticks) < 5:
-            return {}
-        times[int(name[3:])] = (ticks[3] + ticks[4], sum(ticks))
-    return times
-
-
-def _cgroup_usage_us() -> int | None:
-    """The cgroup's CPU time so far in µs (cgroup v2 ``cpu.stat``), None without one."""
-    try:
-        for line in Path(_CPU_STAT).read_text().splitlines():
-            key, _, value = line.partition(" ")
-            if key == "usage_usec":
-                return int(value)
-    except (OSError, ValueError):
-        pass
-    return None
-
-
-def _cgroup_quota() -> float | None:
-    """A cgroup v2 CPU quota in CPUs (``cpu.max``), None where there is none."""
-    try:
-        quota, period = Path(_CPU_MAX).read_text().split()[:2]
-        return None if quota == "max" else int(quota) / int(period)
-    except (OSError, ValueError):  # no cgroup v2 file, or one not as documented
-        return None
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity), at most a cgroup v2 quota's worth
-    (``cpu.max``: a container limited to 1.5 CPUs counts 2)."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # (not on Linux)
-        cpus = os.cpu_count() or 1
-    quota = _cgroup_quota()
-    if quota is not None:
-        cpus = min(cpus, max(1, math.ceil(quota)))
-    return cpus
+    return max(0, min(most, math.floor(idle_cpus(cpus, since) - 1 + _IDLE_SLACK)))
 
 
 class SpanLines(Sequence[bytes]):
@@ -282,9 +200,11 @@ class FileFeed:
     def __iter__(self) -> Iterator[DecodedBatch]:
         readers = self._readers()
         if self.workers and all(isinstance(r, SpanReader) for r in readers.values()):
-            for r in readers.values():
-                r.close()
-            return self._from_workers()
+            claims = _Claims.shared(self.workers)
+            if claims is not None:
+                for r in readers.values():
+                    r.close()
+                return self._from_workers(claims)
         return self._here(readers)
 
     def _readers(self) -> dict[str, JsonlReader | SpanReader]:
@@ -329,105 +249,230 @@ class FileFeed:
             a.close()
             b.close()
 
-    def _from_workers(self) -> Iterator[DecodedBatch]:
+    def _from_workers(self, claims: _Claims) -> Iterator[DecodedBatch]:
         ctx = multiprocessing.get_context("fork")
         n = self.workers
-        procs, receivers, frames = [], [], []
+        got: queue.Queue[tuple[int, tuple[bytes, list[bytes]] | None]] = queue.Queue()
+        procs, receivers = [], []
+        ended = False
         try:
             for k in range(n):
                 receive, send = ctx.Pipe(duplex=False)
                 _widen(send)
-                proc = ctx.Process(target=_work, args=(send, self, k, n),
+                proc = ctx.Process(target=_work, args=(send, self, claims),
                                    name=f"replay-decode-{k}", daemon=True)  # fmt: skip
                 proc.start()
                 send.close()  # only the worker holds the sending end: EOF here when it dies
-                got: queue.Queue[tuple[bytes, list[bytes]] | None] = queue.Queue(_AHEAD)
-                reader = threading.Thread(target=_receive, args=(receive, got),
+                reader = threading.Thread(target=_receive, args=(receive, got, k),
                                           name=f"replay-decode-pipe-{k}", daemon=True)  # fmt: skip
                 reader.start()
                 procs.append(proc)
                 receivers.append((receive, reader))
-                frames.append(got)
-            yield from self._in_order(frames, procs)
+            yield from self._in_order(got, procs, claims)
+            ended = True
         finally:
             for proc in procs:
-                if proc.is_alive():  # stopped early (an error on either side): no more work
+                if ended:  # each worker claims a span past the plan's end, says so, exits
+                    claims.room.release()
+                elif proc.is_alive():  # stopped early (an error on either side): no more work
                     proc.terminate()
+            for proc in procs:
                 proc.join()
-            for (receive, reader), got in zip(receivers, frames, strict=True):
+            for receive, reader in receivers:
                 while reader.is_alive():  # (the pipe is at EOF: it ends once not blocked)
                     with contextlib.suppress(queue.Empty):
                         got.get(timeout=0.1)
                 reader.join()
                 receive.close()
 
-    def _in_order(self, frames: list[queue.Queue[Any]], procs: list[Any]) -> Iterator[DecodedBatch]:
-        """The workers' spans in plan order: span i comes from worker i mod n; the first
-        worker to say it has no span i ends the plan."""
+    def _in_order(
+        self, got: queue.Queue[Any], procs: list[Any], claims: _Claims
+    ) -> Iterator[DecodedBatch]:
+        """The spans in plan order, whoever decoded them (``_Gather``)."""
         base = {"predictions": 0, "labels": 0}  # line number of each file's next span
         records = {"predictions": 0, "labels": 0}
-        for i in count():
-            k = i % len(frames)
-            got = frames[k].get()
-            if got is None:
-                procs[k].join()
-                raise RuntimeError(
-                    f"replay's decoding process ended unexpectedly (exit {procs[k].exitcode})"
-                )
-            msg = pickle.loads(memoryview(got[0])[4:], buffers=got[1])
-            if msg[0] == "error":  # the worker's exception, raised here as in process
-                err, text = msg[1], msg[2]
-                raise err if err is not None else RuntimeError(text)
-            if msg[0] == "end":
-                self.lines = records
+        gather = _Gather(self, got, procs, claims)
+        try:
+            for i in count():
+                item = gather.span(i)
+                if item is None:
+                    self.lines = records
+                    return
+                kind = item.span.kind
+                path, topic = self.files[kind]
+                first = base[kind]
+                base[kind] += item.lines
+                records[kind] += item.records
+                numbers: list[int] | range = (
+                    range(first, first + item.records) if item.numbers is None
+                    else [first + x for x in item.numbers]
+                )  # fmt: skip
+                offsets = {offset_key(topic, 0): numbers[-1] + 1} if item.records else {}
+                values = SpanLines(Path(path), topic, item.span.start, item.span.end, item.records)
+                raw = RawBatch(values, LineOrigin(topic, numbers), offsets)
+                yield DecodedBatch(
+                    kind, _uncoded(item.decoded, item.coded), item.rejects, raw,
+                    item.span.bytes_read,
+                )  # fmt: skip
+        finally:
+            gather.plan.close()
+
+
+class _Gather:
+    """The applying process's side of the spans: the workers' answers as they arrive,
+    and, while the next span to apply is not among them, a span claimed and decoded
+    here instead of waiting (this process runs out of its own work whenever the
+    workers fall behind: at the start, its imports having delayed theirs, and whenever
+    they get less CPU than it does)."""
+
+    def __init__(
+        self, feed: FileFeed, got: queue.Queue[Any], procs: list[Any], claims: _Claims
+    ) -> None:
+        self.feed, self.got, self.procs, self.claims = feed, got, procs, claims
+        self.plan = _Plan(feed)
+        self.ready: dict[int, Any] = {}  # span index -> _Decoded, an exception, None (end)
+        self.finished: set[int] = set()  # workers that said "end" or sent their error
+
+    def span(self, i: int) -> _Decoded | None:
+        """Span ``i`` decoded, None past the plan's end; a decoding error is raised at
+        the span it was raised at, as in process."""
+        while i not in self.ready:
+            self._one_more()
+        item = self.ready.pop(i)
+        self.claims.room.release()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def _one_more(self) -> None:
+        """One more answer: a worker's that has arrived, else a span decoded here if one
+        is left to claim, else the next a worker sends."""
+        try:
+            k, frames = self.got.get_nowait()
+        except queue.Empty:
+            i = self.claims.take(0)
+            if i is not None:
+                span = self.plan.at(i)
+                try:
+                    self.ready[i] = None if span is None else _decode_span(self.feed, span)
+                except Exception as err:
+                    self.ready[i] = err
                 return
-            d: _Decoded = msg[1]
-            kind = d.span.kind
-            path, topic = self.files[kind]
-            first = base[kind]
-            base[kind] += d.lines
-            records[kind] += d.records
-            numbers: list[int] | range = (
-                range(first, first + d.records) if d.numbers is None
-                else [first + x for x in d.numbers]
-            )  # fmt: skip
-            offsets = {offset_key(topic, 0): numbers[-1] + 1} if d.records else {}
-            values = SpanLines(Path(path), topic, d.span.start, d.span.end, d.records)
-            raw = RawBatch(values, LineOrigin(topic, numbers), offsets)
-            yield DecodedBatch(
-                kind, _uncoded(d.decoded, d.coded), d.rejects, raw, d.span.bytes_read
+            k, frames = self.got.get()
+        if frames is None:
+            if k in self.finished:
+                return
+            self.procs[k].join()
+            raise RuntimeError(
+                f"replay's decoding process ended unexpectedly (exit {self.procs[k].exitcode})"
             )
+        msg = pickle.loads(memoryview(frames[0])[4:], buffers=frames[1])
+        what, i = msg[0], msg[1]
+        if what == "batch":
+            self.ready[i] = msg[2]
+            return
+        self.finished.add(k)
+        if what == "error":  # the worker's exception, or its text where it did not pickle
+            self.ready[i] = msg[2] if msg[2] is not None else RuntimeError(msg[3])
+        else:  # "end": the worker's claim fell past the plan's end
+            self.ready[i] = None
 
 
-def _work(conn: Any, feed: FileFeed, k: int, n: int) -> None:
-    """Worker k of n: decode spans k, k + n, ... of the plan and send them, then "end".
-    Its loop makes no reference cycles (parsed rows, columns, pickles), so the cyclic
-    collector is off: its passes would also touch, and copy, every object inherited from
-    the parent."""
+@dataclass(frozen=True, slots=True)
+class _Claims:
+    """The plan's spans handed out one at a time, in plan order, to whichever process
+    asks first (the workers, and the applying process while it would otherwise wait);
+    ``room`` bounds the spans claimed and not yet applied (memory), a token a span."""
+
+    lock: Any
+    next: Any  # the next span index to hand out
+    room: Any
+
+    @staticmethod
+    def shared(workers: int) -> _Claims | None:
+        """Claims shared with ``workers`` forked processes; None where processes cannot
+        share a semaphore (no working ``sem_open``: no /dev/shm), then decoded here."""
+        ctx = multiprocessing.get_context("fork")
+        try:
+            return _Claims(ctx.Lock(), ctx.RawValue("q", 0), ctx.Semaphore(_AHEAD * (workers + 1)))
+        except (ImportError, OSError):
+            return None
+
+    def take(self, wait: float) -> int | None:
+        """The next span index, None when no room came within ``wait`` seconds."""
+        if not self.room.acquire(wait > 0, wait if wait > 0 else None):
+            return None
+        with self.lock:
+            i = int(self.next.value)
+            self.next.value = i + 1
+        return i
+
+
+class _Plan:
+    """A process's own walk through ``FileFeed.plan``: claims come in increasing order,
+    so each asks for a later span than the last."""
+
+    def __init__(self, feed: FileFeed) -> None:
+        self._spans = feed.plan()
+
+    def at(self, i: int) -> _Span | None:
+        """Span ``i``, None past the plan's end."""
+        for span in self._spans:
+            if span.index == i:
+                return span
+        return None
+
+    def close(self) -> None:
+        self._spans.close()  # type: ignore[attr-defined]
+
+
+def _decode_span(feed: FileFeed, span: _Span) -> _Decoded:
+    """Span ``span`` read, decoded, its drift cells binned ahead and its text columns
+    coded: what a worker sends, and what the applying process makes of a span it claims."""
+    path, topic = feed.files[span.kind]
+    batch, lines = read_span(Path(path), topic, span.start, span.end, 0)
+    decoded, rejects = feed.pipeline.decode(span.kind, batch.values)
+    if feed.ahead is not None and isinstance(decoded, PredictionBatch):
+        decoded = feed.ahead(decoded)
+    plain, coded = _coded(decoded, feed.sliced)
+    numbers = batch.origin.numbers  # type: ignore[attr-defined]
+    return _Decoded(
+        span, plain, coded, rejects, lines,
+        None if isinstance(numbers, range) else list(numbers), len(batch.values),
+    )  # fmt: skip
+
+
+def _work(conn: Any, feed: FileFeed, claims: _Claims) -> None:
+    """A worker: claim spans and send each decoded, until one past the plan's end
+    ("end"), or until its parent is gone while it waits for room (nothing else would
+    wake it); an exception goes back tagged with the span it was raised at. Its loop
+    makes no reference cycles (parsed rows, columns, pickles), so the cyclic collector
+    is off: its passes would also touch, and copy, every object inherited from the
+    parent."""
     gc.disable()
+    parent = os.getppid()
+    plan = _Plan(feed)
+    i = -1
     try:
-        for span in feed.plan():
-            if span.index % n != k:
+        while True:
+            claimed = claims.take(_ORPHAN_CHECK_S)
+            if claimed is None:
+                if os.getppid() != parent:  # the applying process is gone: nobody to tell
+                    return
                 continue
-            path, topic = feed.files[span.kind]
-            batch, lines = read_span(Path(path), topic, span.start, span.end, 0)
-            decoded, rejects = feed.pipeline.decode(span.kind, batch.values)
-            if feed.ahead is not None and isinstance(decoded, PredictionBatch):
-                decoded = feed.ahead(decoded)
-            plain, coded = _coded(decoded, feed.sliced)
-            numbers = batch.origin.numbers  # type: ignore[attr-defined]
-            d = _Decoded(
-                span, plain, coded, rejects, lines,
-                None if isinstance(numbers, range) else list(numbers), len(batch.values),
-            )  # fmt: skip
-            _send(conn, ("batch", d))
-        _send(conn, ("end", None))
+            i = claimed
+            span = plan.at(i)
+            if span is None:
+                _send(conn, ("end", i, None))
+                return
+            _send(conn, ("batch", i, _decode_span(feed, span)))
     except BaseException as err:  # everything goes back to the main process
         try:
-            _send(conn, ("error", err, traceback.format_exc()))
+            _send(conn, ("error", i, err, traceback.format_exc()))
         except Exception:  # an exception that does not pickle: its text
-            _send(conn, ("error", None, traceback.format_exc()))
+            _send(conn, ("error", i, None, traceback.format_exc()))
     finally:
+        plan.close()
         conn.close()
 
 
@@ -498,12 +543,13 @@ def _send(conn: Any, msg: Any) -> None:
         conn.send_bytes(buf.raw())
 
 
-def _receive(conn: Any, frames: queue.Queue[tuple[bytes, list[bytes]] | None]) -> None:
-    """A pipe reader of the main process: each message's frames, None at EOF."""
+def _receive(conn: Any, got: queue.Queue[Any], k: int) -> None:
+    """The pipe reader of worker ``k`` in the main process: each message's frames
+    tagged ``k``, and (k, None) at EOF."""
     try:
         while True:
             first = conn.recv_bytes()
             n = int.from_bytes(first[:4], "little")
-            frames.put((first, [conn.recv_bytes() for _ in range(n)]))
+            got.put((k, (first, [conn.recv_bytes() for _ in range(n)])))
     except (EOFError, OSError):
-        frames.put(None)
+        got.put((k, None))

@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from monitor.config import settings_from_mapping
 from monitor.export.report import iso
@@ -158,3 +160,55 @@ def test_input_out_of_time_order_is_counted_and_still_all_counted(tmp_path: Path
     assert report["replay_steps"]["out_of_order"] > 0  # said, not hidden
     (res,) = [r for r in report["results"] if r["window"] == "all" and r["slice"] == "all"]
     assert res["predictions"] == len(preds) and res["labeled"] == oracle(preds, labels)["n"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    batches=st.lists(
+        st.tuples(
+            st.sampled_from(["predictions", "labels"]),
+            st.lists(st.integers(0, 60), min_size=1, max_size=25),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_a_step_applies_exactly_the_rows_read_and_stamped_up_to_it(
+    batches: list[tuple[str, list[int], bool]],
+) -> None:
+    """Batches in time order (a step takes the head of what waits, found by a search)
+    and not (each row compared): at every step, what has been applied is every row read
+    so far and stamped at or before it, each row once and in its batch's order."""
+    from monitor.engine.records import LabelBatch
+    from monitor.ingest.file_feed import DecodedBatch
+    from monitor.ingest.pipeline import RawBatch
+    from monitor.replay_steps import StepFeed
+
+    applied: list[tuple[int, int]] = []  # (batch, row)
+    read: list[tuple[int, int, int]] = []  # (batch, row, ts)
+
+    class Pipeline:
+        def apply(self, kind: str, decoded: LabelBatch, rejects: list, raw: RawBatch) -> None:
+            if len(decoded):  # (an add's empty batch, for its decoding rejects)
+                rows = decoded.keys.tolist()
+                applied.extend((int(b), r) for b, r in zip(decoded.label, rows, strict=True))
+
+    def on_step(t: int) -> None:
+        due = sorted((b, r) for b, r, ts in read if ts <= t)
+        assert sorted(applied) == due and len(set(applied)) == len(applied)
+
+    feed = StepFeed(Pipeline(), 10, on_step)  # type: ignore[arg-type]
+    for i, (kind, stamps, ordered) in enumerate(batches):
+        ts = np.array(sorted(stamps) if ordered else stamps, np.int64) * 3
+        n = ts.shape[0]
+        decoded = LabelBatch(np.arange(n, dtype=np.uint64), ts, [str(i)] * n)
+        read.extend((i, r, int(ts[r])) for r in range(n))
+        raw = RawBatch([b"{}"] * n, lambda j: ("t", 0, j), {})
+        feed.add(DecodedBatch(kind, decoded, [], raw, 0))
+    feed.finish()
+    assert sorted(applied) == sorted((b, r) for b, r, _ in read)
+    for i in range(len(batches)):  # a batch's rows in its order
+        rows = [r for b, r in applied if b == i]
+        stamps = [ts for b, r, ts in read if b == i]
+        assert [stamps[r] for r in rows] == sorted(stamps[r] for r in rows) or not batches[i][2]

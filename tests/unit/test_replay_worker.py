@@ -6,7 +6,11 @@ in-process path's would."""
 from __future__ import annotations
 
 import base64
+import gc
 import gzip
+import multiprocessing
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +23,11 @@ from hypothesis import strategies as st
 from monitor.config import settings_from_mapping
 from monitor.drift.reference import ReferenceProfile
 from monitor.drift.summaries import numeric_cells
+from monitor.ingest import cpus as cpu_info
 from monitor.ingest import file_feed
+from monitor.ingest.cpus import usable_cpus
 from monitor.ingest.deadletter import FileDeadLetter
-from monitor.ingest.file_feed import SpanLines, decode_workers, usable_cpus
+from monitor.ingest.file_feed import SpanLines, decode_workers
 from monitor.ingest.files import SpanReader, read_span
 from monitor.ingest.pipeline import RawBatch
 from monitor.replay import replay
@@ -125,7 +131,7 @@ def test_workers_give_the_in_process_report_and_dead_letters(
     """One worker, or three (more than the spans' two kinds), or gzip input (decoded in
     process): the report and dead letters are those of decoding in process."""
     monkeypatch.setattr(file_feed, "BATCH_SIZE", 700)  # many batches, interleaved
-    monkeypatch.setattr(file_feed, "_CPU_MAX", str(tmp_path / "no-quota"))
+    monkeypatch.setattr(cpu_info, "_CPU_MAX", str(tmp_path / "no-quota"))
     monkeypatch.setattr(file_feed.os, "sched_getaffinity", lambda _pid: set(range(cpus)),
                         raising=False)  # fmt: skip
     pf, lf = _files(tmp_path, gz)
@@ -186,6 +192,95 @@ def test_a_worker_failure_on_plain_input_is_raised_as_in_process(
     assert errors == ["decoder broke on the batch of p00000800"] * 2
 
 
+def test_the_applying_process_decodes_while_the_workers_fall_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker slow to start (as when it gets no CPU): this process claims and decodes
+    spans itself, from the first on, rather than wait for it; the report and dead
+    letters are still the in-process path's."""
+    monkeypatch.setattr(file_feed, "BATCH_SIZE", 700)
+    monkeypatch.setattr(cpu_info, "_CPU_MAX", str(tmp_path / "no-quota"))
+    monkeypatch.setattr(file_feed.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    here, decoded_here = os.getpid(), []
+    decode_span, work = file_feed._decode_span, file_feed._work
+
+    def recorded(feed: Any, span: Any) -> Any:
+        if os.getpid() == here:
+            decoded_here.append(span.index)
+        return decode_span(feed, span)
+
+    def late(*args: Any) -> None:
+        time.sleep(1.0)
+        work(*args)
+
+    monkeypatch.setattr(file_feed, "_decode_span", recorded)
+    monkeypatch.setattr(file_feed, "_work", late)
+    pf, lf = _files(tmp_path, gz=False)
+    serial, serial_letters = _run(tmp_path, pf, lf, "off")
+    assert not decoded_here
+    shared, shared_letters = _run(tmp_path, pf, lf, "on")
+    assert orjson.dumps(shared) == orjson.dumps(serial) and shared_letters == serial_letters
+    assert decoded_here[0] == 0 and decoded_here == sorted(decoded_here)
+
+
+def test_without_shared_semaphores_it_decodes_in_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where processes cannot share a semaphore (no /dev/shm: ``sem_open`` fails), no
+    worker can claim a span: decoded in process, the same report and dead letters."""
+    monkeypatch.setattr(cpu_info, "_CPU_MAX", str(tmp_path / "no-quota"))
+    monkeypatch.setattr(file_feed.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    pf, lf = _files(tmp_path, gz=False)
+    serial, serial_letters = _run(tmp_path, pf, lf, "off")
+
+    def no_sem_open(*args: Any, **kwargs: Any) -> None:
+        raise OSError(38, "Function not implemented")
+
+    def forked(*args: Any) -> None:
+        raise AssertionError("no worker without shared claims")
+
+    monkeypatch.setattr(type(multiprocessing.get_context("fork")), "Semaphore", no_sem_open)
+    monkeypatch.setattr(file_feed.FileFeed, "_from_workers", forked)
+    there, there_letters = _run(tmp_path, pf, lf, "on")
+    assert orjson.dumps(there) == orjson.dumps(serial) and there_letters == serial_letters
+
+
+def test_a_worker_waiting_for_room_ends_once_its_parent_is_gone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No room ever comes (the applying process died without a word): the worker stops
+    at its next check of its parent instead of waiting for ever, and sends nothing."""
+
+    class NoRoom:
+        def take(self, wait: float) -> None:
+            assert wait > 0
+            return None
+
+    class Feed:
+        def plan(self) -> Any:
+            yield from ()
+
+    class Conn:
+        def __init__(self) -> None:
+            self.sent: list[bytes] = []
+            self.closed = False
+
+        def send_bytes(self, data: bytes) -> None:
+            self.sent.append(data)
+
+        def close(self) -> None:
+            self.closed = True
+
+    parents = iter([1, 1, 1, 2])
+    monkeypatch.setattr(file_feed.os, "getppid", lambda: next(parents))
+    conn = Conn()
+    try:
+        file_feed._work(conn, Feed(), NoRoom())  # type: ignore[arg-type]
+    finally:
+        gc.enable()  # (the worker turns the collector off for its process)
+    assert conn.closed and not conn.sent and next(parents, None) is None
+
+
 def test_workers_one_per_usable_cpu_but_the_applying_one(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -194,10 +289,10 @@ def test_workers_one_per_usable_cpu_but_the_applying_one(
     quota bounds the usable CPUs."""
     quota = tmp_path / "cpu.max"
     quota.write_text("max 100000\n")
-    monkeypatch.setattr(file_feed, "_CPU_MAX", str(quota))
+    monkeypatch.setattr(cpu_info, "_CPU_MAX", str(quota))
     monkeypatch.setattr(file_feed.os, "sched_getaffinity", lambda _pid: {0, 1, 2}, raising=False)
     idle = [3.0]
-    monkeypatch.setattr(file_feed, "idle_cpus", lambda _cpus: idle[0])
+    monkeypatch.setattr(file_feed, "idle_cpus", lambda _cpus, _since: idle[0])
     assert decode_workers("on") == decode_workers("auto") == 2 and decode_workers("off") == 0
     idle[0] = 1.9  # one other CPU busy: one worker
     assert decode_workers("auto") == 1 and decode_workers("on") == 2
@@ -231,16 +326,18 @@ def test_idle_cpus_are_sampled_from_proc_stat_within_the_affinity_and_quota(
 ) -> None:
     """The idle share of each allowed CPU over the sample (not the load average, which
     still counts work that ended seconds ago), a CPU outside the affinity ignored, a
-    cgroup quota's unused part bounding it, and the load average where /proc/stat does
-    not read."""
+    cgroup quota's unused part bounding it, this process's own use counted as left to
+    it (a sample started before its imports), and the load average where /proc/stat
+    does not read."""
     stat, usage, quota = tmp_path / "stat", tmp_path / "cpu.stat", tmp_path / "cpu.max"
-    monkeypatch.setattr(file_feed, "_PROC_STAT", str(stat))
-    monkeypatch.setattr(file_feed, "_CPU_STAT", str(usage))
-    monkeypatch.setattr(file_feed, "_CPU_MAX", str(quota))
+    monkeypatch.setattr(cpu_info, "_PROC_STAT", str(stat))
+    monkeypatch.setattr(cpu_info, "_CPU_STAT", str(usage))
+    monkeypatch.setattr(cpu_info, "_CPU_MAX", str(quota))
     monkeypatch.setattr(file_feed.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
-    monkeypatch.setattr(file_feed.os, "getloadavg", lambda: (9.0, 9.0, 9.0))
-    clock = [100.0]
-    monkeypatch.setattr(file_feed.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(cpu_info.os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    clock, own = [100.0], [0.0]  # seconds: monotonic, this process's CPU
+    monkeypatch.setattr(cpu_info.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(cpu_info.time, "process_time", lambda: own[0])
     after: list[tuple[str, str]] = []
 
     def sleep(seconds: float) -> None:  # the machine moves on while the sample waits
@@ -249,27 +346,41 @@ def test_idle_cpus_are_sampled_from_proc_stat_within_the_affinity_and_quota(
             stat.write_text(text)
             usage.write_text(use)
 
-    monkeypatch.setattr(file_feed.time, "sleep", sleep)
+    monkeypatch.setattr(cpu_info.time, "sleep", sleep)
     # cpu0 idle 90 of 100 jiffies, cpu1 idle 10 of 100, cpu2 (not ours) idle throughout
     stat.write_text(_proc_stat((1000, 500), (1000, 500), (1000, 0)))
     after[:] = [(_proc_stat((1090, 510), (1010, 590), (1100, 0)), "usage_usec 0\n")]
     usage.write_text("usage_usec 0\n")
-    assert file_feed.idle_cpus(2, 1.0) == pytest.approx(1.0, abs=1e-12)
+    assert cpu_info.idle_cpus(2, sample_s=1.0) == pytest.approx(1.0, abs=1e-12)
     # a quota of 1.5 CPUs of which 1.2 were used over the second: 0.3 left
     quota.write_text("150000 100000\n")
     stat.write_text(_proc_stat((1000, 500), (1000, 500)))
     usage.write_text("usage_usec 5000000\n")
     after[:] = [(_proc_stat((1090, 510), (1010, 590)), "usage_usec 6200000\n")]
-    assert file_feed.idle_cpus(2, 1.0) == pytest.approx(0.3, abs=1e-9)
+    assert cpu_info.idle_cpus(2, sample_s=1.0) == pytest.approx(0.3, abs=1e-9)
+    # watched since an earlier sample, over 1.5 s of this process's own work (its
+    # imports): its own use counts as left to it, no wait; cpu0 busy with it, cpu1
+    # idle 80 %: 1.8 CPUs; under the quota of 1.5, of which others used 0.3: 1.2
+    quota.write_text("max 100000\n")
+    since = cpu_info.CpuSample.now()
+    clock[0] += 1.5
+    own[0] += 1.5
+    stat.write_text(_proc_stat((1090, 660), (1130, 620)))
+    usage.write_text("usage_usec 8150000\n")  # 1.3 CPUs over 1.5 s, 1.0 of them its own
+    after.clear()
+    assert cpu_info.idle_cpus(2, since, sample_s=0.2) == pytest.approx(1.8, abs=1e-9)
+    assert clock[0] == since.at + 1.5  # (no wait)
+    quota.write_text("150000 100000\n")
+    assert cpu_info.idle_cpus(2, since, sample_s=0.2) == pytest.approx(1.2, abs=1e-9)
     # /proc/stat unreadable or not as documented: the load average stands in
     quota.write_text("max 100000\n")
     stat.write_text("cpu0 not numbers here\n")
     after[:] = [("cpu0 not numbers here\n", "usage_usec 0\n")]
-    assert file_feed.idle_cpus(2, 1.0) == 0.0
-    monkeypatch.setattr(file_feed.os, "getloadavg", lambda: (0.5, 0.5, 0.5))
+    assert cpu_info.idle_cpus(2, sample_s=1.0) == 0.0
+    monkeypatch.setattr(cpu_info.os, "getloadavg", lambda: (0.5, 0.5, 0.5))
     stat.unlink()
     after.clear()
-    assert file_feed.idle_cpus(2, 1.0) == pytest.approx(1.5)
+    assert cpu_info.idle_cpus(2, sample_s=1.0) == pytest.approx(1.5)
 
 
 def _messy_files(tmp_path: Path) -> tuple[Path, Path, Path]:
@@ -313,7 +424,7 @@ def test_workers_give_the_serial_report_stepping_with_drift_and_many_slices(
     and late, bad lines in both files: the workers' report and dead letters are the
     serial path's, byte for byte, each bad line dead-lettered at its own line number."""
     monkeypatch.setattr(file_feed, "BATCH_SIZE", 400)  # many spans, interleaved
-    monkeypatch.setattr(file_feed, "_CPU_MAX", str(tmp_path / "no-quota"))
+    monkeypatch.setattr(cpu_info, "_CPU_MAX", str(tmp_path / "no-quota"))
     monkeypatch.setattr(file_feed.os, "sched_getaffinity", lambda _pid: set(range(cpus)),
                         raising=False)  # fmt: skip
     pf, lf, ref = _messy_files(tmp_path)
