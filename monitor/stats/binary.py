@@ -378,14 +378,19 @@ _ROWS_PER_CHUNK = 256
 
 
 def _equal_tailed_rows(samples: np.ndarray, confidence: float) -> tuple[list[float], list[float]]:
-    """:func:`_equal_tailed` of each row of a (rows, draws) matrix: one partition for the
-    rows whose draws are all finite, the one-row path for the others."""
+    """:func:`_equal_tailed` of each row of a (rows, draws) matrix: one sort for the rows
+    whose draws are all finite, the one-row path for the others.
+
+    Why a sort and not ``np.partition(samples, (k_lo, k_hi))``: numpy selects a single
+    order statistic with its vectorized path but two at once with its generic one, four
+    times slower than sorting the rows (1.1 against 4.5 ms for 256 rows of 1,000 draws);
+    an order statistic is one value whichever way it is found."""
     alpha = 1.0 - confidence
     size = samples.shape[1]
     k_lo = math.floor(alpha / 2.0 * (size - 1))
     k_hi = math.ceil((1.0 - alpha / 2.0) * (size - 1))
-    part = np.partition(samples, (k_lo, k_hi), axis=1)
-    lo, hi = part[:, k_lo].tolist(), part[:, k_hi].tolist()
+    ordered = np.sort(samples, axis=1)
+    lo, hi = ordered[:, k_lo].tolist(), ordered[:, k_hi].tolist()
     for r in np.flatnonzero(~np.isfinite(samples).all(axis=1)).tolist():
         lo[r], hi[r] = _equal_tailed(samples[r], confidence)
     return lo, hi
