@@ -1,4 +1,5 @@
-"""Work around a thread race in kafka-python 3's lazily compiled protocol decoders.
+"""Work around a thread race in kafka-python 3's lazily compiled protocol decoders, and
+group joins whose answer it drops (:func:`await_join`).
 
 kafka-python 3 compiles a decoder per (message, version) on first use. For the top-level
 response class it briefly swaps ``StructField._data_class`` from a weak proxy to the real
@@ -33,7 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 __all__ = [
-    "finish_orphaned_join",
+    "await_join",
     "install",
     "metadata_fetched_at",
     "request_metadata",
@@ -104,23 +105,33 @@ def request_metadata(consumer: Any) -> None:
     consumer._client.cluster.request_update()
 
 
-def finish_orphaned_join(consumer: Any) -> bool:
-    """Make the next poll finish a group join that kafka-python 3 would abandon.
+def await_join(consumer: Any, timeout_ms: int) -> bool:
+    """Wait up to ``timeout_ms`` for a group join that is due or in flight, before a poll.
 
-    A rebalance started by a metadata change (partitions added, topic recreated) is driven
-    only while ``ConsumerCoordinator.need_rejoin()`` is true, and that compares the
-    metadata with the snapshot the leader took *when it assigned*. A ``poll`` whose time
-    runs out after the assignment but before the SyncGroup answer leaves the join in
-    flight with ``need_rejoin()`` already false: no later poll awaits it, the member stays
-    "rebalancing" for good, consumes nothing and every commit fails with
-    RebalanceInProgressError (seen in CI; reproduced every time by polling with a 1 ms
-    timeout across a recreated topic). Requesting a rejoin makes the next poll await the
-    join in flight (or, if it has finished unread, join once more). True when it did;
-    False on releases without this state (nothing to do)."""
+    kafka-python 3 reads a join's answer only when the join task finishes inside the
+    coordinator's wait for it; a task found finished afterwards is dropped and a new
+    JoinGroup sent. A join takes seconds (a broker delays a group's first rebalance by
+    3 s; a rebalance waits for every member), so with polls shorter than that the answer
+    usually came between waits, and each dropped answer cost another join: with 1 ms
+    polls a recreated topic's new partitions were taken 8 to 28 s after the recreation
+    (over 60 s on a loaded machine; 7 s with this wait, 5 of them the metadata's age).
+    Waiting here lets the answer arrive inside the wait.
+
+    A join started by a metadata change is awaited only while
+    ``ConsumerCoordinator.need_rejoin()`` holds, and that compares the metadata with the
+    snapshot the leader took *when it assigned*: a wait that ran out between the
+    assignment and the SyncGroup answer left the join in flight with ``need_rejoin()``
+    already false, awaited by no later poll (the member "rebalancing" for good, every
+    commit refused; seen in CI). Requesting a rejoin makes the coordinator await it.
+    True when a join was awaited; False with nothing to await or no coordinator known
+    (a broker away: the poll's own timeout applies)."""
     coordinator = getattr(consumer, "_coordinator", None)
-    if coordinator is None or getattr(coordinator, "_join_task", None) is None:
+    if coordinator is None or coordinator.coordinator_unknown():
         return False
-    if coordinator.need_rejoin():
-        return False  # the next poll drives the join already
-    coordinator.request_rejoin()
+    in_flight = getattr(coordinator, "_join_task", None) is not None
+    if not coordinator.need_rejoin():
+        if not in_flight:
+            return False
+        coordinator.request_rejoin()  # orphaned: no poll would await it
+    coordinator.poll(timeout_ms=timeout_ms)
     return True

@@ -24,7 +24,7 @@ from kafka.structs import OffsetAndMetadata
 from .. import kafka_compat
 from ..config import KafkaSettings
 from ..kafka_compat import (
-    finish_orphaned_join,
+    await_join,
     metadata_fetched_at,
     request_metadata,
     topic_metadata,
@@ -56,6 +56,9 @@ CLOSE_TIMEOUT_MS = 3_000
 METADATA_MAX_AGE_MS = 5_000
 # records polled with metadata older than this are fetched again after a refresh
 STALE_METADATA_S = 2 * METADATA_MAX_AGE_MS / 1000
+# a group join due or in flight is awaited up to this long per poll: past a broker's 3 s
+# delay of a group's first rebalance, short enough not to hold a stop request for long
+JOIN_WAIT_MS = 5_000
 
 StoredOffsets = Callable[[], dict[str, int]]
 # told when a checkpointed/current position is outside the log (state/positions.py)
@@ -201,13 +204,12 @@ class KafkaPythonSource:
         }
 
     def _poll_records(self, timeout_ms: int) -> dict[Any, list[Any]]:
-        """One client poll, less the records of recreated topics; a group join the client
-        left unfinished is finished at the next poll (``finish_orphaned_join``)."""
+        """One client poll, less the records of recreated topics; a group join due or in
+        flight is awaited first (``await_join``, up to ``JOIN_WAIT_MS``)."""
+        await_join(self.consumer, JOIN_WAIT_MS)
         polled = self.consumer.poll(
             timeout_ms=timeout_ms, max_records=self.settings.max_poll_records
         )
-        if finish_orphaned_join(self.consumer):
-            log.debug("group join left unfinished by the client: finished at the next poll")
         return self._without_recreated(polled)
 
     def topic_ids(self) -> dict[str, str]:

@@ -17,11 +17,13 @@ from __future__ import annotations
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka.admin import KafkaAdminClient
 
 from monitor.config import settings_from_mapping
+from monitor.ingest import kafka as kafka_source
 from monitor.ingest.kafka import STALE_METADATA_S, open_source
 from monitor.localbroker import LocalBroker
 
@@ -192,15 +194,36 @@ def test_more_partitions_are_consumed_within_seconds(broker: LocalBroker, tmp_pa
         daemon.close()
 
 
-def test_a_rebalance_cut_short_by_the_poll_timeout_is_finished(
-    broker: LocalBroker, tmp_path: Path
+def _group_state(source: Any) -> str:
+    """What the member's coordinator holds, for a failure's message: which join state a
+    member that keeps its old assignment is stuck in."""
+    consumer = source.consumer
+    c = consumer._coordinator
+    cluster = consumer._client.cluster
+    task = c._join_task
+    return (
+        f"assigned {sorted(source.assignment())}; state {c.state}, "
+        f"need_rejoin {c.need_rejoin()}, rejoin_needed {c.rejoin_needed}, "
+        f"rejoining {c.rejoining}, leader {c._is_leader}, "
+        f"join task {task!r} done {getattr(task, 'is_done', None)}, "
+        f"generation {c._generation}, assignment snapshot {c._assignment_snapshot}, "
+        f"metadata snapshot {c._metadata_snapshot}, joined {c._joined_subscription}, "
+        f"cluster {[(t, cluster.partitions_for_topic(t)) for t in ('predictions', 'labels')]}"
+    )
+
+
+def test_a_join_due_at_a_short_poll_is_finished_within_it(
+    broker: LocalBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """kafka-python 3 drives a rebalance started by a metadata change only while its
-    metadata differs from the leader's assignment snapshot: a poll whose time runs out
-    between the assignment and the SyncGroup answer left the member "rebalancing" for
-    good (no records, every commit refused; once in a CI run). Polling with 1 ms across
-    a recreated topic hits that window every time (the first join, with 100 ms polls, is
-    only the setup); the source must still take all the new partitions."""
+    """kafka-python 3 reads a group join's answer only when it arrives inside the
+    coordinator's wait; one that came between two short polls was dropped and another
+    join sent (3 s each on tansu), so new partitions were taken 8 to 28 s after a
+    recreated topic, over 60 s on a loaded machine (failed CI runs). A wait that ran out
+    between the assignment and the SyncGroup answer also left the member "rebalancing"
+    for good. Polling with 1 ms across a recreated topic (the first join, with 100 ms
+    polls, is only the setup): every poll that starts with a join due or in flight must
+    end with it finished, and the source takes all the new partitions."""
+    monkeypatch.setattr(kafka_source, "JOIN_WAIT_MS", 60_000)  # a loaded machine's join
     broker.create_topics(["predictions", "labels"], partitions=1)
     settings = settings_from_mapping(base_config(broker.bootstrap, tmp_path / "state"))
     source = open_source(settings.kafka, dict)
@@ -213,13 +236,23 @@ def test_a_rebalance_cut_short_by_the_poll_timeout_is_finished(
 
         wait_until(joined, 60, lambda: f"assigned {source.assignment()}")
         _recreate(broker, ["predictions", "labels"], partitions=4)
+        coordinator = source.consumer._coordinator
+        joins = 0
 
         def all_assigned() -> bool:
+            nonlocal joins
             for _ in range(200):  # back to back, as the daemon's loop polls
+                due = not coordinator.coordinator_unknown() and (
+                    coordinator.need_rejoin() or coordinator._join_task is not None
+                )
                 source.poll(1)
+                if due:
+                    joins += 1
+                    assert coordinator._join_task is None, _group_state(source)
             return len(source.assignment()) == 8
 
-        wait_until(all_assigned, 60, lambda: f"assigned {sorted(source.assignment())}")
+        wait_until(all_assigned, 60, lambda: _group_state(source))
+        assert joins >= 1  # the new partitions came with a join
         assert source.commit({f"predictions:{p}": 0 for p in range(4)}) is None
     finally:
         source.close()
