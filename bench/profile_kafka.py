@@ -19,6 +19,7 @@ import pstats
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +36,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--predictions", type=int, default=550_000)
     parser.add_argument("--client", choices=["confluent", "kafka-python"], default="confluent")
     parser.add_argument("--top", type=int, default=25, help="profile lines printed")
+    parser.add_argument("--callers", help="also print the callers of functions matching this")
+    parser.add_argument(
+        "--wall", dest="cpu", action="store_false", help="profile by wall clock, not thread CPU"
+    )
     args = parser.parse_args(argv)
 
-    profile = cProfile.Profile()
+    # the thread's CPU clock, not the wall clock: a wall-clock profile charges whatever
+    # function was running with the time the thread waited for the GIL or a core
+    profile = cProfile.Profile(time.thread_time) if args.cpu else cProfile.Profile()
     consume_from = Daemon._consume_from
 
     def profiled(self: Daemon, source: Any, sink: Any) -> None:
@@ -68,7 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         + ", ".join(f"{k} {v:.0f} %" for k, v in shares.items() if k != "records per batch")
         + f"; {shares['records per batch']:,.0f} records per batch"
     )
-    pstats.Stats(profile).sort_stats("tottime").print_stats(args.top)
+    stats = pstats.Stats(profile).sort_stats("tottime")
+    stats.print_stats(args.top)
+    if args.callers:
+        stats.print_callers(args.callers)
     return 0
 
 

@@ -380,14 +380,14 @@ class JoinBuffer:
             self.pending -= unlabeled
             if unlabeled:
                 events[event] += unlabeled
-            self.preds.delete(rows)
+            self.preds.delete(rows, distinct=True)
         self._min_pred_ts = _live_min(self.preds)
 
     def _drop_orphans(self, mask: np.ndarray, event: str, events: Counter[str]) -> None:
         rows = np.flatnonzero(mask & self.orphans.alive)
         if rows.shape[0]:
             events[event] += int(rows.shape[0])
-            self.orphans.delete(rows)
+            self.orphans.delete(rows, distinct=True)
         self._min_orphan_ts = _live_min(self.orphans)
 
     # -- state ---------------------------------------------------------------------------

@@ -1482,11 +1482,15 @@ class LabelDecoder:
             # column of a few texts would make it hash every row's string again
             distinct: dict[str, int] = {}
             code_of = {v: distinct.setdefault(p[0], len(distinct)) for v, p in texts.items() if p}
-            value_of = {v: p[1] for v, p in texts.items() if p is not None}
-            labels = Coded(
-                list(distinct), np.fromiter(map(code_of.__getitem__, raw_labels), np.intp, n)
-            )
-            values = np.fromiter(map(value_of.__getitem__, raw_labels), np.float64, n)
+            codes = np.fromiter(map(code_of.__getitem__, raw_labels), np.intp, n)
+            labels = Coded(list(distinct), codes)
+            # a label's value follows from its text (ints: the number the text spells;
+            # strings: NaN), so one value per code, not a second pass over the rows
+            number = np.empty(len(distinct))
+            for v, p in texts.items():
+                if p is not None:
+                    number[code_of[v]] = p[1]
+            values = number[codes]
         else:
             pairs = [texts.get(v) if type(v) is kind else None for v in raw_labels]
             checks &= np.fromiter((p is not None for p in pairs), bool, n)
