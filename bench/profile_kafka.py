@@ -1,11 +1,14 @@
 """Profile the Kafka daemon's consume loop (bench (a)'s stream) with cProfile.
 
 Run ``python bench/profile_kafka.py [--predictions N] [--client confluent|kafka-python]
-[--top K]``: starts tansu, produces bench (a)'s traffic (N predictions, 550,000 by default,
-and the labels of about 90 % of them), runs the real daemon over it once as bench (a)
-does, and prints the daemon's time by stage, its consuming thread's CPU a message and the
-cProfile of that thread's consume loop, sorted by each function's own time. The profile
-covers the whole loop (the group join and the idle polls at the end too: the client's
+[--top K] [--callers PATTERN] [--wall]``: starts tansu, produces bench (a)'s traffic (N
+predictions, 550,000 by default, and the labels of about 90 % of them), runs the real
+daemon over it once as bench (a) does, and prints the daemon's time by stage, its
+consuming thread's CPU a message and the cProfile of that thread's consume loop, sorted
+by each function's own time on the thread's CPU clock (``--wall``: the wall clock, which
+charges the time the thread waited for the GIL or a core to whatever was running), and
+the callers of the functions matching ``--callers``. The profile covers the whole loop
+(the group join and the idle polls at the end too: the client's
 ``poll`` waits there), so read the per-message costs from the functions of the stream:
 ``consume``, the source's split, decoding, the engine's apply, and ``_poll_and_apply``'s
 own time, which is mostly freeing the poll's messages.
@@ -42,8 +45,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    # the thread's CPU clock, not the wall clock: a wall-clock profile charges whatever
-    # function was running with the time the thread waited for the GIL or a core
     profile = cProfile.Profile(time.thread_time) if args.cpu else cProfile.Profile()
     consume_from = Daemon._consume_from
 
