@@ -1,11 +1,14 @@
 """Profile the Kafka daemon's consume loop (bench (a)'s stream) with cProfile.
 
 Run ``python bench/profile_kafka.py [--predictions N] [--client confluent|kafka-python]
-[--top K]``: starts tansu, produces bench (a)'s traffic (N predictions, 550,000 by default,
-and the labels of about 90 % of them), runs the real daemon over it once as bench (a)
-does, and prints the daemon's time by stage, its consuming thread's CPU a message and the
-cProfile of that thread's consume loop, sorted by each function's own time. The profile
-covers the whole loop (the group join and the idle polls at the end too: the client's
+[--top K] [--callers PATTERN] [--wall]``: starts tansu, produces bench (a)'s traffic (N
+predictions, 550,000 by default, and the labels of about 90 % of them), runs the real
+daemon over it once as bench (a) does, and prints the daemon's time by stage, its
+consuming thread's CPU a message and the cProfile of that thread's consume loop, sorted
+by each function's own time on the thread's CPU clock (``--wall``: the wall clock, which
+charges the time the thread waited for the GIL or a core to whatever was running), and
+the callers of the functions matching ``--callers``. The profile covers the whole loop
+(the group join and the idle polls at the end too: the client's
 ``poll`` waits there), so read the per-message costs from the functions of the stream:
 ``consume``, the source's split, decoding, the engine's apply, and ``_poll_and_apply``'s
 own time, which is mostly freeing the poll's messages.
@@ -19,6 +22,7 @@ import pstats
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--predictions", type=int, default=550_000)
     parser.add_argument("--client", choices=["confluent", "kafka-python"], default="confluent")
     parser.add_argument("--top", type=int, default=25, help="profile lines printed")
+    parser.add_argument("--callers", help="also print the callers of functions matching this")
+    parser.add_argument(
+        "--wall", dest="cpu", action="store_false", help="profile by wall clock, not thread CPU"
+    )
     args = parser.parse_args(argv)
 
-    profile = cProfile.Profile()
+    profile = cProfile.Profile(time.thread_time) if args.cpu else cProfile.Profile()
     consume_from = Daemon._consume_from
 
     def profiled(self: Daemon, source: Any, sink: Any) -> None:
@@ -68,7 +76,10 @@ def main(argv: list[str] | None = None) -> int:
         + ", ".join(f"{k} {v:.0f} %" for k, v in shares.items() if k != "records per batch")
         + f"; {shares['records per batch']:,.0f} records per batch"
     )
-    pstats.Stats(profile).sort_stats("tottime").print_stats(args.top)
+    stats = pstats.Stats(profile).sort_stats("tottime")
+    stats.print_stats(args.top)
+    if args.callers:
+        stats.print_callers(args.callers)
     return 0
 
 

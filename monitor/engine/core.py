@@ -587,6 +587,7 @@ class Engine:
                 "decision": batch.decision[new],
                 **self._task_columns(batch, new),
             },
+            held.order,
         )
         if batch.ranked is not None:
             self.ranking.add_lists(keys, g, [batch.ranked[i] for i in new.tolist()])

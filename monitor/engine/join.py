@@ -84,11 +84,14 @@ class Joined:
 class Unseen:
     """``JoinBuffer.unseen``'s answer: the batch positions (ascending) of the predictions
     to insert, and the rows already held under their ids — ``rows[i]`` belongs to the
-    prediction at ``positions[index[i]]``."""
+    prediction at ``positions[index[i]]``. ``order``: the stable sorting permutation of
+    the keys to insert, when sorting the batch gave it (every row inserted, no two keys
+    equal — the common batch), so the inserts and the orphans' lookup sort none again."""
 
     positions: np.ndarray
     index: np.ndarray
     rows: np.ndarray
+    order: np.ndarray | None = None
 
 
 class JoinBuffer:
@@ -152,29 +155,41 @@ class JoinBuffer:
         index, ``identity_of_group`` the same per group, so a resend with other segments
         is a duplicate. Also the rows already held under their ids (other identities:
         the siblings ``join_new`` may take a label from)."""
+        distinct = None  # the keys' order, when no two are equal (every row is first)
         if identity.shape[0] and identity.min() == identity.max():
             order = stable_order(keys)  # one identity: the keys decide
             ks = keys[order]
             is_first = np.ones(order.shape[0], bool)
             is_first[1:] = ks[1:] != ks[:-1]
+            if is_first.all():
+                distinct = order
         else:
             order = np.lexsort((identity, keys))  # stable: earliest index first
             ks, ms = keys[order], identity[order]
             is_first = np.ones(order.shape[0], bool)
             is_first[1:] = (ks[1:] != ks[:-1]) | (ms[1:] != ms[:-1])
-        first = np.sort(order[is_first])
-        q, rows = self.preds.lookup_all(keys[first])
+        if distinct is None:
+            first = np.sort(order[is_first])
+            q, rows = self.preds.lookup_all(keys[first])
+        else:
+            first = np.arange(keys.shape[0])
+            q, rows = self.preds.lookup_all(keys, distinct)
         exists = np.zeros(first.shape[0], bool)
         same = identity_of_group[self.preds.col("group")[rows]] == identity[first][q]
         exists[q[same]] = True
         fresh = ~exists
         prior = fresh[q]
         index = np.cumsum(fresh) - 1  # position among the fresh ones
-        return Unseen(first[fresh], index[q[prior]], rows[prior])
+        if distinct is not None and not fresh.all():
+            distinct = None  # (the ones held already are not inserted)
+        return Unseen(first[fresh], index[q[prior]], rows[prior], distinct)
 
-    def insert_predictions(self, keys: np.ndarray, columns: Mapping[str, np.ndarray]) -> np.ndarray:
+    def insert_predictions(
+        self, keys: np.ndarray, columns: Mapping[str, np.ndarray], order: np.ndarray | None = None
+    ) -> np.ndarray:
         """Add new predictions, waiting (label columns are set here); returns their rows,
-        valid until :meth:`settle` (the caller's, once the batch is joined and counted)."""
+        valid until :meth:`settle` (the caller's, once the batch is joined and counted).
+        ``order``: the keys' stable sorting permutation (``Unseen.order``), if known."""
         k = keys.shape[0]
         cols = dict(columns)
         cols.update(
@@ -184,7 +199,7 @@ class JoinBuffer:
         )
         if self.numeric_labels:
             cols["label_value"] = np.full(k, np.nan)
-        rows = self.preds.insert(keys, cols, compact=False)
+        rows = self.preds.insert(keys, cols, compact=False, order=order)
         self.pending += k
         tmin = int(np.min(columns["ts"]))
         if self._min_pred_ts == NO_TS or tmin < self._min_pred_ts:
@@ -211,7 +226,10 @@ class JoinBuffer:
         # a sibling's label lives in the prediction table, a waiting one in the orphans
         sources = [(own[has], self.preds, sibling[has], "label_code", "label_ts")]
         rest = np.flatnonzero(~has)
-        orow = self.orphans.lookup(keys[rest]) if rest.shape[0] else rest
+        if rest.shape[0] == k:  # (no sibling: the keys' own order, when the batch had it)
+            orow = self.orphans.lookup(keys, held.order)
+        else:
+            orow = self.orphans.lookup(keys[rest]) if rest.shape[0] else rest
         hit = orow >= 0
         orow = orow[hit]
         sources.append((own[rest[hit]], self.orphans, orow, "code", "ts"))
@@ -380,14 +398,14 @@ class JoinBuffer:
             self.pending -= unlabeled
             if unlabeled:
                 events[event] += unlabeled
-            self.preds.delete(rows)
+            self.preds.delete(rows, distinct=True)
         self._min_pred_ts = _live_min(self.preds)
 
     def _drop_orphans(self, mask: np.ndarray, event: str, events: Counter[str]) -> None:
         rows = np.flatnonzero(mask & self.orphans.alive)
         if rows.shape[0]:
             events[event] += int(rows.shape[0])
-            self.orphans.delete(rows)
+            self.orphans.delete(rows, distinct=True)
         self._min_orphan_ts = _live_min(self.orphans)
 
     # -- state ---------------------------------------------------------------------------

@@ -20,6 +20,8 @@ import numpy as np
 __all__ = ["KeyedTable", "stable_order"]
 
 _MIN_TAIL = 8192
+# sorting k row numbers costs about as much as counting 100·k liveness flags
+_SORT_VS_COUNT = 100
 
 
 class KeyedTable:
@@ -72,15 +74,17 @@ class KeyedTable:
         arrays = [self._keys, self._alive, self._tail_keys, self._tail_rows, *self._cols.values()]
         return int(sum(a.nbytes for a in arrays))
 
-    def lookup(self, keys: np.ndarray) -> np.ndarray:
+    def lookup(self, keys: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
         """Row of each key's live entry, or -1. The keys are searched in sorted order
         (a key's answer does not depend on the order): hashes searched at random miss the
-        cache at every step, about 4x slower on 20,000 keys into 150,000."""
+        cache at every step, about 4x slower on 20,000 keys into 150,000. ``order``: the
+        keys' sorting permutation, when the caller has it."""
         keys = np.asarray(keys, np.uint64)
         rows = np.full(keys.shape[0], -1, np.int64)
         if keys.shape[0] == 0 or self._n_live == 0:
             return rows
-        order = np.argsort(keys)
+        if order is None:
+            order = np.argsort(keys)
         rows[order] = self._lookup_sorted(keys[order])
         return rows
 
@@ -157,12 +161,17 @@ class KeyedTable:
 
     # -- writing -------------------------------------------------------------------
     def insert(
-        self, keys: np.ndarray, values: Mapping[str, np.ndarray], compact: bool = True
+        self,
+        keys: np.ndarray,
+        values: Mapping[str, np.ndarray],
+        compact: bool = True,
+        order: np.ndarray | None = None,
     ) -> np.ndarray:
         """Append rows; returns their row numbers. For a unique table the keys must not be
         live and must be unique in ``keys``. Rows move on compaction: look them up again
         when needed (``compact=False`` leaves it to the caller's ``maybe_compact``, so the
-        rows returned and those looked up before stay valid until then)."""
+        rows returned and those looked up before stay valid until then). ``order``: the
+        keys' stable sorting permutation (``stable_order``), when the caller has it."""
         keys = np.asarray(keys, np.uint64)
         k = keys.shape[0]
         if k == 0:
@@ -175,22 +184,38 @@ class KeyedTable:
             self._cols[name][rows] = np.asarray(values[name], dt)
         self._size += k
         self._n_live += k
-        order = stable_order(keys)
+        if order is None:
+            order = stable_order(keys)
         sk = keys[order]
+        # into the tail index after its equal keys (np.insert's result for both arrays,
+        # the merge's positions worked out once)
         at = np.searchsorted(self._tail_keys, sk, side="right")
-        self._tail_keys = np.insert(self._tail_keys, at, sk)
-        self._tail_rows = np.insert(self._tail_rows, at, rows[order])
+        at += np.arange(k)
+        old = np.ones(self._tail_keys.shape[0] + k, bool)
+        old[at] = False
+        self._tail_keys = _merged(self._tail_keys, old, at, sk)
+        self._tail_rows = _merged(self._tail_rows, old, at, rows[order])
         if compact:
             self.maybe_compact()
         return rows
 
-    def delete(self, rows: np.ndarray) -> None:
+    def delete(self, rows: np.ndarray, distinct: bool = False) -> None:
+        """Mark ``rows`` dead (rows already dead are skipped). ``distinct``: no row is
+        given twice, so the live count drops by the rows that were alive — no pass over
+        the whole table (a row given twice must count once: without the promise the
+        cheaper of sorting the rows and counting the table's live rows is done)."""
         rows = np.asarray(rows, np.int64)
         if rows.shape[0] == 0:
             return
-        self._alive[rows] = False
-        # the rows left alive, counted: cheaper than finding the distinct rows deleted
-        self._n_live = int(np.count_nonzero(self._alive[: self._size]))
+        hit = rows[self._alive[rows]]
+        self._alive[hit] = False
+        if distinct or hit.shape[0] < 2:
+            self._n_live -= hit.shape[0]
+        elif hit.shape[0] * _SORT_VS_COUNT < self._size:
+            s = np.sort(hit)  # (np.unique is about 20x slower than the sort)
+            self._n_live -= 1 + int(np.count_nonzero(s[1:] != s[:-1]))
+        else:
+            self._n_live = int(np.count_nonzero(self._alive[: self._size]))
         self.maybe_compact()
 
     def _reserve(self, need: int) -> None:
@@ -295,7 +320,18 @@ def _grow(a: np.ndarray, cap: int, fill: object = None) -> np.ndarray:
     return out
 
 
+def _merged(a: np.ndarray, old: np.ndarray, at: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """``a``'s entries where ``old`` is set and ``new`` at positions ``at``."""
+    out = np.empty(old.shape[0], a.dtype)
+    out[at] = new
+    out[old] = a
+    return out
+
+
 def _take(a: np.ndarray, order: np.ndarray, cap: int) -> np.ndarray:
     out = np.empty(cap, a.dtype)
-    out[: order.shape[0]] = a[order]
+    # straight into ``out``: no temporary gathered copy ("clip": the rows are in range,
+    # and numpy buffers an ``out`` under the default "raise"); 550,000 float64 rows
+    # 0.44 ms against 0.78 for ``out[:n] = a[order]``
+    np.take(a, order, out=out[: order.shape[0]], mode="clip")
     return out

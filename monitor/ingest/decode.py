@@ -728,7 +728,7 @@ class PredictionDecoder:
             hash_ids(cols["ids"]),
             cols["ts"],
             cols["model"],
-            cols["version"],
+            _one_text_coded(cols["version"]),
             cols["score"],
             cols["decision"],
             cols["features"],
@@ -1170,6 +1170,15 @@ def _flat(spec: ModelSpec) -> bool:
     return not any("." in p for p in paths)
 
 
+def _one_text_coded(column: list[str]) -> Sequence[str]:
+    """A column of one text throughout (a model's single live version) as ``Coded``:
+    one C-level comparison a row here instead of hashing every row's string where the
+    engine codes it (``factorize``); other columns stay lists."""
+    if column and column.count(column[0]) == len(column):
+        return Coded([column[0]], np.zeros(len(column), np.intp))
+    return column
+
+
 def _concat(batches: list[PredictionBatch]) -> PredictionBatch:
     """The batches one after the other (the pieces of one decode, by one decoder: the
     same columns present in each)."""
@@ -1189,7 +1198,7 @@ def _concat(batches: list[PredictionBatch]) -> PredictionBatch:
         np.concatenate([b.keys for b in batches]),
         np.concatenate([b.ts_ms for b in batches]),
         np.concatenate([b.model for b in batches]),
-        rows("version"),
+        _concat_texts([b.version for b in batches]),
         np.concatenate([b.score for b in batches]),
         np.concatenate([b.decision for b in batches]),
         rows("features"),
@@ -1243,8 +1252,8 @@ def _merge(
     """The rows of two batches in input order (``order`` sorts fast-then-slow rows)."""
     take = order.tolist()
 
-    def rows(a: list[Any], b: list[Any]) -> list[Any]:
-        both = a + b
+    def rows(a: Sequence[Any], b: Sequence[Any]) -> list[Any]:
+        both = [*a[:], *b[:]]  # (a coded column as its texts)
         return [both[i] for i in take] if both else []
 
     def arrays(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
@@ -1482,11 +1491,15 @@ class LabelDecoder:
             # column of a few texts would make it hash every row's string again
             distinct: dict[str, int] = {}
             code_of = {v: distinct.setdefault(p[0], len(distinct)) for v, p in texts.items() if p}
-            value_of = {v: p[1] for v, p in texts.items() if p is not None}
-            labels = Coded(
-                list(distinct), np.fromiter(map(code_of.__getitem__, raw_labels), np.intp, n)
-            )
-            values = np.fromiter(map(value_of.__getitem__, raw_labels), np.float64, n)
+            codes = np.fromiter(map(code_of.__getitem__, raw_labels), np.intp, n)
+            labels = Coded(list(distinct), codes)
+            # a label's value follows from its text (ints: the number the text spells;
+            # strings: NaN), so one value per code, not a second pass over the rows
+            number = np.empty(len(distinct))
+            for v, p in texts.items():
+                if p is not None:
+                    number[code_of[v]] = p[1]
+            values = number[codes]
         else:
             pairs = [texts.get(v) if type(v) is kind else None for v in raw_labels]
             checks &= np.fromiter((p is not None for p in pairs), bool, n)

@@ -4,6 +4,9 @@ there is), equal what a loop over the messages gives."""
 
 from __future__ import annotations
 
+from itertools import compress
+
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,7 +20,7 @@ except ImportError:  # (the whole module needs the client)
 
 from monitor.config import KafkaSettings
 from monitor.ingest import confluent
-from monitor.ingest.confluent import ConfluentSource, _partition_ends
+from monitor.ingest.confluent import ConfluentSource, _partition_ends, _selected
 
 MESSAGES = st.lists(
     st.tuples(st.sampled_from(["predictions", "labels"]), st.integers(0, 2)), min_size=1
@@ -40,11 +43,25 @@ def test_each_partitions_first_and_last_message_as_a_loop_finds_them(
 ) -> None:
     if one_partition:
         msgs = [(t, msgs[0][1]) for t, _ in msgs]
-    sel = [t == msgs[0][0] for t, _ in msgs]
+    sel = np.array([t == msgs[0][0] for t, _ in msgs])
     parts = [p for _, p in msgs]
     assert _partition_ends(sel, parts) == _reference(msgs)
-    if all(sel):  # a poll of one topic passes no flags
+    if sel.all():  # a poll of one topic passes no flags
         assert _partition_ends(None, parts) == _reference(msgs)
+
+
+@settings(max_examples=200, deadline=None)
+@given(runs=st.lists(st.integers(1, 40), min_size=1, max_size=30), first=st.booleans())
+def test_a_kinds_values_cut_out_of_runs_are_those_of_a_test_per_message(
+    runs: list[int], first: bool
+) -> None:
+    """Runs of one topic (long, as librdkafka queues them, or alternating message by
+    message): each kind's values are the messages of its topic, in order."""
+    sel = np.concatenate([np.full(k, (j % 2 == 0) == first) for j, k in enumerate(runs)])
+    values = [str(i).encode() for i in range(sel.shape[0])]
+    for mine in (True, False):
+        want = list(compress(values, [bool(x) is mine for x in sel]))
+        assert _selected(values, sel, mine) == want
 
 
 class _Queued:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from monitor.engine.join import JoinBuffer
 
@@ -89,3 +93,56 @@ def test_state_round_trips() -> None:
     for name, value in arrays.items():
         assert again.state()[1][name].tolist() == value.tolist(), name
     assert again.expire(None, 9 + 10_000) == {"expired_orphan_label": 1}
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.booleans(),  # a batch of predictions (else of labels)
+            st.lists(st.integers(0, 40), min_size=1, max_size=25),
+            st.booleans(),  # predictions: two identities (shadow versions)
+        ),
+        max_size=12,
+    )
+)
+def test_the_batchs_key_order_handed_on_changes_nothing(
+    batches: list[tuple[bool, list[int], bool]],
+) -> None:
+    """``unseen`` hands its sort of a batch's keys to the insert and the orphans' lookup:
+    the buffer ends as one that sorts them again at each step."""
+    fast, slow = _buffer(1000), _buffer(1000)
+    for step, (predictions, ids, shadow) in enumerate(batches):
+        keys = np.asarray(ids, np.uint64)
+        n = keys.shape[0]
+        ts = np.arange(n, dtype=np.int64) + 10 * step
+        outs = []
+        for j, keep_order in ((fast, True), (slow, False)):
+            if predictions:
+                identity = (np.arange(n) % 2) if shadow else np.zeros(n, np.int64)
+                held = j.unseen(keys, identity, identity_of_group=np.asarray([0, 1]))
+                if not keep_order:
+                    held = replace(held, order=None)
+                pos = held.positions
+                if pos.shape[0] == 0:  # (all duplicates: the engine inserts nothing)
+                    outs.append(None)
+                    continue
+                cols = {"ts": ts[pos], "group": identity[pos].astype(np.int32),
+                        "score": np.full(pos.shape[0], 0.5),
+                        "decision": np.ones(pos.shape[0], np.int8)}  # fmt: skip
+                rows = j.insert_predictions(keys[pos], cols, held.order)
+                joined, _ = j.join_new(keys[pos], rows, held, _classify)
+                j.settle()
+            else:
+                codes = (keys % 2).astype(np.int32)
+                rejects: list[tuple[int, str, str]] = []
+                joined = None
+                for idx in j.rounds(keys):
+                    joined, _ = j.add_labels(
+                        keys, ts, codes, np.full(n, np.nan), idx, _classify, rejects
+                    )
+            outs.append(None if joined is None else (joined.rows.tolist(), joined.codes.tolist()))
+        assert outs[0] == outs[1]
+    for a, b in zip(fast.state()[1].values(), slow.state()[1].values(), strict=True):
+        assert np.array_equal(a, b)
+    assert fast.pending == slow.pending

@@ -140,3 +140,19 @@ def test_delete_counts_each_live_row_once() -> None:
     t.delete(rows[[2, 3, 3, 1]])
     assert len(t) == 7
     assert t.lookup(keys[[1, 2, 3, 4]]).tolist() == [-1, -1, -1, rows[4]]
+
+
+def test_delete_keeps_the_live_count_whichever_way_it_counts() -> None:
+    """Distinct rows (the count drops by those alive), rows given twice in a big table
+    (sorted to count each once) and in a small one (the live rows counted): each leaves
+    the live count that of the rows alive."""
+    t = KeyedTable({"v": np.int64})
+    keys = np.arange(5000, dtype=np.uint64)
+    rows = t.insert(keys, {"v": keys.astype(np.int64)}, compact=False)
+    t.delete(rows[[7, 8, 9]], distinct=True)
+    assert len(t) == 4997
+    t.delete(rows[[9, 10, 10, 11, 11]])  # few rows of many: sorted
+    assert len(t) == 4995
+    t.delete(rows[10:4000].repeat(2))  # most of the table, each twice: counted
+    assert len(t) == 1007
+    assert len(t) == int(np.count_nonzero(t.alive))
