@@ -2186,10 +2186,11 @@ def bench_fleet(
 
 
 # -- (m) ingestion cost per event against the number of models ---------------------------
-def _models_child(n_models: int, n: int, seed: int) -> float:
-    """In a fresh process: CPU µs per event of applying ``n`` fleet events (an hour of
-    them, 3 versions, 100 slices each model) to an engine of ``n_models`` models that
-    already holds a week of 100,000."""
+def models_setup(
+    n_models: int, n: int, seed: int
+) -> tuple[Engine, list[PredictionBatch], list[LabelBatch]]:
+    """(m)'s engine of ``n_models`` models (3 versions, 100 slices each) holding a week of
+    100,000 fleet events, and the ``n`` events of the last hour it then applies."""
     models = [{"name": f"m{i}", "windows": FLEET_WINDOWS,
                "slices": [{"dimensions": ["segment"], "top_k": 100, "min_samples": 1}]}
               for i in range(n_models)]  # fmt: skip
@@ -2199,6 +2200,14 @@ def _models_child(n_models: int, n: int, seed: int) -> float:
     feed_fleet(engine, rng, 100_000, (n_models, 3, 100), now - 7 * 86_400_000, now)
     engine.retain(now)
     preds, labels, _ = _fleet_events(rng, n, n_models, 3, 100, now - 3_600_000, now, "s")
+    return engine, preds, labels
+
+
+def _models_child(n_models: int, n: int, seed: int) -> float:
+    """In a fresh process: CPU µs per event of applying ``n`` fleet events (an hour of
+    them, 3 versions, 100 slices each model) to an engine of ``n_models`` models that
+    already holds a week of 100,000."""
+    engine, preds, labels = models_setup(n_models, n, seed)
     gc.collect()
     c = time.thread_time()
     for p, lab in zip(preds, labels, strict=True):
