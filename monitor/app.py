@@ -21,7 +21,7 @@ import ssl
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -47,7 +47,7 @@ from .engine.assemble import Assembler
 from .engine.clock import SteadyClock, retention_now
 from .engine.core import Engine
 from .engine.evaluate import evaluate_all
-from .engine.models import WindowSpec
+from .engine.models import ModelSpec, WindowSpec
 from .engine.narrow import NarrowError
 from .engine.partition import ALL, Partition
 from .engine.rows import Rows
@@ -171,6 +171,9 @@ class Owner(Protocol):
     def period_view(self) -> StoreView:
         """A copy of the retained statistics the snapshot is evaluated from."""
 
+    def report_view(self, models: Sequence[ModelSpec], now_ms: int) -> StoreView:
+        """What evaluating ``models``' windows at ``now_ms`` reads (a scheduled report)."""
+
     def rows(self) -> Engine | Rows:
         """What history, trends and causes read (an engine: read under the daemon's lock)."""
 
@@ -272,6 +275,9 @@ class SingleOwner:
 
     def period_view(self) -> StoreView:
         return self.d.engine.copied_view(self.d.lock)
+
+    def report_view(self, models: Sequence[ModelSpec], now_ms: int) -> StoreView:
+        return self.d.engine.summed_view(self.d.lock, models, now_ms)
 
     def rows(self) -> Engine:
         return self.d.engine
@@ -819,9 +825,9 @@ class Daemon:
         """Every model's results over [end - size, end) — one window named ``label`` —
         from the retained buckets (coarse tiers snap its start, docs/semantics.md), with
         the drift, comparisons and operations of the latest evaluation."""
-        view = self.period_view()
         window = (WindowSpec(label, size_ms, 0),)
         models = tuple(replace(m, windows=window) for m in self.assembler.models)
+        view = self.owner.report_view(models, end_ms)
         results, fairness = evaluate_all(
             view, models, end_ms, self.settings.evaluation.confidence, self.owner.plugins()
         )

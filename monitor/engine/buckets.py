@@ -283,7 +283,7 @@ class SumPlan:
 
     __slots__ = (
         "base", "bounds", "done", "generation", "index", "matrix", "n", "owed", "owed_at",
-        "owed_old", "owed_rows", "pending", "prior", "saved", "size", "sums", "undo",
+        "owed_old", "owed_rows", "pending", "prior", "running", "saved", "size", "sums", "undo",
     )  # fmt: skip
 
     def __init__(
@@ -299,6 +299,7 @@ class SumPlan:
         self.index, self.size = index, size  # group -> row of the sums, rows
         self.generation = generation
         self.done = 0  # rows [0, done) summed
+        self.running = True  # kept for the next pass (RunningSums)
         self.sums: list[np.ndarray] | None = None
         self.undo: dict[int, np.ndarray] = {}
         # incremental: the last pass's sums, and the old values of rows changed since then
@@ -806,14 +807,22 @@ class BucketStore:
 
     # -- window sums outside one long lock hold ------------------------------------------
     def begin_sums(
-        self, matrix: str, bounds: list[tuple[int, int]], index: np.ndarray, size: int
+        self,
+        matrix: str,
+        bounds: list[tuple[int, int]],
+        index: np.ndarray,
+        size: int,
+        running: bool = True,
     ) -> SumPlan:
         """Plan the per-group sums of matrix ``matrix`` over each window of ``bounds``
         (inclusive bucket ranges), group g into row ``index[g]`` of ``size``; call under
         the lock, then :meth:`sum_chunk` (each call under the lock) until it returns
-        False, then :meth:`finish_sums` under it."""
+        False, then :meth:`finish_sums` under it. ``running``: advanced from the last
+        pass's sums and kept for the next (:class:`RunningSums`); False for a one-off
+        (a report's window), which leaves them as they are."""
         plan = SumPlan(f"m.{matrix}", list(bounds), self._n, index, size, self.generation)
-        run = self._running.pop(plan.matrix, None)
+        plan.running = running
+        run = self._running.pop(plan.matrix, None) if running else None
         if (
             run is not None
             and run.generation == self.generation
@@ -1055,7 +1064,9 @@ class BucketStore:
         self, plan: SumPlan, sums: list[np.ndarray], index: np.ndarray, passes: int
     ) -> None:
         """The finished sums become the next pass's start (never changed in place: the
-        next pass adds into copies, as these are the caller's)."""
+        next pass adds into copies, as these are the caller's); a one-off's are not."""
+        if not plan.running:
+            return
         self._running[plan.matrix] = RunningSums(
             sums, list(plan.bounds), self._n, index.copy(), self.generation, passes
         )

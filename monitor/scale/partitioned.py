@@ -38,7 +38,7 @@ import queue
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,7 @@ from ..config import KafkaSettings
 from ..engine import state_codec
 from ..engine.assemble import Assembler
 from ..engine.core import Engine
+from ..engine.models import ModelSpec
 from ..engine.partition import Partition
 from ..engine.rows import Rows
 from ..engine.snapshot import OpsState, Snapshot
@@ -560,6 +561,10 @@ class GroupOwner:
     def period_view(self) -> StoreView:
         """The merged statistics of every partition (the global view)."""
         return self._merged_stats()[1].view
+
+    def report_view(self, models: Sequence[ModelSpec], now_ms: int) -> StoreView:
+        """The merged statistics (they are a copy already: nothing to sum first)."""
+        return self.period_view()
 
     def rows(self) -> Rows:
         """What history, trends and causes read: the statistics the latest snapshot was

@@ -1,0 +1,69 @@
+"""``Engine.summed_view``: what a scheduled report evaluates — its window's group sums
+instead of a copy of every store — gives the report a copy would, without the copy's
+memory, and leaves the evaluation's running sums alone."""
+
+from __future__ import annotations
+
+import math
+import threading
+import tracemalloc
+from dataclasses import replace
+
+import numpy as np
+
+from monitor.engine.evaluate import evaluate_all
+from monitor.engine.models import WindowSpec
+from monitor.engine.snapshot import WindowResult
+
+from .test_copied_view import START, _batches, _engine
+
+MINUTE_MS = 60_000
+NOW = START + 40 * MINUTE_MS
+
+
+def _by_key(results: list[WindowResult]) -> dict[tuple[str, str, str], WindowResult]:
+    return {(r.version, r.window, r.slice): r for r in results}
+
+
+def test_a_report_from_window_sums_equals_one_from_a_copy_in_less_memory() -> None:
+    engine = _engine()
+    feed = _batches(np.random.default_rng(11))
+    for _ in range(10):
+        preds, labels = next(feed)
+        engine.apply_predictions(preds)
+        engine.apply_labels(labels)
+    lock = threading.RLock()
+    engine.snapshot(NOW, lock=lock)  # the evaluation's running sums exist
+    running = {id(st): dict(st._running) for st in engine.sliced.values()}
+    assert any(running.values())
+    window = (WindowSpec("report", 3_600_000, 0),)
+    models = tuple(replace(m, windows=window) for m in engine.models)
+
+    tracemalloc.start()
+    copied = engine.copied_view(lock)
+    copy_peak = tracemalloc.get_traced_memory()[1]
+    del copied
+    tracemalloc.reset_peak()
+    summed = engine.summed_view(lock, models, NOW)
+    sum_peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+
+    want, _ = evaluate_all(engine.copied_view(lock), models, NOW, 0.95, ())
+    got, _ = evaluate_all(summed, models, NOW, 0.95, ())
+    assert len(want) > 100  # every shop's slice
+    want_by, got_by = _by_key(want), _by_key(got)
+    assert want_by.keys() == got_by.keys()
+    for key, w in want_by.items():
+        g = got_by[key]
+        assert (g.predictions, g.labeled, g.confusion) == (w.predictions, w.labeled, w.confusion)
+        for a, b in zip(g.metrics, w.metrics, strict=True):
+            assert a.name == b.name, key
+            for x, y in ((a.value, b.value), (a.lower, b.lower), (a.upper, b.upper)):
+                # the sums add the same rows in another order
+                assert (math.isnan(x) and math.isnan(y)) or math.isclose(
+                    x, y, rel_tol=1e-9, abs_tol=1e-12
+                ), (key, a.name)
+    sliced_bytes = sum(st.nbytes() for st in engine.sliced.values())
+    assert sum_peak < copy_peak / 3, (sum_peak, copy_peak, sliced_bytes)
+    # the evaluation's running sums are the ones its last pass kept
+    assert {id(st): dict(st._running) for st in engine.sliced.values()} == running
