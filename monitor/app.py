@@ -168,8 +168,8 @@ class Owner(Protocol):
     def assembler(self) -> Assembler:
         """What evaluates the published snapshot."""
 
-    def period_view(self) -> StoreView:
-        """A copy of the retained statistics the snapshot is evaluated from."""
+    def drift_view(self, m: int) -> StoreView:
+        """Model ``m``'s retained drift cells, copied (a reference rotation reads them)."""
 
     def report_view(self, models: Sequence[ModelSpec], now_ms: int) -> StoreView:
         """What evaluating ``models``' windows at ``now_ms`` reads (a scheduled report)."""
@@ -273,8 +273,8 @@ class SingleOwner:
     def assembler(self) -> Assembler:
         return self.d.engine.assembler
 
-    def period_view(self) -> StoreView:
-        return self.d.engine.copied_view(self.d.lock)
+    def drift_view(self, m: int) -> StoreView:
+        return self.d.engine.copied_view(self.d.lock, wide_of=m)
 
     def report_view(self, models: Sequence[ModelSpec], now_ms: int) -> StoreView:
         return self.d.engine.summed_view(self.d.lock, models, now_ms)
@@ -817,10 +817,6 @@ class Daemon:
         drift references, each comparison's sticky decision."""
         return self.owner.assembler
 
-    def period_view(self) -> StoreView:
-        """A copy of the retained statistics (read while ingestion goes on)."""
-        return self.owner.period_view()
-
     def period_snapshot(self, end_ms: int, size_ms: int, label: str) -> Snapshot:
         """Every model's results over [end - size, end) — one window named ``label`` —
         from the retained buckets (coarse tiers snap its start, docs/semantics.md), with
@@ -875,8 +871,9 @@ class Daemon:
     ) -> tuple[str, str]:
         drift = self.settings.model(model).drift
         assert drift is not None and drift.reference is not None  # config check
+        m = [spec.name for spec in self.assembler.models].index(model)
         return rotate(
-            self.assembler, self.lock, self.period_view(), self.settings.state.dir,
+            self.assembler, self.lock, self.owner.drift_view(m), self.settings.state.dir,
             drift.reference, model, start_ms, end_ms, version, min_samples,
         )  # fmt: skip
 

@@ -483,19 +483,39 @@ class Engine:
             raise
         return view, extra, final
 
-    def copied_view(self, lock: AbstractContextManager[Any]) -> StoreView:
+    def copied_view(
+        self, lock: AbstractContextManager[Any], wide_of: int | None = None
+    ) -> StoreView:
         """A copy of every store as of one moment, taken beside the writer as
         :meth:`snapshot` takes its copy: the bulk copied and refreshed in rounds with
-        ``lock`` released, finished under a short hold (scheduled reports, reference
-        rotation: a full copy under the lock stalled ingestion for as long as it took)."""
+        ``lock`` released, finished under a short hold (a full copy under the lock
+        stalled ingestion for as long as it took). ``wide_of``: only model ``wide_of``'s
+        per-version store, without its fine score histograms — the drift cells a
+        reference rotation reads, not a copy of the whole state."""
+        if wide_of is None:
+            stores = [(st, ()) for st in self._stores()]
+        else:
+            own = self.wide.get(wide_of)
+            stores = [] if own is None else [(own, self._wide_summed(wide_of))]
         with lock:
-            plans = [(st, st.begin_copy()) for st in self._stores()]
+            plans = [(st, st.begin_copy(skip)) for st, skip in stores]
         try:
             for _, plan in plans:
                 plan.copy()
             copy_in_rounds(plans, lock)
             with lock:
-                view = self.view(copy=False, copies=finish_copies(plans))
+                copies = finish_copies(plans)
+                if wide_of is None:
+                    view = self.view(copy=False, copies=copies)
+                else:
+                    view = StoreView(
+                        width_ms=self.buckets.width_ms,
+                        tiers=self.tiers,
+                        groups=tuple(self.groups),
+                        buckets={},
+                        wide={wide_of: copies[id(own)]} if own is not None else {},
+                        sliced={},
+                    )
             settle_copies(plans, lock)
         except BaseException:
             with lock:

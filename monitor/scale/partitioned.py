@@ -558,13 +558,14 @@ class GroupOwner:
         """The global view's: it evaluates every partition's merged statistics."""
         return self.global_view.assembler
 
-    def period_view(self) -> StoreView:
-        """The merged statistics of every partition (the global view)."""
+    def drift_view(self, m: int) -> StoreView:
+        """The merged statistics of every partition (the global view; a reference
+        rotation is refused in this mode before it reads them)."""
         return self._merged_stats()[1].view
 
     def report_view(self, models: Sequence[ModelSpec], now_ms: int) -> StoreView:
-        """The merged statistics (they are a copy already: nothing to sum first)."""
-        return self.period_view()
+        """The merged statistics of every partition (a copy already: nothing to sum)."""
+        return self._merged_stats()[1].view
 
     def rows(self) -> Rows:
         """What history, trends and causes read: the statistics the latest snapshot was

@@ -1,6 +1,7 @@
-"""``Engine.summed_view``: what a scheduled report evaluates — its window's group sums
-instead of a copy of every store — gives the report a copy would, without the copy's
-memory, and leaves the evaluation's running sums alone."""
+"""What the scheduled jobs read instead of a copy of every store: a report its window's
+group sums (``Engine.summed_view``) — the report a copy would give, without the copy's
+memory, the evaluation's running sums left alone —, a reference rotation one model's
+drift cells (``Engine.copied_view(wide_of=...)``)."""
 
 from __future__ import annotations
 
@@ -67,3 +68,25 @@ def test_a_report_from_window_sums_equals_one_from_a_copy_in_less_memory() -> No
     assert sum_peak < copy_peak / 3, (sum_peak, copy_peak, sliced_bytes)
     # the evaluation's running sums are the ones its last pass kept
     assert {id(st): dict(st._running) for st in engine.sliced.values()} == running
+
+
+def test_a_models_drift_view_copies_its_wide_rows_without_the_score_histograms() -> None:
+    """A reference rotation reads one model's drift cells: the view holds that model's
+    per-version rows as the full copy has them, less the fine score histograms (most of
+    the store), and nothing of the other stores."""
+    engine = _engine()
+    feed = _batches(np.random.default_rng(12))
+    for _ in range(3):
+        preds, labels = next(feed)
+        engine.apply_predictions(preds)
+        engine.apply_labels(labels)
+    lock = threading.RLock()
+    whole = engine.copied_view(lock).wide[0]
+    view = engine.copied_view(lock, wide_of=0)
+    assert not view.buckets and not view.sliced and set(view.wide) == {0}
+    own = view.wide[0]
+    skipped = set(whole) - set(own)
+    assert skipped == {"m.scores"}, skipped
+    for name, arr in own.items():
+        np.testing.assert_array_equal(arr, whole[name], err_msg=name)
+    assert sum(a.nbytes for a in own.values()) < whole["m.scores"].nbytes / 10
