@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any, Generic, TypeVar, overload
 
 import numpy as np
@@ -21,6 +22,7 @@ __all__ = [
     "LabelBatch",
     "PredictionBatch",
     "Rejection",
+    "concat_texts",
     "factorize",
     "hash_ids",
 ]
@@ -81,6 +83,20 @@ class Coded(Sequence[T], Generic[T]):
         them, and the values in that order (the values are distinct)."""
         codes, firsts = pd.factorize(self.codes)
         return codes, [self.values[c] for c in firsts.tolist()]
+
+
+def concat_texts(columns: Sequence[Sequence[T]]) -> Sequence[T]:
+    """Text columns one after the other; coded when every one is (their distinct texts
+    merged, first seen first), else a list."""
+    if not all(isinstance(c, Coded) for c in columns):
+        return list(chain.from_iterable(c[:] for c in columns))
+    index: dict[T, int] = {}
+    codes = []
+    for c in columns:
+        assert isinstance(c, Coded)
+        remap = np.array([index.setdefault(t, len(index)) for t in c.values], np.intp)
+        codes.append(remap[c.codes])
+    return Coded(list(index), np.concatenate(codes))
 
 
 def factorize(column: Sequence[Any]) -> tuple[np.ndarray, list[Any]]:

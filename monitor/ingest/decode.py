@@ -32,7 +32,7 @@ import orjson
 
 from ..collector import collector_paused
 from ..engine.models import ModelSpec
-from ..engine.records import Coded, LabelBatch, PredictionBatch, hash_ids
+from ..engine.records import Coded, LabelBatch, PredictionBatch, concat_texts, hash_ids
 from ..stats.ranking import RankedList
 from .fields import FieldReject, finite_float
 from .ranking import (
@@ -1198,7 +1198,7 @@ def _concat(batches: list[PredictionBatch]) -> PredictionBatch:
         np.concatenate([b.keys for b in batches]),
         np.concatenate([b.ts_ms for b in batches]),
         np.concatenate([b.model for b in batches]),
-        _concat_texts([b.version for b in batches]),
+        concat_texts([b.version for b in batches]),
         np.concatenate([b.score for b in batches]),
         np.concatenate([b.decision for b in batches]),
         rows("features"),
@@ -1224,24 +1224,10 @@ def _concat_labels(batches: list[LabelBatch]) -> LabelBatch:
     return LabelBatch(
         np.concatenate([b.keys for b in batches]),
         np.concatenate([b.ts_ms for b in batches]),
-        _concat_texts([b.label for b in batches]),
+        concat_texts([b.label for b in batches]),
         values,
         relevance,
     )
-
-
-def _concat_texts(columns: list[Sequence[str]]) -> Sequence[str]:
-    """Text columns one after the other; coded when every one is (their distinct texts
-    merged, first seen first), else a list."""
-    if not all(isinstance(c, Coded) for c in columns):
-        return list(chain.from_iterable(c[:] for c in columns))
-    index: dict[str, int] = {}
-    codes = []
-    for c in columns:
-        assert isinstance(c, Coded)
-        remap = np.array([index.setdefault(t, len(index)) for t in c.values], np.intp)
-        codes.append(remap[c.codes])
-    return Coded(list(index), np.concatenate(codes))
 
 
 def _merge(
