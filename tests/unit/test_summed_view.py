@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from monitor.engine.core import Engine
 from monitor.engine.evaluate import evaluate_all
 from monitor.engine.models import WindowSpec
 from monitor.engine.snapshot import WindowResult
@@ -26,13 +27,19 @@ def _by_key(results: list[WindowResult]) -> dict[tuple[str, str, str], WindowRes
     return {(r.version, r.window, r.slice): r for r in results}
 
 
-def test_a_report_from_window_sums_equals_one_from_a_copy_in_less_memory() -> None:
+def _fed(batches: int, seed: int) -> Engine:
+    """The copy tests' engine after ``batches`` of their 2,000-event batches."""
     engine = _engine()
-    feed = _batches(np.random.default_rng(11))
-    for _ in range(10):
+    feed = _batches(np.random.default_rng(seed))
+    for _ in range(batches):
         preds, labels = next(feed)
         engine.apply_predictions(preds)
         engine.apply_labels(labels)
+    return engine
+
+
+def test_a_report_from_window_sums_equals_one_from_a_copy_in_less_memory() -> None:
+    engine = _fed(10, seed=11)
     lock = threading.RLock()
     engine.snapshot(NOW, lock=lock)  # the evaluation's running sums exist
     running = {id(st): dict(st._running) for st in engine.sliced.values()}
@@ -74,12 +81,7 @@ def test_a_models_drift_view_copies_its_wide_rows_without_the_score_histograms()
     """A reference rotation reads one model's drift cells: the view holds that model's
     per-version rows as the full copy has them, less the fine score histograms (most of
     the store), and nothing of the other stores."""
-    engine = _engine()
-    feed = _batches(np.random.default_rng(12))
-    for _ in range(3):
-        preds, labels = next(feed)
-        engine.apply_predictions(preds)
-        engine.apply_labels(labels)
+    engine = _fed(3, seed=12)
     lock = threading.RLock()
     whole = engine.copied_view(lock).wide[0]
     view = engine.copied_view(lock, wide_of=0)
