@@ -2190,8 +2190,10 @@ def bench_fleet(
         Result("g", "checkpoint: peak RSS added while writing", "MB",
                fleet["checkpoint_peak_added_mb"], fleet["checkpoint_state_mb"],
                "the state written", 0.10, "ratio", False),
+        # a report copies the light and per-version rows (not the fine score histograms)
+        # and evaluates its window; the copy of every store it replaced added 1x and more
         Result("g", "scheduled report: peak RSS added", "MB", fleet["report_peak_added_mb"],
-               fleet["checkpoint_state_mb"], "the state", 0.10, "ratio", False),
+               fleet["checkpoint_state_mb"], "the state", 0.25, "ratio", False),
         Result("g", "fleet /metrics scrape (cached)", "s", fleet["scrape_s"], fleet["render_s"],
                "rendering the page", 0.3, "absolute", False),
         Result("g", "fleet /metrics refresh after an idle tick", "s", fleet["render_idle_s"],
