@@ -1035,7 +1035,8 @@ class BucketStore:
 
     def drop_sums(self, plan: SumPlan) -> None:
         """A plan whose owed rows will not be settled (its pass failed): its sums are
-        not kept for the next pass."""
+        not kept for the next pass, and the writer stops saving rows for it."""
+        self.abandon_sums(plan)
         if plan.owed is not None:
             self._drop_settling(plan)
             run = self._running.get(plan.matrix)

@@ -23,6 +23,7 @@ import time
 import zlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
@@ -85,6 +86,7 @@ class StatsReader:
         # merged view may hold old generations of other instances' partitions
         self.caught_up = False
         self._targets: dict[TopicPartition, int] | None = None
+        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stats-reader")
 
     def _consumer_(self) -> KafkaConsumer:
         if self._consumer is None:
@@ -123,7 +125,17 @@ class StatsReader:
 
     def refresh(self, budget_s: float = 2.0) -> None:
         """Read what was published since the last call (bounded in time: a large backlog
-        is read over several calls; ``caught_up`` tells when the first one is done)."""
+        is read over several calls; ``caught_up`` tells when the first one is done).
+
+        The reading runs on the reader's own thread, the caller waiting for it: the
+        client's timed-out waits are exceptions in reference cycles that hold the
+        calling thread's frames until the fetch in flight answers, and a frame keeps
+        its locals — an evaluation's merged statistics, a publication's copy of a
+        partition (see ``monitor.collector``). The reader thread's frames hold only
+        what it read."""
+        self._reader.submit(self._refresh, budget_s).result()
+
+    def _refresh(self, budget_s: float) -> None:
         with self._lock:
             consumer = self._consumer_()
             deadline = time.monotonic() + budget_s
@@ -188,6 +200,7 @@ class StatsReader:
             return found.newest
 
     def close(self) -> None:
+        self._reader.shutdown(wait=True)
         with self._lock:
             if self._consumer is not None:
                 self._consumer.close()

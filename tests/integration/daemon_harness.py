@@ -455,10 +455,19 @@ def load_factor() -> float:
 
 def peak_rss_mb(pid: int) -> float:
     """Peak resident set (VmHWM) of a running process, MB."""
+    return _status_mb(pid, "VmHWM")
+
+
+def rss_mb(pid: int) -> float:
+    """Resident set (VmRSS) of a running process now, MB."""
+    return _status_mb(pid, "VmRSS")
+
+
+def _status_mb(pid: int, field: str) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
-    raise AssertionError("no VmHWM in /proc status")
+    raise AssertionError(f"no {field} in /proc status")
 
 
 def process_cpu_s(pid: int) -> float:

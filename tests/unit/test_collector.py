@@ -50,3 +50,62 @@ def test_a_frozen_cycle_is_reclaimed_by_the_full_pass(monkeypatch: pytest.Monkey
             assert ref() is None
     finally:
         gc.unfreeze()
+
+
+def test_cyclic_garbage_made_before_a_keeping_block_is_collected_at_its_start() -> None:
+    """Else the block's end freezes it with the block's own survivors."""
+    was = gc.isenabled()
+    gc.disable()  # no young pass may reclaim it first
+    try:
+        ref = weakref.ref(_Node())
+        assert ref() is not None
+        with collector_paused(keep=True):
+            assert ref() is None
+    finally:
+        gc.unfreeze()
+        if was:
+            gc.enable()
+
+
+def test_a_frozen_cycle_is_reclaimed_once_resident_memory_grew(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Garbage that was reachable when frozen (a client's exception cycle holding a
+    frame, freed when a request in flight answers) waits for a full pass: memory growth
+    makes one due before the clock does."""
+    np = pytest.importorskip("numpy")
+    if collector.resident_bytes() == 0:
+        pytest.skip("no /proc/self/statm: only the clock makes full passes due here")
+    monkeypatch.setattr(collector, "FULL_PASS_EVERY_S", 1e9)
+    monkeypatch.setattr(collector, "FULL_PASS_GROWTH", (0.0, 48 << 20))
+    monkeypatch.setitem(collector._full, "rss", collector.resident_bytes())
+    holder = []
+    try:
+        with collector_paused(keep=True):
+            node = _Node()
+            node.payload = np.ones(64 << 17)  # 64 MB, touched: resident
+            holder.append(node)
+        ref = weakref.ref(holder.pop())
+        del node
+        gc.collect()
+        assert ref() is not None  # garbage now, but frozen: no pass sees it
+        with collector_paused(keep=True):  # thaws; memory grew: a full pass is due
+            assert ref() is None
+    finally:
+        gc.unfreeze()
+
+
+def test_no_full_pass_while_memory_stays_below_the_growth(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(collector, "FULL_PASS_EVERY_S", 1e9)
+    monkeypatch.setattr(collector, "FULL_PASS_GROWTH", (0.0, 1 << 40))
+    try:
+        with collector_paused(keep=True):
+            ref = weakref.ref(_Node())
+            hold = ref()
+        del hold
+        with collector_paused(keep=True):
+            assert ref() is not None  # frozen when it became garbage: waits
+    finally:
+        gc.unfreeze()

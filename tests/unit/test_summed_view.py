@@ -11,6 +11,7 @@ import tracemalloc
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
 from monitor.engine.core import Engine
 from monitor.engine.evaluate import evaluate_all
@@ -92,3 +93,28 @@ def test_a_models_drift_view_copies_its_wide_rows_without_the_score_histograms()
     for name, arr in own.items():
         np.testing.assert_array_equal(arr, whole[name], err_msg=name)
     assert sum(a.nbytes for a in own.values()) < whole["m.scores"].nbytes / 10
+
+
+def test_a_take_that_fails_in_its_final_hold_leaves_no_plan_for_the_writer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A plan left registered would make the writer save the old value of every row it
+    writes, for a pass that never comes (memory growing with each write)."""
+    engine = _fed(4, seed=12)
+    lock = threading.RLock()
+    engine.snapshot(NOW, lock=lock)
+
+    def fail(*_: object) -> None:
+        raise MemoryError("in the final hold")
+
+    monkeypatch.setattr(engine, "_finish_window_sums", fail)
+    with pytest.raises(MemoryError):
+        engine.snapshot(NOW + MINUTE_MS, lock=lock)
+    stores = [engine.buckets, *engine.wide.values(), *engine.sliced.values()]
+    assert all(not st._sum_plans for st in stores)
+    monkeypatch.undo()
+    preds, labels = next(_batches(np.random.default_rng(13)))
+    engine.apply_predictions(preds)  # the writer, with no plan to save rows for
+    engine.apply_labels(labels)
+    assert all(not st._sum_plans for st in stores)
+    engine.snapshot(NOW + 2 * MINUTE_MS, lock=lock)  # and the next pass works
