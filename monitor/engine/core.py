@@ -492,6 +492,22 @@ class Engine:
         stalled ingestion for as long as it took). ``wide_of``: only model ``wide_of``'s
         per-version store, without its fine score histograms — the drift cells a
         reference rotation reads, not a copy of the whole state."""
+        return self._copied(lock, wide_of, lambda: None)[0]
+
+    def copied_with(
+        self, lock: AbstractContextManager[Any], under_final: Callable[[], _T]
+    ) -> tuple[StoreView, _T]:
+        """:meth:`copied_view` of every store, and what ``under_final`` reads in the
+        copy's final hold: both as of the same moment (a partition's statistics: the
+        stores with the counters and sums kept beside them)."""
+        return self._copied(lock, None, under_final)
+
+    def _copied(
+        self,
+        lock: AbstractContextManager[Any],
+        wide_of: int | None,
+        under_final: Callable[[], _T],
+    ) -> tuple[StoreView, _T]:
         if wide_of is None:
             stores = [(st, ()) for st in self._stores()]
         else:
@@ -516,13 +532,14 @@ class Engine:
                         wide={wide_of: copies[id(own)]} if own is not None else {},
                         sliced={},
                     )
+                extra = under_final()
             settle_copies(plans, lock)
         except BaseException:
             with lock:
                 for st, plan in plans:
                     st.drop_copy(plan)
             raise
-        return view
+        return view, extra
 
     def _window_bounds(
         self, models: Sequence[ModelSpec], m: int, now_ms: int

@@ -9,9 +9,9 @@ change without them; what evaluation keeps is the engine's ``Assembler``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from .assemble import Assembler
 from .buckets import BucketStore
@@ -25,6 +25,8 @@ from .snapshot import OpsState, Snapshot, WindowResult
 from .view import StoreView
 
 __all__ = ["EnginePort"]
+
+_T = TypeVar("_T")
 
 
 class EnginePort(Protocol):
@@ -58,6 +60,13 @@ class EnginePort(Protocol):
 
     def view(self, copy: bool = True) -> StoreView:
         """The statistics evaluation reads (``copy=False``: shared until the next write)."""
+        ...
+
+    def copied_with(
+        self, lock: AbstractContextManager[Any], under_final: Callable[[], _T]
+    ) -> tuple[StoreView, _T]:
+        """A copy of the statistics taken beside the writer (short holds of ``lock``),
+        and what ``under_final`` reads as of the same moment."""
         ...
 
     def ops(self) -> OpsState:

@@ -11,6 +11,8 @@ alerts read the merged statistics of the latest evaluation (``rows``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any
 
 from ..engine.assemble import Assembler
 from ..engine.rows import Rows
@@ -36,9 +38,11 @@ class GlobalView:
         confidence: float,
         not_ready: Sequence[str] = (),
         look_at_ms: int | None = None,
+        lock: AbstractContextManager[Any] | None = None,
     ) -> Snapshot:
         """The snapshot of the union the merged ``stats`` describe (comparisons look once:
-        the sticky decision state advances; the caller serializes calls)."""
+        the sticky decision state advances, under ``lock`` — the daemon's, as a single
+        engine's look takes it; the caller serializes calls)."""
         self.evaluated = stats
         return self.assembler.evaluate(
             stats.view,
@@ -50,6 +54,7 @@ class GlobalView:
             confidence=confidence,
             not_ready=not_ready,
             look_at_ms=look_at_ms,
+            lock=lock,
         )
 
     def rows(self, stats: PartitionStats) -> Rows:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,10 +67,19 @@ class PartitionStats:
     unseen: UnseenValues = field(default_factory=UnseenValues)
 
 
-def partition_stats(engine: EnginePort) -> PartitionStats:
-    """A copy of ``engine``'s statistics (call under the lock that guards the engine)."""
-    arms, paired, unseen = engine.sums()
-    return PartitionStats(engine.view(copy=True), engine.ops(), arms, paired, unseen)
+def partition_stats(
+    engine: EnginePort, lock: AbstractContextManager[Any] | None = None
+) -> PartitionStats:
+    """A copy of ``engine``'s statistics: taken beside the writer in short holds of
+    ``lock`` (the lock that guards the engine), or, without one, at once by a caller
+    that holds it."""
+    if lock is None:
+        view, (ops, (arms, paired, unseen)) = engine.view(copy=True), (engine.ops(), engine.sums())
+    else:
+        view, (ops, (arms, paired, unseen)) = engine.copied_with(
+            lock, lambda: (engine.ops(), engine.sums())
+        )
+    return PartitionStats(view, ops, arms, paired, unseen)
 
 
 # -- merge -------------------------------------------------------------------------------

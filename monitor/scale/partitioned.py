@@ -485,8 +485,7 @@ class GroupOwner:
                     self.stats_out.advance_generation(
                         part.number, self.stats_in.newest_generation(part.number)
                     )
-                with self.d.lock:
-                    stats = partition_stats(part.engine)
+                stats = partition_stats(part.engine, self.d.lock)
                 names = [m.name for m in part.engine.models]
                 self.stats_out.store(part.number, encode(stats, names, part.number))
                 part.stats_published = True
@@ -515,7 +514,10 @@ class GroupOwner:
                 self._publish_all()
 
     def _own_stats(self) -> dict[int, PartitionStats]:
-        return {p: partition_stats(part.engine) for p, part in self.parts.items()}
+        """Each owned partition's statistics, copied beside the writer (short holds)."""
+        with self.d.lock:
+            owned = dict(self.parts)
+        return {p: partition_stats(part.engine, self.d.lock) for p, part in owned.items()}
 
     # -- evaluation ----------------------------------------------------------------------------
     def evaluate(self, wall_ms: int) -> tuple[Snapshot, OpsState | None]:
@@ -529,17 +531,18 @@ class GroupOwner:
         except Exception as err:
             log.debug("stats topic not readable yet: %s", err)
         complete = self.stats_in.caught_up
+        now = wall_ms  # evaluation.clock = "wall" (config check)
         with self.d.lock:
-            now = wall_ms  # evaluation.clock = "wall" (config check)
-            for part in self.parts.values():
-                part.engine.retain(part.engine.retention_now(now))
-            own, merged = self._merged_stats()
-        not_ready = self.d.not_ready_notice()
-        with self.d.lock:  # the global view's sticky comparison state
-            snap = self.global_view.snapshot(
-                merged, now, at_ms=wall_ms, confidence=ev.confidence,
-                not_ready=not_ready, look_at_ms=wall_ms,
-            )  # fmt: skip
+            owned = list(self.parts.values())
+        for part in owned:  # a hold per partition
+            with self.d.lock:
+                if self.parts.get(part.number) is part:  # not revoked meanwhile
+                    part.engine.retain(part.engine.retention_now(now))
+        own, merged = self._merged_stats()
+        snap = self.global_view.snapshot(
+            merged, now, at_ms=wall_ms, confidence=ev.confidence,
+            not_ready=self.d.not_ready_notice(), look_at_ms=wall_ms, lock=self.d.lock,
+        )  # fmt: skip
         ops = merge_ops([s.ops for s in own.values()])
         self._view_complete = complete
         return snap, ops
@@ -547,8 +550,7 @@ class GroupOwner:
     def _merged_stats(self) -> tuple[dict[int, PartitionStats], PartitionStats]:
         """This instance's partitions' statistics, and every partition's merged (the
         others' from the stats topic)."""
-        with self.d.lock:
-            own = self._own_stats()
+        own = self._own_stats()
         remote = self.stats_in.latest()
         stats = [own.get(p) or remote[p] for p in sorted(own.keys() | remote.keys())]
         return own, merge(stats, self._width_ms)

@@ -189,6 +189,19 @@ def test_merged_partitions_evaluate_like_one_engine(tmp_path: Path) -> None:
     _assert_same(want, got)
     assert want.ops is not None and dict(want.ops.join_events).get("conflicting_label", 0) > 0
 
+    # copied beside the writer in short holds of the daemon's lock (as evaluation and
+    # publication take them), the look under it: the same
+    lock = threading.RLock()
+    beside = [partition_stats(parts[p], lock) for p in sorted(parts)]
+    for a, b in zip(stats, beside, strict=True):
+        assert a.ops == b.ops
+        assert a.view.buckets.keys() == b.view.buckets.keys()
+        assert all(np.array_equal(a.view.buckets[k], b.view.buckets[k]) for k in a.view.buckets)
+    locked = GlobalView(build_assembler(s)).snapshot(
+        merge(beside, width), NOW, at_ms=NOW, confidence=0.95, lock=lock
+    )
+    _assert_same(want, locked)
+
     # the same through the stats topic's bytes, merged in another order
     names = [m.name for m in single.models]
     layout = store_layout(build_engine(s))
