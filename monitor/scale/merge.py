@@ -74,12 +74,10 @@ def partition_stats(
     ``lock`` (the lock that guards the engine), or, without one, at once by a caller
     that holds it."""
     if lock is None:
-        view, (ops, (arms, paired, unseen)) = engine.view(copy=True), (engine.ops(), engine.sums())
+        view, ops, sums = engine.view(copy=True), engine.ops(), engine.sums()
     else:
-        view, (ops, (arms, paired, unseen)) = engine.copied_with(
-            lock, lambda: (engine.ops(), engine.sums())
-        )
-    return PartitionStats(view, ops, arms, paired, unseen)
+        view, (ops, sums) = engine.copied_with(lock, lambda: (engine.ops(), engine.sums()))
+    return PartitionStats(view, ops, *sums)
 
 
 # -- merge -------------------------------------------------------------------------------
