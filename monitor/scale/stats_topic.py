@@ -22,7 +22,7 @@ import threading
 import time
 import zlib
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -145,23 +145,35 @@ class StatsReader:
                 if not batches:
                     break
                 for records in batches.values():
-                    for rec in records:
-                        p = self._partition_of(rec.key)
-                        if p is None:
-                            continue
-                        self._found.setdefault(p, Generations()).add(rec)
-                        self._dirty.add(p)
-            for p in sorted(self._dirty):
-                self._decode_newest(p)
-            self._dirty.clear()
+                    self._add(records)
+            self._decode_dirty()
+
+    def _add(self, records: Iterable[Any]) -> None:
+        for rec in records:
+            p = self._partition_of(rec.key)
+            if p is None:
+                continue
+            self._found.setdefault(p, Generations()).add(rec)
+            self._dirty.add(p)
+
+    def _decode_dirty(self) -> None:
+        for p in sorted(self._dirty):
+            self._decode_newest(p)
+        self._dirty.clear()
 
     def _decode_newest(self, p: int) -> None:
-        """Keep p's newest generation that decodes (refused ones are never tried again)."""
-        for found in self._found[p].complete():
+        """Keep p's newest generation that decodes and outranks the one kept (refused ones
+        are never tried again), then forget the bytes of the generations that will never
+        be decoded: those ranked at or below the one kept, and the refused. Without that
+        the reader held both slots' bytes of every partition beside their decoded
+        statistics — twice what it decoded."""
+        found_p = self._found[p]
+        kept = self._latest.get(p)
+        for found in found_p.complete():
             rank = (found.fence, found.group_generation, found.generation)
+            if kept is not None and rank <= kept[0]:
+                break  # what is kept already outranks it
             ident = (p, *rank, zlib.crc32(found.blob))
-            if p in self._latest and self._latest[p][0] == rank:
-                return  # already merged
             if ident in self._refused:
                 continue
             try:
@@ -172,8 +184,13 @@ class StatsReader:
                 log.error("stats of partition %d (generation %d, fence %d) skipped: %s", p,
                           found.generation, found.fence, err)  # fmt: skip
                 continue
-            self._latest[p] = (rank, stats)
-            return
+            kept = self._latest[p] = (rank, stats)
+            break
+        refused = self._refused
+        top = kept[0] if kept is not None else None
+        found_p.discard(
+            lambda g: (top is not None and g[:3] <= top) or (p, *g[:3], g[4]) in refused
+        )
 
     def _check_caught_up(self, consumer: KafkaConsumer) -> None:
         """The end of every stats partition is known from a fetch response (highwater:

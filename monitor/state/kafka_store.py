@@ -37,7 +37,7 @@ import logging
 import mmap
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -406,6 +406,9 @@ _MAX_CHUNKS = 1 << 20
 _MAX_SIZE = 1 << 40
 _MAX_RANK = 1 << 53  # generations and fences: far beyond any real count
 
+# (fence, group generation, generation, chunk count, crc, size)
+GenerationIdent = tuple[int, int, int, int, int, int]
+
 
 class Generations:
     """The partition's state records as log compaction leaves them: the latest value per
@@ -439,35 +442,19 @@ class Generations:
     def complete(self) -> list[StoredState]:
         """Every complete generation, best ranked first (also sets ``newest``,
         ``max_fence`` and ``counts``)."""
-        partial: dict[tuple[int, int, int, int, int, int], _Partial] = {}
+        partial: dict[GenerationIdent, _Partial] = {}
         self.malformed = 0
         for rec in self.latest.values():
-            try:
-                h = {k: v.decode() for k, v in rec.headers}
-                generation = int(h["generation"])
-                i, n = (int(x) for x in h["chunk"].split("/"))
-                crc, size = int(h["crc"]), int(h["size"])
-                fence, ggen = int(h.get("fence", 0)), int(h.get("group_generation", 0))
-            except (KeyError, ValueError, UnicodeDecodeError, AttributeError, TypeError):
-                log.warning("ignoring a malformed state record at offset %d", rec.offset)
+            chunk = _chunk_of(rec)
+            if isinstance(chunk, str):
+                log.warning("ignoring %s at offset %d", chunk, rec.offset)
                 self.malformed += 1
                 continue
-            if not (
-                0 <= i < n <= _MAX_CHUNKS
-                and 0 <= size <= _MAX_SIZE
-                and 0 <= crc < 1 << 32
-                and 0 <= generation <= _MAX_RANK
-                and 0 <= fence <= _MAX_RANK
-                and -1 <= ggen <= _MAX_RANK
-            ):
-                log.warning("ignoring a state chunk with impossible headers at offset %d",
-                            rec.offset)  # fmt: skip
-                self.malformed += 1
-                continue
+            ident, i = chunk
+            fence, _, generation, n, crc, size = ident
             self.newest = max(self.newest, generation)
             self.max_fence = max(self.max_fence, fence)
             self.counts[generation % 2] = max(self.counts.get(generation % 2, 0), n)
-            ident = (fence, ggen, generation, n, crc, size)
             p = partial.setdefault(ident, _Partial(n, crc, size, {}))
             p.chunks[i] = rec.value
             p.last = max(p.last, rec.offset)
@@ -477,3 +464,35 @@ class Generations:
             if blob is not None:
                 out.append(StoredState(ident[2], blob, fence=ident[0], group_generation=ident[1]))
         return out
+
+    def discard(self, unwanted: Callable[[GenerationIdent], bool]) -> None:
+        """Forget the records of the generations ``unwanted`` names (a reader that keeps
+        what it decoded from them needs their bytes no longer). ``newest`` and
+        ``max_fence`` keep counting them; malformed records stay, to be counted."""
+        for key, rec in list(self.latest.items()):
+            chunk = _chunk_of(rec)
+            if not isinstance(chunk, str) and unwanted(chunk[0]):
+                del self.latest[key]
+
+
+def _chunk_of(rec: Any) -> tuple[GenerationIdent, int] | str:
+    """A state record's generation (fence, group generation, generation, chunk count,
+    crc, size) and chunk index, or what is wrong with it."""
+    try:
+        h = {k: v.decode() for k, v in rec.headers}
+        generation = int(h["generation"])
+        i, n = (int(x) for x in h["chunk"].split("/"))
+        crc, size = int(h["crc"]), int(h["size"])
+        fence, ggen = int(h.get("fence", 0)), int(h.get("group_generation", 0))
+    except (KeyError, ValueError, UnicodeDecodeError, AttributeError, TypeError):
+        return "a malformed state record"
+    if not (
+        0 <= i < n <= _MAX_CHUNKS
+        and 0 <= size <= _MAX_SIZE
+        and 0 <= crc < 1 << 32
+        and 0 <= generation <= _MAX_RANK
+        and 0 <= fence <= _MAX_RANK
+        and -1 <= ggen <= _MAX_RANK
+    ):
+        return "a state chunk with impossible headers"
+    return (fence, ggen, generation, n, crc, size), i
