@@ -47,10 +47,10 @@ class StoryProducer:
     ) -> None:
         from kafka import KafkaProducer
 
-        # acks=1 is enough for a demo; idempotence needs acks="all", so say it is off
-        # rather than let kafka-python warn that it turned it off
+        from . import kafka_compat
+
         self.producer = KafkaProducer(
-            bootstrap_servers=[bootstrap], linger_ms=20, acks=1, enable_idempotence=False
+            bootstrap_servers=[bootstrap], acks=1, **kafka_compat.producer_settings(linger_ms=20)
         )
         self.rate = rate
         self.phase_s = phase_s

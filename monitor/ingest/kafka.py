@@ -125,10 +125,10 @@ def make_producer(k: KafkaSettings) -> Any:
         bootstrap_servers=k.bootstrap_servers.split(","),
         client_id=f"{k.client_id}-dead-letter",
         acks="all",
-        linger_ms=50,
         max_block_ms=10_000,  # a send never blocks the consumer loop for long
         reconnect_backoff_max_ms=k.reconnect_backoff_max_ms,
         bootstrap_timeout_ms=k.bootstrap_timeout_ms,
+        **kafka_compat.producer_settings(linger_ms=50),
         **client_security(k),
     )
 

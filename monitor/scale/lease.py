@@ -255,7 +255,9 @@ class ExporterLease:
 
     def _producer_(self) -> KafkaProducer:
         if self._producer is None:
-            self._producer = KafkaProducer(acks="all", linger_ms=0, **self._client)
+            self._producer = KafkaProducer(
+                acks="all", **kafka_compat.producer_settings(), **self._client
+            )
         return self._producer
 
     def close(self) -> None:

@@ -268,9 +268,9 @@ class KafkaStateStore:
         if self._producer is None:
             self._producer = KafkaProducer(
                 acks="all",
-                linger_ms=5,
                 max_block_ms=round(self.timeout_s * 1000),
                 max_request_size=max(1024 * 1024, self.chunk_bytes + 64 * 1024),
+                **kafka_compat.producer_settings(linger_ms=5, give_up_s=self.timeout_s),
                 **self._client,
             )
         return self._producer

@@ -8,6 +8,8 @@ reader returns the newest *complete* generation, whatever older or partial chunk
 from __future__ import annotations
 
 import os
+import signal
+import time
 import zlib
 
 import pytest
@@ -15,6 +17,8 @@ from kafka import KafkaProducer
 
 from monitor.localbroker import LocalBroker
 from monitor.state.kafka_store import KafkaStateStore
+
+from .daemon_harness import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -243,3 +247,47 @@ def test_unchanged_keeps_only_partitions_nobody_else_wrote(broker: LocalBroker) 
     assert _store(broker).restore(1).blob == b"b1"
     a.store(0, b"a0 fourth")
     assert _store(broker).restore(0).blob == b"a0 fourth"
+
+
+def test_writes_succeed_again_after_a_broker_stall_that_outlasted_the_writes(
+    broker: LocalBroker,
+) -> None:
+    """A broker that stops answering (here: stopped) for longer than the store waits: the
+    chunks of the failed write are dropped while it is away, and once it answers again
+    the next write is acknowledged. (kafka-python 3's default idempotent producer never
+    delivered again after dropping a batch: every later write of the state, the
+    statistics and the exporter lease timed out.)"""
+    store = KafkaStateStore(
+        {"bootstrap_servers": [broker.bootstrap]}, "stall", chunk_bytes=1000, timeout_s=2.0
+    )
+    assert broker.pid is not None
+    try:
+        store.ensure_topic(partitions=1)
+        assert store.store(0, b"a" * 3000) == 1
+        os.killpg(broker.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(Exception, match=r"(?i)timeout|timed out"):
+                store.store(0, b"b" * 3000)
+            time.sleep(4.0)  # the dropped chunks' requests time out and expire meanwhile
+        finally:
+            os.killpg(broker.pid, signal.SIGCONT)
+        written: list[bytes] = []
+
+        def write() -> bool:
+            blob = f"c{len(written)}".encode() * 1000
+            try:
+                store.store(0, blob)
+            except Exception:
+                return False
+            written.append(blob)
+            return True
+
+        wait_until(write, 60, "a state write acknowledged after the broker answers again")
+        reader = _store(broker, group="stall")
+        try:
+            got = reader.restore(0)
+        finally:
+            reader.close()
+        assert got is not None and got.blob == written[-1]
+    finally:
+        store.close()
