@@ -6,11 +6,13 @@ versioned wrapper classes (a dead weak proxy in the response registry)."""
 
 from __future__ import annotations
 
+import ast
 import gc
 import io
 import struct
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +21,7 @@ from kafka.protocol.api_message import VersionSubscriptable
 from kafka.protocol.metadata.api_versions import ApiVersionsResponse
 from kafka.protocol.schemas.fields.struct import StructField
 
+import monitor
 from monitor import kafka_compat
 
 # an ApiVersions v4 response body: error 0, no api keys, throttle 0, no tagged fields
@@ -181,3 +184,45 @@ def test_install_serialises_versioned_class_creation(slow_registry: None) -> Non
     assert kafka_compat.install()
     _version_race()
     assert _registered()[VERSION] is ApiVersionsResponse[VERSION]
+
+
+def _producer_calls() -> list[tuple[str, int, ast.Call]]:
+    root = Path(monitor.__file__).parent
+    out = []
+    for f in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            if isinstance(node, ast.Call) and (
+                getattr(node.func, "id", None) == "KafkaProducer"
+                or getattr(node.func, "attr", None) == "KafkaProducer"
+            ):
+                out.append((str(f.relative_to(root)), node.lineno, node))
+    return out
+
+
+def test_every_kafka_python_producer_is_built_with_the_producer_settings() -> None:
+    """A producer built with kafka-python's defaults is idempotent, and never delivers
+    again after a broker stall outlasted one of its batches (``producer_settings``)."""
+    calls = _producer_calls()
+    assert len(calls) >= 4  # dead letters, state/stats store, exporter lease, demo
+    for where, line, call in calls:
+        spread = [kw.value for kw in call.keywords if kw.arg is None]
+        assert any(
+            isinstance(v, ast.Call) and getattr(v.func, "attr", None) == "producer_settings"
+            for v in spread
+        ), f"{where}:{line} builds a KafkaProducer without **kafka_compat.producer_settings()"
+        named = {kw.arg for kw in call.keywords}
+        assert "enable_idempotence" not in named, f"{where}:{line} sets idempotence itself"
+
+
+@pytest.mark.parametrize("give_up_s", [None, 0.2, 2.0, 10.0])
+def test_producer_settings_are_accepted_by_kafka_python(give_up_s: float | None) -> None:
+    """kafka-python's accumulator refuses a delivery timeout below linger plus request
+    timeout; the settings pass its own check, and a writer's give-up bounds how long an
+    unacknowledged batch is kept."""
+    from kafka.producer.record_accumulator import RecordAccumulator
+
+    got = kafka_compat.producer_settings(linger_ms=5, give_up_s=give_up_s)
+    assert got["enable_idempotence"] is False
+    accumulator = RecordAccumulator(**got)  # raises KafkaConfigurationError if refused
+    if give_up_s is not None:
+        assert accumulator.delivery_timeout_ms <= max(1000, give_up_s * 1000) + 5
