@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import zlib
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -173,7 +172,7 @@ class StatsReader:
             rank = (found.fence, found.group_generation, found.generation)
             if kept is not None and rank <= kept[0]:
                 break  # what is kept already outranks it
-            ident = (p, *rank, zlib.crc32(found.blob))
+            ident = (p, *rank, found.crc)
             if ident in self._refused:
                 continue
             try:

@@ -64,6 +64,7 @@ class StoredState:
     blob: bytes
     fence: int = 0
     group_generation: int = 0
+    crc: int = 0  # the blob's CRC-32, checked when its chunks were joined
 
 
 @dataclass
@@ -462,7 +463,8 @@ class Generations:
         for ident in sorted(partial, key=lambda k: (*k[:3], partial[k].last), reverse=True):
             blob = partial[ident].complete()
             if blob is not None:
-                out.append(StoredState(ident[2], blob, fence=ident[0], group_generation=ident[1]))
+                fence, ggen, generation, _, crc, _ = ident
+                out.append(StoredState(generation, blob, fence, ggen, crc))
         return out
 
     def discard(self, unwanted: Callable[[GenerationIdent], bool]) -> None:
