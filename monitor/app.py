@@ -1336,13 +1336,20 @@ class Daemon:
             self.count_fault("offset_records_skipped", resume.skipped)
 
     def _update_source_health(self, source: KafkaSource) -> None:
-        """Ready needs assigned partitions *and* a live broker connection: both clients
-        keep their assignment through a broker outage, so the assignment alone would lie."""
+        """Ready needs assigned partitions *and* brokers that answer: both clients keep
+        their assignment through a broker outage, and their connections through a broker
+        that stopped answering, so neither alone would tell."""
         assigned = len(source.assignment())
         connected = source.connected()
         error = None
         if not connected:
-            error = f"no connection to Kafka at {self.settings.kafka.bootstrap_servers}"
+            where = self.settings.kafka.bootstrap_servers
+            silent = source.silent_for()
+            error = (
+                f"no connection to Kafka at {where}"
+                if silent is None
+                else f"Kafka at {where} has not answered for {silent:.0f}s"
+            )
         elif not assigned:
             error = "waiting for partition assignment"
         st = self._published.status

@@ -1,6 +1,7 @@
 """Work around a thread race in kafka-python 3's lazily compiled protocol decoders, group
-joins whose answer it drops (:func:`await_join`), and an idempotent producer that never
-sends again after a broker stall (:func:`producer_settings`).
+joins whose answer it drops (:func:`await_join`), an idempotent producer that never
+sends again after a broker stall (:func:`producer_settings`), and connections that look
+live while the broker answers nothing (:func:`heartbeat_silence`).
 
 kafka-python 3 compiles a decoder per (message, version) on first use. For the top-level
 response class it briefly swaps ``StructField._data_class`` from a weak proxy to the real
@@ -31,11 +32,15 @@ from __future__ import annotations
 import functools
 import importlib
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
+from kafka.structs import MemberState
+
 __all__ = [
     "await_join",
+    "heartbeat_silence",
     "install",
     "metadata_fetched_at",
     "producer_settings",
@@ -165,3 +170,22 @@ def await_join(consumer: Any, timeout_ms: int) -> bool:
         coordinator.request_rejoin()  # orphaned: no poll would await it
     coordinator.poll(timeout_ms=timeout_ms)
     return True
+
+
+def heartbeat_silence(consumer: Any) -> float | None:
+    """Seconds since the group coordinator last answered this member's heartbeat (or the
+    member joined), while the member is in a stable group; ``None`` otherwise (joining,
+    rebalancing, left: heartbeats are not due then).
+
+    A broker that stops answering without closing its connections (a stopped process, a
+    black-holed network) leaves kafka-python's ``connection-count`` above zero. Its
+    heartbeat thread sends a heartbeat only after the previous one was answered or
+    failed, so this age grows by the second through such a stall (measured against a
+    stopped broker: 34 s after 34 s stopped, the member still "stable"). The public
+    ``last-heartbeat-seconds-ago`` metric counts from the last *send* and from before a
+    rebalance, so it would also grow through a long join with a broker answering."""
+    coordinator = getattr(consumer, "_coordinator", None)
+    heartbeat = getattr(coordinator, "heartbeat", None)
+    if heartbeat is None or getattr(coordinator, "state", None) != MemberState.STABLE:
+        return None
+    return time.monotonic() - max(heartbeat.last_receive, heartbeat.last_reset)

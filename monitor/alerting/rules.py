@@ -308,8 +308,9 @@ def _operations(options: RuleOptions) -> list[dict[str, Any]]:
             "annotations": {
                 "summary": "model-monitor {{ $labels.instance }} is not consuming from Kafka",
                 "description": (
-                    "No partitions assigned or no broker connection for 5 minutes: quality "
-                    "metrics and SLOs are going stale. See /readyz for the reason."
+                    "No partitions assigned, no broker connection, or brokers not answering "
+                    "for 5 minutes: quality metrics and SLOs are going stale. See /readyz for "
+                    "the reason."
                 ),
             },
         },

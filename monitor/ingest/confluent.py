@@ -37,7 +37,7 @@ from confluent_kafka.admin import AdminClient
 from ..config import KafkaSettings
 from ..state.positions import Resume, reset_by_client, resume_position
 from .assignor import warn_unpaired
-from .kafka import CLOSE_TIMEOUT_MS, METADATA_MAX_AGE_MS, STALE_METADATA_S
+from .kafka import CLOSE_TIMEOUT_MS, METADATA_MAX_AGE_MS, STALE_METADATA_S, silence_limit_s
 from .pipeline import RawBatch, offset_key
 from .security import librdkafka_security as confluent_security
 from .topic_watch import TopicWatch
@@ -88,6 +88,39 @@ def confluent_config(k: KafkaSettings) -> dict[str, Any]:
     }
 
 
+class BrokerSilence:
+    """How long a broker with requests waiting has gone without answering any, from
+    librdkafka's statistics (``brokers``: ``state``, ``rx`` responses received,
+    ``waitresp_cnt`` and ``outbuf_cnt`` requests in flight and queued).
+
+    librdkafka keeps a broker that stopped answering "UP" until a request times out
+    (``socket.timeout.ms``, a minute) and then connects to it again: measured against a
+    stopped broker, "UP" for 68 s with one request waiting and ``rx`` frozen. A broker
+    with nothing asked of it is not silent, whatever its ``rx``."""
+
+    def __init__(self) -> None:
+        self._answered: dict[str, tuple[int, float]] = {}  # name -> (rx, since when)
+
+    def observe(self, brokers: dict[str, Any], now: float) -> float | None:
+        """The longest time (s) a broker that is up has left waiting requests unanswered
+        until ``now``; ``None`` when none has."""
+        seen: dict[str, tuple[int, float]] = {}
+        worst: float | None = None
+        for name, b in brokers.items():
+            if b.get("state") != "UP":
+                continue
+            rx = int(b.get("rx", 0))
+            waiting = b.get("waitresp_cnt", 0) + b.get("outbuf_cnt", 0)
+            last = self._answered.get(name)
+            if last is None or last[0] != rx or not waiting:
+                seen[name] = (rx, now)
+                continue
+            seen[name] = last
+            worst = max(worst or 0.0, now - last[1])
+        self._answered = seen
+        return worst
+
+
 class ConfluentSource:
     """``KafkaSource`` on confluent-kafka."""
 
@@ -117,6 +150,8 @@ class ConfluentSource:
         self._position: dict[tuple[str, int], int] = {}
         self.unchecked: dict[tuple[str, int], int] = {}  # assigned offsets, low end unchecked
         self._up = False  # a broker connection is up (from the statistics)
+        self._silence = BrokerSilence()
+        self._silent: float | None = None  # past silence_limit_s, from the statistics
         self._lock = threading.Lock()  # callbacks run inside poll; readers elsewhere
         self.consumer = Consumer(
             {
@@ -158,9 +193,13 @@ class ConfluentSource:
 
     def _on_stats(self, stats_json: str) -> None:
         stats = orjson.loads(stats_json)
-        up = any(b.get("state") == "UP" for b in stats.get("brokers", {}).values())
+        brokers = stats.get("brokers", {})
+        up = any(b.get("state") == "UP" for b in brokers.values())
+        silent = self._silence.observe(brokers, time.monotonic())
+        if silent is not None and silent <= silence_limit_s(self.settings):
+            silent = None
         with self._lock:
-            self._up = up
+            self._up, self._silent = up, silent
 
     def _on_error(self, err: KafkaError) -> None:
         if err.code() == KafkaError._ALL_BROKERS_DOWN:
@@ -387,7 +426,11 @@ class ConfluentSource:
 
     def connected(self) -> bool:
         with self._lock:
-            return self._up
+            return self._up and self._silent is None
+
+    def silent_for(self) -> float | None:
+        with self._lock:
+            return self._silent
 
     def lag(self) -> list[tuple[str, int, int]]:
         """High watermarks as the last fetch responses reported them (``cached``: no

@@ -44,6 +44,7 @@ __all__ = [
     "consumer_config",
     "make_producer",
     "open_source",
+    "silence_limit_s",
 ]
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,14 @@ StoredOffsets = Callable[[], dict[str, int]]
 OnResume = Callable[[str, int, int, Resume], None]
 
 
+def silence_limit_s(k: KafkaSettings) -> float:
+    """How long the brokers may leave our requests unanswered before the source says it
+    is not connected: a stalled or black-holed broker keeps its TCP connections open, so
+    the connection count alone would call it up. Past a session timeout (plus one
+    heartbeat's slack) the group would have declared this member dead anyway."""
+    return (k.session_timeout_ms + k.heartbeat_interval_ms) / 1000
+
+
 class KafkaSource(Protocol):
     """What the daemon's consumer loop needs from a Kafka client."""
 
@@ -75,7 +84,13 @@ class KafkaSource(Protocol):
     def assignment(self) -> set[tuple[str, int]]: ...
 
     def connected(self) -> bool:
-        """Whether a broker connection is live (assignments outlive an outage)."""
+        """Whether a broker connection is live and answering (assignments outlive an
+        outage; connections outlive a stalled broker)."""
+        ...
+
+    def silent_for(self) -> float | None:
+        """Seconds the brokers have left our requests unanswered, once past
+        ``silence_limit_s`` (``connected()`` is then false); ``None`` otherwise."""
         ...
 
     def lag(self) -> list[tuple[str, int, int]]:
@@ -287,12 +302,19 @@ class KafkaPythonSource:
         return assigned
 
     def connected(self) -> bool:
-        """kafka-python's own ``connection-count`` metric."""
+        """kafka-python's own ``connection-count`` metric, and the group coordinator
+        answering heartbeats (``kafka_compat.heartbeat_silence``)."""
         try:
             metrics = self.consumer.metrics()
         except Exception:
             return False
-        return any(v.get("connection-count", 0) > 0 for v in metrics.values())
+        if not any(v.get("connection-count", 0) > 0 for v in metrics.values()):
+            return False
+        return self.silent_for() is None
+
+    def silent_for(self) -> float | None:
+        silent = kafka_compat.heartbeat_silence(self.consumer)
+        return silent if silent is not None and silent > silence_limit_s(self.settings) else None
 
     def lag(self) -> list[tuple[str, int, int]]:
         """Uses the high watermark carried by fetch responses (``highwater``) rather than

@@ -1,8 +1,11 @@
 """The broker goes away: the daemon stays up, keeps serving /metrics, reports not-ready,
-and becomes ready again when a broker is back on the same address."""
+and becomes ready again when a broker is back on the same address. The broker stalls
+(its process stopped: connections open, nothing answered): the same."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -15,6 +18,12 @@ from .daemon_harness import DaemonProcess, base_config, encode, produce, wait_un
 
 pytestmark = pytest.mark.integration
 
+FAST_GROUP = {
+    "reconnect_backoff_max_ms": 1000,
+    "session_timeout_ms": 3000,
+    "heartbeat_interval_ms": 600,
+}
+
 
 def test_broker_outage_flips_readiness_and_recovers(
     broker: LocalBroker, tmp_path: Path, kafka_client: str
@@ -24,11 +33,7 @@ def test_broker_outage_flips_readiness_and_recovers(
         broker.bootstrap,
         tmp_path / "state",
         client=kafka_client,
-        kafka={
-            "reconnect_backoff_max_ms": 1000,
-            "session_timeout_ms": 3000,
-            "heartbeat_interval_ms": 600,
-        },
+        kafka=FAST_GROUP,
     )
     daemon = DaemonProcess(write_config(tmp_path / "monitor.toml", cfg), tmp_path / "d.log")
     t = binary_traffic(300, seed=2, start_ms=int(time.time() * 1000) - 600_000, rate_per_s=1)
@@ -71,3 +76,53 @@ def test_broker_outage_flips_readiness_and_recovers(
         daemon.close()
         if replacement is not None:
             replacement.stop()
+
+
+def test_a_stalled_broker_flips_readiness_and_recovers(
+    broker: LocalBroker, tmp_path: Path, kafka_client: str
+) -> None:
+    """A stopped broker keeps its connections open (the kernel still holds them), so the
+    clients' connection counts and broker states stay up; readiness must still turn
+    false once the broker has not answered for the session timeout plus a heartbeat
+    (3.6 s here), say so, and turn true again when the broker answers."""
+    broker.create_topics(["predictions", "labels"])
+    cfg = base_config(broker.bootstrap, tmp_path / "state", client=kafka_client, kafka=FAST_GROUP)
+    daemon = DaemonProcess(write_config(tmp_path / "monitor.toml", cfg), tmp_path / "d.log")
+    t = binary_traffic(400, seed=3, start_ms=int(time.time() * 1000) - 600_000, rate_per_s=1)
+    stopped = False
+    try:
+        daemon.start()
+        daemon.wait_ready()
+        first, rest = t.predictions[:200], t.predictions[200:]
+        produce(broker.bootstrap, [("predictions", (p["id"].encode(), encode(p))) for p in first])
+        daemon.wait_consumed({"predictions": 200})
+        os.killpg(broker.pid, signal.SIGSTOP)
+        stopped = True
+        since = time.monotonic()
+
+        def not_ready() -> bool:
+            status, body = daemon.get("/readyz")
+            return status == 503 and b"has not answered for" in body
+
+        wait_until(not_ready, 90, lambda: daemon.log_tail())
+        assert time.monotonic() - since >= 3.6  # not before the limit
+        assert daemon.scrape().get("mlmon_consuming") == 0
+        status, _ = daemon.get("/healthz")
+        assert status == 200
+
+        os.killpg(broker.pid, signal.SIGCONT)
+        stopped = False
+
+        def ready() -> bool:
+            status, _ = daemon.get("/readyz")
+            return status == 200
+
+        wait_until(ready, 90, lambda: daemon.log_tail())
+        produce(broker.bootstrap, [("predictions", (p["id"].encode(), encode(p))) for p in rest])
+        daemon.wait_consumed({"predictions": 400}, timeout=90)
+        assert daemon.scrape().get("mlmon_consuming") == 1
+        assert daemon.terminate() == 0
+    finally:
+        if stopped:
+            os.killpg(broker.pid, signal.SIGCONT)
+        daemon.close()

@@ -46,6 +46,9 @@ class _Source:
     def connected(self) -> bool:
         return True
 
+    def silent_for(self) -> float | None:
+        return None
+
     def lag(self) -> list[tuple[str, int, int]]:
         return []
 
