@@ -41,9 +41,10 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
+from kafka.errors import KafkaTimeoutError, RequestTimedOutError
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from ..app import Daemon, StartupError
@@ -86,6 +87,15 @@ from .stats_topic import StatsReader, stats_store
 __all__ = ["GroupOwner", "PartitionedSource"]
 
 log = logging.getLogger("monitor.scale")
+# what became of one write of a partition's state or statistics
+Stored = Literal["stored", "refused", "unanswered"]
+
+
+def _failed(err: Exception) -> Stored:
+    """A failed write: "unanswered" when the broker did not acknowledge it in time (or
+    could not be reached), else "refused"."""
+    return "unanswered" if isinstance(err, KafkaTimeoutError | RequestTimedOutError) else "refused"
+
 
 STATE_FORMAT = 1
 
@@ -199,10 +209,11 @@ class GroupOwner:
         """Whether this instance holds the exporter lease now."""
         return self.lease.valid()
 
-    def _store(self, part: Partition, source: PartitionedSource | None) -> bool:
+    def _store(self, part: Partition, source: PartitionedSource | None) -> Stored:
         """Store p's state, then (only then) commit p's offsets; neither once the
         membership p was restored in is gone (a zombie's write is also outranked by the
-        next owner's fence in the state topic)."""
+        next owner's fence in the state topic). "unanswered": the broker did not
+        acknowledge the write in time (or could not be reached)."""
         current = self._source.generation() if self._source is not None else None
         if current is not None and current != part.group_generation:
             self.fenced += 1
@@ -211,7 +222,7 @@ class GroupOwner:
                 "partition %d: not stored, its membership (generation %d) is gone (now %d)",
                 part.number, part.group_generation, current,
             )  # fmt: skip
-            return False
+            return "refused"
         try:
             blob, offsets = self._blob(part)
             with blob:
@@ -222,7 +233,7 @@ class GroupOwner:
             self.d._set_status(
                 checkpoint_failures=st.checkpoint_failures + 1, last_checkpoint_error=repr(err)
             )
-            return False
+            return _failed(err)
         if source is not None:
             try:
                 source.commit(offsets)
@@ -230,7 +241,7 @@ class GroupOwner:
                 log.warning(
                     "offset commit of partition %d failed (state is stored): %s", part.number, err
                 )
-        return True
+        return "stored"
 
     def _restore(self, number: int, found: list[StoredState], generation: int) -> Partition:
         """p from its newest usable stored state (an unusable generation is skipped and
@@ -474,7 +485,7 @@ class GroupOwner:
         return kept
 
     # -- stats -------------------------------------------------------------------------------
-    def _publish_stats(self, part: Partition, refresh: bool = True) -> None:
+    def _publish_stats(self, part: Partition, refresh: bool = True) -> Stored:
         """Publish p's statistics (a new owner first continues the previous owner's
         generation numbers, learnt from the reader, so its publications win)."""
         try:
@@ -491,6 +502,8 @@ class GroupOwner:
                 part.stats_published = True
         except Exception as err:
             log.warning("publishing the statistics of partition %d failed: %s", part.number, err)
+            return _failed(err)
+        return "stored"
 
     def _publish_all(self) -> None:
         with self.d.lock:
@@ -504,13 +517,24 @@ class GroupOwner:
             with self.d.lock:
                 if self.parts.get(part.number) is not part:
                     continue  # revoked meanwhile: its hand-over published it
-            self._publish_stats(part, refresh=False)
+            if self._unanswered(self._publish_stats(part, refresh=False)):
+                return  # each further publication would wait 10 s for nothing
+
+    def _answering(self) -> bool:
+        """The source's brokers answer (or there is no source yet to ask)."""
+        return self._source is None or self._source.connected()
+
+    def _unanswered(self, outcome: Stored) -> bool:
+        """A write just found the brokers not answering: a write left unacknowledged, or
+        one refused while the consumer's brokers do not answer either. Further writes of
+        the same round would each wait their 10 s for nothing."""
+        return outcome == "unanswered" or (outcome == "refused" and not self._answering())
 
     def _publish_every(self) -> None:
         """The publisher thread: encoding and sending stay off the consumer loop."""
         interval = self.d.settings.scale.stats_interval
         while not self.d._stop.wait(interval):
-            if self._source is None or self._source.connected():  # else: 10 s per partition
+            if self._answering():  # else: 10 s per partition
                 self._publish_all()
 
     def _own_stats(self) -> dict[int, PartitionStats]:
@@ -648,11 +672,18 @@ class GroupOwner:
         with self.d.lock:
             owned = list(self.parts.values())
         ok = True
-        for part in owned:
+        for i, part in enumerate(owned):
             with self.d.lock:
                 if self.parts.get(part.number) is not part:
                     continue  # revoked meanwhile: its hand-over stored it
-            ok = self._store(part, source) and ok
+            stored = self._store(part, source)
+            ok = ok and stored == "stored"
+            if self._unanswered(stored):  # (the consumer loop waits for each store)
+                log.error(
+                    "checkpoint stopped: no broker answers; %d more partition state(s) "
+                    "not stored (their last stored stand)", len(owned) - i - 1,
+                )  # fmt: skip
+                break
         if ok:
             self.d._set_status(last_checkpoint_at=time.time(), last_checkpoint_error=None)
         return ok
