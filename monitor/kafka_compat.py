@@ -186,6 +186,7 @@ def heartbeat_silence(consumer: Any) -> float | None:
     rebalance, so it would also grow through a long join with a broker answering."""
     coordinator = getattr(consumer, "_coordinator", None)
     heartbeat = getattr(coordinator, "heartbeat", None)
-    if heartbeat is None or getattr(coordinator, "state", None) != MemberState.STABLE:
-        return None
-    return time.monotonic() - max(heartbeat.last_receive, heartbeat.last_reset)
+    times = [getattr(heartbeat, name, None) for name in ("last_receive", "last_reset")]
+    if None in times or getattr(coordinator, "state", None) != MemberState.STABLE:
+        return None  # (a kafka-python without these: readiness by connection count alone)
+    return time.monotonic() - max(times)

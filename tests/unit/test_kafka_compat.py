@@ -11,6 +11,7 @@ import gc
 import io
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -226,3 +227,30 @@ def test_producer_settings_are_accepted_by_kafka_python(give_up_s: float | None)
     accumulator = RecordAccumulator(**got)  # raises KafkaConfigurationError if refused
     if give_up_s is not None:
         assert accumulator.delivery_timeout_ms <= max(1000, give_up_s * 1000) + 5
+
+
+def test_heartbeat_silence_reads_the_installed_kafka_python() -> None:
+    """The silence is read from kafka-python's coordinator internals: the installed
+    version has them (a consumer built offline), a member that has not joined is never
+    silent, a stable one is silent since its last answered heartbeat, and a client
+    without these internals gives no silence rather than an error."""
+    from kafka import KafkaConsumer
+    from kafka.structs import MemberState
+
+    consumer = KafkaConsumer(group_id="g", bootstrap_servers="127.0.0.1:1", api_version=(3, 9))
+    try:
+        coordinator = consumer._coordinator
+        assert kafka_compat.heartbeat_silence(consumer) is None  # not joined
+        coordinator.state = MemberState.STABLE
+        coordinator.heartbeat.last_reset = time.monotonic() - 30.0
+        coordinator.heartbeat.last_receive = time.monotonic() - 12.0
+        assert kafka_compat.heartbeat_silence(consumer) == pytest.approx(12.0, abs=1.0)
+        coordinator.heartbeat.last_receive = time.monotonic() - 0.5
+        assert kafka_compat.heartbeat_silence(consumer) == pytest.approx(0.5, abs=1.0)
+        coordinator.state = MemberState.REBALANCING
+        assert kafka_compat.heartbeat_silence(consumer) is None
+        coordinator.state = MemberState.STABLE
+        del coordinator.heartbeat.last_receive
+        assert kafka_compat.heartbeat_silence(consumer) is None
+    finally:
+        consumer.close()
