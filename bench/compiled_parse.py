@@ -38,11 +38,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from run import RANKING_ITEMS as ITEMS
 from run import write_ranking_files
 
 from monitor.ingest.ranking import parse_ranked_batch
 
-ITEMS = 20
 FIELDS = [("id", str), ("ts", int), ("model", str), ("version", str)]
 
 
